@@ -1,0 +1,177 @@
+// Package api is what services use to submit tasks and await their results.
+//
+// A task is one unit of work of a behavior (a task kind), stored durably in
+// PostgreSQL and run by a server node. Tasks is the interface to submit,
+// inspect and await tasks; both a server (which also runs tasks) and a
+// client-only process implement it. Submit is the typed entry point:
+//
+//	f, err := api.Submit(ctx, tasks, echo.Kind, echo.Params{Text: "hi"})
+//	res, err := f.Await(ctx) // res has the behavior's result type
+//
+// This package imports nothing else of stint's, so services can depend on it
+// alone.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// TaskID identifies a task. It is 3 to 128 characters from [A-Za-z0-9._:/@+=-],
+// either derived from the params by the behavior (deterministic, so that
+// equal submissions share one task) or generated.
+type TaskID string
+
+// BehaviorID names a behavior, e.g. "ingest.job". It is 3 to 64 characters
+// from [a-z0-9._-], starting with a letter.
+type BehaviorID string
+
+// Status is the state of a task.
+type Status string
+
+// The task states. A task that succeeded or failed may be scheduled to run
+// again (a recurring task, or a retry after a failure): it keeps its status
+// and gets a due time. It is finished for good when it has no due time.
+const (
+	// StatusScheduled is a task waiting for its due time and a free worker.
+	StatusScheduled Status = "scheduled"
+	// StatusRunning is a task held by a node under a lease.
+	StatusRunning Status = "running"
+	// StatusSuccess is a task whose last run returned a result.
+	StatusSuccess Status = "success"
+	// StatusFailure is a task whose last run failed.
+	StatusFailure Status = "failure"
+	// StatusHeld is a task that is not claimed until it is released.
+	StatusHeld Status = "held"
+)
+
+// Valid reports whether s is one of the known states.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusScheduled, StatusRunning, StatusSuccess, StatusFailure, StatusHeld:
+		return true
+	}
+	return false
+}
+
+// Task is the stored state of one task.
+type Task struct {
+	ID       TaskID     `json:"id"`
+	Behavior BehaviorID `json:"behavior"`
+	Status   Status     `json:"status"`
+	// Priority orders pickup: lower runs first.
+	Priority int             `json:"priority"`
+	Params   json.RawMessage `json:"params"`
+	// Result is the last successful run's result.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Error is the last failed run's error.
+	Error *TaskError `json:"error,omitempty"`
+	// Progress is the last checkpoint of a run.
+	Progress json.RawMessage `json:"progress,omitempty"`
+	// ScheduleNotBefore is when the task is due next; nil when it is
+	// finished for good or held. For a running task it is the lease expiry.
+	ScheduleNotBefore *time.Time `json:"schedule_not_before,omitempty"`
+	// LostNotBefore is the lease expiry of a running task.
+	LostNotBefore *time.Time `json:"lost_not_before,omitempty"`
+	// Lease is the fencing token of the current or last run.
+	Lease string `json:"lease,omitempty"`
+	// Node is the node running or that last ran the task.
+	Node string `json:"node,omitempty"`
+	// Attempt counts runs started, snoozes excluded.
+	Attempt int `json:"attempt"`
+	// Errors counts consecutive failures; a success resets it.
+	Errors int `json:"errors"`
+	// Resubmit is set when the task was submitted again while running: it
+	// runs again when the current run ends.
+	Resubmit   bool       `json:"resubmit,omitempty"`
+	ParentID   TaskID     `json:"parent_id,omitempty"`
+	GroupKey   string     `json:"group_key,omitempty"`
+	Trace      string     `json:"trace,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	ExecutedAt *time.Time `json:"executed_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// Finished reports whether the task has ended for good: it succeeded or
+// failed and is not scheduled to run again.
+func (t Task) Finished() bool {
+	return (t.Status == StatusSuccess || t.Status == StatusFailure) && t.ScheduleNotBefore == nil && !t.Resubmit
+}
+
+// SubmitRequest asks for a task to be run.
+type SubmitRequest struct {
+	// Behavior is the behavior to run. Required.
+	Behavior BehaviorID `json:"behavior"`
+	// Params is the JSON encoding of the behavior's params. Empty means {}.
+	Params json.RawMessage `json:"params,omitempty"`
+	// ID overrides the id the behavior would derive from the params.
+	// Empty lets the behavior decide.
+	ID TaskID `json:"id,omitempty"`
+	// Priority overrides the behavior's default priority; nil keeps it.
+	// Lower runs first; 0 to 32767.
+	Priority *int `json:"priority,omitempty"`
+	// Delay postpones the first run; zero runs it as soon as possible.
+	Delay time.Duration `json:"delay,omitempty"`
+	// GroupKey scopes holds and limits, e.g. a collection.
+	GroupKey string `json:"group_key,omitempty"`
+	// Trace is the submitter's W3C traceparent.
+	Trace string `json:"trace,omitempty"`
+	// Notify asks for a notification when the task finishes, so that an
+	// Await anywhere wakes at once. Await sets it itself when needed; set it
+	// at submit to save that write when the result will be awaited.
+	Notify bool `json:"notify,omitempty"`
+}
+
+// Submission is what a submit did.
+type Submission struct {
+	// ID is the task's id.
+	ID TaskID `json:"id"`
+	// Created is true when the submit stored a new task, false when the id
+	// existed and the submit was merged into it.
+	Created bool `json:"created"`
+	// Status is the task's state after the submit.
+	Status Status `json:"status"`
+}
+
+// Filter selects tasks for List. Zero fields match everything.
+type Filter struct {
+	Behavior BehaviorID `json:"behavior,omitempty"`
+	Status   Status     `json:"status,omitempty"`
+	ParentID TaskID     `json:"parent_id,omitempty"`
+	GroupKey string     `json:"group_key,omitempty"`
+	// After is the keyset cursor: only tasks with a greater id. Pass the
+	// previous page's Next.
+	After TaskID `json:"after,omitempty"`
+	// Limit caps the page size. Defaults to 100; at most 1000.
+	Limit int `json:"limit,omitempty"`
+}
+
+// Page is one page of a List.
+type Page struct {
+	Tasks []Task `json:"tasks"`
+	// Next is the cursor for the next page; empty on the last page.
+	Next TaskID `json:"next,omitempty"`
+}
+
+// Tasks submits, inspects and awaits tasks. Servers and client-only
+// processes implement it alike.
+type Tasks interface {
+	// Submit stores a task durably, or merges the request into the task of
+	// the same id (see Submission.Created). An unknown behavior, invalid
+	// params or a bad id is an error wrapping ErrInvalid and stores nothing.
+	Submit(ctx context.Context, req SubmitRequest) (Submission, error)
+	// SubmitMany submits many tasks in one statement. If any request is
+	// invalid, none is stored.
+	SubmitMany(ctx context.Context, reqs []SubmitRequest) ([]Submission, error)
+	// Get returns a task, or ErrNotFound.
+	Get(ctx context.Context, id TaskID) (Task, error)
+	// Await waits until the task is finished (see Task.Finished) and returns
+	// it. It works in any process, whichever node runs the task, and returns
+	// only committed state. It returns ErrNotFound if the task does not exist
+	// or is removed while awaited.
+	Await(ctx context.Context, id TaskID) (Task, error)
+	// List returns tasks matching f in id order, a page at a time.
+	List(ctx context.Context, f Filter) (Page, error)
+}

@@ -1,0 +1,65 @@
+// Package demo holds demo.echo, a small behavior that shows a full round
+// trip (submit, run, await) before any real work is involved.
+package demo
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+)
+
+// EchoParams are the params of demo.echo.
+type EchoParams struct {
+	// Text is echoed back. Required; at most 1,000 bytes.
+	Text string `json:"text" validate:"required,max=1000"`
+	// Upper turns the echo into upper case.
+	Upper bool `json:"upper,omitempty"`
+	// DelayMS makes the run take this long, to watch a task run. At most
+	// one minute.
+	DelayMS int `json:"delay_ms,omitempty" validate:"gte=0,lte=60000"`
+}
+
+// EchoResult is the result of demo.echo.
+type EchoResult struct {
+	Text string `json:"text"`
+	// Attempt is the run that produced the result.
+	Attempt int `json:"attempt"`
+}
+
+// Echo is the kind of demo.echo.
+var Echo = api.Kind[EchoParams, EchoResult]{ID: "demo.echo"}
+
+// EchoBehavior echoes its params' text. Each submit is its own task.
+type EchoBehavior struct{}
+
+// Kind returns Echo.
+func (EchoBehavior) Kind() api.Kind[EchoParams, EchoResult] { return Echo }
+
+// TaskID returns a unique id.
+func (EchoBehavior) TaskID(ids spi.IDs, _ EchoParams) api.TaskID { return ids.Unique() }
+
+// Run echoes p.Text after p.DelayMS.
+func (EchoBehavior) Run(ctx context.Context, rc spi.RunContext, p EchoParams) (EchoResult, error) {
+	if p.DelayMS > 0 {
+		t := time.NewTimer(time.Duration(p.DelayMS) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return EchoResult{}, context.Cause(ctx)
+		case <-t.C:
+		}
+	}
+	text := p.Text
+	if p.Upper {
+		text = strings.ToUpper(text)
+	}
+	return EchoResult{Text: text, Attempt: rc.Attempt()}, nil
+}
+
+// Register adds the demo behaviors to r.
+func Register(r *spi.Registry) error {
+	return spi.Register(r, spi.Behavior[EchoParams, EchoResult](EchoBehavior{}))
+}

@@ -1,0 +1,299 @@
+// Package impl is stint's engine: the Client, which submits, inspects and
+// awaits tasks, and the Server, which also claims and runs them.
+//
+// A Server runs four loops besides its runs: the claimer takes due tasks in
+// batches sized to its free worker slots, the lease keeper renews all of the
+// node's leases in one statement and cancels runs whose lease is lost, the
+// completer records finished runs in batches, and the listener turns
+// PostgreSQL notifications into wake-ups (with polling as the fallback).
+package impl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
+)
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// Registry holds the behaviors the client may submit: a submit of a
+	// behavior it does not hold is refused. Required.
+	Registry *spi.Registry
+	// PollInterval is how often Await re-reads a task when no notification
+	// came. Defaults to 500 milliseconds (Polaris' remote poll).
+	PollInterval time.Duration
+	// Logger receives the client's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Client submits, inspects and awaits tasks and never runs one. It
+// implements api.Tasks.
+type Client struct {
+	st   store.Store
+	reg  *spi.Registry
+	cfg  ClientConfig
+	log  *slog.Logger
+	hub  *hub
+	kick *kicker
+}
+
+var _ api.Tasks = (*Client)(nil)
+
+// NewClient returns a client-only Tasks on st. Close it when done.
+func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
+	if cfg.Registry == nil {
+		return nil, errors.New("new client: ClientConfig.Registry is required")
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 500 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Client{
+		st:   st,
+		reg:  cfg.Registry,
+		cfg:  cfg,
+		log:  cfg.Logger,
+		hub:  newHub(st, cfg.Logger),
+		kick: newKicker(st, cfg.Logger),
+	}, nil
+}
+
+// Close stops the client's listener.
+func (c *Client) Close() { c.hub.close() }
+
+// Limits on the free-form fields of a submit.
+const (
+	maxGroupKey = 256
+	maxTrace    = 256
+)
+
+// prepare validates a request and turns it into a task to store.
+func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registration, error) {
+	if err := spi.CheckBehaviorID(req.Behavior); err != nil {
+		return store.NewTask{}, nil, err
+	}
+	reg, ok := c.reg.Lookup(req.Behavior)
+	if !ok {
+		return store.NewTask{}, nil, &api.InvalidError{Field: "behavior",
+			Reason: fmt.Sprintf("%q is not registered", req.Behavior), Err: api.ErrUnknownBehavior}
+	}
+	params := req.Params
+	if len(bytes.TrimSpace(params)) == 0 {
+		params = json.RawMessage("{}")
+	}
+	if len(params) > reg.Policy.MaxParamsBytes {
+		return store.NewTask{}, nil, api.Invalid("params", "%d bytes is over the limit of %d", len(params), reg.Policy.MaxParamsBytes)
+	}
+	if !utf8.Valid(params) {
+		return store.NewTask{}, nil, api.Invalid("params", "not valid UTF-8")
+	}
+	if bytes.Contains(params, []byte(`\u0000`)) {
+		// PostgreSQL's jsonb cannot hold NUL characters.
+		return store.NewTask{}, nil, api.Invalid("params", `contains a NUL character (\u0000)`)
+	}
+	p, err := reg.Decode(params)
+	if err != nil {
+		return store.NewTask{}, nil, err
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, params); err != nil {
+		return store.NewTask{}, nil, api.Invalid("params", "bad JSON: %v", err)
+	}
+	id := req.ID
+	field := "id"
+	if id == "" {
+		id, field = reg.TaskID(p), "id (derived by "+string(reg.ID)+")"
+	}
+	if err := spi.CheckTaskID(field, id); err != nil {
+		return store.NewTask{}, nil, err
+	}
+	priority := reg.Policy.Priority
+	if req.Priority != nil {
+		priority = *req.Priority
+	}
+	if priority < 0 || priority > 32767 {
+		return store.NewTask{}, nil, api.Invalid("priority", "%d is outside 0..32767", priority)
+	}
+	if req.Delay < 0 {
+		return store.NewTask{}, nil, api.Invalid("delay", "%s is negative", req.Delay)
+	}
+	if len(req.GroupKey) > maxGroupKey || !printable(req.GroupKey) {
+		return store.NewTask{}, nil, api.Invalid("group_key", "must be at most %d printable UTF-8 bytes", maxGroupKey)
+	}
+	if len(req.Trace) > maxTrace || !printable(req.Trace) {
+		return store.NewTask{}, nil, api.Invalid("trace", "must be at most %d printable UTF-8 bytes", maxTrace)
+	}
+	return store.NewTask{
+		ID:       id,
+		Behavior: req.Behavior,
+		Params:   compact.Bytes(),
+		Priority: priority,
+		Delay:    req.Delay,
+		GroupKey: req.GroupKey,
+		Trace:    req.Trace,
+		Notify:   req.Notify,
+		Share:    reg.Policy.Dedup == spi.DedupShare,
+	}, reg, nil
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// Submit validates and stores one task; see api.Tasks.
+func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Submission, error) {
+	t, reg, err := c.prepare(req)
+	if err != nil {
+		return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, err)
+	}
+	var sub api.Submission
+	if reg.Combines() && !t.Share {
+		sub, err = c.st.SubmitCombined(ctx, t, func(persisted json.RawMessage) (json.RawMessage, error) {
+			return reg.Combine(persisted, t.Params)
+		})
+	} else {
+		var subs []api.Submission
+		if subs, err = c.st.Submit(ctx, []store.NewTask{t}); err == nil {
+			sub = subs[0]
+		}
+	}
+	if err != nil {
+		return api.Submission{}, err
+	}
+	c.kick.kick()
+	return sub, nil
+}
+
+// SubmitMany validates all requests, then stores them in one statement. If
+// any request is invalid, none is stored. Behaviors with a Combiner are
+// merged one by one after the statement.
+func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) ([]api.Submission, error) {
+	tasks := make([]store.NewTask, 0, len(reqs))
+	regs := make([]*spi.Registration, 0, len(reqs))
+	index := make([]int, len(reqs)) // request i -> tasks[index[i]]
+	seen := make(map[api.TaskID]int, len(reqs))
+	for i, req := range reqs {
+		t, reg, err := c.prepare(req)
+		if err != nil {
+			return nil, fmt.Errorf("submit many: request %d (%s): %w", i, req.Behavior, err)
+		}
+		// One statement cannot touch a row twice: repeats of an id in one
+		// call share the first request's submission.
+		if j, dup := seen[t.ID]; dup {
+			index[i] = j
+			continue
+		}
+		seen[t.ID] = len(tasks)
+		index[i] = len(tasks)
+		tasks = append(tasks, t)
+		regs = append(regs, reg)
+	}
+	var plain []store.NewTask
+	var plainAt []int
+	for i, t := range tasks {
+		if !regs[i].Combines() || t.Share {
+			plain = append(plain, t)
+			plainAt = append(plainAt, i)
+		}
+	}
+	subs := make([]api.Submission, len(tasks))
+	if len(plain) > 0 {
+		got, err := c.st.Submit(ctx, plain)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range plainAt {
+			subs[i] = got[k]
+		}
+	}
+	for i, t := range tasks {
+		if regs[i].Combines() && !t.Share {
+			reg := regs[i]
+			sub, err := c.st.SubmitCombined(ctx, t, func(persisted json.RawMessage) (json.RawMessage, error) {
+				return reg.Combine(persisted, t.Params)
+			})
+			if err != nil {
+				return nil, err
+			}
+			subs[i] = sub
+		}
+	}
+	c.kick.kick()
+	out := make([]api.Submission, len(reqs))
+	for i := range reqs {
+		out[i] = subs[index[i]]
+	}
+	return out, nil
+}
+
+// Get returns a task or api.ErrNotFound.
+func (c *Client) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return api.Task{}, err
+	}
+	return c.st.Get(ctx, id)
+}
+
+// List returns a page of tasks; see api.Tasks.
+func (c *Client) List(ctx context.Context, f api.Filter) (api.Page, error) {
+	if f.Status != "" && !f.Status.Valid() {
+		return api.Page{}, api.Invalid("status", "%q is not a task status", f.Status)
+	}
+	if f.Limit < 0 || f.Limit > 1000 {
+		return api.Page{}, api.Invalid("limit", "%d is outside 0..1000", f.Limit)
+	}
+	return c.st.List(ctx, f)
+}
+
+// Await waits until the task is finished; see api.Tasks. It wakes on the
+// finish notification and re-reads the task every PollInterval in case a
+// notification was lost.
+func (c *Client) Await(ctx context.Context, id api.TaskID) (api.Task, error) {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return api.Task{}, err
+	}
+	wake, stop := c.hub.wait(id)
+	defer stop()
+	t, err := c.st.Get(ctx, id)
+	if err != nil || t.Finished() {
+		return t, err
+	}
+	// Set the awaited flag so the finish notifies. The write serializes
+	// with a concurrent finish: either we see the finished row, or the
+	// finish sees the flag.
+	if t, err = c.st.MarkAwaited(ctx, id); err != nil || t.Finished() {
+		return t, err
+	}
+	poll := time.NewTicker(c.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return api.Task{}, fmt.Errorf("await task %s: %w", id, ctx.Err())
+		case <-wake:
+		case <-poll.C:
+		}
+		if t, err = c.st.Get(ctx, id); err != nil || t.Finished() {
+			return t, err
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package impl
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/store"
+)
+
+// hub owns a process's LISTEN connection and fans notifications out: finish
+// notifications to the Awaits waiting on those tasks, due notifications to a
+// server's claimer. It starts on first use.
+type hub struct {
+	st  store.Store
+	log *slog.Logger
+
+	mu      sync.Mutex
+	waiters map[api.TaskID]map[chan struct{}]struct{}
+	onDue   func()
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func newHub(st store.Store, log *slog.Logger) *hub {
+	return &hub{st: st, log: log, waiters: map[api.TaskID]map[chan struct{}]struct{}{}}
+}
+
+// start begins listening, once.
+func (h *hub) start() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan struct{})
+	go func() {
+		defer close(h.done)
+		err := h.st.Listen(ctx, []string{store.ChannelDue, store.ChannelFinished}, h.dispatch)
+		if err != nil && ctx.Err() == nil {
+			h.log.Error("stint: listener stopped", "err", err)
+		}
+	}()
+}
+
+func (h *hub) close() {
+	h.mu.Lock()
+	cancel, done := h.cancel, h.done
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// setOnDue sets the function called on due notifications.
+func (h *hub) setOnDue(fn func()) {
+	h.mu.Lock()
+	h.onDue = fn
+	h.mu.Unlock()
+}
+
+// wait registers interest in id. The channel receives a value when the
+// task may have changed; stop unregisters.
+func (h *hub) wait(id api.TaskID) (<-chan struct{}, func()) {
+	h.start()
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	set := h.waiters[id]
+	if set == nil {
+		set = map[chan struct{}]struct{}{}
+		h.waiters[id] = set
+	}
+	set[ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		delete(set, ch)
+		if len(set) == 0 {
+			delete(h.waiters, id)
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (h *hub) dispatch(channel, payload string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch channel {
+	case store.ChannelDue:
+		if h.onDue != nil {
+			h.onDue()
+		}
+	case store.ChannelFinished:
+		if payload == "" {
+			for _, set := range h.waiters {
+				signalAll(set)
+			}
+			return
+		}
+		for _, id := range strings.Split(payload, ",") {
+			signalAll(h.waiters[api.TaskID(id)])
+		}
+	}
+}
+
+func signalAll(set map[chan struct{}]struct{}) {
+	for ch := range set {
+		signal(ch)
+	}
+}
+
+// signal sends on a buffered wake-up channel without blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// kicker sends due notifications after submits, coalesced: at most one per
+// window, and one more at the window's end when submits came during it, so
+// that a burst of submits costs a few notifications, never one each
+// (NOTIFY takes a database-wide lock at commit).
+type kicker struct {
+	st     store.Store
+	log    *slog.Logger
+	window time.Duration
+
+	mu      sync.Mutex
+	last    time.Time
+	pending bool
+	local   func()
+}
+
+func newKicker(st store.Store, log *slog.Logger) *kicker {
+	return &kicker{st: st, log: log, window: 2 * time.Millisecond}
+}
+
+func (k *kicker) kick() {
+	k.mu.Lock()
+	local := k.local
+	k.mu.Unlock()
+	if local != nil {
+		local()
+	}
+	k.mu.Lock()
+	if k.pending {
+		k.mu.Unlock()
+		return
+	}
+	k.pending = true
+	wait := k.window - time.Since(k.last)
+	k.mu.Unlock()
+	send := func() {
+		k.mu.Lock()
+		k.pending = false
+		k.last = time.Now()
+		k.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := k.st.Notify(ctx, store.ChannelDue, ""); err != nil {
+			k.log.Warn("stint: due notification failed; claimers will poll", "err", err)
+		}
+	}
+	if wait <= 0 {
+		go send()
+		return
+	}
+	time.AfterFunc(wait, send)
+}

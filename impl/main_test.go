@@ -1,0 +1,244 @@
+package impl_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/behaviors/demo"
+	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store/postgres"
+)
+
+// Environment of a child node process (see runChildNode).
+const (
+	envChildDSN   = "STINT_TEST_CHILD_DSN"
+	envChildNode  = "STINT_TEST_CHILD_NODE"
+	envChildLease = "STINT_TEST_CHILD_LEASE_MS"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envChildDSN) != "" {
+		runChildNode()
+		return
+	}
+	pgtest.Main(m)
+}
+
+// runChildNode runs a server node in this process until it is killed, for
+// tests that SIGKILL a real process. It prints "ready" once started.
+func runChildNode() {
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, os.Getenv(envChildDSN))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	leaseMS, _ := strconv.Atoi(os.Getenv(envChildLease))
+	node := os.Getenv(envChildNode)
+	reg := testRegistry(st.Pool(), node, time.Duration(leaseMS)*time.Millisecond)
+	srv, err := impl.NewServer(st, impl.ServerConfig{Node: node, Registry: reg, PollInterval: 100 * time.Millisecond})
+	if err == nil {
+		err = srv.Start(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("ready")
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	_ = srv.Stop(ctx)
+}
+
+// WorkParams are the params of test.work.
+type WorkParams struct {
+	Key string `json:"key" validate:"required,max=100"`
+	// SleepMS makes the run take this long.
+	SleepMS int `json:"sleep_ms,omitempty" validate:"gte=0"`
+	// BlockFirst makes the first attempt block until its context ends.
+	BlockFirst bool `json:"block_first,omitempty"`
+	// FailUntil makes attempts up to this number fail (retryably).
+	FailUntil int `json:"fail_until,omitempty"`
+	// Permanent makes failures permanent.
+	Permanent bool `json:"permanent,omitempty"`
+	// Recur makes the task run again after success until it ran this many
+	// times.
+	Recur int `json:"recur,omitempty"`
+}
+
+// WorkResult is the result of test.work.
+type WorkResult struct {
+	Key     string `json:"key"`
+	Attempt int    `json:"attempt"`
+	Node    string `json:"node"`
+}
+
+var (
+	workKind  = api.Kind[WorkParams, WorkResult]{ID: "test.work"}
+	shareKind = api.Kind[WorkParams, WorkResult]{ID: "test.share"}
+)
+
+// work is test.work: it records every run start in test_run, with the node
+// and lease, so tests can count runs per task.
+type work struct {
+	pool  *pgxpool.Pool
+	node  string
+	lease time.Duration
+	kind  api.Kind[WorkParams, WorkResult]
+	dedup spi.Dedup
+}
+
+func (w *work) Kind() api.Kind[WorkParams, WorkResult] { return w.kind }
+
+func (w *work) TaskID(ids spi.IDs, p WorkParams) api.TaskID { return ids.Deterministic(p.Key) }
+
+func (w *work) Policy() spi.Policy {
+	return spi.Policy{Lease: w.lease, MaxAttempts: 3, BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Dedup: w.dedup}
+}
+
+func (w *work) Run(ctx context.Context, rc spi.RunContext, p WorkParams) (WorkResult, error) {
+	if _, err := w.pool.Exec(ctx, `INSERT INTO test_run (task_id, attempt, node) VALUES ($1, $2, $3)`,
+		string(rc.TaskID()), rc.Attempt(), w.node); err != nil {
+		return WorkResult{}, err
+	}
+	if p.BlockFirst && rc.Attempt() == 1 {
+		<-ctx.Done()
+		return WorkResult{}, context.Cause(ctx)
+	}
+	if p.SleepMS > 0 {
+		select {
+		case <-ctx.Done():
+			return WorkResult{}, context.Cause(ctx)
+		case <-time.After(time.Duration(p.SleepMS) * time.Millisecond):
+		}
+	}
+	if rc.Attempt() <= p.FailUntil {
+		return WorkResult{}, &api.TaskError{Retryable: !p.Permanent, Code: "planned", Message: fmt.Sprintf("attempt %d fails", rc.Attempt())}
+	}
+	return WorkResult{Key: p.Key, Attempt: rc.Attempt(), Node: w.node}, nil
+}
+
+func (w *work) RescheduleAfterSuccess(p WorkParams, r WorkResult) (time.Duration, bool) {
+	var runs int
+	// The run was recorded before the result, so this counts it.
+	err := w.pool.QueryRow(context.Background(), `SELECT count(*) FROM test_run WHERE task_id = $1`,
+		string(spi.NewIDs(w.kind.ID).Deterministic(p.Key))).Scan(&runs)
+	if err != nil || runs >= p.Recur {
+		return 0, false
+	}
+	return 10 * time.Millisecond, true
+}
+
+// testRegistry holds demo.echo, test.work and test.share (test.work with
+// Polaris dedup).
+func testRegistry(pool *pgxpool.Pool, node string, lease time.Duration) *spi.Registry {
+	reg := spi.NewRegistry()
+	if err := demo.Register(reg); err != nil {
+		panic(err)
+	}
+	spi.MustRegister[WorkParams, WorkResult](reg, &work{pool: pool, node: node, lease: lease, kind: workKind})
+	spi.MustRegister[WorkParams, WorkResult](reg, &work{pool: pool, node: node, lease: lease, kind: shareKind, dedup: spi.DedupShare})
+	return reg
+}
+
+// env is one test's database, store and registry.
+type env struct {
+	t    *testing.T
+	ctx  context.Context
+	dsn  string
+	st   *postgres.Store
+	pool *pgxpool.Pool
+}
+
+// setup gives the test a fresh database with the test_run table.
+func setup(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	dsn := pgtest.New(t)
+	st, err := postgres.Open(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	_, err = st.Pool().Exec(ctx, `CREATE TABLE test_run (task_id text, attempt int, node text, at timestamptz DEFAULT clock_timestamp())`)
+	require.NoError(t, err)
+	return &env{t: t, ctx: ctx, dsn: dsn, st: st, pool: st.Pool()}
+}
+
+// server starts an in-process server node with lease for test.work.
+func (e *env) server(node string, lease time.Duration, mod ...func(*impl.ServerConfig)) *impl.Server {
+	e.t.Helper()
+	cfg := impl.ServerConfig{Node: node, Registry: testRegistry(e.pool, node, lease),
+		PollInterval: 100 * time.Millisecond, AwaitPollInterval: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(e.t.Output(), nil))}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	srv, err := impl.NewServer(e.st, cfg)
+	require.NoError(e.t, err)
+	require.NoError(e.t, srv.Start(e.ctx))
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Stop(ctx)
+	})
+	return srv
+}
+
+// client returns a client-only Tasks on its own store (own pool), as a
+// separate process would have.
+func (e *env) client() *impl.Client {
+	e.t.Helper()
+	st, err := postgres.Open(e.ctx, e.dsn)
+	require.NoError(e.t, err)
+	e.t.Cleanup(st.Close)
+	c, err := impl.NewClient(st, impl.ClientConfig{Registry: testRegistry(st.Pool(), "client", time.Second), PollInterval: 100 * time.Millisecond})
+	require.NoError(e.t, err)
+	e.t.Cleanup(c.Close)
+	return c
+}
+
+// count runs a count(*) query.
+func (e *env) count(query string, args ...any) int {
+	e.t.Helper()
+	var n int
+	require.NoError(e.t, e.pool.QueryRow(e.ctx, query, args...).Scan(&n))
+	return n
+}
+
+// waitFor polls cond every 10 ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func workReq(kind api.Kind[WorkParams, WorkResult], p WorkParams) api.SubmitRequest {
+	raw, err := json.Marshal(p)
+	if err != nil {
+		panic(err)
+	}
+	return api.SubmitRequest{Behavior: kind.ID, Params: raw}
+}
+
+func isInvalid(err error) bool { return errors.Is(err, api.ErrInvalid) }

@@ -1,0 +1,246 @@
+package impl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
+)
+
+// run is one claimed task on this node.
+type run struct {
+	claimed store.Claimed
+	reg     *spi.Registration
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+
+	// Guarded by Server.mu.
+	deadline time.Time       // local lease expiry: the send time of the last renewal + lease
+	progress json.RawMessage // the last checkpoint
+}
+
+// errLeaseExpired cancels a run whose lease could not be renewed in time.
+var errLeaseExpired = fmt.Errorf("lease expired before it could be renewed: %w", api.ErrHalt)
+
+// startRun takes a slot for c and runs it in its own goroutine. sent is when
+// the claim was sent: the lease runs from no earlier than that.
+func (s *Server) startRun(c store.Claimed, sent time.Time) {
+	reg, _ := s.cfg.Registry.Lookup(c.Behavior)
+	r := &run{claimed: c, reg: reg, deadline: sent.Add(reg.Policy.Lease), progress: c.Progress}
+	r.ctx, r.cancel = context.WithCancelCause(s.runCtx)
+	s.mu.Lock()
+	s.running[c.ID] = r
+	s.perBehav[c.Behavior]++
+	s.mu.Unlock()
+	s.runs.Add(1)
+	go s.execute(r)
+}
+
+func (s *Server) endRun(r *run) {
+	r.cancel(context.Canceled)
+	s.mu.Lock()
+	if s.running[r.claimed.ID] == r {
+		delete(s.running, r.claimed.ID)
+	}
+	s.perBehav[r.claimed.Behavior]--
+	s.mu.Unlock()
+	signal(s.slotFreed)
+	s.runs.Done()
+}
+
+// execute runs a claimed task and records how it ended.
+func (s *Server) execute(r *run) {
+	defer s.endRun(r)
+	var out spi.Outcome
+	// Params were validated at submit; validate again, since the behavior's
+	// rules may have changed since.
+	if p, err := r.reg.Decode(r.claimed.Params); err != nil {
+		out = spi.Outcome{Err: &api.TaskError{Code: "invalid_params", Message: err.Error()}}
+	} else {
+		out = r.reg.Execute(r.ctx, &runContext{s: s, r: r}, p, r.claimed.Errors)
+	}
+	if errors.Is(context.Cause(r.ctx), errStopping) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.st.Release(ctx, []store.LeaseRef{r.claimed.LeaseRef}); err != nil {
+			s.log.Warn("stint: release failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
+		}
+		return
+	}
+	c := store.Completion{LeaseRef: r.claimed.LeaseRef, Again: out.Again, Delay: out.Delay}
+	switch {
+	case out.Snoozed:
+		c.Status = api.StatusScheduled
+	case out.Err != nil:
+		c.Status, c.Error = api.StatusFailure, out.Err
+	default:
+		c.Status, c.Result = api.StatusSuccess, out.Result
+	}
+	err := s.completer.finish(c)
+	switch {
+	case errors.Is(err, api.ErrHalt):
+		s.log.Info("stint: run ended after its lease was lost; its result was dropped", "task", r.claimed.ID)
+	case err != nil:
+		s.log.Error("stint: recording a run failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
+	}
+}
+
+// runContext is the spi.RunContext of a run.
+type runContext struct {
+	s *Server
+	r *run
+}
+
+func (rc *runContext) TaskID() api.TaskID { return rc.r.claimed.ID }
+func (rc *runContext) Attempt() int       { return rc.r.claimed.Attempt }
+
+func (rc *runContext) Progress(v any) (bool, error) {
+	rc.s.mu.Lock()
+	raw := rc.r.progress
+	rc.s.mu.Unlock()
+	if raw == nil {
+		return false, nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return true, fmt.Errorf("decode progress of task %s: %w", rc.r.claimed.ID, err)
+	}
+	return true, nil
+}
+
+func (rc *runContext) Checkpoint(ctx context.Context, progress any) error {
+	return rc.checkpoint(ctx, nil, progress)
+}
+
+func (rc *runContext) CheckpointTx(ctx context.Context, tx pgx.Tx, progress any) error {
+	if tx == nil {
+		return errors.New("checkpoint: nil transaction")
+	}
+	return rc.checkpoint(ctx, tx, progress)
+}
+
+func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) error {
+	raw, err := json.Marshal(progress)
+	if err != nil {
+		return fmt.Errorf("checkpoint task %s: encode progress: %w", rc.r.claimed.ID, err)
+	}
+	sent := time.Now()
+	err = rc.s.st.Checkpoint(ctx, tx, rc.renewal(), raw)
+	if errors.Is(err, api.ErrHalt) {
+		rc.r.cancel(err)
+	}
+	if err != nil {
+		return err
+	}
+	rc.s.mu.Lock()
+	rc.r.progress = raw
+	// Inside a caller's transaction the renewal counts only once it
+	// commits, which we cannot see: keep the old deadline then.
+	if tx == nil {
+		rc.r.deadline = sent.Add(rc.r.reg.Policy.Lease)
+	}
+	rc.s.mu.Unlock()
+	return nil
+}
+
+func (rc *runContext) Heartbeat(ctx context.Context) error {
+	sent := time.Now()
+	held, err := rc.s.st.Renew(ctx, []store.Renewal{rc.renewal()})
+	if err != nil {
+		return err
+	}
+	if !held[rc.r.claimed.ID] {
+		err := fmt.Errorf("heartbeat task %s: %w", rc.r.claimed.ID, api.ErrHalt)
+		rc.r.cancel(err)
+		return err
+	}
+	rc.s.mu.Lock()
+	rc.r.deadline = sent.Add(rc.r.reg.Policy.Lease)
+	rc.s.mu.Unlock()
+	return nil
+}
+
+func (rc *runContext) renewal() store.Renewal {
+	return store.Renewal{LeaseRef: rc.r.claimed.LeaseRef, Duration: rc.r.reg.Policy.Lease}
+}
+
+// leaseLoop renews the leases of this node's runs in one statement once a
+// third of a lease has passed, cancels runs whose lease was lost or could
+// not be renewed in time, and renews the node's heartbeat.
+func (s *Server) leaseLoop(ctx context.Context) {
+	tick := min(max(s.minLease/6, 50*time.Millisecond), 5*time.Second)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	lastBeat := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.renewLeases(ctx)
+		if time.Since(lastBeat) >= s.cfg.NodeHeartbeat {
+			lastBeat = time.Now()
+			if err := s.st.HeartbeatNode(ctx, s.cfg.Node); err != nil && ctx.Err() == nil {
+				s.log.Warn("stint: node heartbeat failed", "err", err)
+			}
+		}
+	}
+}
+
+func (s *Server) renewLeases(ctx context.Context) {
+	now := time.Now()
+	var due []store.Renewal
+	var runs []*run
+	earliest := now.Add(time.Hour)
+	s.mu.Lock()
+	for _, r := range s.running {
+		lease := r.reg.Policy.Lease
+		switch left := r.deadline.Sub(now); {
+		case left <= 0:
+			r.cancel(errLeaseExpired)
+		case left < lease*2/3:
+			due = append(due, store.Renewal{LeaseRef: r.claimed.LeaseRef, Duration: lease})
+			runs = append(runs, r)
+			earliest = minTime(earliest, r.deadline)
+		}
+	}
+	s.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	// A renewal that returns after the earliest deadline is useless for
+	// that run: bound the wait.
+	rctx, cancel := context.WithDeadline(ctx, earliest)
+	defer cancel()
+	sent := time.Now()
+	held, err := s.st.Renew(rctx, due)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("stint: lease renewal failed", "tasks", len(due), "err", err)
+		}
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range runs {
+		if held[r.claimed.ID] {
+			r.deadline = sent.Add(r.reg.Policy.Lease)
+		} else {
+			r.cancel(fmt.Errorf("task %s: %w", r.claimed.ID, api.ErrHalt))
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,342 @@
+package impl
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Node names this node in the nodes table and on the tasks it runs.
+	// Defaults to host-pid-random.
+	Node string
+	// Registry holds the behaviors the server knows. Required.
+	Registry *spi.Registry
+	// Behaviors are the behaviors this node runs. Defaults to all in
+	// Registry; a server submits any registered behavior either way.
+	Behaviors []api.BehaviorID
+	// MaxWorkers caps the tasks this node runs at once. Defaults to 1,000:
+	// runs are goroutines, and waiting ones cost little.
+	MaxWorkers int
+	// PollInterval is how often the claimer looks for due tasks when no
+	// notification woke it: the bound on the delay of scheduled tasks and
+	// of lost-task takeover past the lease. Defaults to 1 second.
+	PollInterval time.Duration
+	// FetchCooldown is the pause between claims while tasks keep coming,
+	// so that claims are batches rather than one statement per task.
+	// Defaults to 1 millisecond.
+	FetchCooldown time.Duration
+	// NodeHeartbeat is how often the node renews its row in the nodes
+	// table. Defaults to 5 seconds.
+	NodeHeartbeat time.Duration
+	// AwaitPollInterval is ClientConfig.PollInterval for the server's own
+	// Awaits.
+	AwaitPollInterval time.Duration
+	// Logger receives the server's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Server runs tasks and, like a Client, submits and awaits them. Create it
+// with NewServer, then Start it; Stop it to finish or release its runs.
+type Server struct {
+	*Client
+	cfg       ServerConfig
+	behaviors []*spi.Registration
+	minLease  time.Duration
+
+	wake      chan struct{} // claimer wake-ups
+	slotFreed chan struct{}
+
+	mu       sync.Mutex
+	running  map[api.TaskID]*run
+	perBehav map[api.BehaviorID]int
+	started  bool
+	stopped  bool
+
+	claimCancel context.CancelFunc // stops claiming
+	runCtx      context.Context    // parent of every run
+	runCancel   context.CancelCauseFunc
+	bgCancel    context.CancelFunc // stops the lease keeper and completer
+	claimDone   chan struct{}
+	bgDone      sync.WaitGroup
+	runs        sync.WaitGroup
+	completer   *completer
+}
+
+var _ api.Tasks = (*Server)(nil)
+
+// errStopping cancels runs that outlive Stop's deadline; they are released,
+// not failed.
+var errStopping = errors.New("stint: server stopping")
+
+// NewServer returns a server on st. It checks the configuration but touches
+// nothing until Start.
+func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
+	client, err := NewClient(st, ClientConfig{Registry: cfg.Registry, PollInterval: cfg.AwaitPollInterval, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
+	if cfg.Node == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 3)
+		_, _ = rand.Read(b)
+		cfg.Node = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = 1000
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Second
+	}
+	if cfg.FetchCooldown <= 0 {
+		cfg.FetchCooldown = time.Millisecond
+	}
+	if cfg.NodeHeartbeat <= 0 {
+		cfg.NodeHeartbeat = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ids := cfg.Behaviors
+	if len(ids) == 0 {
+		ids = cfg.Registry.IDs()
+	}
+	s := &Server{
+		Client:    client,
+		cfg:       cfg,
+		wake:      make(chan struct{}, 1),
+		slotFreed: make(chan struct{}, 1),
+		running:   map[api.TaskID]*run{},
+		perBehav:  map[api.BehaviorID]int{},
+	}
+	for _, id := range ids {
+		reg, ok := cfg.Registry.Lookup(id)
+		if !ok {
+			return nil, fmt.Errorf("new server: behavior %q is not registered", id)
+		}
+		s.behaviors = append(s.behaviors, reg)
+		if s.minLease == 0 || reg.Policy.Lease < s.minLease {
+			s.minLease = reg.Policy.Lease
+		}
+	}
+	if len(s.behaviors) == 0 {
+		return nil, errors.New("new server: no behaviors to run")
+	}
+	return s, nil
+}
+
+// Node returns the node id.
+func (s *Server) Node() string { return s.cfg.Node }
+
+// Start registers the node and starts claiming. Runs outlive ctx; use Stop
+// to end them.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("start server: already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	host, _ := os.Hostname()
+	ids := make([]api.BehaviorID, len(s.behaviors))
+	for i, b := range s.behaviors {
+		ids[i] = b.ID
+	}
+	if err := s.st.RegisterNode(ctx, store.Node{ID: s.cfg.Node, Host: host, PID: os.Getpid(),
+		Behaviors: ids, MaxWorkers: s.cfg.MaxWorkers}); err != nil {
+		return fmt.Errorf("start server: %w", err)
+	}
+	s.hub.setOnDue(s.wakeClaimer)
+	s.kick.local = s.wakeClaimer
+	s.hub.start()
+
+	s.runCtx, s.runCancel = context.WithCancelCause(context.Background())
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	claimCtx, claimCancel := context.WithCancel(context.Background())
+	s.bgCancel, s.claimCancel = bgCancel, claimCancel
+	s.completer = newCompleter(s.st, s.log)
+	s.claimDone = make(chan struct{})
+
+	s.bgDone.Add(2)
+	go func() { defer s.bgDone.Done(); s.completer.loop(bgCtx) }()
+	go func() { defer s.bgDone.Done(); s.leaseLoop(bgCtx) }()
+	go func() { defer close(s.claimDone); s.claimLoop(claimCtx) }()
+	s.log.Info("stint: server started", "node", s.cfg.Node, "behaviors", ids, "max_workers", s.cfg.MaxWorkers)
+	return nil
+}
+
+// Stop stops claiming and waits for running tasks to finish until ctx is
+// done; the runs still going then are cancelled and released, due again at
+// once on any node. Then the node deregisters.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.started || s.stopped {
+		s.mu.Unlock()
+		s.Client.Close()
+		return nil
+	}
+	s.stopped = true
+	s.mu.Unlock()
+
+	s.claimCancel()
+	<-s.claimDone
+	finished := make(chan struct{})
+	go func() { s.runs.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		s.runCancel(errStopping)
+		<-finished
+	}
+	s.bgCancel()
+	s.bgDone.Wait()
+	s.Client.Close()
+	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.st.DeregisterNode(dctx, s.cfg.Node); err != nil {
+		return fmt.Errorf("stop server: %w", err)
+	}
+	s.log.Info("stint: server stopped", "node", s.cfg.Node)
+	return nil
+}
+
+// Running returns how many tasks this node runs now.
+func (s *Server) Running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.running)
+}
+
+func (s *Server) wakeClaimer() { signal(s.wake) }
+
+// claimLoop claims due tasks while there are free slots, and waits for a
+// wake-up, a freed slot or the poll interval otherwise.
+func (s *Server) claimLoop(ctx context.Context) {
+	poll := time.NewTimer(s.cfg.PollInterval)
+	defer poll.Stop()
+	failures := 0
+	for ctx.Err() == nil {
+		n, full, err := s.claimOnce(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			s.log.Warn("stint: claim failed", "err", err, "failures", failures)
+			sleep(ctx, spi.Backoff(100*time.Millisecond, 5*time.Second, failures))
+			continue
+		case full:
+			failures = 0
+			select {
+			case <-ctx.Done():
+			case <-s.slotFreed:
+				sleep(ctx, s.cfg.FetchCooldown)
+			}
+			continue
+		case n > 0:
+			failures = 0
+			sleep(ctx, s.cfg.FetchCooldown)
+			continue
+		}
+		failures = 0
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(s.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-s.wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// claimOnce claims tasks for the free slots. full is set when no slot is
+// left.
+func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
+	free, groups := s.claimGroups()
+	if free == 0 {
+		return 0, true, nil
+	}
+	for _, g := range groups {
+		limit := min(g.limit, free)
+		if limit <= 0 {
+			break
+		}
+		claimed, err := s.st.Claim(ctx, store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: limit})
+		if err != nil {
+			return n, false, err
+		}
+		sent := time.Now()
+		for _, c := range claimed {
+			s.startRun(c, sent)
+		}
+		n += len(claimed)
+		free -= len(claimed)
+	}
+	return n, free == 0, nil
+}
+
+// claimGroup is the behaviors one claim statement covers.
+type claimGroup struct {
+	behaviors []store.BehaviorLease
+	limit     int
+}
+
+// claimGroups splits the behaviors with free capacity into claim
+// statements: one for all behaviors whose own limit exceeds the free slots,
+// and one per behavior whose limit is tighter.
+func (s *Server) claimGroups() (free int, groups []claimGroup) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	free = s.cfg.MaxWorkers - len(s.running)
+	if free <= 0 {
+		return 0, nil
+	}
+	main := claimGroup{limit: free}
+	for _, b := range s.behaviors {
+		bl := store.BehaviorLease{Behavior: b.ID, Lease: b.Policy.Lease}
+		if b.Policy.MaxConcurrency <= 0 {
+			main.behaviors = append(main.behaviors, bl)
+			continue
+		}
+		left := b.Policy.MaxConcurrency - s.perBehav[b.ID]
+		switch {
+		case left <= 0:
+		case left >= free:
+			main.behaviors = append(main.behaviors, bl)
+		default:
+			groups = append(groups, claimGroup{behaviors: []store.BehaviorLease{bl}, limit: left})
+		}
+	}
+	if len(main.behaviors) > 0 {
+		groups = append([]claimGroup{main}, groups...)
+	}
+	return free, groups
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

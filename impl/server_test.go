@@ -1,0 +1,407 @@
+package impl_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/behaviors/demo"
+	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/store"
+)
+
+func TestRoundTripFromClientOnlyProcess(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.server("node-a", 5*time.Second)
+	c := e.client()
+
+	f, err := api.Submit(e.ctx, c, demo.Echo, demo.EchoParams{Text: "hello", Upper: true})
+	require.NoError(t, err)
+	require.True(t, f.Submission().Created)
+	res, err := f.Await(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, demo.EchoResult{Text: "HELLO", Attempt: 1}, res)
+
+	task, err := c.Get(e.ctx, f.ID())
+	require.NoError(t, err)
+	require.Equal(t, api.StatusSuccess, task.Status)
+	require.Equal(t, "node-a", task.Node)
+	require.True(t, task.Finished())
+}
+
+func TestClientNeverRuns(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.client()
+	sub, err := c.Submit(e.ctx, workReq(workKind, WorkParams{Key: "idle"}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = c.Await(ctx, sub.ID)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	task, err := c.Get(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusScheduled, task.Status)
+	require.Zero(t, e.count(`SELECT count(*) FROM test_run`))
+}
+
+func TestServersRunEachTaskOnce(t *testing.T) {
+	t.Parallel()
+	for _, nodes := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d servers", nodes), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			for i := range nodes {
+				e.server(fmt.Sprintf("node-%d", i), 5*time.Second, func(c *impl.ServerConfig) { c.MaxWorkers = 50 })
+			}
+			c := e.client()
+			const n = 2000
+			reqs := make([]api.SubmitRequest, n)
+			for i := range reqs {
+				reqs[i] = workReq(workKind, WorkParams{Key: fmt.Sprint(i)})
+			}
+			subs, err := c.SubmitMany(e.ctx, reqs)
+			require.NoError(t, err)
+			require.Len(t, subs, n)
+			waitFor(t, time.Minute, "all tasks to succeed", func() bool {
+				return e.count(`SELECT count(*) FROM stint_task WHERE status = 'success'`) == n
+			})
+			require.Equal(t, n, e.count(`SELECT count(*) FROM test_run`))
+			require.Zero(t, e.count(`SELECT count(*) FROM (SELECT task_id FROM test_run GROUP BY task_id HAVING count(*) > 1) d`))
+			require.Equal(t, nodes, e.count(`SELECT count(DISTINCT node) FROM test_run`), "every node should have run some tasks")
+		})
+	}
+}
+
+func TestKilledNodeTasksAreTakenOver(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	child := exec.Command(exe)
+	child.Env = append(os.Environ(), envChildDSN+"="+e.dsn, envChildNode+"=doomed", envChildLease+"=1000")
+	out, err := child.StdoutPipe()
+	require.NoError(t, err)
+	child.Stderr = os.Stderr
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	buf := make([]byte, 6)
+	_, err = out.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", string(buf))
+
+	c := e.client()
+	const n = 20
+	reqs := make([]api.SubmitRequest, n)
+	for i := range reqs {
+		reqs[i] = workReq(workKind, WorkParams{Key: fmt.Sprint("k", i), BlockFirst: true})
+	}
+	_, err = c.SubmitMany(e.ctx, reqs)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the child to run every task", func() bool {
+		return e.count(`SELECT count(*) FROM test_run WHERE node = 'doomed'`) == n
+	})
+	require.NoError(t, child.Process.Signal(syscall.SIGKILL))
+	_ = child.Wait()
+	killed := time.Now()
+
+	e.server("survivor", time.Second)
+	waitFor(t, 30*time.Second, "the survivor to finish every task", func() bool {
+		return e.count(`SELECT count(*) FROM stint_task WHERE status = 'success' AND node = 'survivor'`) == n
+	})
+	t.Logf("takeover of %d tasks took %s after SIGKILL (lease 1s)", n, time.Since(killed).Round(time.Millisecond))
+	require.Equal(t, n, e.count(`SELECT count(*) FROM test_run WHERE node = 'doomed'`))
+	require.Equal(t, n, e.count(`SELECT count(*) FROM test_run WHERE node = 'survivor' AND attempt = 2`))
+}
+
+func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.client()
+	sub, err := c.Submit(e.ctx, workReq(workKind, WorkParams{Key: "stale"}))
+	require.NoError(t, err)
+
+	// Node "old" claims with a one-second lease and never renews it.
+	claim := func(node string) store.Claimed {
+		got, err := e.st.Claim(e.ctx, store.ClaimRequest{Node: node, Limit: 10,
+			Behaviors: []store.BehaviorLease{{Behavior: workKind.ID, Lease: time.Second}}})
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		return got[0]
+	}
+	old := claim("old")
+	got, err := e.st.Claim(e.ctx, store.ClaimRequest{Node: "new", Limit: 10,
+		Behaviors: []store.BehaviorLease{{Behavior: workKind.ID, Lease: time.Second}}})
+	require.NoError(t, err)
+	require.Empty(t, got, "a task under a live lease must not be claimed")
+
+	waitFor(t, 10*time.Second, "the lease to expire", func() bool {
+		return e.count(`SELECT count(*) FROM stint_task WHERE id = $1 AND lost_not_before <= now()`, string(sub.ID)) == 1
+	})
+	fresh := claim("new")
+	require.NotEqual(t, old.Lease, fresh.Lease)
+	require.Equal(t, 2, fresh.Attempt)
+
+	// Every write of the old holder is refused.
+	held, err := e.st.Renew(e.ctx, []store.Renewal{{LeaseRef: old.LeaseRef, Duration: time.Minute}})
+	require.NoError(t, err)
+	require.False(t, held[sub.ID])
+	require.ErrorIs(t, e.st.Checkpoint(e.ctx, nil, store.Renewal{LeaseRef: old.LeaseRef, Duration: time.Minute}, []byte(`{"step":1}`)), api.ErrHalt)
+	ok, err := e.st.Finish(e.ctx, []store.Completion{{LeaseRef: old.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{"key":"old"}`)}})
+	require.NoError(t, err)
+	require.Equal(t, []bool{false}, ok)
+
+	ok, err = e.st.Finish(e.ctx, []store.Completion{{LeaseRef: fresh.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{"key":"new"}`)}})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, ok)
+	ok, err = e.st.Finish(e.ctx, []store.Completion{{LeaseRef: old.LeaseRef, Status: api.StatusFailure, Error: &api.TaskError{Message: "late"}}})
+	require.NoError(t, err)
+	require.Equal(t, []bool{false}, ok)
+
+	task, err := c.Get(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusSuccess, task.Status)
+	require.JSONEq(t, `{"key":"new"}`, string(task.Result))
+	require.Nil(t, task.Progress)
+}
+
+func TestRunnerHaltsWhenLeaseIsLost(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("holder", time.Second)
+	sub, err := srv.Submit(e.ctx, workReq(workKind, WorkParams{Key: "lost", BlockFirst: true}))
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the run to start", func() bool { return srv.Running() == 1 })
+
+	// Another node takes the task over: the lease token changes.
+	_, err = e.pool.Exec(e.ctx, `UPDATE stint_task SET lease = gen_random_uuid(), node = 'thief' WHERE id = $1`, string(sub.ID))
+	require.NoError(t, err)
+	// The holder's next renewal finds the lease gone and cancels the run,
+	// whose failure is then fenced out.
+	waitFor(t, 10*time.Second, "the run to be cancelled", func() bool { return srv.Running() == 0 })
+	task, err := srv.Get(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusRunning, task.Status)
+	require.Equal(t, "thief", task.Node)
+	require.Nil(t, task.Error)
+}
+
+func TestRetryUntilSuccess(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("node", 5*time.Second)
+	f, err := api.Submit(e.ctx, srv, workKind, WorkParams{Key: "flaky", FailUntil: 2})
+	require.NoError(t, err)
+	res, err := f.Await(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Attempt)
+	task, err := srv.Get(e.ctx, f.ID())
+	require.NoError(t, err)
+	require.Equal(t, 3, task.Attempt)
+	require.Zero(t, task.Errors, "a success resets the failure count")
+	require.Nil(t, task.Error)
+	// Backoff: each retry waited at least 75% of BackoffMin (20 ms).
+	require.Equal(t, 2, e.count(`SELECT count(*) FROM (
+		SELECT at - lag(at) OVER (ORDER BY attempt) AS gap FROM test_run WHERE task_id = $1) g
+		WHERE gap >= interval '15 milliseconds'`, string(f.ID())))
+}
+
+func TestPermanentFailureAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("node", 5*time.Second)
+	f, err := api.Submit(e.ctx, srv, workKind, WorkParams{Key: "doomed", FailUntil: 99})
+	require.NoError(t, err)
+	_, err = f.Await(e.ctx)
+	var te *api.TaskError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, "planned", te.Code)
+	require.Equal(t, "attempt 3 fails", te.Message)
+	task, err := srv.Get(e.ctx, f.ID())
+	require.NoError(t, err)
+	require.Equal(t, api.StatusFailure, task.Status)
+	require.Equal(t, 3, task.Attempt)
+	require.Equal(t, 3, task.Errors)
+	require.Nil(t, task.ScheduleNotBefore)
+	require.Equal(t, 3, e.count(`SELECT count(*) FROM test_run`))
+}
+
+func TestNonRetryableErrorFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("node", 5*time.Second)
+	f, err := api.Submit(e.ctx, srv, workKind, WorkParams{Key: "perm", FailUntil: 1, Permanent: true})
+	require.NoError(t, err)
+	_, err = f.Await(e.ctx)
+	var te *api.TaskError
+	require.ErrorAs(t, err, &te)
+	require.False(t, te.Retryable)
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_run`))
+}
+
+func TestRecurringTaskReschedulesAfterSuccess(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("node", 5*time.Second)
+	f, err := api.Submit(e.ctx, srv, workKind, WorkParams{Key: "cron", Recur: 3})
+	require.NoError(t, err)
+	waitFor(t, 20*time.Second, "three runs", func() bool {
+		return e.count(`SELECT count(*) FROM test_run`) == 3
+	})
+	_, err = f.Await(e.ctx)
+	require.NoError(t, err)
+	task, err := srv.Get(e.ctx, f.ID())
+	require.NoError(t, err)
+	require.Equal(t, api.StatusSuccess, task.Status)
+	require.Equal(t, 3, task.Attempt)
+	require.Nil(t, task.ScheduleNotBefore)
+}
+
+func TestConcurrentSubmitsOfOneIDRunOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.server("node", 5*time.Second)
+	c := e.client()
+	const n = 50
+	results := make([]WorkResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			f, err := api.Submit(e.ctx, c, shareKind, WorkParams{Key: "once", SleepMS: 50})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			results[i], errs[i] = f.Await(e.ctx)
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		require.NoError(t, errs[i])
+		require.Equal(t, results[0], results[i])
+	}
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_task`))
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_run`))
+}
+
+func TestBadInputStoresNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.client()
+	big := `{"key":"` + strings.Repeat("x", 1<<20) + `"}`
+	prio := func(p int) *int { return &p }
+	cases := []struct {
+		name  string
+		req   api.SubmitRequest
+		field string
+	}{
+		{"unknown behavior", api.SubmitRequest{Behavior: "no.such", Params: []byte(`{}`)}, "behavior"},
+		{"malformed behavior id", api.SubmitRequest{Behavior: "Bad Behavior!"}, "behavior"},
+		{"missing required field", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{}`)}, "params.key"},
+		{"field over its max", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"` + strings.Repeat("k", 101) + `"}`)}, "params.key"},
+		{"negative field", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a","sleep_ms":-1}`)}, "params.sleep_ms"},
+		{"wrong type", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":5}`)}, "params.key"},
+		{"unknown field", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a","bogus":1}`)}, "params.bogus"},
+		{"malformed JSON", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":`)}, "params"},
+		{"trailing data", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a"} {}`)}, "params"},
+		{"NUL in params", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a\u0000b"}`)}, "params"},
+		{"invalid UTF-8", api.SubmitRequest{Behavior: workKind.ID, Params: []byte("{\"key\":\"\xff\"}")}, "params"},
+		{"params over the size limit", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(big)}, "params"},
+		{"id too short", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a"}`), ID: "ab"}, "id"},
+		{"id too long", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a"}`), ID: api.TaskID(strings.Repeat("i", 129))}, "id"},
+		{"id with bad characters", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a"}`), ID: "a b'; DROP TABLE stint_task;--"}, "id"},
+		{"negative priority", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a"}`), Priority: prio(-1)}, "priority"},
+		{"overflowing priority", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a"}`), Priority: prio(40000)}, "priority"},
+		{"negative delay", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a"}`), Delay: -time.Second}, "delay"},
+		{"control character in group key", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a"}`), GroupKey: "a\nb"}, "group_key"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.Submit(e.ctx, tc.req)
+			require.Error(t, err)
+			require.ErrorIs(t, err, api.ErrInvalid)
+			var ie *api.InvalidError
+			require.ErrorAs(t, err, &ie)
+			require.Equal(t, tc.field, ie.Field, "error: %v", err)
+			if tc.name == "unknown behavior" {
+				require.ErrorIs(t, err, api.ErrUnknownBehavior)
+			}
+			// SubmitMany refuses the whole batch.
+			_, err = c.SubmitMany(e.ctx, []api.SubmitRequest{workReq(workKind, WorkParams{Key: "fine"}), tc.req})
+			require.ErrorIs(t, err, api.ErrInvalid)
+		})
+	}
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_task`))
+}
+
+func TestPriorityOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.client()
+	prios := []int{7, 1, 9, 3, 5, 0, 2}
+	for i, p := range prios {
+		_, err := api.Submit(e.ctx, c, workKind, WorkParams{Key: fmt.Sprint("p", i)}, api.WithPriority(p))
+		require.NoError(t, err)
+	}
+	e.server("single", 5*time.Second, func(c *impl.ServerConfig) { c.MaxWorkers = 1 })
+	waitFor(t, 20*time.Second, "all runs", func() bool { return e.count(`SELECT count(*) FROM test_run`) == len(prios) })
+	rows, err := e.pool.Query(e.ctx, `SELECT t.priority FROM test_run r JOIN stint_task t ON t.id = r.task_id ORDER BY r.at`)
+	require.NoError(t, err)
+	var got []int
+	for rows.Next() {
+		var p int
+		require.NoError(t, rows.Scan(&p))
+		got = append(got, p)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []int{0, 1, 2, 3, 5, 7, 9}, got)
+}
+
+func TestScheduledTaskWaitsForItsTime(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("node", 5*time.Second)
+	f, err := api.Submit(e.ctx, srv, workKind, WorkParams{Key: "later"}, api.WithDelay(time.Second))
+	require.NoError(t, err)
+	_, err = f.Await(e.ctx)
+	require.NoError(t, err)
+	// Measured by the database clock, as the claim is.
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_task t JOIN test_run r ON r.task_id = t.id
+		WHERE t.id = $1 AND r.at >= t.created_at + interval '1 second'`, string(f.ID())))
+}
+
+func TestStopReleasesRunningTasks(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("leaving", time.Minute)
+	sub, err := srv.Submit(e.ctx, workReq(workKind, WorkParams{Key: "long", BlockFirst: true}))
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the run to start", func() bool { return srv.Running() == 1 })
+	ctx, cancel := context.WithTimeout(e.ctx, 100*time.Millisecond)
+	defer cancel()
+	require.NoError(t, srv.Stop(ctx))
+	task, err := e.st.Get(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusScheduled, task.Status)
+	require.Zero(t, task.Attempt, "a released run is not counted")
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_task WHERE schedule_not_before <= now()`), "due at once, not after the lease")
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_node`))
+
+	// Another node picks it up at once, long before the minute-long lease
+	// would have run out.
+	e.server("next", time.Minute)
+	waitFor(t, 10*time.Second, "the next node to run the task", func() bool {
+		return e.count(`SELECT count(*) FROM test_run WHERE node = 'next'`) == 1
+	})
+}

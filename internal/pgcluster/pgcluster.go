@@ -1,0 +1,715 @@
+// Package pgcluster starts and stops a local PostgreSQL cluster from the installed server binaries;
+// it is used by tests (through package pgtest) and by `stint dev`.
+//
+// A cluster lives in a data directory. Start runs initdb there if the directory does not hold a cluster
+// yet, then starts the server listening on 127.0.0.1 only (no Unix socket), with trust authentication
+// for the superuser "postgres". When the process runs as root, initdb and the server run as the
+// unprivileged system user "postgres" (or "nobody" if there is no such user), because PostgreSQL refuses
+// to run as root; the data directory is then chowned to that user, and every directory above it must be
+// searchable by that user.
+//
+// If a server is already running in the data directory and answers on 127.0.0.1, Start reuses it
+// instead of failing (Cluster.Reused reports this), so that running `stint dev` twice works.
+package pgcluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultStartTimeout bounds how long Start and Restart wait for the server to accept connections when
+// the context has no earlier deadline.
+const DefaultStartTimeout = 90 * time.Second
+
+// stopTimeout bounds how long Stop waits for a fast shutdown before escalating.
+const stopTimeout = 60 * time.Second
+
+// LogFileName is the name of the file, inside the data directory, that receives the server's output.
+const LogFileName = "stint-postgres.log"
+
+// Options configures Start.
+type Options struct {
+	// DataDir is the cluster's data directory. It is created (mode 0700) if missing and initialized
+	// with initdb if it holds no PG_VERSION file. It is required.
+	DataDir string
+	// Port is the TCP port on 127.0.0.1 to listen on; 0 picks a free port (retrying with another one
+	// if a concurrent process takes it first).
+	Port int
+	// Log, if set, also receives initdb's and the server's output (which always goes to the file
+	// LogFileName in DataDir). It must stay usable until Stop returns, and it is not used when Detach
+	// is set.
+	Log io.Writer
+	// Fast turns off durability (fsync, synchronous_commit, full_page_writes) for speed. Tests use it;
+	// a crash of the machine can then corrupt the cluster.
+	Fast bool
+	// Detach lets the server outlive this process: it runs in its own session and is not stopped when
+	// this process exits, so a later Start on the same DataDir reuses it. Without Detach the kernel
+	// stops the server (fast shutdown) when this process exits, so a crashed test binary leaks no
+	// server.
+	Detach bool
+}
+
+// Cluster is a running PostgreSQL server started, or reused, by Start. Its methods are safe for
+// concurrent use.
+type Cluster struct {
+	binDir  string
+	dataDir string
+	port    int
+	fast    bool
+	detach  bool
+	log     io.Writer
+	user    *serverUser
+
+	mu      sync.Mutex
+	running bool
+	reused  bool
+	child   *exec.Cmd     // the server process when this process started it, else nil
+	exited  chan struct{} // closed when child has exited
+	waitErr error         // child's exit status, valid once exited is closed
+}
+
+// serverUser is the unprivileged account the server runs as when this process runs as root.
+type serverUser struct {
+	name     string
+	uid, gid uint32
+}
+
+// Start starts a PostgreSQL server in opts.DataDir, running initdb first if the directory holds no
+// cluster, and waits until the server accepts connections. If a server is already running in that
+// directory and answers on 127.0.0.1 (on opts.Port, when that is not 0), Start returns it with Reused
+// set instead of starting another one. The wait is bounded by ctx and by DefaultStartTimeout. When the
+// server fails to start, the error includes the tail of its log.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("pgcluster: Options.DataDir is required")
+	}
+	dataDir, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: resolve data directory %q: %w", opts.DataDir, err)
+	}
+	binDir, err := BinDir()
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: %w", err)
+	}
+	su, err := lookupServerUser()
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: %w", err)
+	}
+	c := &Cluster{
+		binDir:  binDir,
+		dataDir: dataDir,
+		port:    opts.Port,
+		fast:    opts.Fast,
+		detach:  opts.Detach,
+		log:     opts.Log,
+		user:    su,
+	}
+
+	if pid, port, ok := readPostmasterPID(dataDir); ok && postgresAlive(pid) {
+		if opts.Port != 0 && port != opts.Port {
+			return nil, fmt.Errorf("pgcluster: a PostgreSQL server (pid %d) is already running in %s on port %d, not on the requested port %d; stop it first",
+				pid, dataDir, port, opts.Port)
+		}
+		ctx, cancel := withDefaultTimeout(ctx)
+		defer cancel()
+		c.port = port
+		if err := c.waitReady(ctx, nil); err != nil {
+			return nil, fmt.Errorf("pgcluster: a PostgreSQL server (pid %d) is already running in %s but does not accept connections on 127.0.0.1:%d: %w",
+				pid, dataDir, port, err)
+		}
+		c.running = true
+		c.reused = true
+		return c, nil
+	}
+
+	if err := c.prepareDataDir(ctx); err != nil {
+		return nil, err
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+
+	if opts.Port != 0 {
+		if err := c.startServer(ctx); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	const attempts = 5
+	for i := 1; ; i++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, fmt.Errorf("pgcluster: pick a free port: %w", err)
+		}
+		c.port = port
+		err = c.startServer(ctx)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, errPortInUse) || i == attempts {
+			return nil, err
+		}
+	}
+}
+
+// DSN returns the URL for connecting to database dbname on this cluster as the superuser postgres.
+func (c *Cluster) DSN(dbname string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, url.PathEscape(dbname))
+}
+
+// Port returns the TCP port the server listens on at 127.0.0.1.
+func (c *Cluster) Port() int { return c.port }
+
+// DataDir returns the absolute path of the cluster's data directory.
+func (c *Cluster) DataDir() string { return c.dataDir }
+
+// LogFile returns the path of the file that receives the server's output when this process starts it.
+func (c *Cluster) LogFile() string { return filepath.Join(c.dataDir, LogFileName) }
+
+// Reused reports whether Start found the server already running and reused it rather than starting it.
+// Restart clears it, since the server is then started by this process.
+func (c *Cluster) Reused() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reused
+}
+
+// Stop shuts the server down with a fast shutdown (like `pg_ctl stop -m fast`: open sessions are
+// disconnected, then a checkpoint is written) and waits until it has exited. It also stops a reused
+// server. Stopping a stopped cluster does nothing.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopLocked()
+}
+
+// Restart stops the server and starts it again on the same port and data directory, waiting until it
+// accepts connections again. Existing connections are broken. The wait is bounded by ctx and by
+// DefaultStartTimeout.
+func (c *Cluster) Restart(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.stopLocked(); err != nil {
+		return err
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	return c.startServer(ctx)
+}
+
+// errPortInUse marks a start that failed because another process listens on the port.
+var errPortInUse = errors.New("port already in use")
+
+// lookupServerUser returns the account to run PostgreSQL as, or nil when this process is not root.
+func lookupServerUser() (*serverUser, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	var errs []error
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		uid, err := strconv.ParseUint(u.Uid, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("parse uid %q of user %s: %w", u.Uid, name, err)
+		}
+		gid, err := strconv.ParseUint(u.Gid, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("parse gid %q of user %s: %w", u.Gid, name, err)
+		}
+		return &serverUser{name: name, uid: uint32(uid), gid: uint32(gid)}, nil
+	}
+	return nil, fmt.Errorf("running as root, and PostgreSQL refuses to run as root, but there is no unprivileged user to run it as: %w",
+		errors.Join(errs...))
+}
+
+// command returns a command for the server binary name that runs as the server user, in the data
+// directory, with an environment free of libpq variables.
+func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	var cmd *exec.Cmd
+	if ctx != nil {
+		cmd = exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
+	} else {
+		cmd = exec.Command(filepath.Join(c.binDir, name), args...)
+	}
+	cmd.Dir = c.dataDir
+	cmd.Env = serverEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if c.user != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.user.uid, Gid: c.user.gid, Groups: []uint32{}}
+	}
+	return cmd
+}
+
+// serverEnv returns this process's environment without PG* variables, which could otherwise change how
+// initdb and the server behave, and with a C locale for predictable messages.
+func serverEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "LC_") || strings.HasPrefix(kv, "LANG=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "LC_ALL=C")
+}
+
+// prepareDataDir creates the data directory, gives it to the server user and runs initdb if the
+// directory holds no cluster yet.
+func (c *Cluster) prepareDataDir(ctx context.Context) error {
+	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+		return fmt.Errorf("pgcluster: create data directory: %w", err)
+	}
+	if c.user != nil {
+		if err := checkSearchable(filepath.Dir(c.dataDir), c.user); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.dataDir, "PG_VERSION")); err == nil {
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("pgcluster: inspect data directory: %w", err)
+	}
+	if c.user != nil {
+		if err := os.Chown(c.dataDir, int(c.user.uid), int(c.user.gid)); err != nil {
+			return fmt.Errorf("pgcluster: give data directory %s to user %s: %w", c.dataDir, c.user.name, err)
+		}
+	}
+	var out bytes.Buffer
+	cmd := c.command(ctx, "initdb",
+		"--pgdata="+c.dataDir,
+		"--username=postgres",
+		"--auth=trust",
+		"--encoding=UTF8",
+		"--locale=C",
+		"--no-sync",
+	)
+	var w io.Writer = &out
+	if c.log != nil {
+		w = io.MultiWriter(&out, ignoreErrors{c.log})
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("pgcluster: initdb in %s failed: %w\n%s", c.dataDir, err, tail(out.Bytes(), 4096))
+	}
+	return nil
+}
+
+// checkSearchable returns an error if u cannot traverse dir and each of its ancestors. The server user
+// runs without supplementary groups, so only its primary group counts.
+func checkSearchable(dir string, u *serverUser) error {
+	for p := dir; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("inspect %s: %w", p, err)
+		}
+		perm := fi.Mode().Perm()
+		ok := perm&0o001 != 0
+		if st, isStat := fi.Sys().(*syscall.Stat_t); isStat {
+			ok = ok || (st.Uid == u.uid && perm&0o100 != 0) || (st.Gid == u.gid && perm&0o010 != 0)
+		}
+		if !ok {
+			return fmt.Errorf("PostgreSQL runs as user %s (since this process is root), which cannot enter %s (mode %v); "+
+				"put the data directory under a directory that user can search, e.g. one made with os.MkdirTemp and chowned to it",
+				u.name, p, perm)
+		}
+		if parent := filepath.Dir(p); parent == p {
+			return nil
+		}
+	}
+}
+
+// startServer starts the postgres process on c.port and waits until it accepts connections.
+// The caller holds c.mu or owns c exclusively.
+func (c *Cluster) startServer(ctx context.Context) error {
+	logPath := c.LogFile()
+	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("pgcluster: open server log: %w", err)
+	}
+	defer logFile.Close() // the child holds its own descriptor
+	var logStart int64
+	if fi, err := logFile.Stat(); err == nil {
+		logStart = fi.Size()
+	}
+
+	args := []string{
+		"-D", c.dataDir,
+		"-p", strconv.Itoa(c.port),
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "unix_socket_directories=",
+		"-c", "max_connections=300",
+	}
+	if c.fast {
+		args = append(args,
+			"-c", "fsync=off",
+			"-c", "synchronous_commit=off",
+			"-c", "full_page_writes=off",
+		)
+	}
+	cmd := c.command(nil, "postgres", args...)
+	if c.detach {
+		cmd.SysProcAttr.Setsid = true
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+	} else {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGINT
+		if c.log != nil {
+			w := teeWriter{file: logFile, extra: c.log}
+			cmd.Stdout, cmd.Stderr = w, w
+		} else {
+			cmd.Stdout, cmd.Stderr = logFile, logFile
+		}
+	}
+	if err := startOnLockedThread(cmd); err != nil {
+		return fmt.Errorf("pgcluster: start postgres: %w", err)
+	}
+	exited := make(chan struct{})
+	c.child, c.exited, c.waitErr = cmd, exited, nil
+	go func() {
+		err := cmd.Wait()
+		c.waitErr = err
+		close(exited)
+	}()
+
+	if err := c.waitReady(ctx, exited); err != nil {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		}
+		c.child, c.exited = nil, nil
+		logTail := readTail(logPath, logStart, 4096)
+		if strings.Contains(logTail, "Address already in use") {
+			err = fmt.Errorf("%w: %w", errPortInUse, err)
+		}
+		return fmt.Errorf("pgcluster: PostgreSQL in %s did not start on 127.0.0.1:%d: %w\nserver log (%s):\n%s",
+			c.dataDir, c.port, err, logPath, logTail)
+	}
+	c.running = true
+	c.reused = false
+	return nil
+}
+
+// waitReady polls until the server on c.port accepts connections and serves c.dataDir, until ctx ends,
+// or until exited (if not nil) is closed.
+func (c *Cluster) waitReady(ctx context.Context, exited <-chan struct{}) error {
+	wantDir := c.dataDir
+	if d, err := filepath.EvalSymlinks(wantDir); err == nil {
+		wantDir = d
+	}
+	if exited != nil {
+		// Abandon a connection attempt as soon as the server exits.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-exited:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	var lastErr error
+	for {
+		select {
+		case <-exited:
+			return fmt.Errorf("server exited (%v)", c.waitErr)
+		default:
+		}
+		dir, err := serverDataDir(ctx, c.DSN("postgres"))
+		if err == nil {
+			if d, evalErr := filepath.EvalSymlinks(dir); evalErr == nil {
+				dir = d
+			}
+			if dir == wantDir {
+				return nil
+			}
+			err = fmt.Errorf("port %d is served by another PostgreSQL server, whose data directory is %s", c.port, dir)
+		}
+		lastErr = err
+		timer := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			select {
+			case <-exited:
+				return fmt.Errorf("server exited (%v)", c.waitErr)
+			default:
+			}
+			return fmt.Errorf("gave up waiting for the server to accept connections: %w (last attempt: %v)", ctx.Err(), lastErr)
+		case <-exited:
+			timer.Stop()
+			return fmt.Errorf("server exited (%v)", c.waitErr)
+		case <-timer.C:
+		}
+	}
+}
+
+// serverDataDir connects to dsn and returns the server's data directory.
+func serverDataDir(ctx context.Context, dsn string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var dir string
+	if err := conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir); err != nil {
+		return "", fmt.Errorf("query data_directory: %w", err)
+	}
+	return dir, nil
+}
+
+// stopLocked implements Stop; the caller holds c.mu.
+func (c *Cluster) stopLocked() error {
+	if !c.running {
+		return nil
+	}
+	if c.child != nil {
+		if err := c.stopChild(); err != nil {
+			return err
+		}
+	} else if err := c.stopByPIDFile(); err != nil {
+		return err
+	}
+	c.running = false
+	return nil
+}
+
+// stopChild stops the server process this process started, escalating to an immediate shutdown and
+// then to SIGKILL if it does not exit in time.
+func (c *Cluster) stopChild() error {
+	cmd, exited := c.child, c.exited
+	defer func() { c.child, c.exited = nil, nil }()
+	for _, step := range []struct {
+		sig     syscall.Signal
+		timeout time.Duration
+	}{
+		{syscall.SIGINT, stopTimeout},       // fast shutdown
+		{syscall.SIGQUIT, 10 * time.Second}, // immediate shutdown
+		{syscall.SIGKILL, 10 * time.Second},
+	} {
+		if err := cmd.Process.Signal(step.sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			return fmt.Errorf("pgcluster: signal postgres (pid %d): %w", cmd.Process.Pid, err)
+		}
+		select {
+		case <-exited:
+			return nil
+		case <-time.After(step.timeout):
+		}
+	}
+	return fmt.Errorf("pgcluster: postgres (pid %d) in %s did not exit after SIGKILL", cmd.Process.Pid, c.dataDir)
+}
+
+// stopByPIDFile stops a server this process did not start, found through postmaster.pid, and polls
+// until it has exited.
+func (c *Cluster) stopByPIDFile() error {
+	pid, _, ok := readPostmasterPID(c.dataDir)
+	if !ok || !postgresAlive(pid) {
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("pgcluster: signal postgres (pid %d): %w", pid, err)
+	}
+	deadline := time.Now().Add(stopTimeout)
+	for time.Now().Before(deadline) {
+		if p, _, ok := readPostmasterPID(c.dataDir); !ok || p != pid || !postgresAlive(pid) {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
+	}
+	return fmt.Errorf("pgcluster: postgres (pid %d) in %s did not shut down within %v", pid, c.dataDir, stopTimeout)
+}
+
+// Running reports whether a PostgreSQL server is running in dataDir, according to its postmaster.pid.
+func Running(dataDir string) bool {
+	pid, _, ok := readPostmasterPID(dataDir)
+	return ok && postgresAlive(pid)
+}
+
+// readPostmasterPID returns the pid and port recorded in dataDir/postmaster.pid.
+func readPostmasterPID(dataDir string) (pid, port int, ok bool) {
+	f, err := os.Open(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, 0, false
+	}
+	defer f.Close()
+	var lines []string
+	s := bufio.NewScanner(f)
+	for s.Scan() && len(lines) < 4 {
+		lines = append(lines, strings.TrimSpace(s.Text()))
+	}
+	if len(lines) < 4 {
+		return 0, 0, false
+	}
+	pid, err1 := strconv.Atoi(lines[0])
+	port, err2 := strconv.Atoi(lines[3])
+	if err1 != nil || err2 != nil || pid <= 0 {
+		return 0, 0, false
+	}
+	return pid, port, true
+}
+
+// postgresAlive reports whether process pid exists and, where /proc tells, is a PostgreSQL server
+// rather than an unrelated process that reuses a stale pid.
+func postgresAlive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
+		name := strings.TrimSpace(string(comm))
+		return strings.HasPrefix(name, "postgres") || strings.HasPrefix(name, "postmaster")
+	}
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// A zombie has exited; it only waits for its parent to reap it.
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// minScratchFree is the free space /dev/shm needs for ScratchDir to choose it.
+const minScratchFree = 1 << 30
+
+// tmpfsMagic is the file system type statfs reports for tmpfs.
+const tmpfsMagic = 0x01021994
+
+// ScratchDir returns a directory to create throwaway clusters' data directories in (with
+// os.MkdirTemp): /dev/shm when it is a memory file system with at least 1 GiB free and writable by
+// this process, since on slow disks initdb and CREATE DATABASE run several times faster there, and
+// os.TempDir() otherwise.
+func ScratchDir() string {
+	const shm = "/dev/shm"
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(shm, &st); err != nil || st.Type != tmpfsMagic {
+		return os.TempDir()
+	}
+	if st.Bavail*uint64(st.Bsize) < minScratchFree {
+		return os.TempDir()
+	}
+	if err := syscall.Access(shm, 0o3); err != nil { // writable and searchable
+		return os.TempDir()
+	}
+	return shm
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// withDefaultTimeout bounds ctx by DefaultStartTimeout unless it already ends sooner.
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < DefaultStartTimeout {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, DefaultStartTimeout)
+}
+
+// readTail returns at most n bytes from the end of the file at path, starting no earlier than offset.
+func readTail(path string, offset int64, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read the server log: %v)", err)
+	}
+	if offset > int64(len(b)) {
+		offset = 0
+	}
+	return tail(b[offset:], n)
+}
+
+// tail returns at most the last n bytes of b, starting at a line boundary when it cuts.
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	s := strings.TrimRight(string(b), "\n")
+	if s == "" {
+		return "(empty)"
+	}
+	return s
+}
+
+// teeWriter writes to a file and to an extra writer whose errors are ignored, so that a failing extra
+// writer never stops the server's output from being drained.
+type teeWriter struct {
+	file  *os.File
+	extra io.Writer
+}
+
+// Write writes p to both destinations and always reports success.
+func (w teeWriter) Write(p []byte) (int, error) {
+	_, _ = w.file.Write(p)
+	_, _ = w.extra.Write(p)
+	return len(p), nil
+}
+
+// ignoreErrors wraps a writer so that its errors are dropped.
+type ignoreErrors struct{ w io.Writer }
+
+// Write writes p to the wrapped writer and always reports success.
+func (w ignoreErrors) Write(p []byte) (int, error) {
+	_, _ = w.w.Write(p)
+	return len(p), nil
+}
+
+// forkRequests carries process starts to a goroutine locked to one OS thread for the life of the
+// process. Pdeathsig fires when the thread that forked the child exits, not the process, so children
+// must be forked from a thread that never exits.
+var (
+	forkRequests   chan func()
+	forkThreadOnce sync.Once
+)
+
+// startOnLockedThread starts cmd from the process-lifetime forking thread.
+func startOnLockedThread(cmd *exec.Cmd) error {
+	forkThreadOnce.Do(func() {
+		forkRequests = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for f := range forkRequests {
+				f()
+			}
+		}()
+	})
+	errc := make(chan error, 1)
+	forkRequests <- func() { errc <- cmd.Start() }
+	return <-errc
+}

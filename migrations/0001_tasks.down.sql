@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS stint_node;
+DROP TABLE IF EXISTS stint_task;

@@ -1,0 +1,96 @@
+package spi
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Dedup says what a submit does to an existing task of the same id.
+type Dedup int
+
+const (
+	// DedupResubmit follows couch_jobs' add: a scheduled task gets its params
+	// combined and its due time updated, a running task is flagged to run
+	// again when it ends, a finished task is scheduled again. The default.
+	DedupResubmit Dedup = iota
+	// DedupShare follows Polaris: every submission of an id shares the one
+	// task and its one result; a submit of an existing id changes nothing.
+	DedupShare
+)
+
+// Policy tunes how a behavior's tasks run. Zero fields take the defaults.
+type Policy struct {
+	// Lease is how long a claim or renewal holds a task; a task whose node
+	// stops renewing is taken over this long after the last renewal.
+	// Defaults to 30 seconds; at least 1 second.
+	Lease time.Duration
+	// MaxConcurrency caps the tasks of this behavior one node runs at once.
+	// Zero leaves only the node's worker limit.
+	MaxConcurrency int
+	// Priority is the default priority of new tasks; lower runs first.
+	// Zero means the default, 5.
+	Priority int
+	// MaxAttempts is how many runs a failing task gets before it fails for
+	// good. Defaults to 10.
+	MaxAttempts int
+	// BackoffMin and BackoffMax bound the retry delay, which doubles with
+	// every consecutive failure and is jittered to 75-100%. Default to
+	// 1 second and 1 hour.
+	BackoffMin, BackoffMax time.Duration
+	// Dedup is what a submit of an existing id does. Defaults to
+	// DedupResubmit.
+	Dedup Dedup
+	// MaxParamsBytes caps the size of the JSON params. Defaults to 1 MiB.
+	MaxParamsBytes int
+}
+
+// Policy defaults.
+const (
+	DefaultLease          = 30 * time.Second
+	DefaultPriority       = 5
+	DefaultMaxAttempts    = 10
+	DefaultBackoffMin     = time.Second
+	DefaultBackoffMax     = time.Hour
+	DefaultMaxParamsBytes = 1 << 20
+)
+
+// WithDefaults returns p with zero fields set to their defaults.
+func (p Policy) WithDefaults() Policy {
+	if p.Lease <= 0 {
+		p.Lease = DefaultLease
+	}
+	if p.Lease < time.Second {
+		p.Lease = time.Second
+	}
+	if p.Priority == 0 {
+		p.Priority = DefaultPriority
+	}
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if p.BackoffMin <= 0 {
+		p.BackoffMin = DefaultBackoffMin
+	}
+	if p.BackoffMax <= 0 {
+		p.BackoffMax = DefaultBackoffMax
+	}
+	if p.BackoffMax < p.BackoffMin {
+		p.BackoffMax = p.BackoffMin
+	}
+	if p.MaxParamsBytes <= 0 {
+		p.MaxParamsBytes = DefaultMaxParamsBytes
+	}
+	return p
+}
+
+// Backoff returns the delay before retry number failures (1 for the first
+// failure): min * 2^(failures-1), capped at max, jittered to 75-100%.
+func Backoff(min, max time.Duration, failures int) time.Duration {
+	exp := math.Min(float64(failures-1), 62)
+	d := float64(min) * math.Pow(2, math.Max(exp, 0))
+	if d > float64(max) {
+		d = float64(max)
+	}
+	return time.Duration(d * (0.75 + 0.25*rand.Float64()))
+}

@@ -1,0 +1,284 @@
+package spi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-playground/validator/v10"
+
+	"github.com/stinthq/stint/api"
+)
+
+// Registry maps behavior ids to behaviors. It is safe for concurrent use.
+type Registry struct {
+	mu sync.RWMutex
+	m  map[api.BehaviorID]*Registration
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{m: map[api.BehaviorID]*Registration{}} }
+
+// Register adds b to r. It fails if the behavior id is malformed or taken.
+func Register[P, R any](r *Registry, b Behavior[P, R]) error {
+	id := b.Kind().ID
+	if err := CheckBehaviorID(id); err != nil {
+		return fmt.Errorf("register behavior: %w", err)
+	}
+	var pol Policy
+	if pp, ok := b.(PolicyProvider); ok {
+		pol = pp.Policy()
+	}
+	reg := &Registration{ID: id, Policy: pol.WithDefaults(), ids: NewIDs(id)}
+	reg.decode = func(raw json.RawMessage) (any, error) {
+		var p P
+		if err := decodeParams(raw, &p); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	reg.taskID = func(p any) api.TaskID { return b.TaskID(reg.ids, p.(P)) }
+	reg.combine = func(persisted, submitted any) any {
+		if c, ok := b.(Combiner[P]); ok {
+			return c.Combine(persisted.(P), submitted.(P))
+		}
+		return persisted
+	}
+	_, reg.combines = b.(Combiner[P])
+	reg.execute = func(ctx context.Context, rc RunContext, p any, failures int) Outcome {
+		res, err := b.Run(ctx, rc, p.(P))
+		if err == nil {
+			raw, merr := json.Marshal(res)
+			if merr != nil {
+				return reg.failure(p, &api.TaskError{Code: "bad_result", Message: "encode result: " + merr.Error()}, rc, failures)
+			}
+			out := Outcome{Result: raw}
+			if s, ok := b.(SuccessRescheduler[P, R]); ok {
+				out.Delay, out.Again = s.RescheduleAfterSuccess(p.(P), res)
+			}
+			return out
+		}
+		var snooze *SnoozeError
+		if errors.As(err, &snooze) {
+			return Outcome{Snoozed: true, Again: true, Delay: snooze.Delay}
+		}
+		return reg.failure(p, AsTaskError(err), rc, failures)
+	}
+	reg.retry = func(p any, te *api.TaskError, failures int) (time.Duration, bool) {
+		if f, ok := b.(FailureRescheduler[P]); ok {
+			return f.RescheduleAfterFailure(p.(P), te, failures)
+		}
+		return 0, false
+	}
+	_, reg.customRetry = b.(FailureRescheduler[P])
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.m[id]; dup {
+		return fmt.Errorf("register behavior %s: already registered", id)
+	}
+	r.m[id] = reg
+	return nil
+}
+
+// MustRegister is Register that panics on error, for init-time wiring.
+func MustRegister[P, R any](r *Registry, b Behavior[P, R]) {
+	if err := Register(r, b); err != nil {
+		panic(err)
+	}
+}
+
+// Lookup returns the behavior registered under id.
+func (r *Registry) Lookup(id api.BehaviorID) (*Registration, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	reg, ok := r.m[id]
+	return reg, ok
+}
+
+// IDs returns the registered behavior ids, sorted.
+func (r *Registry) IDs() []api.BehaviorID {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]api.BehaviorID, 0, len(r.m))
+	for id := range r.m {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// Registration is a registered behavior with its types erased: what the
+// engine works with.
+type Registration struct {
+	// ID is the behavior id.
+	ID api.BehaviorID
+	// Policy is the behavior's policy with defaults applied.
+	Policy Policy
+
+	ids         IDs
+	decode      func(json.RawMessage) (any, error)
+	taskID      func(any) api.TaskID
+	combine     func(persisted, submitted any) any
+	combines    bool
+	execute     func(ctx context.Context, rc RunContext, p any, failures int) Outcome
+	retry       func(p any, te *api.TaskError, failures int) (time.Duration, bool)
+	customRetry bool
+}
+
+// Outcome is what a run decided.
+type Outcome struct {
+	// Result is the JSON result of a success.
+	Result json.RawMessage
+	// Err is the error of a failure; nil on success or snooze.
+	Err *api.TaskError
+	// Snoozed is set when the run asked to be run again later.
+	Snoozed bool
+	// Again says the task runs again after Delay.
+	Again bool
+	Delay time.Duration
+}
+
+// Decode decodes and validates JSON params. Unknown fields are rejected.
+// Errors are *api.InvalidError naming the field.
+func (r *Registration) Decode(raw json.RawMessage) (any, error) {
+	if len(raw) > r.Policy.MaxParamsBytes {
+		return nil, api.Invalid("params", "%d bytes is over the limit of %d", len(raw), r.Policy.MaxParamsBytes)
+	}
+	return r.decode(raw)
+}
+
+// TaskID derives the id of a task with decoded params p.
+func (r *Registration) TaskID(p any) api.TaskID { return r.taskID(p) }
+
+// Combines reports whether the behavior merges params of resubmits.
+func (r *Registration) Combines() bool { return r.combines }
+
+// Combine merges submitted params into persisted ones, both JSON.
+func (r *Registration) Combine(persisted, submitted json.RawMessage) (json.RawMessage, error) {
+	pp, err := r.decode(persisted)
+	if err != nil {
+		return nil, fmt.Errorf("decode persisted params: %w", err)
+	}
+	sp, err := r.decode(submitted)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(r.combine(pp, sp))
+}
+
+// Execute runs the behavior on decoded params p and decides what follows.
+// failures is the task's count of consecutive failures before this run. A
+// panic in Run is returned as a retryable failure.
+func (r *Registration) Execute(ctx context.Context, rc RunContext, p any, failures int) (out Outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			out = r.failure(p, &api.TaskError{Retryable: true, Code: "panic", Message: fmt.Sprint(v)}, rc, failures)
+		}
+	}()
+	return r.execute(ctx, rc, p, failures)
+}
+
+// failure applies the retry decision to a failed run.
+func (r *Registration) failure(p any, te *api.TaskError, rc RunContext, failures int) Outcome {
+	n := failures + 1
+	out := Outcome{Err: te}
+	if r.customRetry {
+		out.Delay, out.Again = r.retry(p, te, n)
+		return out
+	}
+	if te.Retryable && rc.Attempt() < r.Policy.MaxAttempts {
+		out.Again = true
+		out.Delay = Backoff(r.Policy.BackoffMin, r.Policy.BackoffMax, n)
+	}
+	return out
+}
+
+// AsTaskError returns err as a *api.TaskError: itself if it is one (or wraps
+// one), else a retryable TaskError with its message.
+func AsTaskError(err error) *api.TaskError {
+	var te *api.TaskError
+	if errors.As(err, &te) {
+		return te
+	}
+	return &api.TaskError{Retryable: true, Message: err.Error()}
+}
+
+var validate = func() *validator.Validate {
+	v := validator.New(validator.WithRequiredStructEnabled())
+	v.RegisterTagNameFunc(func(f reflect.StructField) string {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			return ""
+		case "":
+			return f.Name
+		}
+		return name
+	})
+	return v
+}()
+
+// decodeParams decodes raw strictly into p and validates it.
+func decodeParams(raw json.RawMessage, p any) error {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		raw = json.RawMessage("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(p); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return api.Invalid("params", "unexpected data after the JSON value")
+	}
+	if err := validateParams(p); err != nil {
+		return err
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return api.Invalid("params."+te.Field, "want %s, got JSON %s", te.Type, te.Value)
+	}
+	if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
+		return api.Invalid("params."+strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`), "unknown field")
+	}
+	return api.Invalid("params", "bad JSON: %v", err)
+}
+
+func validateParams(p any) error {
+	v := reflect.ValueOf(p)
+	for v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	err := validate.Struct(v.Interface())
+	var verrs validator.ValidationErrors
+	if errors.As(err, &verrs) && len(verrs) > 0 {
+		fe := verrs[0]
+		// The namespace starts with the struct's type name; the field path
+		// that follows uses the JSON names.
+		_, path, _ := strings.Cut(fe.Namespace(), ".")
+		reason := "fails " + fe.Tag()
+		if fe.Param() != "" {
+			reason += "=" + fe.Param()
+		}
+		return api.Invalid("params."+path, "%s", reason)
+	}
+	if err != nil {
+		return api.Invalid("params", "%v", err)
+	}
+	return nil
+}

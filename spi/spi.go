@@ -1,0 +1,103 @@
+// Package spi is what behavior implementers use: the Behavior interface, the
+// optional interfaces that tune retries, rescheduling and merging, the
+// RunContext a run gets, and the Registry that maps behavior ids to
+// behaviors.
+//
+// A behavior is a task kind: a params type P, a result type R and a Run
+// function. Register it in a Registry and give the registry to a server
+// (which runs tasks) and to clients (which submit them):
+//
+//	type Echo struct{}
+//	func (Echo) Kind() api.Kind[Params, Result] { return EchoKind }
+//	func (Echo) TaskID(ids spi.IDs, p Params) api.TaskID { return ids.Unique() }
+//	func (Echo) Run(ctx context.Context, rc spi.RunContext, p Params) (Result, error) { ... }
+package spi
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stinthq/stint/api"
+)
+
+// Behavior is a task kind. Its methods must be safe for concurrent use.
+type Behavior[P, R any] interface {
+	// Kind names the behavior and its types.
+	Kind() api.Kind[P, R]
+	// TaskID derives the id of a submitted task: ids.Deterministic(parts...)
+	// makes equal submissions share one task; ids.Unique() makes each its
+	// own.
+	TaskID(ids IDs, p P) api.TaskID
+	// Run does the work. Return a *api.TaskError to say whether a failure
+	// may be retried (any other error is retryable), or Snooze(d) to run
+	// again later without counting a failure. ctx is cancelled when the
+	// lease is lost, the task is removed, or the server stops.
+	Run(ctx context.Context, rc RunContext, p P) (R, error)
+}
+
+// PolicyProvider is implemented by behaviors that tune how their tasks run.
+type PolicyProvider interface {
+	Policy() Policy
+}
+
+// SuccessRescheduler is implemented by recurring behaviors: after each
+// success it says whether and when to run the task again.
+type SuccessRescheduler[P, R any] interface {
+	// RescheduleAfterSuccess returns the delay before the next run and true,
+	// or false when the task is done.
+	RescheduleAfterSuccess(p P, r R) (time.Duration, bool)
+}
+
+// FailureRescheduler is implemented by behaviors that replace the default
+// retry decision (exponential backoff with jitter up to Policy.MaxAttempts,
+// TaskError.Retryable respected).
+type FailureRescheduler[P any] interface {
+	// RescheduleAfterFailure returns the delay before the next try and
+	// true, or false to fail the task for good. failures counts the
+	// consecutive failures including this one.
+	RescheduleAfterFailure(p P, err *api.TaskError, failures int) (time.Duration, bool)
+}
+
+// Combiner is implemented by behaviors that merge the params of a submit
+// into a still scheduled task of the same id. Without it the persisted
+// params are kept.
+type Combiner[P any] interface {
+	Combine(persisted, submitted P) P
+}
+
+// RunContext is a run's handle on its task. Its writes are fenced by the
+// run's lease: when the lease is no longer the task's (taken over, removed,
+// released), they change nothing and return api.ErrHalt, and the run must
+// return.
+type RunContext interface {
+	// TaskID is the task being run.
+	TaskID() api.TaskID
+	// Attempt counts the runs of this task, this one included.
+	Attempt() int
+	// Progress decodes the last checkpoint into v and reports whether there
+	// was one. A retried or taken-over run resumes from it.
+	Progress(v any) (bool, error)
+	// Checkpoint stores progress (JSON-encoded) and renews the lease.
+	Checkpoint(ctx context.Context, progress any) error
+	// CheckpointTx stores progress inside the caller's transaction, so that
+	// the behavior's own writes and the checkpoint commit together or not at
+	// all. It returns api.ErrHalt, and the caller must roll back, when the
+	// lease is lost.
+	CheckpointTx(ctx context.Context, tx pgx.Tx, progress any) error
+	// Heartbeat renews the lease now. The server renews leases on its own;
+	// this is for runs that want to know early that they lost theirs.
+	Heartbeat(ctx context.Context) error
+}
+
+// SnoozeError is returned by Run (via Snooze) to run the task again after
+// Delay. A snooze is neither a failure nor an attempt.
+type SnoozeError struct {
+	Delay time.Duration
+}
+
+func (e *SnoozeError) Error() string { return "snooze " + e.Delay.String() }
+
+// Snooze returns the error a run returns to be run again after d.
+func Snooze(d time.Duration) error { return &SnoozeError{Delay: d} }

@@ -1,0 +1,145 @@
+// Package postgres implements store.Store on PostgreSQL with pgx.
+//
+// The hot path is a handful of batched statements: one claims up to N due
+// tasks with FOR UPDATE SKIP LOCKED, one renews all of a node's leases, one
+// records a batch of completions. Every runner write matches the lease
+// token issued by the claim. All times come from the database's now().
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stinthq/stint/migrations"
+	"github.com/stinthq/stint/store"
+)
+
+// Store is the PostgreSQL store.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	migrate  bool
+	maxConns int32
+}
+
+// Migrate applies pending migrations on Open.
+func Migrate() Option { return func(o *options) { o.migrate = true } }
+
+// MaxConns sets the pool size. Defaults to 20: a server uses a few
+// connections for claims, completions and renewals, and the rest for its
+// runs' checkpoints.
+func MaxConns(n int) Option { return func(o *options) { o.maxConns = int32(n) } }
+
+// Open connects to the database at dsn.
+func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
+	o := options{maxConns: 20}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open store: parse database URL: %w", err)
+	}
+	if o.maxConns > 0 {
+		cfg.MaxConns = o.maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s := &Store{pool: pool}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open store: connect: %w", err)
+	}
+	if o.migrate {
+		if err := s.Migrate(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Migrate applies pending migrations.
+func (s *Store) Migrate(ctx context.Context) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Release()
+	return migrations.Up(ctx, conn.Conn())
+}
+
+// Pool returns the connection pool, for behaviors that keep their own
+// tables in the same database (see spi.RunContext.CheckpointTx).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Notify sends a notification.
+func (s *Store) Notify(ctx context.Context, channel, payload string) error {
+	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, payload); err != nil {
+		return fmt.Errorf("notify %s: %w", channel, err)
+	}
+	return nil
+}
+
+// Listen calls fn for each notification on channels until ctx ends. It
+// holds one connection of its own, outside the pool.
+func (s *Store) Listen(ctx context.Context, channels []string, fn func(channel, payload string)) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := s.listenOnce(ctx, channels, fn)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			backoff = min(backoff*2, 5*time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(channel, payload string)) error {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
+	if err != nil {
+		return fmt.Errorf("listen: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	for _, ch := range channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return fmt.Errorf("listen %s: %w", ch, err)
+		}
+	}
+	for _, ch := range channels {
+		fn(ch, "")
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+		fn(n.Channel, n.Payload)
+	}
+}
+
+// isNoRows reports whether err means a query found no row.
+func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -1,0 +1,536 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/store"
+)
+
+// taskColumns is the column list scanned by scanTask.
+const taskColumns = `id, behavior, status, priority, params, result, error, progress,
+	schedule_not_before, lost_not_before, lease, coalesce(node, ''), attempt, errors, resubmit,
+	coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''),
+	created_at, updated_at, executed_at, finished_at`
+
+func scanTask(row pgx.Row) (api.Task, error) {
+	var (
+		t         api.Task
+		errJSON   []byte
+		lease     *[16]byte
+		params    []byte
+		result    []byte
+		progress  []byte
+		status    string
+		parentID  string
+		behaviour string
+		id        string
+	)
+	err := row.Scan(&id, &behaviour, &status, &t.Priority, &params, &result, &errJSON, &progress,
+		&t.ScheduleNotBefore, &t.LostNotBefore, &lease, &t.Node, &t.Attempt, &t.Errors, &t.Resubmit,
+		&parentID, &t.GroupKey, &t.Trace, &t.CreatedAt, &t.UpdatedAt, &t.ExecutedAt, &t.FinishedAt)
+	if err != nil {
+		if isNoRows(err) {
+			return t, api.ErrNotFound
+		}
+		return t, err
+	}
+	t.ID, t.Behavior, t.Status, t.ParentID = api.TaskID(id), api.BehaviorID(behaviour), api.Status(status), api.TaskID(parentID)
+	t.Params, t.Result, t.Progress = params, result, progress
+	if lease != nil {
+		t.Lease = formatUUID(*lease)
+	}
+	if errJSON != nil {
+		t.Error = new(api.TaskError)
+		if err := json.Unmarshal(errJSON, t.Error); err != nil {
+			return t, fmt.Errorf("decode error of task %s: %w", id, err)
+		}
+	}
+	return t, nil
+}
+
+func formatUUID(u [16]byte) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// submitSQL inserts tasks or merges them into existing ones, following
+// couch_jobs' add: a scheduled task keeps its params and takes the new due
+// time, a running task is flagged to run again when it ends (params kept), a
+// finished task is scheduled again with the new params. A held task stays
+// held. $10 replaces the params of a scheduled task (after a Combine).
+const submitSQL = `
+INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited)
+SELECT r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
+       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[])
+     AS r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited)
+ON CONFLICT (id) DO UPDATE SET
+    status = CASE WHEN t.status IN ('success', 'failure') THEN 'scheduled' ELSE t.status END,
+    params = CASE WHEN t.status IN ('success', 'failure') OR (t.status = 'scheduled' AND $10) THEN excluded.params ELSE t.params END,
+    priority = CASE WHEN t.status = 'running' THEN t.priority ELSE excluded.priority END,
+    schedule_not_before = CASE WHEN t.status IN ('running', 'held') THEN t.schedule_not_before ELSE excluded.schedule_not_before END,
+    resubmit = t.resubmit OR t.status = 'running',
+    awaited = t.awaited OR excluded.awaited,
+    attempt = CASE WHEN t.status IN ('success', 'failure') THEN 0 ELSE t.attempt END,
+    errors = CASE WHEN t.status IN ('success', 'failure') THEN 0 ELSE t.errors END,
+    result = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.result END,
+    error = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.error END,
+    executed_at = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.executed_at END,
+    finished_at = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.finished_at END,
+    updated_at = now()
+RETURNING t.id, t.status, t.xmax = 0`
+
+// shareSQL inserts tasks and leaves existing ones as they are.
+const shareSQL = `
+INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited)
+SELECT r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
+       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[])
+     AS r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited)
+ON CONFLICT (id) DO NOTHING
+RETURNING t.id, t.status, true`
+
+// Submit stores tasks; see store.Store.
+func (s *Store) Submit(ctx context.Context, tasks []store.NewTask) ([]api.Submission, error) {
+	var out []api.Submission
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = submit(ctx, tx, tasks, false)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("submit: %w", err)
+	}
+	return out, nil
+}
+
+// submit runs the insert statements for tasks in tx: one for resubmitting
+// tasks and one for sharing ones, whichever are needed.
+func submit(ctx context.Context, tx pgx.Tx, tasks []store.NewTask, replaceParams bool) ([]api.Submission, error) {
+	got := make(map[api.TaskID]api.Submission, len(tasks))
+	var missing []string
+	for _, share := range []bool{false, true} {
+		var cols submitColumns
+		for _, t := range tasks {
+			if t.Share == share {
+				cols.add(t)
+			}
+		}
+		if len(cols.ids) == 0 {
+			continue
+		}
+		query := submitSQL
+		args := cols.args()
+		if share {
+			query = shareSQL
+		} else {
+			args = append(args, replaceParams)
+		}
+		rows, err := tx.Query(ctx, query, args...)
+		if err != nil {
+			return nil, err
+		}
+		var sub api.Submission
+		if _, err := pgx.ForEachRow(rows, []any{&sub.ID, &sub.Status, &sub.Created}, func() error {
+			got[sub.ID] = sub
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		if share {
+			for _, id := range cols.ids {
+				if _, ok := got[api.TaskID(id)]; !ok {
+					missing = append(missing, id)
+				}
+			}
+		}
+	}
+	if len(missing) > 0 {
+		rows, err := tx.Query(ctx, `SELECT id, status, false FROM stint_task WHERE id = ANY($1)`, missing)
+		if err != nil {
+			return nil, err
+		}
+		var sub api.Submission
+		if _, err := pgx.ForEachRow(rows, []any{&sub.ID, &sub.Status, &sub.Created}, func() error {
+			got[sub.ID] = sub
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]api.Submission, len(tasks))
+	for i, t := range tasks {
+		sub, ok := got[t.ID]
+		if !ok {
+			return nil, fmt.Errorf("task %s: no row after submit", t.ID)
+		}
+		out[i] = sub
+	}
+	return out, nil
+}
+
+// submitColumns holds NewTasks as the column arrays submitSQL unnests.
+type submitColumns struct {
+	ids, behaviors, params, groupKeys, parentIDs, traces []string
+	priorities                                           []int16
+	delays                                               []int64
+	awaited                                              []bool
+}
+
+func (c *submitColumns) add(t store.NewTask) {
+	params := string(t.Params)
+	if params == "" {
+		params = "{}"
+	}
+	c.ids = append(c.ids, string(t.ID))
+	c.behaviors = append(c.behaviors, string(t.Behavior))
+	c.params = append(c.params, params)
+	c.priorities = append(c.priorities, int16(t.Priority))
+	c.delays = append(c.delays, t.Delay.Microseconds())
+	c.groupKeys = append(c.groupKeys, t.GroupKey)
+	c.parentIDs = append(c.parentIDs, string(t.ParentID))
+	c.traces = append(c.traces, t.Trace)
+	c.awaited = append(c.awaited, t.Notify)
+}
+
+func (c *submitColumns) args() []any {
+	return []any{c.ids, c.behaviors, c.params, c.priorities, c.delays, c.groupKeys, c.parentIDs, c.traces, c.awaited}
+}
+
+// SubmitCombined submits t, combining params with a scheduled task of the
+// same id under a row lock; see store.Store.
+func (s *Store) SubmitCombined(ctx context.Context, t store.NewTask, combine func(json.RawMessage) (json.RawMessage, error)) (api.Submission, error) {
+	var out []api.Submission
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var status string
+		var persisted []byte
+		err := tx.QueryRow(ctx, `SELECT status, params FROM stint_task WHERE id = $1 FOR UPDATE`, t.ID).Scan(&status, &persisted)
+		replace := false
+		switch {
+		case isNoRows(err):
+		case err != nil:
+			return err
+		case status == string(api.StatusScheduled):
+			if t.Params, err = combine(persisted); err != nil {
+				return err
+			}
+			replace = true
+		}
+		out, err = submit(ctx, tx, []store.NewTask{t}, replace)
+		return err
+	})
+	if err != nil {
+		return api.Submission{}, fmt.Errorf("submit %s: %w", t.ID, err)
+	}
+	return out[0], nil
+}
+
+// Get returns a task.
+func (s *Store) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
+	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM stint_task WHERE id = $1`, id))
+	if err != nil && err != api.ErrNotFound {
+		return t, fmt.Errorf("get task %s: %w", id, err)
+	}
+	return t, err
+}
+
+// MarkAwaited sets the awaited flag and returns the task as of that write.
+func (s *Store) MarkAwaited(ctx context.Context, id api.TaskID) (api.Task, error) {
+	t, err := scanTask(s.pool.QueryRow(ctx,
+		`UPDATE stint_task SET awaited = true WHERE id = $1 RETURNING `+taskColumns, id))
+	if err != nil && err != api.ErrNotFound {
+		return t, fmt.Errorf("mark task %s awaited: %w", id, err)
+	}
+	return t, err
+}
+
+// List returns a page of tasks in id order.
+func (s *Store) List(ctx context.Context, f api.Filter) (api.Page, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	limit = min(limit, 1000)
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM stint_task
+		WHERE ($1 = '' OR behavior = $1) AND ($2 = '' OR status = $2)
+		  AND ($3 = '' OR parent_id = $3) AND ($4 = '' OR group_key = $4) AND id > $5
+		ORDER BY id LIMIT $6`,
+		string(f.Behavior), string(f.Status), string(f.ParentID), f.GroupKey, string(f.After), limit+1)
+	if err != nil {
+		return api.Page{}, fmt.Errorf("list tasks: %w", err)
+	}
+	defer rows.Close()
+	page := api.Page{Tasks: []api.Task{}}
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return api.Page{}, fmt.Errorf("list tasks: %w", err)
+		}
+		page.Tasks = append(page.Tasks, t)
+	}
+	if err := rows.Err(); err != nil {
+		return api.Page{}, fmt.Errorf("list tasks: %w", err)
+	}
+	if len(page.Tasks) > limit {
+		page.Tasks = page.Tasks[:limit]
+		page.Next = page.Tasks[limit-1].ID
+	}
+	return page, nil
+}
+
+// claimSQL takes up to $4 due tasks of the behaviors $2 in pickup order and
+// issues each a fresh lease of $3 (the lease of its behavior). Running tasks
+// whose lease expired are due too (schedule_not_before = lost_not_before), so
+// the same statement takes lost tasks over.
+const claimSQL = `
+UPDATE stint_task t SET
+    status = 'running',
+    lease = gen_random_uuid(),
+    node = $1,
+    attempt = t.attempt + 1,
+    executed_at = now(),
+    lost_not_before = now() + ($3::bigint[])[array_position($2::text[], t.behavior)] * interval '1 microsecond',
+    schedule_not_before = now() + ($3::bigint[])[array_position($2::text[], t.behavior)] * interval '1 microsecond',
+    updated_at = now()
+WHERE t.id IN (
+    SELECT id FROM stint_task
+    WHERE schedule_not_before <= now() AND behavior = ANY($2::text[])
+    ORDER BY priority, schedule_not_before
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED)
+RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
+    coalesce(t.parent_id, ''), coalesce(t.group_key, ''), coalesce(t.trace, '')`
+
+// Claim takes due tasks; see store.Store.
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error) {
+	behaviors := make([]string, len(req.Behaviors))
+	leases := make([]int64, len(req.Behaviors))
+	for i, b := range req.Behaviors {
+		behaviors[i], leases[i] = string(b.Behavior), b.Lease.Microseconds()
+	}
+	rows, err := s.pool.Query(ctx, claimSQL, req.Node, behaviors, leases, req.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	out := make([]store.Claimed, 0, req.Limit)
+	var c store.Claimed
+	var params, progress []byte
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.Lease, &c.Behavior, &params, &progress, &c.Attempt, &c.Errors,
+		&c.Priority, &c.ParentID, &c.GroupKey, &c.Trace}, func() error {
+		c.Params, c.Progress = append([]byte(nil), params...), nil
+		if progress != nil {
+			c.Progress = append([]byte(nil), progress...)
+		}
+		out = append(out, c)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	return out, nil
+}
+
+// Renew extends leases; see store.Store.
+func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]bool, error) {
+	ids := make([]string, len(rs))
+	leases := make([][16]byte, len(rs))
+	durs := make([]int64, len(rs))
+	for i, r := range rs {
+		ids[i], leases[i], durs[i] = string(r.ID), r.Lease, r.Duration.Microseconds()
+	}
+	rows, err := s.pool.Query(ctx, `
+		UPDATE stint_task t SET
+		    lost_not_before = now() + r.us * interval '1 microsecond',
+		    schedule_not_before = now() + r.us * interval '1 microsecond'
+		FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS r(id, lease, us)
+		WHERE t.id = r.id AND t.lease = r.lease AND t.status = 'running'
+		RETURNING t.id`, ids, leases, durs)
+	if err != nil {
+		return nil, fmt.Errorf("renew leases: %w", err)
+	}
+	held := make(map[api.TaskID]bool, len(rs))
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { held[api.TaskID(id)] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("renew leases: %w", err)
+	}
+	return held, nil
+}
+
+// finishSQL records a batch of completions, each fenced by its lease. A task
+// flagged for resubmit is scheduled again at once. Awaited tasks are
+// notified in the same transaction, so a woken awaiter sees the result; ids
+// go in chunks of 50 to stay under the 8,000-byte payload limit.
+const finishSQL = `
+WITH c AS (
+    SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+        AS c(id, lease, status, result, error, again_us)
+), done AS (
+    UPDATE stint_task t SET
+        status = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN 'scheduled' ELSE c.status END,
+        result = CASE WHEN c.status = 'success' THEN c.result::jsonb ELSE t.result END,
+        error = CASE WHEN c.status = 'failure' THEN c.error::jsonb WHEN c.status = 'success' THEN NULL ELSE t.error END,
+        errors = CASE c.status WHEN 'failure' THEN t.errors + 1 WHEN 'success' THEN 0 ELSE t.errors END,
+        attempt = CASE WHEN c.status = 'scheduled' THEN t.attempt - 1 ELSE t.attempt END,
+        schedule_not_before = CASE
+            WHEN t.resubmit THEN now()
+            WHEN c.again_us >= 0 THEN now() + c.again_us * interval '1 microsecond' END,
+        lost_not_before = NULL,
+        executed_at = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN NULL ELSE t.executed_at END,
+        finished_at = CASE WHEN c.status = 'scheduled' THEN t.finished_at ELSE now() END,
+        resubmit = false,
+        updated_at = now()
+    FROM c
+    WHERE t.id = c.id AND t.lease = c.lease AND t.status = 'running'
+    RETURNING t.id, t.awaited
+), notified AS (
+    SELECT count(pg_notify('` + store.ChannelFinished + `', ids)) AS n FROM (
+        SELECT string_agg(id, ',') AS ids FROM (
+            SELECT id, (row_number() OVER ()) / 50 AS chunk FROM done WHERE awaited) a
+        GROUP BY chunk) b
+)
+SELECT done.id FROM done, notified`
+
+// Finish records completions; see store.Store.
+func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, error) {
+	n := len(cs)
+	ids, statuses := make([]string, n), make([]string, n)
+	leases := make([][16]byte, n)
+	results, errs := make([]*string, n), make([]*string, n)
+	again := make([]int64, n)
+	for i, c := range cs {
+		ids[i], leases[i], statuses[i] = string(c.ID), c.Lease, string(c.Status)
+		if c.Result != nil {
+			r := string(c.Result)
+			results[i] = &r
+		}
+		if c.Error != nil {
+			b, err := json.Marshal(c.Error)
+			if err != nil {
+				return nil, fmt.Errorf("finish task %s: encode error: %w", c.ID, err)
+			}
+			e := string(b)
+			errs[i] = &e
+		}
+		again[i] = -1
+		if c.Again {
+			again[i] = max(c.Delay, 0).Microseconds()
+		}
+	}
+	rows, err := s.pool.Query(ctx, finishSQL, ids, leases, statuses, results, errs, again)
+	if err != nil {
+		return nil, fmt.Errorf("finish tasks: %w", err)
+	}
+	ok := make(map[string]bool, n)
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { ok[id] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("finish tasks: %w", err)
+	}
+	out := make([]bool, n)
+	for i := range cs {
+		out[i] = ok[ids[i]]
+	}
+	return out, nil
+}
+
+// Checkpoint stores progress and renews the lease; see store.Store.
+func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.Renewal, progress json.RawMessage) error {
+	const q = `UPDATE stint_task SET progress = $3::jsonb,
+		    lost_not_before = now() + $4 * interval '1 microsecond',
+		    schedule_not_before = now() + $4 * interval '1 microsecond',
+		    updated_at = now()
+		WHERE id = $1 AND lease = $2 AND status = 'running'`
+	args := []any{string(r.ID), r.Lease, string(progress), r.Duration.Microseconds()}
+	var tag interface{ RowsAffected() int64 }
+	var err error
+	if tx != nil {
+		tag, err = tx.Exec(ctx, q, args...)
+	} else {
+		tag, err = s.pool.Exec(ctx, q, args...)
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint task %s: %w", r.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("checkpoint task %s: %w", r.ID, api.ErrHalt)
+	}
+	return nil
+}
+
+// Release gives running tasks back, due at once; see store.Store.
+func (s *Store) Release(ctx context.Context, refs []store.LeaseRef) error {
+	ids := make([]string, len(refs))
+	leases := make([][16]byte, len(refs))
+	for i, r := range refs {
+		ids[i], leases[i] = string(r.ID), r.Lease
+	}
+	_, err := s.pool.Exec(ctx, `
+		UPDATE stint_task t SET status = 'scheduled', schedule_not_before = now(), lost_not_before = NULL,
+		    executed_at = NULL, attempt = t.attempt - 1, updated_at = now()
+		FROM unnest($1::text[], $2::uuid[]) AS r(id, lease)
+		WHERE t.id = r.id AND t.lease = r.lease AND t.status = 'running'`, ids, leases)
+	if err != nil {
+		return fmt.Errorf("release tasks: %w", err)
+	}
+	return nil
+}
+
+// RegisterNode records a node as started.
+func (s *Store) RegisterNode(ctx context.Context, n store.Node) error {
+	behaviors := make([]string, len(n.Behaviors))
+	for i, b := range n.Behaviors {
+		behaviors[i] = string(b)
+	}
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO stint_node (id, host, pid, behaviors, max_workers) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (id) DO UPDATE SET host = $2, pid = $3, behaviors = $4, max_workers = $5,
+		    started_at = now(), heartbeat_at = now()`,
+		n.ID, n.Host, n.PID, behaviors, n.MaxWorkers)
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+// HeartbeatNode renews a node's heartbeat.
+func (s *Store) HeartbeatNode(ctx context.Context, id string) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE stint_node SET heartbeat_at = now() WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("heartbeat node %s: %w", id, err)
+	}
+	return nil
+}
+
+// DeregisterNode removes a node.
+func (s *Store) DeregisterNode(ctx context.Context, id string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM stint_node WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("deregister node %s: %w", id, err)
+	}
+	return nil
+}
+
+// Nodes lists registered nodes, oldest first.
+func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, host, pid, behaviors, max_workers, started_at, heartbeat_at
+		FROM stint_node ORDER BY started_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var out []store.Node
+	var n store.Node
+	var behaviors []string
+	_, err = pgx.ForEachRow(rows, []any{&n.ID, &n.Host, &n.PID, &behaviors, &n.MaxWorkers, &n.StartedAt, &n.HeartbeatAt}, func() error {
+		n.Behaviors = make([]api.BehaviorID, len(behaviors))
+		for i, b := range behaviors {
+			n.Behaviors[i] = api.BehaviorID(b)
+		}
+		out = append(out, n)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return out, nil
+}

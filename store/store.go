@@ -1,0 +1,166 @@
+// Package store is the persistence contract of stint: the operations the
+// engine needs from its database, with their types. It holds no SQL; the
+// PostgreSQL implementation is in store/postgres.
+//
+// Every write a runner makes carries its lease (LeaseRef) and changes
+// nothing when the lease is no longer the task's: that is the fencing that
+// keeps a stale node from overwriting the work of the node that took its
+// task over.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stinthq/stint/api"
+)
+
+// Channels of the notifications stores send. Notifications are wake-up
+// hints; every reader also polls.
+const (
+	// ChannelDue is notified when tasks became due; the payload is empty.
+	ChannelDue = "stint_due"
+	// ChannelFinished is notified when awaited tasks changed state; the
+	// payload is their ids joined by commas, or empty for "check all".
+	ChannelFinished = "stint_finished"
+)
+
+// NewTask is a validated task to store.
+type NewTask struct {
+	ID       api.TaskID
+	Behavior api.BehaviorID
+	Params   json.RawMessage
+	Priority int
+	// Delay postpones the due time from the database's now().
+	Delay    time.Duration
+	GroupKey string
+	ParentID api.TaskID
+	Trace    string
+	// Notify sets the task's awaited flag: its state changes are notified.
+	Notify bool
+	// Share keeps an existing task of the same id as it is (Polaris'
+	// shared result) instead of resubmitting it (couch_jobs' add).
+	Share bool
+}
+
+// LeaseRef names a run: the task and the lease its claim issued.
+type LeaseRef struct {
+	ID    api.TaskID
+	Lease [16]byte
+}
+
+// ClaimRequest asks for due tasks of some behaviors.
+type ClaimRequest struct {
+	// Node is the claiming node's id.
+	Node string
+	// Behaviors are the behaviors to claim, each with its lease duration.
+	Behaviors []BehaviorLease
+	// Limit caps how many tasks are claimed.
+	Limit int
+}
+
+// BehaviorLease is a behavior and the lease its claims get.
+type BehaviorLease struct {
+	Behavior api.BehaviorID
+	Lease    time.Duration
+}
+
+// Claimed is a task a claim handed to a node.
+type Claimed struct {
+	LeaseRef
+	Behavior api.BehaviorID
+	Params   json.RawMessage
+	Progress json.RawMessage
+	Attempt  int
+	Errors   int
+	Priority int
+	ParentID api.TaskID
+	GroupKey string
+	Trace    string
+}
+
+// Renewal extends a run's lease by Duration from the database's now().
+type Renewal struct {
+	LeaseRef
+	Duration time.Duration
+}
+
+// Completion is the end of a run.
+type Completion struct {
+	LeaseRef
+	// Status is StatusSuccess or StatusFailure; for a snooze it is
+	// StatusScheduled.
+	Status api.Status
+	Result json.RawMessage
+	Error  *api.TaskError
+	// Again schedules the task to run again after Delay (recurring task,
+	// retry, snooze); otherwise it is finished for good.
+	Again bool
+	Delay time.Duration
+}
+
+// Node is a registered server node.
+type Node struct {
+	ID          string           `json:"id"`
+	Host        string           `json:"host"`
+	PID         int              `json:"pid"`
+	Behaviors   []api.BehaviorID `json:"behaviors"`
+	MaxWorkers  int              `json:"max_workers"`
+	StartedAt   time.Time        `json:"started_at"`
+	HeartbeatAt time.Time        `json:"heartbeat_at"`
+}
+
+// Store is what the engine needs from its database. Implementations are
+// safe for concurrent use.
+type Store interface {
+	// Submit stores tasks in one statement, merging each into an existing
+	// task of its id (see api.Tasks.Submit). The result has one entry per
+	// task, in order.
+	Submit(ctx context.Context, tasks []NewTask) ([]api.Submission, error)
+	// SubmitCombined submits t, merging its params into those of a still
+	// scheduled task of the same id with combine, under a row lock.
+	SubmitCombined(ctx context.Context, t NewTask, combine func(persisted json.RawMessage) (json.RawMessage, error)) (api.Submission, error)
+	// Get returns a task or api.ErrNotFound.
+	Get(ctx context.Context, id api.TaskID) (api.Task, error)
+	// MarkAwaited sets the task's awaited flag and returns its state as of
+	// that write, or api.ErrNotFound.
+	MarkAwaited(ctx context.Context, id api.TaskID) (api.Task, error)
+	// List returns a page of tasks.
+	List(ctx context.Context, f api.Filter) (api.Page, error)
+
+	// Claim takes due tasks for a node, issuing a fresh lease for each.
+	Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error)
+	// Renew extends leases in one statement and returns the ids whose lease
+	// still held.
+	Renew(ctx context.Context, rs []Renewal) (map[api.TaskID]bool, error)
+	// Finish records completions in one statement and returns, for each,
+	// whether its lease still held (false: api.ErrHalt for that run).
+	Finish(ctx context.Context, cs []Completion) ([]bool, error)
+	// Checkpoint stores a run's progress and renews its lease. With a
+	// non-nil tx it runs inside it. It returns api.ErrHalt when the lease
+	// no longer holds.
+	Checkpoint(ctx context.Context, tx pgx.Tx, r Renewal, progress json.RawMessage) error
+	// Release gives running tasks back, due at once, without counting the
+	// attempt.
+	Release(ctx context.Context, refs []LeaseRef) error
+
+	// RegisterNode records a node as started.
+	RegisterNode(ctx context.Context, n Node) error
+	// HeartbeatNode renews a node's heartbeat.
+	HeartbeatNode(ctx context.Context, id string) error
+	// DeregisterNode removes a node.
+	DeregisterNode(ctx context.Context, id string) error
+	// Nodes lists the registered nodes.
+	Nodes(ctx context.Context) ([]Node, error)
+
+	// Listen calls fn for every notification on channels until ctx ends,
+	// reconnecting after errors. After each (re)connect it calls fn with
+	// an empty payload on every channel, since notifications sent while it
+	// was away are lost.
+	Listen(ctx context.Context, channels []string, fn func(channel, payload string)) error
+	// Notify sends a notification.
+	Notify(ctx context.Context, channel, payload string) error
+}
