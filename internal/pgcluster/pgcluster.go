@@ -39,6 +39,10 @@ import (
 // the context has no earlier deadline.
 const DefaultStartTimeout = 90 * time.Second
 
+// reuseTimeout bounds how long Start waits for a server already running in the data directory to
+// accept connections before giving up on reusing it.
+const reuseTimeout = 20 * time.Second
+
 // stopTimeout bounds how long Stop waits for a fast shutdown before escalating.
 const stopTimeout = 60 * time.Second
 
@@ -128,7 +132,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, fmt.Errorf("pgcluster: a PostgreSQL server (pid %d) is already running in %s on port %d, not on the requested port %d; stop it first",
 				pid, dataDir, port, opts.Port)
 		}
-		ctx, cancel := withDefaultTimeout(ctx)
+		// A running server answers at once, or within seconds if it is still starting up.
+		ctx, cancel := context.WithTimeout(ctx, reuseTimeout)
 		defer cancel()
 		c.port = port
 		if err := c.waitReady(ctx, nil); err != nil {

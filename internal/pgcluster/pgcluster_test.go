@@ -97,7 +97,7 @@ func TestStartRestartStop(t *testing.T) {
 }
 
 func TestStartReusesRunningServer(t *testing.T) {
-	first := startCluster(t, Options{})
+	first := startCluster(t, Options{Detach: true})
 	second, err := Start(context.Background(), Options{DataDir: first.DataDir()})
 	require.NoError(t, err)
 	require.True(t, second.Reused())
