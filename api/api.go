@@ -44,6 +44,8 @@ const (
 	StatusFailure Status = "failure"
 	// StatusHeld is a task that is not claimed until it is released.
 	StatusHeld Status = "held"
+	// StatusRemoved appears only in events: the task was removed.
+	StatusRemoved Status = "removed"
 )
 
 // Valid reports whether s is one of the known states.
@@ -135,8 +137,11 @@ type Submission struct {
 	Status Status `json:"status"`
 }
 
-// Filter selects tasks for List. Zero fields match everything.
+// Filter selects tasks for List and Subscribe. Zero fields match
+// everything.
 type Filter struct {
+	// ID selects one task (Subscribe only).
+	ID       TaskID     `json:"id,omitempty"`
 	Behavior BehaviorID `json:"behavior,omitempty"`
 	Status   Status     `json:"status,omitempty"`
 	ParentID TaskID     `json:"parent_id,omitempty"`
@@ -174,4 +179,41 @@ type Tasks interface {
 	Await(ctx context.Context, id TaskID) (Task, error)
 	// List returns tasks matching f in id order, a page at a time.
 	List(ctx context.Context, f Filter) (Page, error)
+	// Subscribe delivers the state changes of the tasks matching f, from
+	// any node, in order per task. A subscription to one task (f.ID) gets
+	// its current state first and ends after the task finishes for good or
+	// is removed; others run until ctx ends. The channel is closed at the
+	// end.
+	Subscribe(ctx context.Context, f Filter) (<-chan Event, error)
+	// Changes reads the change feed after the cursor since (0: from the
+	// start of what the feed keeps), oldest first, and returns the cursor
+	// to read after them. A reader that stores the cursor resumes there
+	// after being offline, missing nothing. The feed is read in whole
+	// batches: it stops once limit changes were read, and may return more.
+	Changes(ctx context.Context, since int64, limit int) ([]Event, int64, error)
+	// Remove deletes a task: a scheduled one is gone, a running one's
+	// runner halts at its next write. ErrNotFound if it does not exist.
+	Remove(ctx context.Context, id TaskID) error
+	// Hold keeps a scheduled task from running until Release.
+	Hold(ctx context.Context, id TaskID) error
+	// Release makes a held task due again.
+	Release(ctx context.Context, id TaskID) error
+	// Retry runs a task that failed for good again, with fresh attempts.
+	Retry(ctx context.Context, id TaskID) error
+}
+
+// Event is one state change of a task, from the change feed.
+type Event struct {
+	// Seq orders the events of a batch, and so the events of one task.
+	// Zero for the current state a subscription starts with.
+	Seq      int64      `json:"seq"`
+	TaskID   TaskID     `json:"task_id"`
+	Behavior BehaviorID `json:"behavior"`
+	// Status is the new state, or StatusRemoved.
+	Status   Status `json:"status"`
+	ParentID TaskID `json:"parent_id,omitempty"`
+	// Final is set when nothing follows: the task finished for good or was
+	// removed.
+	Final bool      `json:"final"`
+	At    time.Time `json:"at"`
 }

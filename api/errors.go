@@ -19,6 +19,9 @@ var (
 	// ErrUnknownBehavior is returned for a behavior id no registry knows. It
 	// wraps ErrInvalid.
 	ErrUnknownBehavior = fmt.Errorf("%w: unknown behavior", ErrInvalid)
+	// ErrConflict is returned for an operation the task's state does not
+	// allow, such as holding a running task.
+	ErrConflict = errors.New("stint: task state does not allow this")
 	// ErrClosed is returned by a server or client after it was stopped.
 	ErrClosed = errors.New("stint: closed")
 )

@@ -18,15 +18,17 @@ type hub struct {
 	st  store.Store
 	log *slog.Logger
 
-	mu      sync.Mutex
-	waiters map[api.TaskID]map[chan struct{}]struct{}
-	onDue   func()
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu        sync.Mutex
+	waiters   map[api.TaskID]map[chan struct{}]struct{}
+	onDue     func()
+	onRemoved func(api.TaskID)
+	all       map[chan struct{}]struct{} // woken by every finish notification
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 func newHub(st store.Store, log *slog.Logger) *hub {
-	return &hub{st: st, log: log, waiters: map[api.TaskID]map[chan struct{}]struct{}{}}
+	return &hub{st: st, log: log, waiters: map[api.TaskID]map[chan struct{}]struct{}{}, all: map[chan struct{}]struct{}{}}
 }
 
 // start begins listening, once.
@@ -40,7 +42,7 @@ func (h *hub) start() {
 	h.cancel, h.done = cancel, make(chan struct{})
 	go func() {
 		defer close(h.done)
-		err := h.st.Listen(ctx, []string{store.ChannelDue, store.ChannelFinished}, h.dispatch)
+		err := h.st.Listen(ctx, []string{store.ChannelDue, store.ChannelFinished, store.ChannelRemoved}, h.dispatch)
 		if err != nil && ctx.Err() == nil {
 			h.log.Error("stint: listener stopped", "err", err)
 		}
@@ -62,6 +64,27 @@ func (h *hub) setOnDue(fn func()) {
 	h.mu.Lock()
 	h.onDue = fn
 	h.mu.Unlock()
+}
+
+// setOnRemoved sets the function called with the id of a removed task.
+func (h *hub) setOnRemoved(fn func(api.TaskID)) {
+	h.mu.Lock()
+	h.onRemoved = fn
+	h.mu.Unlock()
+}
+
+// waitAll registers interest in every finish notification.
+func (h *hub) waitAll() (<-chan struct{}, func()) {
+	h.start()
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	h.all[ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		delete(h.all, ch)
+		h.mu.Unlock()
+	}
 }
 
 // wait registers interest in id. The channel receives a value when the
@@ -95,7 +118,12 @@ func (h *hub) dispatch(channel, payload string) {
 		if h.onDue != nil {
 			h.onDue()
 		}
+	case store.ChannelRemoved:
+		if h.onRemoved != nil && payload != "" {
+			h.onRemoved(api.TaskID(payload))
+		}
 	case store.ChannelFinished:
+		signalAll(h.all)
 		if payload == "" {
 			for _, set := range h.waiters {
 				signalAll(set)

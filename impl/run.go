@@ -18,6 +18,7 @@ import (
 type run struct {
 	claimed store.Claimed
 	reg     *spi.Registration
+	lease   time.Duration // the lease the claim issued; renewals extend by it
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 
@@ -33,7 +34,11 @@ var errLeaseExpired = fmt.Errorf("lease expired before it could be renewed: %w",
 // the claim was sent: the lease runs from no earlier than that.
 func (s *Server) startRun(c store.Claimed, sent time.Time) {
 	reg, _ := s.cfg.Registry.Lookup(c.Behavior)
-	r := &run{claimed: c, reg: reg, deadline: sent.Add(reg.Policy.Lease), progress: c.Progress}
+	lease := c.LeaseDuration
+	if lease <= 0 {
+		lease = reg.Policy.Lease
+	}
+	r := &run{claimed: c, reg: reg, lease: lease, deadline: sent.Add(lease), progress: c.Progress}
 	r.ctx, r.cancel = context.WithCancelCause(s.runCtx)
 	s.mu.Lock()
 	s.running[c.ID] = r
@@ -69,12 +74,13 @@ func (s *Server) execute(r *run) {
 	if errors.Is(context.Cause(r.ctx), errStopping) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := s.st.Release(ctx, []store.LeaseRef{r.claimed.LeaseRef}); err != nil {
-			s.log.Warn("stint: release failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
+		if err := s.st.Unclaim(ctx, []store.LeaseRef{r.claimed.LeaseRef}); err != nil {
+			s.log.Warn("stint: unclaim failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
 		}
 		return
 	}
-	c := store.Completion{LeaseRef: r.claimed.LeaseRef, Again: out.Again, Delay: out.Delay}
+	c := store.Completion{LeaseRef: r.claimed.LeaseRef, Again: out.Again, Delay: out.Delay,
+		WaitChildren: out.WaitChildren, HasParent: r.claimed.ParentID != ""}
 	switch {
 	case out.Snoozed:
 		c.Status = api.StatusScheduled
@@ -143,7 +149,7 @@ func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) e
 	// Inside a caller's transaction the renewal counts only once it
 	// commits, which we cannot see: keep the old deadline then.
 	if tx == nil {
-		rc.r.deadline = sent.Add(rc.r.reg.Policy.Lease)
+		rc.r.deadline = sent.Add(rc.r.lease)
 	}
 	rc.s.mu.Unlock()
 	return nil
@@ -161,20 +167,42 @@ func (rc *runContext) Heartbeat(ctx context.Context) error {
 		return err
 	}
 	rc.s.mu.Lock()
-	rc.r.deadline = sent.Add(rc.r.reg.Policy.Lease)
+	rc.r.deadline = sent.Add(rc.r.lease)
 	rc.s.mu.Unlock()
 	return nil
 }
 
+func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]api.Submission, error) {
+	tasks := make([]store.NewTask, len(reqs))
+	for i, req := range reqs {
+		t, _, err := rc.s.prepare(req)
+		if err != nil {
+			return nil, fmt.Errorf("spawn child %d (%s): %w", i, req.Behavior, err)
+		}
+		tasks[i] = t
+	}
+	subs, err := rc.s.st.Spawn(ctx, rc.r.claimed.LeaseRef, tasks)
+	if errors.Is(err, api.ErrHalt) {
+		rc.r.cancel(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rc.s.kick.kick()
+	return subs, nil
+}
+
 func (rc *runContext) renewal() store.Renewal {
-	return store.Renewal{LeaseRef: rc.r.claimed.LeaseRef, Duration: rc.r.reg.Policy.Lease}
+	return store.Renewal{LeaseRef: rc.r.claimed.LeaseRef, Duration: rc.r.lease}
 }
 
 // leaseLoop renews the leases of this node's runs in one statement once a
 // third of a lease has passed, cancels runs whose lease was lost or could
 // not be renewed in time, and renews the node's heartbeat.
 func (s *Server) leaseLoop(ctx context.Context) {
-	tick := min(max(s.minLease/6, 50*time.Millisecond), 5*time.Second)
+	// Short ticks: an operator may lower a behavior's lease at runtime
+	// (to 1 s at least), and a tick only scans this node's runs.
+	tick := min(max(s.minLease/6, 50*time.Millisecond), 250*time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	lastBeat := time.Now()
@@ -201,7 +229,7 @@ func (s *Server) renewLeases(ctx context.Context) {
 	earliest := now.Add(time.Hour)
 	s.mu.Lock()
 	for _, r := range s.running {
-		lease := r.reg.Policy.Lease
+		lease := r.lease
 		switch left := r.deadline.Sub(now); {
 		case left <= 0:
 			r.cancel(errLeaseExpired)
@@ -231,7 +259,7 @@ func (s *Server) renewLeases(ctx context.Context) {
 	defer s.mu.Unlock()
 	for _, r := range runs {
 		if held[r.claimed.ID] {
-			r.deadline = sent.Add(r.reg.Policy.Lease)
+			r.deadline = sent.Add(r.lease)
 		} else {
 			r.cancel(fmt.Errorf("task %s: %w", r.claimed.ID, api.ErrHalt))
 		}

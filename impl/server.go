@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"os"
 	"sync"
 	"time"
@@ -37,14 +38,51 @@ type ServerConfig struct {
 	// so that claims are batches rather than one statement per task.
 	// Defaults to 1 millisecond.
 	FetchCooldown time.Duration
+	// LookAhead also claims tasks due within this window, to run them
+	// early (couch_jobs' max_sched_time). Defaults to zero: only due tasks.
+	LookAhead time.Duration
 	// NodeHeartbeat is how often the node renews its row in the nodes
-	// table. Defaults to 5 seconds.
+	// table. Defaults to 5 seconds. Nodes silent for 10 heartbeats are
+	// dropped from the table by any other node.
 	NodeHeartbeat time.Duration
+	// Maintenance tunes the upkeep every server does: dropping dead feed
+	// consumers and nodes, trimming the change feed.
+	Maintenance Maintenance
 	// AwaitPollInterval is ClientConfig.PollInterval for the server's own
 	// Awaits.
 	AwaitPollInterval time.Duration
 	// Logger receives the server's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+}
+
+// Maintenance tunes a server's upkeep. Zero fields take the defaults.
+type Maintenance struct {
+	// Interval is the time between rounds. Defaults to 30 seconds.
+	Interval time.Duration
+	// ConsumerTimeout drops feed consumers that did not ack for this long.
+	// Defaults to 10 minutes.
+	ConsumerTimeout time.Duration
+	// FeedMinRetention keeps every change this long. Defaults to 1 hour.
+	FeedMinRetention time.Duration
+	// FeedMaxRetention drops changes this old even if a live consumer did
+	// not read them. Defaults to 7 days.
+	FeedMaxRetention time.Duration
+}
+
+func (m Maintenance) withDefaults() Maintenance {
+	if m.Interval <= 0 {
+		m.Interval = 30 * time.Second
+	}
+	if m.ConsumerTimeout <= 0 {
+		m.ConsumerTimeout = 10 * time.Minute
+	}
+	if m.FeedMinRetention <= 0 {
+		m.FeedMinRetention = time.Hour
+	}
+	if m.FeedMaxRetention <= 0 {
+		m.FeedMaxRetention = 7 * 24 * time.Hour
+	}
+	return m
 }
 
 // Server runs tasks and, like a Client, submits and awaits them. Create it
@@ -108,6 +146,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Maintenance = cfg.Maintenance.withDefaults()
 	ids := cfg.Behaviors
 	if len(ids) == 0 {
 		ids = cfg.Registry.IDs()
@@ -160,6 +199,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("start server: %w", err)
 	}
 	s.hub.setOnDue(s.wakeClaimer)
+	s.hub.setOnRemoved(s.cancelRemoved)
 	s.kick.local = s.wakeClaimer
 	s.hub.start()
 
@@ -170,9 +210,10 @@ func (s *Server) Start(ctx context.Context) error {
 	s.completer = newCompleter(s.st, s.log)
 	s.claimDone = make(chan struct{})
 
-	s.bgDone.Add(2)
+	s.bgDone.Add(3)
 	go func() { defer s.bgDone.Done(); s.completer.loop(bgCtx) }()
 	go func() { defer s.bgDone.Done(); s.leaseLoop(bgCtx) }()
+	go func() { defer s.bgDone.Done(); s.maintainLoop(bgCtx) }()
 	go func() { defer close(s.claimDone); s.claimLoop(claimCtx) }()
 	s.log.Info("stint: server started", "node", s.cfg.Node, "behaviors", ids, "max_workers", s.cfg.MaxWorkers)
 	return nil
@@ -221,6 +262,42 @@ func (s *Server) Running() int {
 }
 
 func (s *Server) wakeClaimer() { signal(s.wake) }
+
+// cancelRemoved cancels the local run of a removed task, if any; its
+// writes are fenced out either way.
+func (s *Server) cancelRemoved(id api.TaskID) {
+	s.mu.Lock()
+	r := s.running[id]
+	s.mu.Unlock()
+	if r != nil {
+		r.cancel(fmt.Errorf("task %s was removed: %w", id, api.ErrHalt))
+	}
+}
+
+// maintainLoop does the upkeep every Maintenance.Interval, jittered so
+// that nodes spread it out. Every node does it; the statements are safe to
+// run concurrently.
+func (s *Server) maintainLoop(ctx context.Context) {
+	m := s.cfg.Maintenance
+	for {
+		sleep(ctx, m.Interval/2+time.Duration(mrand.Int64N(int64(m.Interval))))
+		if ctx.Err() != nil {
+			return
+		}
+		res, err := s.st.Maintain(ctx, store.MaintainParams{
+			ConsumerTimeout:  m.ConsumerTimeout,
+			NodeTimeout:      10 * s.cfg.NodeHeartbeat,
+			FeedMinRetention: m.FeedMinRetention,
+			FeedMaxRetention: m.FeedMaxRetention,
+		})
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("stint: maintenance failed", "err", err)
+		case res != store.MaintainResult{}:
+			s.log.Info("stint: maintenance", "dropped_consumers", res.Consumers, "dropped_nodes", res.Nodes, "trimmed_changes", res.Changes)
+		}
+	}
+}
 
 // claimLoop claims due tasks while there are free slots, and waits for a
 // wake-up, a freed slot or the poll interval otherwise.
@@ -280,7 +357,8 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 		if limit <= 0 {
 			break
 		}
-		claimed, err := s.st.Claim(ctx, store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: limit})
+		claimed, err := s.st.Claim(ctx, store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: limit,
+			LookAhead: s.cfg.LookAhead, PerGroup: g.perGroup})
 		if err != nil {
 			return n, false, err
 		}
@@ -298,11 +376,13 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 type claimGroup struct {
 	behaviors []store.BehaviorLease
 	limit     int
+	perGroup  int
 }
 
 // claimGroups splits the behaviors with free capacity into claim
 // statements: one for all behaviors whose own limit exceeds the free slots,
-// and one per behavior whose limit is tighter.
+// and one per behavior whose limit is tighter or that caps its tasks per
+// group key.
 func (s *Server) claimGroups() (free int, groups []claimGroup) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -313,13 +393,14 @@ func (s *Server) claimGroups() (free int, groups []claimGroup) {
 	main := claimGroup{limit: free}
 	for _, b := range s.behaviors {
 		bl := store.BehaviorLease{Behavior: b.ID, Lease: b.Policy.Lease}
-		if b.Policy.MaxConcurrency <= 0 {
-			main.behaviors = append(main.behaviors, bl)
-			continue
+		left := free
+		if b.Policy.MaxConcurrency > 0 {
+			left = b.Policy.MaxConcurrency - s.perBehav[b.ID]
 		}
-		left := b.Policy.MaxConcurrency - s.perBehav[b.ID]
 		switch {
 		case left <= 0:
+		case b.Policy.GroupConcurrency > 0:
+			groups = append(groups, claimGroup{behaviors: []store.BehaviorLease{bl}, limit: min(left, free), perGroup: b.Policy.GroupConcurrency})
 		case left >= free:
 			main.behaviors = append(main.behaviors, bl)
 		default:

@@ -28,6 +28,11 @@ type Policy struct {
 	// MaxConcurrency caps the tasks of this behavior one node runs at once.
 	// Zero leaves only the node's worker limit.
 	MaxConcurrency int
+	// GroupConcurrency caps the running tasks of this behavior per group
+	// key across all nodes (e.g. one ingest job per collection at a time).
+	// Zero means no cap. Claims of a capped behavior take a short
+	// transaction with a lock per key, so leave it zero where not needed.
+	GroupConcurrency int
 	// Priority is the default priority of new tasks; lower runs first.
 	// Zero means the default, 5.
 	Priority int

@@ -69,6 +69,10 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 		if errors.As(err, &snooze) {
 			return Outcome{Snoozed: true, Again: true, Delay: snooze.Delay}
 		}
+		var wait *WaitChildrenError
+		if errors.As(err, &wait) {
+			return Outcome{Snoozed: true, WaitChildren: true, Delay: wait.Max}
+		}
 		return reg.failure(p, AsTaskError(err), rc, failures)
 	}
 	reg.retry = func(p any, te *api.TaskError, failures int) (time.Duration, bool) {
@@ -141,6 +145,9 @@ type Outcome struct {
 	Err *api.TaskError
 	// Snoozed is set when the run asked to be run again later.
 	Snoozed bool
+	// WaitChildren is set (with Snoozed) when the run waits for its
+	// children, at most Delay.
+	WaitChildren bool
 	// Again says the task runs again after Delay.
 	Again bool
 	Delay time.Duration

@@ -89,6 +89,11 @@ type RunContext interface {
 	// Heartbeat renews the lease now. The server renews leases on its own;
 	// this is for runs that want to know early that they lost theirs.
 	Heartbeat(ctx context.Context) error
+	// Spawn submits child tasks of this task, validated like any submit.
+	// It is fenced: a run that lost its lease spawns nothing and gets
+	// api.ErrHalt. Children are listed with api.Filter{ParentID: id}; a
+	// run may return WaitForChildren to sleep until they all end.
+	Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]api.Submission, error)
 }
 
 // SnoozeError is returned by Run (via Snooze) to run the task again after
@@ -101,3 +106,21 @@ func (e *SnoozeError) Error() string { return "snooze " + e.Delay.String() }
 
 // Snooze returns the error a run returns to be run again after d.
 func Snooze(d time.Duration) error { return &SnoozeError{Delay: d} }
+
+// WaitChildrenError is returned by Run (via WaitForChildren) to release its
+// worker until the task's last pending child ends.
+type WaitChildrenError struct {
+	// Max is the longest wait: the task runs again after it even if
+	// children are still pending.
+	Max time.Duration
+}
+
+func (e *WaitChildrenError) Error() string {
+	return "wait for children (at most " + e.Max.String() + ")"
+}
+
+// WaitForChildren returns the error a run returns to run again once all
+// the children it spawned have ended (or after max). Like a snooze, the wait
+// is neither a failure nor an attempt. A parent is woken exactly once, by
+// the finish of its last child.
+func WaitForChildren(max time.Duration) error { return &WaitChildrenError{Max: max} }

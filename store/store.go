@@ -26,6 +26,10 @@ const (
 	// ChannelFinished is notified when awaited tasks changed state; the
 	// payload is their ids joined by commas, or empty for "check all".
 	ChannelFinished = "stint_finished"
+	// ChannelRemoved is notified with the id of a removed running task, so
+	// that its node cancels the run at once rather than at its next lease
+	// renewal.
+	ChannelRemoved = "stint_removed"
 )
 
 // NewTask is a validated task to store.
@@ -60,6 +64,12 @@ type ClaimRequest struct {
 	Behaviors []BehaviorLease
 	// Limit caps how many tasks are claimed.
 	Limit int
+	// LookAhead also claims tasks due within this window from now, to run
+	// them early. Zero claims only tasks due now.
+	LookAhead time.Duration
+	// PerGroup caps the running tasks per group key across all nodes;
+	// zero means no cap. A capped request must name a single behavior.
+	PerGroup int
 }
 
 // BehaviorLease is a behavior and the lease its claims get.
@@ -71,15 +81,17 @@ type BehaviorLease struct {
 // Claimed is a task a claim handed to a node.
 type Claimed struct {
 	LeaseRef
-	Behavior api.BehaviorID
-	Params   json.RawMessage
-	Progress json.RawMessage
-	Attempt  int
-	Errors   int
-	Priority int
-	ParentID api.TaskID
-	GroupKey string
-	Trace    string
+	// LeaseDuration is the lease the claim issued; renewals extend by it.
+	LeaseDuration time.Duration
+	Behavior      api.BehaviorID
+	Params        json.RawMessage
+	Progress      json.RawMessage
+	Attempt       int
+	Errors        int
+	Priority      int
+	ParentID      api.TaskID
+	GroupKey      string
+	Trace         string
 }
 
 // Renewal extends a run's lease by Duration from the database's now().
@@ -100,6 +112,12 @@ type Completion struct {
 	// retry, snooze); otherwise it is finished for good.
 	Again bool
 	Delay time.Duration
+	// HasParent tells that the task is a child: its final end counts
+	// against its parent's pending children.
+	HasParent bool
+	// WaitChildren parks the task until its last pending child finishes,
+	// or Delay passes; Status is then StatusScheduled.
+	WaitChildren bool
 }
 
 // Node is a registered server node.
@@ -143,9 +161,51 @@ type Store interface {
 	// non-nil tx it runs inside it. It returns api.ErrHalt when the lease
 	// no longer holds.
 	Checkpoint(ctx context.Context, tx pgx.Tx, r Renewal, progress json.RawMessage) error
-	// Release gives running tasks back, due at once, without counting the
-	// attempt.
-	Release(ctx context.Context, refs []LeaseRef) error
+	// Unclaim gives running tasks back, due at once, without counting the
+	// attempt (a graceful stop).
+	Unclaim(ctx context.Context, refs []LeaseRef) error
+	// Spawn submits children of the running task parent, fenced by its
+	// lease: a stale parent spawns nothing and gets api.ErrHalt. Children
+	// created by the call count as the parent's pending children.
+	Spawn(ctx context.Context, parent LeaseRef, tasks []NewTask) ([]api.Submission, error)
+
+	// Remove deletes a task. A running task's runner gets api.ErrHalt at
+	// its next write. It returns the removed task's state.
+	Remove(ctx context.Context, id api.TaskID) (api.Task, error)
+	// Hold keeps a scheduled task from being claimed; api.ErrConflict for
+	// a task that is not scheduled (or retrying).
+	Hold(ctx context.Context, id api.TaskID) error
+	// Release makes a held task due at once; api.ErrConflict if not held.
+	Release(ctx context.Context, id api.TaskID) error
+	// Retry schedules a task that failed for good to run again at once,
+	// with a fresh count of attempts; api.ErrConflict otherwise.
+	Retry(ctx context.Context, id api.TaskID) error
+	// HoldGroup keeps every task of a group key from being claimed.
+	HoldGroup(ctx context.Context, key string) error
+	// ReleaseGroup lifts a group hold.
+	ReleaseGroup(ctx context.Context, key string) error
+	// HeldGroups lists the held group keys.
+	HeldGroups(ctx context.Context) ([]string, error)
+	// SetBehavior changes a behavior's runtime settings for all nodes.
+	SetBehavior(ctx context.Context, b BehaviorSettings) error
+	// Behaviors lists the behaviors with runtime settings.
+	Behaviors(ctx context.Context) ([]BehaviorSettings, error)
+	// PendingCount counts tasks of behavior due within lookAhead (not
+	// running, not held).
+	PendingCount(ctx context.Context, behavior api.BehaviorID, lookAhead time.Duration) (int, error)
+
+	// Changes reads the change feed after the cursor f.Since and returns
+	// the changes in order with the cursor to read after them.
+	Changes(ctx context.Context, f ChangeFilter) ([]api.Event, int64, error)
+	// FeedHead returns the cursor a new reader starts at: it sees every
+	// change that commits after the call.
+	FeedHead(ctx context.Context) (int64, error)
+	// AckFeed registers or renews the named feed consumer, at cursor.
+	AckFeed(ctx context.Context, consumer string, cursor int64) error
+	// FeedConsumers lists the feed consumers.
+	FeedConsumers(ctx context.Context) ([]FeedConsumer, error)
+	// Maintain drops dead feed consumers and nodes and trims the feed.
+	Maintain(ctx context.Context, p MaintainParams) (MaintainResult, error)
 
 	// RegisterNode records a node as started.
 	RegisterNode(ctx context.Context, n Node) error
@@ -163,4 +223,54 @@ type Store interface {
 	Listen(ctx context.Context, channels []string, fn func(channel, payload string)) error
 	// Notify sends a notification.
 	Notify(ctx context.Context, channel, payload string) error
+}
+
+// BehaviorSettings are a behavior's runtime settings, shared by all nodes.
+type BehaviorSettings struct {
+	Behavior api.BehaviorID `json:"behavior"`
+	// Paused stops claims of the behavior on every node.
+	Paused bool `json:"paused"`
+	// Lease overrides the behavior's policy lease; zero keeps the policy's.
+	Lease time.Duration `json:"lease,omitempty"`
+}
+
+// ChangeFilter selects change-feed entries.
+type ChangeFilter struct {
+	// Since is the cursor to read after; 0 reads from the start.
+	Since int64
+	// Limit stops reading once this many changes were read; the feed is
+	// read in whole batches, so a call may return more. Defaults to 1,000.
+	Limit    int
+	TaskID   api.TaskID
+	Behavior api.BehaviorID
+	ParentID api.TaskID
+	Status   api.Status
+}
+
+// FeedConsumer is a named reader of the change feed.
+type FeedConsumer struct {
+	Name string `json:"name"`
+	// Cursor is where the consumer has read to.
+	Cursor      int64     `json:"cursor"`
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+}
+
+// MaintainParams bound what Maintain keeps.
+type MaintainParams struct {
+	// ConsumerTimeout drops feed consumers silent this long.
+	ConsumerTimeout time.Duration
+	// NodeTimeout drops nodes whose heartbeat is this old.
+	NodeTimeout time.Duration
+	// FeedMinRetention keeps every change this long, read or not.
+	FeedMinRetention time.Duration
+	// FeedMaxRetention drops changes this old even if a live consumer has
+	// not read them.
+	FeedMaxRetention time.Duration
+	// Batch caps the changes deleted by one call.
+	Batch int
+}
+
+// MaintainResult says what Maintain removed.
+type MaintainResult struct {
+	Consumers, Nodes, Changes int
 }

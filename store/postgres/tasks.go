@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -63,6 +65,7 @@ func formatUUID(u [16]byte) string {
 // finished task is scheduled again with the new params. A held task stays
 // held. $10 replaces the params of a scheduled task (after a Combine).
 const submitSQL = `
+WITH s AS (
 INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited)
 SELECT r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
        nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited
@@ -82,17 +85,29 @@ ON CONFLICT (id) DO UPDATE SET
     executed_at = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.executed_at END,
     finished_at = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.finished_at END,
     updated_at = now()
-RETURNING t.id, t.status, t.xmax = 0`
+RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id
+)` + recordSubmitChanges
 
 // shareSQL inserts tasks and leaves existing ones as they are.
 const shareSQL = `
+WITH s AS (
 INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited)
 SELECT r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
        nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited
 FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[])
      AS r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited)
 ON CONFLICT (id) DO NOTHING
-RETURNING t.id, t.status, true`
+RETURNING t.id, t.status, true AS created, t.behavior, t.parent_id
+)` + recordSubmitChanges
+
+// recordSubmitChanges ends the submit statements: it records the new states
+// in the change feed (not the resubmit flag of a running task: its state did
+// not change) and returns the submissions.
+const recordSubmitChanges = `, feed AS (
+    INSERT INTO stint_change (task_id, behavior, status, parent_id)
+    SELECT id, behavior, status, parent_id FROM s WHERE status <> 'running'
+)
+SELECT id, status, created FROM s`
 
 // Submit stores tasks; see store.Store.
 func (s *Store) Submit(ctx context.Context, tasks []store.NewTask) ([]api.Submission, error) {
@@ -283,27 +298,75 @@ func (s *Store) List(ctx context.Context, f api.Filter) (api.Page, error) {
 }
 
 // claimSQL takes up to $4 due tasks of the behaviors $2 in pickup order and
-// issues each a fresh lease of $3 (the lease of its behavior). Running tasks
-// whose lease expired are due too (schedule_not_before = lost_not_before), so
-// the same statement takes lost tasks over.
-const claimSQL = `
-UPDATE stint_task t SET
-    status = 'running',
-    lease = gen_random_uuid(),
-    node = $1,
-    attempt = t.attempt + 1,
-    executed_at = now(),
-    lost_not_before = now() + ($3::bigint[])[array_position($2::text[], t.behavior)] * interval '1 microsecond',
-    schedule_not_before = now() + ($3::bigint[])[array_position($2::text[], t.behavior)] * interval '1 microsecond',
-    updated_at = now()
-WHERE t.id IN (
-    SELECT id FROM stint_task
-    WHERE schedule_not_before <= now() AND behavior = ANY($2::text[])
-    ORDER BY priority, schedule_not_before
-    LIMIT $4
-    FOR UPDATE SKIP LOCKED)
-RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
-    coalesce(t.parent_id, ''), coalesce(t.group_key, ''), coalesce(t.trace, '')`
+// issues each a fresh lease: $3 for its behavior unless an operator set one
+// in stint_behavior. Running tasks whose lease expired are due too
+// (schedule_not_before = lost_not_before), so the same statement takes lost
+// tasks over. Paused behaviors and held group keys are skipped. $5 is the
+// look-ahead (couch_jobs' max_sched_time): tasks due that soon are taken
+// early, but never a running task before its lease expired.
+const claimSQL = claimCTEs + `
+    WHERE t.behavior = cfg.behavior AND t.id IN (
+        SELECT id FROM stint_task c
+        WHERE c.schedule_not_before <= now() + $5 * interval '1 microsecond'
+          AND (c.status <> 'running' OR c.schedule_not_before <= now())
+          AND c.behavior IN (SELECT behavior FROM cfg)
+          AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
+        ORDER BY c.priority, c.schedule_not_before
+        LIMIT $4
+        FOR UPDATE SKIP LOCKED)` + claimReturn
+
+// claimIDsSQL claims the tasks $4, already locked by the caller's
+// transaction ($5 is unused, to keep the parameters of claimSQL).
+const claimIDsSQL = claimCTEs + `
+    WHERE t.behavior = cfg.behavior AND t.id = ANY($4::text[]) AND $5::bigint IS NOT NULL` + claimReturn
+
+// claimCTEs starts the claim statements: the settings of the behaviors $2
+// (lease $3 unless an operator set one; paused ones left out) and the
+// update that issues the leases.
+const claimCTEs = `
+WITH cfg AS (
+    SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us
+    FROM unnest($2::text[], $3::bigint[]) AS w(behavior, lease_us)
+    LEFT JOIN stint_behavior b ON b.behavior = w.behavior
+    WHERE b.paused IS NOT TRUE
+), claimed AS (
+    UPDATE stint_task t SET
+        status = 'running',
+        lease = gen_random_uuid(),
+        node = $1,
+        attempt = t.attempt + 1,
+        executed_at = now(),
+        lost_not_before = now() + cfg.lease_us * interval '1 microsecond',
+        schedule_not_before = now() + cfg.lease_us * interval '1 microsecond',
+        waiting_children = false,
+        updated_at = now()
+    FROM cfg`
+
+// claimReturn ends the claim statements: it records the running state in
+// the change feed and returns the claimed tasks.
+const claimReturn = `
+    RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
+        t.parent_id, t.group_key, t.trace, cfg.lease_us
+), feed AS (
+    INSERT INTO stint_change (task_id, behavior, status, parent_id)
+    SELECT id, behavior, 'running', parent_id FROM claimed
+)
+SELECT id, lease, behavior, params, progress, attempt, errors, priority,
+    coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us
+FROM claimed`
+
+// perGroupCandidatesSQL locks due tasks of one behavior for a claim with a
+// cap per group key; the caller picks among them.
+const perGroupCandidatesSQL = `
+SELECT id, coalesce(group_key, '') FROM stint_task c
+WHERE c.behavior = $1
+  AND c.schedule_not_before <= now() + $2 * interval '1 microsecond'
+  AND (c.status <> 'running' OR c.schedule_not_before <= now())
+  AND NOT EXISTS (SELECT 1 FROM stint_behavior b WHERE b.behavior = $1 AND b.paused)
+  AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
+ORDER BY c.priority, c.schedule_not_before
+LIMIT $3
+FOR UPDATE SKIP LOCKED`
 
 // Claim takes due tasks; see store.Store.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error) {
@@ -312,15 +375,99 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 	for i, b := range req.Behaviors {
 		behaviors[i], leases[i] = string(b.Behavior), b.Lease.Microseconds()
 	}
-	rows, err := s.pool.Query(ctx, claimSQL, req.Node, behaviors, leases, req.Limit)
+	if req.PerGroup > 0 {
+		return s.claimPerGroup(ctx, req, behaviors, leases)
+	}
+	rows, err := s.pool.Query(ctx, claimSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	out := make([]store.Claimed, 0, req.Limit)
+	return scanClaimed(rows, req.Limit)
+}
+
+// claimPerGroup claims tasks of one behavior, at most req.PerGroup running
+// per group key across all nodes. A transaction-scoped advisory lock per
+// key, taken in key order, serializes the claimers of a key, so that each
+// counts the running tasks after the previous claimer committed.
+func (s *Store) claimPerGroup(ctx context.Context, req store.ClaimRequest, behaviors []string, leases []int64) ([]store.Claimed, error) {
+	if len(behaviors) != 1 {
+		return nil, fmt.Errorf("claim tasks: a claim capped per group must name one behavior, not %d", len(behaviors))
+	}
+	var out []store.Claimed
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, perGroupCandidatesSQL, behaviors[0], req.LookAhead.Microseconds(), req.Limit*4)
+		if err != nil {
+			return err
+		}
+		type candidate struct{ id, key string }
+		var cands []candidate
+		var c candidate
+		if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.key}, func() error { cands = append(cands, c); return nil }); err != nil {
+			return err
+		}
+		var keys []string
+		for _, c := range cands {
+			if c.key != "" && !slices.Contains(keys, c.key) {
+				keys = append(keys, c.key)
+			}
+		}
+		slices.Sort(keys)
+		running := map[string]int{}
+		if len(keys) > 0 {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('stint.group:' || k, 0))
+				FROM unnest($1::text[]) AS k ORDER BY k`, keys); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, `SELECT group_key, count(*) FROM stint_task
+				WHERE behavior = $1 AND group_key = ANY($2) AND status = 'running' AND lost_not_before > now()
+				GROUP BY group_key`, behaviors[0], keys)
+			if err != nil {
+				return err
+			}
+			var k string
+			var n int
+			if _, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { running[k] = n; return nil }); err != nil {
+				return err
+			}
+		}
+		var ids []string
+		for _, c := range cands {
+			if len(ids) == req.Limit {
+				break
+			}
+			if c.key != "" {
+				if running[c.key] >= req.PerGroup {
+					continue
+				}
+				running[c.key]++
+			}
+			ids = append(ids, c.id)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		rows, err = tx.Query(ctx, claimIDsSQL, req.Node, behaviors, leases, ids, int64(0))
+		if err != nil {
+			return err
+		}
+		out, err = scanClaimed(rows, len(ids))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	return out, nil
+}
+
+// scanClaimed reads the rows of a claim statement.
+func scanClaimed(rows pgx.Rows, capacity int) ([]store.Claimed, error) {
+	out := make([]store.Claimed, 0, capacity)
 	var c store.Claimed
 	var params, progress []byte
-	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.Lease, &c.Behavior, &params, &progress, &c.Attempt, &c.Errors,
-		&c.Priority, &c.ParentID, &c.GroupKey, &c.Trace}, func() error {
+	var leaseUS int64
+	_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Lease, &c.Behavior, &params, &progress, &c.Attempt, &c.Errors,
+		&c.Priority, &c.ParentID, &c.GroupKey, &c.Trace, &leaseUS}, func() error {
+		c.LeaseDuration = time.Duration(leaseUS) * time.Microsecond
 		c.Params, c.Progress = append([]byte(nil), params...), nil
 		if progress != nil {
 			c.Progress = append([]byte(nil), progress...)
@@ -329,7 +476,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
+		return nil, fmt.Errorf("read claimed tasks: %w", err)
 	}
 	return out, nil
 }
@@ -361,13 +508,16 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 }
 
 // finishSQL records a batch of completions, each fenced by its lease. A task
-// flagged for resubmit is scheduled again at once. Awaited tasks are
-// notified in the same transaction, so a woken awaiter sees the result; ids
-// go in chunks of 50 to stay under the 8,000-byte payload limit.
+// flagged for resubmit is scheduled again at once; a snooze ($3 =
+// 'scheduled') does not count as an attempt; a parent waiting for children
+// ($7) is due at once if none is pending, else after the fallback delay.
+// Awaited tasks are notified in the same transaction, so a woken awaiter
+// sees the result; ids go in chunks of 50 to stay under the 8,000-byte
+// payload limit.
 const finishSQL = `
 WITH c AS (
-    SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bigint[])
-        AS c(id, lease, status, result, error, again_us)
+    SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bool[])
+        AS c(id, lease, status, result, error, again_us, wait_children)
 ), done AS (
     UPDATE stint_task t SET
         status = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN 'scheduled' ELSE c.status END,
@@ -377,7 +527,9 @@ WITH c AS (
         attempt = CASE WHEN c.status = 'scheduled' THEN t.attempt - 1 ELSE t.attempt END,
         schedule_not_before = CASE
             WHEN t.resubmit THEN now()
+            WHEN c.wait_children AND t.children_pending <= 0 THEN now()
             WHEN c.again_us >= 0 THEN now() + c.again_us * interval '1 microsecond' END,
+        waiting_children = c.wait_children AND t.children_pending > 0,
         lost_not_before = NULL,
         executed_at = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN NULL ELSE t.executed_at END,
         finished_at = CASE WHEN c.status = 'scheduled' THEN t.finished_at ELSE now() END,
@@ -385,14 +537,30 @@ WITH c AS (
         updated_at = now()
     FROM c
     WHERE t.id = c.id AND t.lease = c.lease AND t.status = 'running'
-    RETURNING t.id, t.awaited
+    RETURNING t.id, t.behavior, t.status, t.parent_id, t.awaited,
+        t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AS final
+), feed AS (
+    INSERT INTO stint_change (task_id, behavior, status, parent_id, final)
+    SELECT id, behavior, status, parent_id, final FROM done
 ), notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', ids)) AS n FROM (
         SELECT string_agg(id, ',') AS ids FROM (
             SELECT id, (row_number() OVER ()) / 50 AS chunk FROM done WHERE awaited) a
         GROUP BY chunk) b
 )
-SELECT done.id FROM done, notified`
+SELECT done.id, coalesce(done.parent_id, ''), done.final FROM done, notified`
+
+// childrenEndedSQL counts children that finished for good off their
+// parents; the one that brings a waiting parent's count to zero makes it due.
+// The parent row's lock serializes concurrent finishes of siblings, so
+// exactly one of them wakes the parent.
+const childrenEndedSQL = `
+UPDATE stint_task p SET
+    children_pending = greatest(p.children_pending - e.n, 0),
+    schedule_not_before = CASE WHEN p.waiting_children AND p.children_pending - e.n <= 0 THEN now() ELSE p.schedule_not_before END,
+    waiting_children = p.waiting_children AND p.children_pending - e.n > 0
+FROM (SELECT parent, count(*) AS n FROM unnest($1::text[]) AS parent GROUP BY parent) e
+WHERE p.id = e.parent`
 
 // Finish records completions; see store.Store.
 func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, error) {
@@ -401,8 +569,9 @@ func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, erro
 	leases := make([][16]byte, n)
 	results, errs := make([]*string, n), make([]*string, n)
 	again := make([]int64, n)
+	waits := make([]bool, n)
 	for i, c := range cs {
-		ids[i], leases[i], statuses[i] = string(c.ID), c.Lease, string(c.Status)
+		ids[i], leases[i], statuses[i], waits[i] = string(c.ID), c.Lease, string(c.Status), c.WaitChildren
 		if c.Result != nil {
 			r := string(c.Result)
 			results[i] = &r
@@ -416,17 +585,51 @@ func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, erro
 			errs[i] = &e
 		}
 		again[i] = -1
-		if c.Again {
+		if c.Again || c.WaitChildren {
 			again[i] = max(c.Delay, 0).Microseconds()
 		}
 	}
-	rows, err := s.pool.Query(ctx, finishSQL, ids, leases, statuses, results, errs, again)
-	if err != nil {
-		return nil, fmt.Errorf("finish tasks: %w", err)
-	}
 	ok := make(map[string]bool, n)
-	var id string
-	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { ok[id] = true; return nil }); err != nil {
+	// A batch without children is one statement; with children, the
+	// parents' counts change in the same transaction.
+	hasParent := false
+	for _, c := range cs {
+		hasParent = hasParent || c.HasParent
+	}
+	run := func(ctx context.Context, fn func(pgx.Tx) error) error { return fn(nil) }
+	if hasParent {
+		run = func(ctx context.Context, fn func(pgx.Tx) error) error { return pgx.BeginFunc(ctx, s.pool, fn) }
+	}
+	err := run(ctx, func(tx pgx.Tx) error {
+		var q querier = s.pool
+		if tx != nil {
+			q = tx
+		}
+		rows, err := q.Query(ctx, finishSQL, ids, leases, statuses, results, errs, again, waits)
+		if err != nil {
+			return err
+		}
+		var id, parent string
+		var final bool
+		var parents []string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &parent, &final}, func() error {
+			ok[id] = true
+			if final && parent != "" {
+				parents = append(parents, parent)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if len(parents) > 0 {
+			if tx == nil {
+				return fmt.Errorf("tasks with parents were finished outside a transaction: set Completion.HasParent")
+			}
+			_, err = tx.Exec(ctx, childrenEndedSQL, parents)
+		}
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("finish tasks: %w", err)
 	}
 	out := make([]bool, n)
@@ -460,20 +663,24 @@ func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.Renewal, prog
 	return nil
 }
 
-// Release gives running tasks back, due at once; see store.Store.
-func (s *Store) Release(ctx context.Context, refs []store.LeaseRef) error {
+// Unclaim gives running tasks back, due at once; see store.Store.
+func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {
 	ids := make([]string, len(refs))
 	leases := make([][16]byte, len(refs))
 	for i, r := range refs {
 		ids[i], leases[i] = string(r.ID), r.Lease
 	}
 	_, err := s.pool.Exec(ctx, `
-		UPDATE stint_task t SET status = 'scheduled', schedule_not_before = now(), lost_not_before = NULL,
-		    executed_at = NULL, attempt = t.attempt - 1, updated_at = now()
-		FROM unnest($1::text[], $2::uuid[]) AS r(id, lease)
-		WHERE t.id = r.id AND t.lease = r.lease AND t.status = 'running'`, ids, leases)
+		WITH u AS (
+		    UPDATE stint_task t SET status = 'scheduled', schedule_not_before = now(), lost_not_before = NULL,
+		        executed_at = NULL, attempt = t.attempt - 1, updated_at = now()
+		    FROM unnest($1::text[], $2::uuid[]) AS r(id, lease)
+		    WHERE t.id = r.id AND t.lease = r.lease AND t.status = 'running'
+		    RETURNING t.id, t.behavior, t.parent_id)
+		INSERT INTO stint_change (task_id, behavior, status, parent_id)
+		SELECT id, behavior, 'scheduled', parent_id FROM u`, ids, leases)
 	if err != nil {
-		return fmt.Errorf("release tasks: %w", err)
+		return fmt.Errorf("unclaim tasks: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,233 @@
+package impl
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
+)
+
+// Remove deletes a task; see api.Tasks.
+func (c *Client) Remove(ctx context.Context, id api.TaskID) error {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return err
+	}
+	_, err := c.st.Remove(ctx, id)
+	return err
+}
+
+// Hold keeps a scheduled task from running; see api.Tasks.
+func (c *Client) Hold(ctx context.Context, id api.TaskID) error {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return err
+	}
+	return c.st.Hold(ctx, id)
+}
+
+// Release makes a held task due again; see api.Tasks.
+func (c *Client) Release(ctx context.Context, id api.TaskID) error {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return err
+	}
+	if err := c.st.Release(ctx, id); err != nil {
+		return err
+	}
+	c.kick.kick()
+	return nil
+}
+
+// Retry runs a task that failed for good again; see api.Tasks.
+func (c *Client) Retry(ctx context.Context, id api.TaskID) error {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return err
+	}
+	if err := c.st.Retry(ctx, id); err != nil {
+		return err
+	}
+	c.kick.kick()
+	return nil
+}
+
+// HoldGroup keeps every task of a group key from being claimed, on all
+// nodes, until ReleaseGroup. Running tasks run on.
+func (c *Client) HoldGroup(ctx context.Context, key string) error {
+	if err := checkGroupKey(key); err != nil {
+		return err
+	}
+	return c.st.HoldGroup(ctx, key)
+}
+
+// ReleaseGroup lifts a group hold.
+func (c *Client) ReleaseGroup(ctx context.Context, key string) error {
+	if err := checkGroupKey(key); err != nil {
+		return err
+	}
+	return c.st.ReleaseGroup(ctx, key)
+}
+
+// HeldGroups lists the held group keys.
+func (c *Client) HeldGroups(ctx context.Context) ([]string, error) { return c.st.HeldGroups(ctx) }
+
+// Pause stops claims of a behavior on every node until Resume. Running
+// tasks run on.
+func (c *Client) Pause(ctx context.Context, behavior api.BehaviorID) error {
+	return c.updateBehavior(ctx, behavior, func(b *store.BehaviorSettings) { b.Paused = true })
+}
+
+// Resume lifts a Pause.
+func (c *Client) Resume(ctx context.Context, behavior api.BehaviorID) error {
+	return c.updateBehavior(ctx, behavior, func(b *store.BehaviorSettings) { b.Paused = false })
+}
+
+// SetLease sets a behavior's lease (couch_jobs' activity timeout) on every
+// node, for claims from now on; zero goes back to the behavior's policy.
+func (c *Client) SetLease(ctx context.Context, behavior api.BehaviorID, lease time.Duration) error {
+	if lease != 0 && lease < time.Second {
+		return api.Invalid("lease", "%s is below the minimum of 1s", lease)
+	}
+	return c.updateBehavior(ctx, behavior, func(b *store.BehaviorSettings) { b.Lease = lease })
+}
+
+// BehaviorSettings returns the runtime settings of a behavior.
+func (c *Client) BehaviorSettings(ctx context.Context, behavior api.BehaviorID) (store.BehaviorSettings, error) {
+	all, err := c.st.Behaviors(ctx)
+	if err != nil {
+		return store.BehaviorSettings{}, err
+	}
+	for _, b := range all {
+		if b.Behavior == behavior {
+			return b, nil
+		}
+	}
+	return store.BehaviorSettings{Behavior: behavior}, nil
+}
+
+func (c *Client) updateBehavior(ctx context.Context, behavior api.BehaviorID, change func(*store.BehaviorSettings)) error {
+	if _, ok := c.reg.Lookup(behavior); !ok {
+		return &api.InvalidError{Field: "behavior", Reason: fmt.Sprintf("%q is not registered", behavior), Err: api.ErrUnknownBehavior}
+	}
+	b, err := c.BehaviorSettings(ctx, behavior)
+	if err != nil {
+		return err
+	}
+	change(&b)
+	return c.st.SetBehavior(ctx, b)
+}
+
+// PendingCount counts the tasks of a behavior that are due within
+// lookAhead and not running or held (couch_jobs' pending_count).
+func (c *Client) PendingCount(ctx context.Context, behavior api.BehaviorID, lookAhead time.Duration) (int, error) {
+	if err := spi.CheckBehaviorID(behavior); err != nil {
+		return 0, err
+	}
+	return c.st.PendingCount(ctx, behavior, lookAhead)
+}
+
+// Changes reads the change feed; see api.Tasks.
+func (c *Client) Changes(ctx context.Context, since int64, limit int) ([]api.Event, int64, error) {
+	if since < 0 {
+		return nil, since, api.Invalid("since", "%d is negative", since)
+	}
+	if limit < 0 || limit > 100000 {
+		return nil, since, api.Invalid("limit", "%d is outside 0..100000", limit)
+	}
+	return c.st.Changes(ctx, store.ChangeFilter{Since: since, Limit: limit})
+}
+
+// AckChanges records that the named consumer has handled the feed up to
+// cursor, and that it is alive. The feed is kept for the slowest live
+// consumer; a consumer that does not ack for Maintenance.ConsumerTimeout
+// is dropped.
+func (c *Client) AckChanges(ctx context.Context, consumer string, cursor int64) error {
+	if consumer == "" || len(consumer) > 128 || !printable(consumer) {
+		return api.Invalid("consumer", "must be 1 to 128 printable characters")
+	}
+	return c.st.AckFeed(ctx, consumer, cursor)
+}
+
+// Subscribe delivers state changes of matching tasks; see api.Tasks. It
+// reads the change feed, woken by finish notifications and polling every
+// PollInterval.
+func (c *Client) Subscribe(ctx context.Context, f api.Filter) (<-chan api.Event, error) {
+	if f.Status != "" && !f.Status.Valid() && f.Status != api.StatusRemoved {
+		return nil, api.Invalid("status", "%q is not a task status", f.Status)
+	}
+	var initial *api.Event
+	cursor, err := c.st.FeedHead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if f.ID != "" {
+		if err := spi.CheckTaskID("id", f.ID); err != nil {
+			return nil, err
+		}
+		// Flag the task so its finish is notified, and start from its
+		// current state.
+		t, err := c.st.MarkAwaited(ctx, f.ID)
+		if err != nil {
+			return nil, err
+		}
+		initial = &api.Event{TaskID: t.ID, Behavior: t.Behavior, Status: t.Status, ParentID: t.ParentID, Final: t.Finished(), At: t.UpdatedAt}
+	}
+	filter := store.ChangeFilter{TaskID: f.ID, Behavior: f.Behavior, ParentID: f.ParentID, Status: f.Status, Limit: 1000}
+	out := make(chan api.Event, 64)
+	wake, stop := c.hub.waitAll()
+	go func() {
+		defer close(out)
+		defer stop()
+		send := func(e api.Event) bool {
+			select {
+			case out <- e:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		if initial != nil {
+			if !send(*initial) || initial.Final {
+				return
+			}
+		}
+		poll := time.NewTicker(c.cfg.PollInterval)
+		defer poll.Stop()
+		for {
+			filter.Since = cursor
+			events, next, err := c.st.Changes(ctx, filter)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				c.log.Warn("stint: subscription read failed; retrying", "err", err)
+			}
+			cursor = next
+			for _, e := range events {
+				if !send(e) {
+					return
+				}
+				if f.ID != "" && e.Final {
+					return
+				}
+			}
+			if len(events) >= filter.Limit {
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-wake:
+			case <-poll.C:
+			}
+		}
+	}()
+	return out, nil
+}
+
+func checkGroupKey(key string) error {
+	if key == "" || len(key) > maxGroupKey || !printable(key) {
+		return api.Invalid("group_key", "must be 1 to %d printable UTF-8 bytes", maxGroupKey)
+	}
+	return nil
+}

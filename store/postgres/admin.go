@@ -1,0 +1,375 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/store"
+)
+
+// querier is what a pool and a transaction have in common.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Spawn submits children of a running parent, fenced by its lease.
+func (s *Store) Spawn(ctx context.Context, parent store.LeaseRef, tasks []store.NewTask) ([]api.Submission, error) {
+	for i := range tasks {
+		tasks[i].ParentID = parent.ID
+	}
+	var out []api.Submission
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Lock the parent under its lease first: a stale parent spawns
+		// nothing, and the count below cannot race its finish.
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM stint_task WHERE id = $1 AND lease = $2 AND status = 'running' FOR UPDATE`,
+			string(parent.ID), parent.Lease).Scan(&one)
+		if isNoRows(err) {
+			return api.ErrHalt
+		}
+		if err != nil {
+			return err
+		}
+		if out, err = submit(ctx, tx, tasks, false); err != nil {
+			return err
+		}
+		created := 0
+		for _, sub := range out {
+			if sub.Created {
+				created++
+			}
+		}
+		if created > 0 {
+			_, err = tx.Exec(ctx, `UPDATE stint_task SET children_pending = children_pending + $2 WHERE id = $1`, string(parent.ID), created)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("spawn children of %s: %w", parent.ID, err)
+	}
+	return out, nil
+}
+
+// Remove deletes a task; see store.Store.
+func (s *Store) Remove(ctx context.Context, id api.TaskID) (api.Task, error) {
+	var t api.Task
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		t, err = scanTask(tx.QueryRow(ctx, `DELETE FROM stint_task WHERE id = $1 RETURNING `+taskColumns, string(id)))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO stint_change (task_id, behavior, status, parent_id, final)
+			VALUES ($1, $2, 'removed', nullif($3, ''), true)`, string(t.ID), string(t.Behavior), string(t.ParentID)); err != nil {
+			return err
+		}
+		if t.ParentID != "" && !t.Finished() {
+			if _, err := tx.Exec(ctx, childrenEndedSQL, []string{string(t.ParentID)}); err != nil {
+				return err
+			}
+		}
+		// Wake awaiters (they find the task gone) and the running node.
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, store.ChannelFinished, string(id)); err != nil {
+			return err
+		}
+		if t.Status == api.StatusRunning {
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, store.ChannelRemoved, string(id))
+		}
+		return err
+	})
+	if err == api.ErrNotFound {
+		return t, err
+	}
+	if err != nil {
+		return t, fmt.Errorf("remove task %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// transition runs a single-row state change and tells ErrNotFound from
+// ErrConflict when no row matched.
+func (s *Store) transition(ctx context.Context, verb string, id api.TaskID, query string) error {
+	tag, err := s.pool.Exec(ctx, query, string(id))
+	if err != nil {
+		return fmt.Errorf("%s task %s: %w", verb, id, err)
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	var status string
+	err = s.pool.QueryRow(ctx, `SELECT status FROM stint_task WHERE id = $1`, string(id)).Scan(&status)
+	if isNoRows(err) {
+		return api.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("%s task %s: %w", verb, id, err)
+	}
+	return fmt.Errorf("%s task %s: it is %s: %w", verb, id, status, api.ErrConflict)
+}
+
+// Hold keeps a scheduled (or retrying) task from being claimed.
+func (s *Store) Hold(ctx context.Context, id api.TaskID) error {
+	return s.transition(ctx, "hold", id, `
+		WITH u AS (
+		    UPDATE stint_task SET status = 'held', schedule_not_before = NULL, executed_at = NULL, updated_at = now()
+		    WHERE id = $1 AND (status = 'scheduled' OR (status IN ('success', 'failure') AND schedule_not_before IS NOT NULL))
+		    RETURNING id, behavior, parent_id)
+		INSERT INTO stint_change (task_id, behavior, status, parent_id) SELECT id, behavior, 'held', parent_id FROM u`)
+}
+
+// Release makes a held task due at once.
+func (s *Store) Release(ctx context.Context, id api.TaskID) error {
+	return s.transition(ctx, "release", id, `
+		WITH u AS (
+		    UPDATE stint_task SET status = 'scheduled', schedule_not_before = now(), updated_at = now()
+		    WHERE id = $1 AND status = 'held'
+		    RETURNING id, behavior, parent_id)
+		INSERT INTO stint_change (task_id, behavior, status, parent_id) SELECT id, behavior, 'scheduled', parent_id FROM u`)
+}
+
+// Retry schedules a task that failed for good to run again.
+func (s *Store) Retry(ctx context.Context, id api.TaskID) error {
+	return s.transition(ctx, "retry", id, `
+		WITH u AS (
+		    UPDATE stint_task SET status = 'scheduled', schedule_not_before = now(), executed_at = NULL,
+		        finished_at = NULL, attempt = 0, errors = 0, updated_at = now()
+		    WHERE id = $1 AND status = 'failure' AND schedule_not_before IS NULL
+		    RETURNING id, behavior, parent_id)
+		INSERT INTO stint_change (task_id, behavior, status, parent_id) SELECT id, behavior, 'scheduled', parent_id FROM u`)
+}
+
+// HoldGroup holds a group key.
+func (s *Store) HoldGroup(ctx context.Context, key string) error {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO stint_hold (group_key) VALUES ($1) ON CONFLICT DO NOTHING`, key); err != nil {
+		return fmt.Errorf("hold group %q: %w", key, err)
+	}
+	return nil
+}
+
+// ReleaseGroup lifts a group hold and wakes the claimers.
+func (s *Store) ReleaseGroup(ctx context.Context, key string) error {
+	if _, err := s.pool.Exec(ctx, `WITH d AS (DELETE FROM stint_hold WHERE group_key = $1 RETURNING 1)
+		SELECT pg_notify($2, '') FROM d`, key, store.ChannelDue); err != nil {
+		return fmt.Errorf("release group %q: %w", key, err)
+	}
+	return nil
+}
+
+// HeldGroups lists the held group keys.
+func (s *Store) HeldGroups(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT group_key FROM stint_hold ORDER BY group_key`)
+	if err != nil {
+		return nil, fmt.Errorf("list held groups: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list held groups: %w", err)
+	}
+	return keys, nil
+}
+
+// SetBehavior stores a behavior's runtime settings and wakes the claimers.
+func (s *Store) SetBehavior(ctx context.Context, b store.BehaviorSettings) error {
+	var leaseMS *int64
+	if b.Lease > 0 {
+		ms := b.Lease.Milliseconds()
+		leaseMS = &ms
+	}
+	_, err := s.pool.Exec(ctx, `
+		WITH u AS (
+		    INSERT INTO stint_behavior (behavior, paused, lease_ms) VALUES ($1, $2, $3)
+		    ON CONFLICT (behavior) DO UPDATE SET paused = $2, lease_ms = $3, updated_at = now()
+		    RETURNING 1)
+		SELECT pg_notify($4, '') FROM u`, string(b.Behavior), b.Paused, leaseMS, store.ChannelDue)
+	if err != nil {
+		return fmt.Errorf("set behavior %s: %w", b.Behavior, err)
+	}
+	return nil
+}
+
+// Behaviors lists the behaviors with runtime settings.
+func (s *Store) Behaviors(ctx context.Context) ([]store.BehaviorSettings, error) {
+	rows, err := s.pool.Query(ctx, `SELECT behavior, paused, coalesce(lease_ms, 0) FROM stint_behavior ORDER BY behavior`)
+	if err != nil {
+		return nil, fmt.Errorf("list behaviors: %w", err)
+	}
+	var out []store.BehaviorSettings
+	var b store.BehaviorSettings
+	var ms int64
+	if _, err := pgx.ForEachRow(rows, []any{&b.Behavior, &b.Paused, &ms}, func() error {
+		b.Lease = time.Duration(ms) * time.Millisecond
+		out = append(out, b)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("list behaviors: %w", err)
+	}
+	return out, nil
+}
+
+// PendingCount counts tasks of a behavior due within lookAhead.
+func (s *Store) PendingCount(ctx context.Context, behavior api.BehaviorID, lookAhead time.Duration) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM stint_task
+		WHERE behavior = $1 AND status <> 'running' AND schedule_not_before <= now() + $2 * interval '1 microsecond'`,
+		string(behavior), lookAhead.Microseconds()).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count pending %s: %w", behavior, err)
+	}
+	return n, nil
+}
+
+// Changes reads the change feed from tick f.Since: whole batches between
+// ticks, oldest first, until at least f.Limit changes or the newest tick. A
+// new tick is made first when the newest is older than 20 ms, so a reader
+// sees what committed before it asked.
+func (s *Store) Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event, int64, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	if _, err := s.tick(ctx, 20*time.Millisecond); err != nil {
+		return nil, f.Since, err
+	}
+	if f.Since > 0 {
+		var ok bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stint_feed_tick WHERE tick = $1)`, f.Since).Scan(&ok); err != nil {
+			return nil, f.Since, fmt.Errorf("read changes: %w", err)
+		}
+		if !ok {
+			return nil, f.Since, api.Invalid("since", "tick %d is not in the feed (expired, or never made)", f.Since)
+		}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT tick FROM stint_feed_tick WHERE tick > $1 ORDER BY tick LIMIT 100`, f.Since)
+	if err != nil {
+		return nil, f.Since, fmt.Errorf("read changes: %w", err)
+	}
+	ticks, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, f.Since, fmt.Errorf("read changes: %w", err)
+	}
+	var out []api.Event
+	cursor := f.Since
+	for _, next := range ticks {
+		rows, err := s.pool.Query(ctx, `
+			WITH a AS (SELECT snap FROM stint_feed_tick WHERE tick = $1),
+			     b AS (SELECT snap FROM stint_feed_tick WHERE tick = $2)
+			SELECT c.seq, c.task_id, c.behavior, c.status, coalesce(c.parent_id, ''), c.final, c.at
+			FROM stint_change c, b LEFT JOIN a ON true
+			WHERE c.xid < pg_snapshot_xmax(b.snap) AND pg_visible_in_snapshot(c.xid, b.snap)
+			  AND (a.snap IS NULL OR (c.xid >= pg_snapshot_xmin(a.snap) AND NOT pg_visible_in_snapshot(c.xid, a.snap)))
+			  AND ($3 = '' OR c.task_id = $3) AND ($4 = '' OR c.behavior = $4)
+			  AND ($5 = '' OR c.parent_id = $5) AND ($6 = '' OR c.status = $6)
+			ORDER BY c.seq`,
+			cursor, next, string(f.TaskID), string(f.Behavior), string(f.ParentID), string(f.Status))
+		if err != nil {
+			return nil, cursor, fmt.Errorf("read changes: %w", err)
+		}
+		var e api.Event
+		if _, err := pgx.ForEachRow(rows, []any{&e.Seq, &e.TaskID, &e.Behavior, &e.Status, &e.ParentID, &e.Final, &e.At}, func() error {
+			out = append(out, e)
+			return nil
+		}); err != nil {
+			return nil, cursor, fmt.Errorf("read changes: %w", err)
+		}
+		cursor = next
+		if len(out) >= limit {
+			break
+		}
+	}
+	return out, cursor, nil
+}
+
+// FeedHead returns a fresh tick: a reader starting there sees every change
+// that commits after the call.
+func (s *Store) FeedHead(ctx context.Context) (int64, error) { return s.tick(ctx, 0) }
+
+// tick makes a new tick unless the newest is younger than fresh, and
+// returns the newest.
+func (s *Store) tick(ctx context.Context, fresh time.Duration) (int64, error) {
+	var tick int64
+	err := s.pool.QueryRow(ctx, `
+		WITH last AS (SELECT tick, at FROM stint_feed_tick ORDER BY tick DESC LIMIT 1),
+		     made AS (INSERT INTO stint_feed_tick (snap)
+		              SELECT pg_current_snapshot() WHERE NOT EXISTS (
+		                  SELECT 1 FROM last WHERE at > clock_timestamp() - $1 * interval '1 microsecond')
+		              RETURNING tick)
+		SELECT coalesce((SELECT tick FROM made), (SELECT tick FROM last))`, fresh.Microseconds()).Scan(&tick)
+	if err != nil {
+		return 0, fmt.Errorf("make feed tick: %w", err)
+	}
+	return tick, nil
+}
+
+// AckFeed registers or renews a feed consumer at tick.
+func (s *Store) AckFeed(ctx context.Context, consumer string, tick int64) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO stint_feed_consumer (name, tick) VALUES ($1, $2)
+		ON CONFLICT (name) DO UPDATE SET tick = greatest(stint_feed_consumer.tick, $2), heartbeat_at = now()`, consumer, tick)
+	if err != nil {
+		return fmt.Errorf("ack feed for %q: %w", consumer, err)
+	}
+	return nil
+}
+
+// FeedConsumers lists the feed consumers.
+func (s *Store) FeedConsumers(ctx context.Context) ([]store.FeedConsumer, error) {
+	rows, err := s.pool.Query(ctx, `SELECT name, tick, heartbeat_at FROM stint_feed_consumer ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list feed consumers: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[store.FeedConsumer])
+	if err != nil {
+		return nil, fmt.Errorf("list feed consumers: %w", err)
+	}
+	return out, nil
+}
+
+// Maintain drops dead consumers and nodes and trims the feed.
+func (s *Store) Maintain(ctx context.Context, p store.MaintainParams) (store.MaintainResult, error) {
+	var r store.MaintainResult
+	batch := p.Batch
+	if batch <= 0 {
+		batch = 10000
+	}
+	err := s.pool.QueryRow(ctx, `
+		WITH c AS (DELETE FROM stint_feed_consumer WHERE heartbeat_at < now() - $1 * interval '1 microsecond' RETURNING 1),
+		     n AS (DELETE FROM stint_node WHERE heartbeat_at < now() - $2 * interval '1 microsecond' RETURNING 1)
+		SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM n)`,
+		p.ConsumerTimeout.Microseconds(), p.NodeTimeout.Microseconds()).Scan(&r.Consumers, &r.Nodes)
+	if err != nil {
+		return r, fmt.Errorf("maintain: %w", err)
+	}
+	// Changes every live consumer has read (visible in the snapshot of the
+	// oldest consumer tick) go once past the minimum retention; all go past
+	// the maximum. Ticks go with the changes they delimit.
+	tag, err := s.pool.Exec(ctx, `
+		WITH keep AS (
+		    SELECT snap FROM stint_feed_tick WHERE tick = (SELECT min(tick) FROM stint_feed_consumer))
+		DELETE FROM stint_change WHERE seq IN (
+		    SELECT seq FROM stint_change c
+		    WHERE c.at < now() - $1 * interval '1 microsecond'
+		      AND (NOT EXISTS (SELECT 1 FROM stint_feed_consumer)
+		           OR c.xid < pg_snapshot_xmin((SELECT snap FROM keep))
+		           OR c.at < now() - $2 * interval '1 microsecond')
+		    ORDER BY seq LIMIT $3)`,
+		p.FeedMinRetention.Microseconds(), p.FeedMaxRetention.Microseconds(), batch)
+	if err != nil {
+		return r, fmt.Errorf("maintain: trim feed: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, `
+		DELETE FROM stint_feed_tick WHERE at < now() - $1 * interval '1 microsecond'
+		  AND tick < (SELECT max(tick) FROM stint_feed_tick)
+		  AND (tick < coalesce((SELECT min(tick) FROM stint_feed_consumer), 9223372036854775807)
+		       OR at < now() - $2 * interval '1 microsecond')`,
+		p.FeedMinRetention.Microseconds(), p.FeedMaxRetention.Microseconds()); err != nil {
+		return r, fmt.Errorf("maintain: trim ticks: %w", err)
+	}
+	r.Changes = int(tag.RowsAffected())
+	return r, nil
+}
