@@ -69,6 +69,18 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 	}, nil
 }
 
+// ClientStats are counters of a client's work.
+type ClientStats struct {
+	// Notifications counts the due notifications sent after submits
+	// (coalesced: at most one per 10 ms window, plus one at its end).
+	Notifications int64
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() ClientStats {
+	return ClientStats{Notifications: c.kick.sent.Load()}
+}
+
 // Close stops the client's listener.
 func (c *Client) Close() { c.hub.close() }
 

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stinthq/stint/api"
@@ -163,10 +164,11 @@ type kicker struct {
 	last    time.Time
 	pending bool
 	local   func()
+	sent    atomic.Int64
 }
 
 func newKicker(st store.Store, log *slog.Logger) *kicker {
-	return &kicker{st: st, log: log, window: 2 * time.Millisecond}
+	return &kicker{st: st, log: log, window: 10 * time.Millisecond}
 }
 
 func (k *kicker) kick() {
@@ -191,6 +193,7 @@ func (k *kicker) kick() {
 		k.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		k.sent.Add(1)
 		if err := k.st.Notify(ctx, store.ChannelDue, ""); err != nil {
 			k.log.Warn("stint: due notification failed; claimers will poll", "err", err)
 		}

@@ -154,6 +154,7 @@ func testRegistry(pool *pgxpool.Pool, node string, lease time.Duration) *spi.Reg
 	}
 	spi.MustRegister[WorkParams, WorkResult](reg, &work{pool: pool, node: node, lease: lease, kind: workKind})
 	spi.MustRegister[WorkParams, WorkResult](reg, &work{pool: pool, node: node, lease: lease, kind: shareKind, dedup: spi.DedupShare})
+	registerCoordBehaviors(reg, pool, node, lease)
 	return reg
 }
 
@@ -175,7 +176,10 @@ func setup(t *testing.T) *env {
 	st, err := postgres.Open(ctx, dsn)
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
-	_, err = st.Pool().Exec(ctx, `CREATE TABLE test_run (task_id text, attempt int, node text, at timestamptz DEFAULT clock_timestamp())`)
+	_, err = st.Pool().Exec(ctx, `
+		CREATE TABLE test_run (task_id text, attempt int, node text, at timestamptz DEFAULT clock_timestamp());
+		CREATE TABLE test_span (task_id text, key text, node text, started timestamptz, ended timestamptz);
+		CREATE TABLE test_effect (task_id text, step int)`)
 	require.NoError(t, err)
 	return &env{t: t, ctx: ctx, dsn: dsn, st: st, pool: st.Pool()}
 }

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/internal/pgcluster"
+	"github.com/stinthq/stint/internal/pgtest"
+)
+
+// devRun is `stint dev` running in-process.
+type devRun struct {
+	stdout, stderr *syncBuffer
+	stop           context.CancelFunc
+	done           chan int
+}
+
+// startDev starts `stint dev` on data directory dir.
+func startDev(ctx context.Context, dir string) *devRun {
+	ctx, stop := context.WithCancel(ctx)
+	d := &devRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}, stop: stop, done: make(chan int, 1)}
+	root := newRootCmd(d.stdout, d.stderr)
+	root.SetArgs([]string{"dev", "--data", dir, "--workers", "8"})
+	go func() { d.done <- execute(ctx, root, d.stderr) }()
+	return d
+}
+
+var dsnLine = regexp.MustCompile(`(?m)^dsn: (\S+)$`)
+
+// waitReady waits until dev has printed its ready line and returns the DSN.
+func (d *devRun) waitReady(t *testing.T) string {
+	t.Helper()
+	var dsn string
+	waitFor(t, 2*time.Minute, "stint dev to be ready", func() bool {
+		select {
+		case code := <-d.done:
+			t.Fatalf("stint dev exited with %d before it was ready:\nstdout:\n%s\nstderr:\n%s", code, d.stdout, d.stderr)
+		default:
+		}
+		out := d.stdout.String()
+		if !regexp.MustCompile(`(?m)^ready: `).MatchString(out) {
+			return false
+		}
+		m := dsnLine.FindStringSubmatch(out)
+		require.NotNil(t, m, out)
+		dsn = m[1]
+		return true
+	})
+	return dsn
+}
+
+// shutdown cancels dev's context and checks that it exits cleanly.
+func (d *devRun) shutdown(t *testing.T) {
+	t.Helper()
+	d.stop()
+	select {
+	case code := <-d.done:
+		require.Equal(t, exitOK, code, "stderr:\n%s", d.stderr)
+	case <-time.After(time.Minute):
+		t.Fatalf("stint dev did not stop within a minute:\n%s", d.stderr)
+	}
+}
+
+func TestDevRoundTripAndRestart(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 4*time.Minute)
+	// PostgreSQL runs as an unprivileged user when the tests run as root:
+	// the directory that holds pgdata must be searchable by that user.
+	dir := pgtest.TempDir(t)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	pgdata := filepath.Join(dir, "pgdata")
+
+	dev := startDev(ctx, dir)
+	t.Cleanup(dev.stop) // on failure: stops dev, which stops PostgreSQL
+	dsn := dev.waitReady(t)
+	require.Contains(t, dev.stdout.String(), `stint submit demo.echo --params '{"text":"hi"}' --wait --db '`+dsn+`'`)
+
+	r := runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"hi"}`, "--wait", "--db", dsn)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, `"text": "hi"`)
+
+	// dev's own demo task makes its round trip too.
+	waitFor(t, 30*time.Second, "the demo round trip", func() bool {
+		return regexp.MustCompile(`round trip done.*result="hello from stint dev"`).MatchString(dev.stderr.String())
+	})
+
+	dev.shutdown(t)
+	require.False(t, pgcluster.Running(pgdata), "dev should stop the PostgreSQL it started")
+	require.Contains(t, dev.stderr.String(), "server stopped")
+
+	// A second run keeps the data and, the port being free, the DSN.
+	dev2 := startDev(ctx, dir)
+	t.Cleanup(dev2.stop)
+	require.Equal(t, dsn, dev2.waitReady(t))
+	r = runCLI(ctx, "tasks", "ls", "--status", "success", "--json", "--db", dsn)
+	requireOK(t, r)
+	require.Regexp(t, `"text": "hi"`, r.stdout, "the first run's task should still be there")
+	dev2.shutdown(t)
+	require.False(t, pgcluster.Running(pgdata))
+}
+
+// TestDevWithoutPostgres replaces the package variable postgresBinDir, so
+// it does not run in parallel.
+func TestDevWithoutPostgres(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	old := postgresBinDir
+	t.Cleanup(func() { postgresBinDir = old })
+	postgresBinDir = func() (string, error) {
+		return "", fmt.Errorf("%w: install the PostgreSQL server (Debian/Ubuntu: `apt-get install postgresql`)", pgcluster.ErrNoPostgres)
+	}
+	dir := t.TempDir()
+	r := runCLI(ctx, "dev", "--data", filepath.Join(dir, "data"))
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, "stint: error: PostgreSQL server binaries (initdb, pg_ctl, postgres) not found: install the PostgreSQL server")
+	require.NoDirExists(t, filepath.Join(dir, "data"), "nothing is created without PostgreSQL")
+}
+
+func TestDevBadFlags(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, time.Minute)
+	r := runCLI(ctx, "dev", "--port", "70000")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "--port 70000 is outside 0..65535")
+	r = runCLI(ctx, "dev", "--db", "postgres://x")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "unknown flag: --db")
+}

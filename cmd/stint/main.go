@@ -1,0 +1,370 @@
+// Command stint is the command-line interface of stint, the task framework on
+// PostgreSQL.
+//
+// It runs a development setup with an embedded PostgreSQL (dev), a server
+// node (server), applies the schema (migrate), submits tasks and awaits their
+// results (submit), and inspects tasks (tasks) and server nodes (nodes).
+//
+// Every command except dev takes the database as --db URL, defaulting to the
+// environment variable STINT_DATABASE_URL.
+//
+// Exit codes: 0 on success; 1 when something failed (the database could not
+// be reached, a task that was awaited failed, a task was not found); 2 for
+// bad input (an unknown flag, a malformed flag value, invalid params, an
+// unknown behavior), in which case nothing was stored.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/behaviors/demo"
+	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store/postgres"
+)
+
+// envDatabaseURL names the environment variable that --db defaults to.
+const envDatabaseURL = "STINT_DATABASE_URL"
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, restore the default behavior so that a
+		// second one ends the process at once.
+		<-ctx.Done()
+		stop()
+	}()
+	root := newRootCmd(os.Stdout, os.Stderr)
+	code := execute(ctx, root, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// registry returns a registry holding every built-in behavior. It is the one
+// place where built-in behaviors are wired into the CLI: add new ones here.
+func registry() *spi.Registry {
+	reg := spi.NewRegistry()
+	for _, register := range []func(*spi.Registry) error{
+		demo.Register,
+	} {
+		if err := register(reg); err != nil {
+			// A built-in behavior that does not register is a programming
+			// error, caught by any test of this package.
+			panic(fmt.Sprintf("stint: register built-in behaviors: %v", err))
+		}
+	}
+	return reg
+}
+
+// exitError is an error together with the exit code it ends the process
+// with. A nil err means the failure was already reported on the output and
+// nothing more is printed.
+type exitError struct {
+	code int
+	err  error
+}
+
+// Error returns the message of the wrapped error.
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+// Unwrap returns the wrapped error.
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErrorf returns an error about bad command-line input, which ends the
+// process with exit code 2.
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// silentExit returns an error that ends the process with code without
+// printing anything more.
+func silentExit(code int) error { return &exitError{code: code} }
+
+// classify gives an error returned by a command its exit code: bad input
+// (api.ErrInvalid) is 2, anything else 1, unless it already has one.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	if errors.Is(err, api.ErrInvalid) {
+		return &exitError{code: exitUsage, err: err}
+	}
+	return &exitError{code: exitFailure, err: err}
+}
+
+// exitCode returns the process exit code for an error returned by the root
+// command. Errors that did not come from a command's own code come from
+// cobra's parsing of the command line (unknown command or flag, wrong
+// number of arguments, missing required flag), so they are usage errors.
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return exitUsage
+}
+
+// execute runs root with ctx, prints any error to stderr and returns the
+// process exit code.
+func execute(ctx context.Context, root *cobra.Command, stderr io.Writer) int {
+	cmd, err := root.ExecuteContextC(ctx)
+	code := exitCode(err)
+	if err == nil {
+		return code
+	}
+	var ee *exitError
+	if errors.As(err, &ee) && ee.err == nil {
+		return code
+	}
+	fmt.Fprintf(stderr, "stint: error: %v\n", err)
+	if code == exitUsage && cmd != nil && !errors.Is(err, api.ErrInvalid) {
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	return code
+}
+
+// cli holds what every command shares: the outputs and the logger.
+type cli struct {
+	stdout, stderr io.Writer
+	level          *slog.LevelVar
+	log            *slog.Logger
+}
+
+// newRootCmd returns the stint command tree writing to stdout and stderr.
+// Errors returned by its commands carry their exit code (see exitCode).
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	c := &cli{stdout: stdout, stderr: stderr, level: new(slog.LevelVar)}
+	c.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.level}))
+
+	root := &cobra.Command{
+		Use:   "stint",
+		Short: "stint runs durable tasks on PostgreSQL",
+		Long: `stint runs durable tasks on PostgreSQL: services submit tasks and await their
+results, server nodes claim and run them.
+
+Start with 'stint dev', which runs PostgreSQL and a server node locally.
+Every command except dev takes --db URL (default: $` + envDatabaseURL + `).
+
+Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &exitError{code: exitUsage, err: err}
+	})
+	root.PersistentFlags().Var((*levelFlag)(c.level), "log-level", "log level: debug, info, warn or error")
+
+	root.AddCommand(
+		c.newDevCmd(),
+		c.newServerCmd(),
+		c.newMigrateCmd(),
+		c.newSubmitCmd(),
+		c.newTasksCmd(),
+		c.newNodesCmd(),
+	)
+	classifyErrors(root)
+	return root
+}
+
+// classifyErrors wraps the RunE of cmd and its descendants so that every
+// error they return carries an exit code.
+func classifyErrors(cmd *cobra.Command) {
+	if run := cmd.RunE; run != nil {
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			return classify(run(cmd, args))
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		classifyErrors(sub)
+	}
+}
+
+// levelFlag is a pflag.Value that sets a slog.LevelVar.
+type levelFlag slog.LevelVar
+
+var _ pflag.Value = (*levelFlag)(nil)
+
+// String returns the level's name.
+func (l *levelFlag) String() string { return strings.ToLower((*slog.LevelVar)(l).Level().String()) }
+
+// Set parses a level name such as "debug".
+func (l *levelFlag) Set(s string) error {
+	if err := (*slog.LevelVar)(l).UnmarshalText([]byte(s)); err != nil {
+		return fmt.Errorf("want debug, info, warn or error: %w", err)
+	}
+	return nil
+}
+
+// Type names the flag's value in the help.
+func (l *levelFlag) Type() string { return "level" }
+
+// dbFlag is the --db flag of a command.
+type dbFlag struct {
+	value string
+}
+
+// addDBFlag adds --db to cmd. Its default, $STINT_DATABASE_URL, is read
+// when the command runs, so that help never shows a URL with a password.
+func addDBFlag(cmd *cobra.Command) *dbFlag {
+	f := &dbFlag{}
+	cmd.Flags().StringVar(&f.value, "db", "", "PostgreSQL URL of the stint database (default $"+envDatabaseURL+")")
+	return f
+}
+
+// URL returns the database URL: the flag's value, else the environment's.
+// It is a usage error when there is none or it is malformed.
+func (f *dbFlag) URL() (string, error) {
+	dsn := f.value
+	if dsn == "" {
+		dsn = os.Getenv(envDatabaseURL)
+	}
+	if dsn == "" {
+		return "", usageErrorf("no database: pass --db URL or set %s", envDatabaseURL)
+	}
+	if _, err := pgx.ParseConfig(dsn); err != nil {
+		return "", usageErrorf("--db: %w", err)
+	}
+	return dsn, nil
+}
+
+// openStore opens the store at the database db names, with opts.
+func openStore(ctx context.Context, db *dbFlag, opts ...postgres.Option) (*postgres.Store, error) {
+	dsn, err := db.URL()
+	if err != nil {
+		return nil, err
+	}
+	return postgres.Open(ctx, dsn, opts...)
+}
+
+// openClient opens the store at the database db names and a client-only
+// api.Tasks on it with every built-in behavior. close releases both.
+func (c *cli) openClient(ctx context.Context, db *dbFlag) (client *impl.Client, close func(), err error) {
+	st, err := openStore(ctx, db, postgres.MaxConns(4))
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err = impl.NewClient(st, impl.ClientConfig{Registry: registry(), Logger: c.log})
+	if err != nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("create client: %w", err)
+	}
+	return client, func() { client.Close(); st.Close() }, nil
+}
+
+// schemaHint adds advice to an error caused by a missing stint table.
+func schemaHint(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w (is the schema migrated? run 'stint migrate up --db URL')", err)
+	}
+	return err
+}
+
+// jsonMarshal encodes v as JSON.
+func jsonMarshal(v any) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T as JSON: %w", v, err)
+	}
+	return raw, nil
+}
+
+// newTable returns a tabwriter for a table on w; Flush it when done.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+// writeJSON writes v to w as indented JSON followed by a newline.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write JSON: %w", err)
+	}
+	return nil
+}
+
+// prettyJSON returns raw indented, with prefix on every line but the first,
+// or "-" when raw is empty or null. Key order is kept.
+func prettyJSON(raw []byte, prefix string) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "-"
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, prefix, "  "); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// timeFormat is how tables and task details show times.
+const timeFormat = "2006-01-02 15:04:05"
+
+// formatTime formats t in local time, or "-" for nil.
+func formatTime(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format(timeFormat)
+}
+
+// orDash returns s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

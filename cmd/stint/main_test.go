@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/store/postgres"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// syncBuffer is a bytes.Buffer safe for a command writing to it while the
+// test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p.
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what was written so far.
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// result is what one run of the CLI printed and its exit code.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runCLI runs the stint command line with args in-process.
+func runCLI(ctx context.Context, args ...string) result {
+	var stdout, stderr syncBuffer
+	root := newRootCmd(&stdout, &stderr)
+	root.SetArgs(args)
+	code := execute(ctx, root, &stderr)
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+}
+
+// requireOK fails the test unless r exited with code 0.
+func requireOK(t *testing.T, r result) {
+	t.Helper()
+	require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+}
+
+// testContext returns a context that ends with the test or after timeout.
+func testContext(t *testing.T, timeout time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startServer runs an in-process server node with every built-in behavior
+// on the database at dsn until the test ends.
+func startServer(t *testing.T, ctx context.Context, dsn, node string) *impl.Server {
+	t.Helper()
+	st, err := postgres.Open(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	srv, err := impl.NewServer(st, impl.ServerConfig{
+		Node:              node,
+		Registry:          registry(),
+		PollInterval:      100 * time.Millisecond,
+		AwaitPollInterval: 100 * time.Millisecond,
+		Logger:            slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, srv.Stop(stopCtx))
+	})
+	return srv
+}
+
+// countTasks returns the number of rows in stint_task.
+func countTasks(t *testing.T, ctx context.Context, dsn string) int {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM stint_task`).Scan(&n))
+	return n
+}
+
+// waitFor polls cond every 20 ms until it holds, failing the test after
+// timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
+func TestRegistryHoldsBuiltInBehaviors(t *testing.T) {
+	t.Parallel()
+	_, ok := registry().Lookup("demo.echo")
+	require.True(t, ok)
+}
+
+func TestUsageErrorsExitTwo(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, time.Minute)
+	for _, args := range [][]string{
+		{"nope"},
+		{"tasks", "ls", "--bogus"},
+		{"tasks", "show"},
+		{"submit"},
+		{"migrate", "status"}, // no --db and no STINT_DATABASE_URL in the test environment
+		{"--log-level", "loud", "nodes", "ls"},
+	} {
+		if args[0] == "migrate" && os.Getenv(envDatabaseURL) != "" {
+			continue
+		}
+		r := runCLI(ctx, args...)
+		require.Equal(t, exitUsage, r.code, "args %q: stderr:\n%s", args, r.stderr)
+		require.Contains(t, r.stderr, "stint: error: ", "args %q", args)
+	}
+}

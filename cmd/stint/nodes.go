@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stinthq/stint/store"
+	"github.com/stinthq/stint/store/postgres"
+)
+
+// newNodesCmd returns `stint nodes` and its subcommands.
+func (c *cli) newNodesCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "nodes",
+		Short: "Inspect server nodes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
+		},
+	}
+	cmd.AddCommand(c.newNodesLsCmd())
+	return cmd
+}
+
+// nodeJSON is a node as `stint nodes ls --json` prints it.
+type nodeJSON struct {
+	store.Node
+	// HeartbeatAgeMS is how long ago, by the database's clock, the node
+	// last renewed its heartbeat.
+	HeartbeatAgeMS int64 `json:"heartbeat_age_ms"`
+}
+
+// newNodesLsCmd returns `stint nodes ls`.
+func (c *cli) newNodesLsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List the registered server nodes with the age of their heartbeat",
+		Long: `List the registered server nodes, oldest first, with the age of their last
+heartbeat as measured by the database's clock. A node whose heartbeat is much
+older than its heartbeat interval (5s by default) has probably died.`,
+		Args: exactArgs(0),
+	}
+	db := addDBFlag(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the nodes as JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		ctx := cmd.Context()
+		st, err := openStore(ctx, db, postgres.MaxConns(2))
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		nodes, err := st.Nodes(ctx)
+		if err != nil {
+			return fmt.Errorf("list nodes: %w", schemaHint(err))
+		}
+		var now time.Time
+		if err := st.Pool().QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return fmt.Errorf("read the database's clock: %w", err)
+		}
+		if asJSON {
+			out := make([]nodeJSON, len(nodes))
+			for i, n := range nodes {
+				out[i] = nodeJSON{Node: n, HeartbeatAgeMS: now.Sub(n.HeartbeatAt).Milliseconds()}
+			}
+			return writeJSON(c.stdout, out)
+		}
+		if len(nodes) == 0 {
+			fmt.Fprintln(c.stderr, "no nodes registered")
+			return nil
+		}
+		tw := newTable(c.stdout)
+		fmt.Fprintln(tw, "ID\tHOST\tPID\tWORKERS\tBEHAVIORS\tSTARTED\tHEARTBEAT AGE")
+		for _, n := range nodes {
+			behaviors := make([]string, len(n.Behaviors))
+			for i, b := range n.Behaviors {
+				behaviors[i] = string(b)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
+				n.ID, orDash(n.Host), strconv.Itoa(n.PID), n.MaxWorkers, orDash(strings.Join(behaviors, ",")),
+				formatTime(&n.StartedAt), formatAge(now.Sub(n.HeartbeatAt)))
+		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("write table: %w", err)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// formatAge formats an age for a table: to the tenth of a second under a
+// minute, to the second above.
+func formatAge(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/internal/pgtest"
+)
+
+func TestServerCommandRunsTasksAndStopsCleanly(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 2*time.Minute)
+	dsn := pgtest.New(t)
+
+	srvCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan result, 1)
+	go func() {
+		done <- runCLI(srvCtx, "server", "--db", dsn, "--node", "cli-node", "--workers", "4", "--behaviors", "demo.echo")
+	}()
+
+	var nodes []nodeJSON
+	waitFor(t, 30*time.Second, "the node to register", func() bool {
+		r := runCLI(ctx, "nodes", "ls", "--json", "--db", dsn)
+		requireOK(t, r)
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &nodes))
+		return len(nodes) == 1
+	})
+	require.Equal(t, "cli-node", nodes[0].ID)
+	require.Equal(t, 4, nodes[0].MaxWorkers)
+	require.GreaterOrEqual(t, nodes[0].HeartbeatAgeMS, int64(0))
+
+	r := runCLI(ctx, "nodes", "ls", "--db", dsn)
+	requireOK(t, r)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 2, r.stdout)
+	require.Regexp(t, `^ID\s+HOST\s+PID\s+WORKERS\s+BEHAVIORS\s+STARTED\s+HEARTBEAT AGE$`, lines[0])
+	require.Regexp(t, `^cli-node\s+\S+\s+\d+\s+4\s+demo\.echo\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+[0-9.]+m?s$`, lines[1])
+
+	r = runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"via server"}`, "--wait", "--db", dsn)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "success (attempt 1 on cli-node)")
+
+	stop()
+	select {
+	case r := <-done:
+		requireOK(t, r)
+		require.Contains(t, r.stderr, "server stopped")
+	case <-ctx.Done():
+		t.Fatal("the server did not stop")
+	}
+	r = runCLI(ctx, "nodes", "ls", "--db", dsn)
+	requireOK(t, r)
+	require.Contains(t, r.stderr, "no nodes registered")
+}
+
+func TestServerBadFlags(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, time.Minute)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--behaviors", "demo.echo,demo.nope"}, `--behaviors: unknown behavior "demo.nope"; known behaviors: demo.echo`},
+		{[]string{"--workers", "-1"}, "--workers -1 is negative"},
+		{[]string{"--db", "not a url"}, "--db:"},
+	} {
+		args := append([]string{"server"}, tc.args...)
+		if !strings.Contains(strings.Join(tc.args, " "), "--db") {
+			args = append(args, "--db", "postgres://nobody@127.0.0.1:1/none")
+		}
+		r := runCLI(ctx, args...)
+		require.Equal(t, exitUsage, r.code, "args %q: %s", tc.args, r.stderr)
+		require.Contains(t, r.stderr, tc.want)
+	}
+}

@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+)
+
+// submitOptions are the flags of stint submit.
+type submitOptions struct {
+	db       *dbFlag
+	params   string
+	id       string
+	priority int
+	delay    time.Duration
+	group    string
+	wait     bool
+	timeout  time.Duration
+	json     bool
+}
+
+// newSubmitCmd returns `stint submit`.
+func (c *cli) newSubmitCmd() *cobra.Command {
+	o := &submitOptions{}
+	cmd := &cobra.Command{
+		Use:   "submit BEHAVIOR --params JSON|@FILE",
+		Short: "Submit a task, optionally waiting for its result",
+		Long: `Submit a task of BEHAVIOR with the given params and print its id and whether
+it was created (a submit of an existing id merges into that task).
+
+The params are JSON, given inline, as @FILE to read them from a file, or as @-
+to read them from standard input. Bad input (malformed JSON, an unknown
+behavior, params the behavior rejects, a bad id) is reported naming the
+offending field, stores nothing, and exits with code 2.
+
+With --wait, stint waits until the task has finished, showing its progress on
+standard error, and prints its result or error; it exits with code 1 if the
+task failed. With --json, the submission is printed as one line of JSON and,
+with --wait, the finished task as a second line.`,
+		Example: `  stint submit demo.echo --params '{"text":"hi"}' --wait
+  stint submit demo.echo --params @params.json --id greeting-1 --delay 1m`,
+		Args: exactArgs(1, "BEHAVIOR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.runSubmit(cmd, o, args[0])
+		},
+	}
+	o.db = addDBFlag(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.params, "params", "", "params as JSON, @FILE or @- for standard input (default {})")
+	f.StringVar(&o.id, "id", "", "task id instead of the one the behavior derives from the params")
+	f.IntVar(&o.priority, "priority", 0, "priority from 0 to 32767, lower runs first (default: the behavior's)")
+	f.DurationVar(&o.delay, "delay", 0, "postpone the first run by this long, e.g. 30s or 5m")
+	f.StringVar(&o.group, "group", "", "group key, the scope of holds and limits")
+	f.BoolVar(&o.wait, "wait", false, "wait for the task to finish and print its result")
+	f.DurationVar(&o.timeout, "timeout", 0, "with --wait, give up waiting after this long (0 waits until interrupted)")
+	f.BoolVar(&o.json, "json", false, "print JSON")
+	return cmd
+}
+
+// runSubmit implements `stint submit`.
+func (c *cli) runSubmit(cmd *cobra.Command, o *submitOptions, behavior string) error {
+	ctx := cmd.Context()
+	req := api.SubmitRequest{
+		Behavior: api.BehaviorID(behavior),
+		ID:       api.TaskID(o.id),
+		Delay:    o.delay,
+		GroupKey: o.group,
+		Notify:   o.wait,
+	}
+	if cmd.Flags().Changed("priority") {
+		if o.priority < 0 || o.priority > 32767 {
+			return usageErrorf("--priority %d is outside 0..32767", o.priority)
+		}
+		p := o.priority
+		req.Priority = &p
+	}
+	if o.delay < 0 {
+		return usageErrorf("--delay %s is negative", o.delay)
+	}
+	if o.timeout < 0 {
+		return usageErrorf("--timeout %s is negative", o.timeout)
+	}
+	if o.timeout > 0 && !o.wait {
+		return usageErrorf("--timeout needs --wait")
+	}
+	params, err := readParams(o.params, cmd.InOrStdin())
+	if err != nil {
+		return err
+	}
+	req.Params = params
+	if err := precheck(req); err != nil {
+		return err
+	}
+
+	client, closeClient, err := c.openClient(ctx, o.db)
+	if err != nil {
+		return err
+	}
+	defer closeClient()
+
+	sub, err := client.Submit(ctx, req)
+	if err != nil {
+		return schemaHint(err)
+	}
+	if o.json {
+		if err := writeJSONLine(c.stdout, sub); err != nil {
+			return err
+		}
+	} else {
+		what := "created"
+		if !sub.Created {
+			what = "exists; the submit was merged into it"
+		}
+		fmt.Fprintf(c.stdout, "task %s: %s (status %s)\n", sub.ID, what, sub.Status)
+	}
+	if !o.wait {
+		return nil
+	}
+
+	waitCtx := ctx
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+	}
+	task, err := c.awaitWithProgress(waitCtx, client, sub.ID)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return fmt.Errorf("gave up waiting for task %s after %s; it is still there: see 'stint tasks show %s'", sub.ID, o.timeout, sub.ID)
+		}
+		if errors.Is(err, api.ErrNotFound) {
+			return fmt.Errorf("task %s was removed while waiting for it", sub.ID)
+		}
+		return fmt.Errorf("wait for task %s: %w", sub.ID, err)
+	}
+	if o.json {
+		if err := writeJSONLine(c.stdout, task); err != nil {
+			return err
+		}
+	} else {
+		printOutcome(c.stdout, task)
+	}
+	if task.Status == api.StatusFailure {
+		return silentExit(exitFailure)
+	}
+	return nil
+}
+
+// readParams returns the JSON params given by the --params flag value s:
+// inline JSON, @FILE, or @- for r. Empty s means no params.
+func readParams(s string, r io.Reader) (json.RawMessage, error) {
+	if s == "" {
+		return nil, nil
+	}
+	raw, source := []byte(s), "--params"
+	if name, ok := strings.CutPrefix(s, "@"); ok {
+		var err error
+		if name == "-" {
+			raw, err = io.ReadAll(r)
+			source = "standard input"
+		} else {
+			raw, err = os.ReadFile(name)
+			source = name
+		}
+		if err != nil {
+			return nil, usageErrorf("--params %s: cannot read the params: %w", s, err)
+		}
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, api.Invalid("params", "malformed JSON in %s: %v", source, err)
+	}
+	return raw, nil
+}
+
+// precheck validates the behavior, params and id of req before any
+// database is involved, so that bad input is reported even when the
+// database cannot be reached. The client validates everything again.
+func precheck(req api.SubmitRequest) error {
+	reg, ok := registry().Lookup(req.Behavior)
+	if !ok {
+		if err := spi.CheckBehaviorID(req.Behavior); err != nil {
+			return err
+		}
+		return &api.InvalidError{Field: "behavior", Err: api.ErrUnknownBehavior,
+			Reason: fmt.Sprintf("%q is not registered; known behaviors: %s", req.Behavior, knownBehaviors())}
+	}
+	if _, err := reg.Decode(req.Params); err != nil {
+		return err
+	}
+	if req.ID != "" {
+		if err := spi.CheckTaskID("id", req.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// knownBehaviors lists the registered behaviors for error messages.
+func knownBehaviors() string {
+	ids := registry().IDs()
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = string(id)
+	}
+	return strings.Join(names, ", ")
+}
+
+// awaitWithProgress awaits task id, reporting its progress on c.stderr
+// until it has finished.
+func (c *cli) awaitWithProgress(ctx context.Context, tasks api.Tasks, id api.TaskID) (api.Task, error) {
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.showProgress(pctx, tasks, id)
+	}()
+	task, err := tasks.Await(ctx, id)
+	cancel()
+	<-done
+	return task, err
+}
+
+// showProgress reports the state of task id on c.stderr every second until
+// ctx ends. On a terminal it keeps one line up to date; elsewhere it prints
+// a line whenever the state changes.
+func (c *cli) showProgress(ctx context.Context, tasks api.Tasks, id api.TaskID) {
+	terminal := isTerminal(c.stderr)
+	start := time.Now()
+	var last string
+	drawn := false
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		task, err := tasks.Get(ctx, id)
+		if err == nil && !task.Finished() {
+			line := progressLine(task)
+			switch {
+			case terminal:
+				fmt.Fprintf(c.stderr, "\r\033[K%s [%s]", line, time.Since(start).Round(time.Second))
+				drawn = true
+			case line != last:
+				fmt.Fprintln(c.stderr, line)
+			}
+			last = line
+		}
+		select {
+		case <-ctx.Done():
+			if drawn {
+				fmt.Fprint(c.stderr, "\r\033[K")
+			}
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// progressLine describes a task that has not finished yet.
+func progressLine(t api.Task) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "waiting for task %s: %s", t.ID, t.Status)
+	if t.Attempt > 0 {
+		fmt.Fprintf(&b, ", attempt %d", t.Attempt)
+	}
+	if t.Status == api.StatusRunning && t.Node != "" {
+		fmt.Fprintf(&b, " on %s", t.Node)
+	}
+	if t.Errors > 0 {
+		fmt.Fprintf(&b, ", %d consecutive errors", t.Errors)
+	}
+	if t.Status != api.StatusRunning && t.ScheduleNotBefore != nil && t.ScheduleNotBefore.After(time.Now()) {
+		fmt.Fprintf(&b, ", due %s", formatTime(t.ScheduleNotBefore))
+	}
+	return b.String()
+}
+
+// printOutcome prints a finished task's status and its result or error.
+func printOutcome(w io.Writer, t api.Task) {
+	fmt.Fprintf(w, "task %s: %s", t.ID, t.Status)
+	if t.Attempt > 0 {
+		fmt.Fprintf(w, " (attempt %d", t.Attempt)
+		if t.Node != "" {
+			fmt.Fprintf(w, " on %s", t.Node)
+		}
+		fmt.Fprint(w, ")")
+	}
+	fmt.Fprintln(w)
+	switch t.Status {
+	case api.StatusSuccess:
+		fmt.Fprintf(w, "result: %s\n", prettyJSON(t.Result, ""))
+	case api.StatusFailure:
+		if t.Error == nil {
+			fmt.Fprintln(w, "error: (none recorded)")
+			return
+		}
+		fmt.Fprintf(w, "error: %s\n", t.Error.Error())
+		if len(t.Error.Properties) > 0 {
+			raw, err := json.Marshal(t.Error.Properties)
+			if err == nil {
+				fmt.Fprintf(w, "details: %s\n", prettyJSON(raw, ""))
+			}
+		}
+	}
+}
+
+// writeJSONLine writes v to w as one line of JSON.
+func writeJSONLine(w io.Writer, v any) error {
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		return fmt.Errorf("write JSON: %w", err)
+	}
+	return nil
+}
+
+// exactArgs returns a cobra.PositionalArgs that wants exactly n arguments,
+// named by names in its error message.
+func exactArgs(n int, names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) == n {
+			return nil
+		}
+		if n == 0 {
+			return usageErrorf("%s takes no arguments, got %q", cmd.CommandPath(), args)
+		}
+		return usageErrorf("%s wants %d argument(s), %s, got %d", cmd.CommandPath(), n, strings.Join(names, " "), len(args))
+	}
+}

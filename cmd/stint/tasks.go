@@ -1,0 +1,208 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+)
+
+// Bounds of tasks ls --limit, as api.Filter accepts them.
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+)
+
+// newTasksCmd returns `stint tasks` and its subcommands.
+func (c *cli) newTasksCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tasks",
+		Short: "Inspect tasks",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
+		},
+	}
+	cmd.AddCommand(c.newTasksLsCmd(), c.newTasksShowCmd())
+	return cmd
+}
+
+// tasksLsOptions are the flags of stint tasks ls.
+type tasksLsOptions struct {
+	db       *dbFlag
+	behavior string
+	status   string
+	parent   string
+	group    string
+	after    string
+	limit    int
+	json     bool
+}
+
+// newTasksLsCmd returns `stint tasks ls`.
+func (c *cli) newTasksLsCmd() *cobra.Command {
+	o := &tasksLsOptions{}
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List tasks, a page at a time, in id order",
+		Long: `List the tasks matching the filters in id order, a page at a time. When more
+tasks match, the last line names the cursor to pass as --after for the next page
+(with --json, the "next" field).`,
+		Example: `  stint tasks ls --behavior demo.echo --status failure
+  stint tasks ls --limit 500 --after 0190a1b2-...`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.runTasksLs(cmd, o)
+		},
+	}
+	o.db = addDBFlag(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.behavior, "behavior", "", "only tasks of this behavior")
+	f.StringVar(&o.status, "status", "", "only tasks in this state: scheduled, running, success, failure or held")
+	f.StringVar(&o.parent, "parent", "", "only children of this task")
+	f.StringVar(&o.group, "group", "", "only tasks with this group key")
+	f.StringVar(&o.after, "after", "", "cursor: only tasks after this id (the previous page's next)")
+	f.IntVar(&o.limit, "limit", defaultListLimit, "page size, 1 to "+strconv.Itoa(maxListLimit))
+	f.BoolVar(&o.json, "json", false, "print the page as JSON")
+	return cmd
+}
+
+// runTasksLs implements `stint tasks ls`.
+func (c *cli) runTasksLs(cmd *cobra.Command, o *tasksLsOptions) error {
+	ctx := cmd.Context()
+	if o.limit < 1 || o.limit > maxListLimit {
+		return usageErrorf("--limit %d is outside 1..%d", o.limit, maxListLimit)
+	}
+	status := api.Status(o.status)
+	if status != "" && !status.Valid() {
+		return usageErrorf("--status %q is not a task state: want scheduled, running, success, failure or held", o.status)
+	}
+	client, closeClient, err := c.openClient(ctx, o.db)
+	if err != nil {
+		return err
+	}
+	defer closeClient()
+
+	page, err := client.List(ctx, api.Filter{
+		Behavior: api.BehaviorID(o.behavior),
+		Status:   status,
+		ParentID: api.TaskID(o.parent),
+		GroupKey: o.group,
+		After:    api.TaskID(o.after),
+		Limit:    o.limit,
+	})
+	if err != nil {
+		return fmt.Errorf("list tasks: %w", schemaHint(err))
+	}
+	if o.json {
+		if page.Tasks == nil {
+			page.Tasks = []api.Task{}
+		}
+		return writeJSON(c.stdout, page)
+	}
+	if len(page.Tasks) == 0 {
+		fmt.Fprintln(c.stderr, "no tasks match")
+		return nil
+	}
+	tw := newTable(c.stdout)
+	fmt.Fprintln(tw, "ID\tBEHAVIOR\tSTATUS\tPRIORITY\tATTEMPT\tNODE\tUPDATED")
+	for _, t := range page.Tasks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
+			t.ID, t.Behavior, t.Status, t.Priority, t.Attempt, orDash(t.Node), formatTime(&t.UpdatedAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	if page.Next != "" {
+		fmt.Fprintf(c.stdout, "next: %s (more tasks match: pass --after %s)\n", page.Next, page.Next)
+	}
+	return nil
+}
+
+// newTasksShowCmd returns `stint tasks show`.
+func (c *cli) newTasksShowCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show every field of a task",
+		Args:  exactArgs(1, "ID"),
+	}
+	db := addDBFlag(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the task as JSON")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		id := api.TaskID(args[0])
+		if err := spi.CheckTaskID("id", id); err != nil {
+			return err
+		}
+		client, closeClient, err := c.openClient(ctx, db)
+		if err != nil {
+			return err
+		}
+		defer closeClient()
+		t, err := client.Get(ctx, id)
+		if errors.Is(err, api.ErrNotFound) {
+			return fmt.Errorf("task %s not found", id)
+		}
+		if err != nil {
+			return fmt.Errorf("get task %s: %w", id, schemaHint(err))
+		}
+		if asJSON {
+			return writeJSON(c.stdout, t)
+		}
+		return c.printTask(t)
+	}
+	return cmd
+}
+
+// printTask prints every field of t, its JSON fields indented.
+func (c *cli) printTask(t api.Task) error {
+	tw := newTable(c.stdout)
+	row := func(name, value string) { fmt.Fprintf(tw, "%s:\t%s\n", name, value) }
+	row("id", string(t.ID))
+	row("behavior", string(t.Behavior))
+	row("status", string(t.Status))
+	row("finished", strconv.FormatBool(t.Finished()))
+	row("priority", strconv.Itoa(t.Priority))
+	row("attempt", strconv.Itoa(t.Attempt))
+	row("errors", strconv.Itoa(t.Errors))
+	row("node", orDash(t.Node))
+	row("lease", orDash(t.Lease))
+	row("due", formatTime(t.ScheduleNotBefore))
+	row("lease expires", formatTime(t.LostNotBefore))
+	row("resubmit", strconv.FormatBool(t.Resubmit))
+	row("parent", orDash(string(t.ParentID)))
+	row("group", orDash(t.GroupKey))
+	row("trace", orDash(t.Trace))
+	row("created", formatTime(&t.CreatedAt))
+	row("updated", formatTime(&t.UpdatedAt))
+	row("executed", formatTime(t.ExecutedAt))
+	row("finished at", formatTime(t.FinishedAt))
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write task: %w", err)
+	}
+	var errJSON []byte
+	if t.Error != nil {
+		raw, err := jsonMarshal(t.Error)
+		if err != nil {
+			return err
+		}
+		errJSON = raw
+	}
+	for _, f := range []struct {
+		name string
+		raw  []byte
+	}{
+		{"params", t.Params},
+		{"result", t.Result},
+		{"error", errJSON},
+		{"progress", t.Progress},
+	} {
+		fmt.Fprintf(c.stdout, "%s: %s\n", f.name, prettyJSON(f.raw, ""))
+	}
+	return nil
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/pgtest"
+)
+
+func TestTasksLsAndShow(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 2*time.Minute)
+	dsn := pgtest.New(t)
+	startServer(t, ctx, dsn, "node-ls")
+
+	r := runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"listed"}`, "--id", "task-listed", "--group", "grp", "--wait", "--db", dsn)
+	requireOK(t, r)
+
+	r = runCLI(ctx, "tasks", "ls", "--db", dsn)
+	requireOK(t, r)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 2, r.stdout)
+	require.Regexp(t, `^ID\s+BEHAVIOR\s+STATUS\s+PRIORITY\s+ATTEMPT\s+NODE\s+UPDATED$`, lines[0])
+	require.Regexp(t, `^task-listed\s+demo\.echo\s+success\s+5\s+1\s+node-ls\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$`, lines[1])
+
+	r = runCLI(ctx, "tasks", "ls", "--behavior", "demo.echo", "--status", "success", "--group", "grp", "--json", "--db", dsn)
+	requireOK(t, r)
+	var page api.Page
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+	require.Len(t, page.Tasks, 1)
+	require.Equal(t, api.TaskID("task-listed"), page.Tasks[0].ID)
+	require.Empty(t, page.Next)
+
+	r = runCLI(ctx, "tasks", "ls", "--status", "failure", "--db", dsn)
+	requireOK(t, r)
+	require.Empty(t, r.stdout)
+	require.Contains(t, r.stderr, "no tasks match")
+
+	r = runCLI(ctx, "tasks", "show", "task-listed", "--db", dsn)
+	requireOK(t, r)
+	for _, want := range []string{
+		`(?m)^id:\s+task-listed$`,
+		`(?m)^behavior:\s+demo\.echo$`,
+		`(?m)^status:\s+success$`,
+		`(?m)^finished:\s+true$`,
+		`(?m)^attempt:\s+1$`,
+		`(?m)^node:\s+node-ls$`,
+		`(?m)^group:\s+grp$`,
+		`(?m)^due:\s+-$`,
+		`(?m)^executed:\s+\d{4}-`,
+		`(?m)^params: \{\n  "text": "listed"\n\}$`,
+		`(?m)^result: \{\n  "text": "listed",\n  "attempt": 1\n\}$`,
+		`(?m)^error: -$`,
+		`(?m)^progress: -$`,
+	} {
+		require.Regexp(t, regexp.MustCompile(want), r.stdout)
+	}
+
+	r = runCLI(ctx, "tasks", "show", "task-listed", "--json", "--db", dsn)
+	requireOK(t, r)
+	var task api.Task
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &task))
+	require.Equal(t, api.StatusSuccess, task.Status)
+	require.Equal(t, "node-ls", task.Node)
+
+	r = runCLI(ctx, "tasks", "show", "no-such-task", "--db", dsn)
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, "stint: error: task no-such-task not found")
+
+	r = runCLI(ctx, "tasks", "show", "x", "--db", dsn)
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "invalid id")
+}
+
+func TestTasksLsPages(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, time.Minute)
+	dsn := pgtest.New(t)
+	for _, id := range []string{"page-1", "page-2", "page-3"} {
+		requireOK(t, runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"x"}`, "--id", id, "--db", dsn))
+	}
+	r := runCLI(ctx, "tasks", "ls", "--limit", "2", "--db", dsn)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "page-1")
+	require.Contains(t, r.stdout, "page-2")
+	require.NotContains(t, r.stdout, "page-3")
+	require.Contains(t, r.stdout, "next: page-2 (more tasks match: pass --after page-2)")
+
+	r = runCLI(ctx, "tasks", "ls", "--limit", "2", "--after", "page-2", "--json", "--db", dsn)
+	requireOK(t, r)
+	var page api.Page
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+	require.Len(t, page.Tasks, 1)
+	require.Equal(t, api.TaskID("page-3"), page.Tasks[0].ID)
+	require.Equal(t, api.StatusScheduled, page.Tasks[0].Status)
+}
+
+func TestTasksLsBadFlags(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, time.Minute)
+	dsn := pgtest.New(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--limit", "0"}, "--limit 0 is outside 1..1000"},
+		{[]string{"--limit", "1001"}, "--limit 1001 is outside 1..1000"},
+		{[]string{"--limit", "many"}, `invalid argument "many" for "--limit"`},
+		{[]string{"--status", "done"}, `--status "done" is not a task state`},
+		{[]string{"extra"}, "takes no arguments"},
+	} {
+		r := runCLI(ctx, append(append([]string{"tasks", "ls"}, tc.args...), "--db", dsn)...)
+		require.Equal(t, exitUsage, r.code, "args %q: %s", tc.args, r.stderr)
+		require.Contains(t, r.stderr, tc.want)
+	}
+}
