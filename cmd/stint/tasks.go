@@ -21,13 +21,14 @@ const (
 func (c *cli) newTasksCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tasks",
-		Short: "Inspect tasks",
+		Short: "Inspect and steer tasks",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cmd.Help()
 		},
 	}
 	cmd.AddCommand(c.newTasksLsCmd(), c.newTasksShowCmd())
+	cmd.AddCommand(c.newTaskActionCmds()...)
 	return cmd
 }
 

@@ -120,3 +120,44 @@ func TestTasksLsBadFlags(t *testing.T) {
 		require.Contains(t, r.stderr, tc.want)
 	}
 }
+
+func TestTaskActions(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 2*time.Minute)
+	dsn := pgtest.New(t)
+
+	r := runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"later"}`, "--id", "task-act", "--delay", "1h", "--db", dsn)
+	requireOK(t, r)
+	status := func() string {
+		r := runCLI(ctx, "tasks", "show", "task-act", "--json", "--db", dsn)
+		requireOK(t, r)
+		var task api.Task
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &task))
+		return string(task.Status)
+	}
+
+	r = runCLI(ctx, "tasks", "hold", "task-act", "--db", dsn)
+	requireOK(t, r)
+	require.Equal(t, "task task-act held\n", r.stdout)
+	require.Equal(t, "held", status())
+
+	r = runCLI(ctx, "tasks", "hold", "task-act", "--db", dsn)
+	require.Equal(t, exitFailure, r.code, "holding a held task conflicts")
+	require.Contains(t, r.stderr, "it is held")
+
+	r = runCLI(ctx, "tasks", "release", "task-act", "--db", dsn)
+	requireOK(t, r)
+	require.Equal(t, "scheduled", status())
+
+	r = runCLI(ctx, "tasks", "retry", "task-act", "--db", dsn)
+	require.Equal(t, exitFailure, r.code, "only a failed task can be retried")
+
+	r = runCLI(ctx, "tasks", "rm", "task-act", "--db", dsn)
+	requireOK(t, r)
+	r = runCLI(ctx, "tasks", "rm", "task-act", "--db", dsn)
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, "task task-act not found")
+
+	r = runCLI(ctx, "tasks", "rm", "bad id!", "--db", dsn)
+	require.Equal(t, exitUsage, r.code)
+}
