@@ -1,0 +1,108 @@
+package spi_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+)
+
+func TestDeterministicIDs(t *testing.T) {
+	t.Parallel()
+	ids := spi.NewIDs("demo.echo")
+	a := ids.Deterministic("x", 1)
+	require.Equal(t, a, ids.Deterministic("x", 1))
+	require.NotEqual(t, a, ids.Deterministic("x", 2))
+	require.NotEqual(t, ids.Deterministic("ab", "c"), ids.Deterministic("a", "bc"), "parts are delimited")
+	require.NotEqual(t, a, spi.NewIDs("demo.other").Deterministic("x", 1), "the behavior is part of the id")
+	require.NoError(t, spi.CheckTaskID("id", a))
+	u := ids.Unique()
+	require.NoError(t, spi.CheckTaskID("id", u))
+	require.NotEqual(t, u, ids.Unique())
+}
+
+func TestCheckIDs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		id string
+		ok bool
+	}{
+		{"abc", true}, {"a.b:c/d@e+f=g-h_i", true}, {"ab", false}, {"", false},
+		{string(make([]byte, 129)), false}, {"a b c", false}, {"a'b;c", false}, {"añb", false}, {"a\x00bc", false},
+	} {
+		err := spi.CheckTaskID("id", api.TaskID(tc.id))
+		require.Equal(t, tc.ok, err == nil, "id %q: %v", tc.id, err)
+		if err != nil {
+			require.ErrorIs(t, err, api.ErrInvalid)
+		}
+	}
+	for _, tc := range []struct {
+		id string
+		ok bool
+	}{
+		{"demo.echo", true}, {"ingest.job", true}, {"ab", false}, {"Demo.echo", false}, {"1abc", false}, {"a_b-c.d", true},
+	} {
+		err := spi.CheckBehaviorID(api.BehaviorID(tc.id))
+		require.Equal(t, tc.ok, err == nil, "behavior %q: %v", tc.id, err)
+	}
+}
+
+func TestBackoffDoublesWithJitterAndCap(t *testing.T) {
+	t.Parallel()
+	for n := 1; n <= 40; n++ {
+		d := spi.Backoff(time.Second, time.Hour, n)
+		full := min(time.Second<<min(n-1, 20), time.Hour)
+		require.GreaterOrEqual(t, d, full*3/4, "failure %d", n)
+		require.LessOrEqual(t, d, full, "failure %d", n)
+	}
+}
+
+type params struct {
+	Name  string `json:"name" validate:"required,max=5"`
+	Count int    `json:"count" validate:"gte=0"`
+	Inner struct {
+		URL string `json:"url" validate:"omitempty,url"`
+	} `json:"inner"`
+}
+
+type kind struct{}
+
+func (kind) Kind() api.Kind[params, string]          { return api.Kind[params, string]{ID: "test.kind"} }
+func (kind) TaskID(ids spi.IDs, p params) api.TaskID { return ids.Deterministic(p.Name) }
+func (kind) Policy() spi.Policy                      { return spi.Policy{MaxAttempts: 2, MaxParamsBytes: 100} }
+func (kind) Run(context.Context, spi.RunContext, params) (string, error) {
+	return "", errors.New("boom")
+}
+
+func TestDecodeNamesTheField(t *testing.T) {
+	t.Parallel()
+	reg := spi.NewRegistry()
+	spi.MustRegister[params, string](reg, kind{})
+	require.Error(t, spi.Register[params, string](reg, kind{}), "a second registration is refused")
+	r, ok := reg.Lookup("test.kind")
+	require.True(t, ok)
+	for _, tc := range []struct{ raw, field string }{
+		{`{}`, "params.name"},
+		{`{"name":"toolong"}`, "params.name"},
+		{`{"name":"a","count":-1}`, "params.count"},
+		{`{"name":"a","inner":{"url":"not a url"}}`, "params.inner.url"},
+		{`{"name":1}`, "params.name"},
+		{`{"name":"a","x":1}`, "params.x"},
+		{`[1]`, "params"},
+		{`{"name":"a"}{}`, "params"},
+		{`{"name":"` + string(make([]byte, 100)) + `"}`, "params"},
+	} {
+		_, err := r.Decode([]byte(tc.raw))
+		var ie *api.InvalidError
+		require.ErrorAs(t, err, &ie, tc.raw)
+		require.Equal(t, tc.field, ie.Field, "%s: %v", tc.raw, err)
+	}
+	p, err := r.Decode([]byte(`{"name":"ok","count":2}`))
+	require.NoError(t, err)
+	require.Equal(t, "ok", p.(params).Name)
+}
