@@ -204,8 +204,10 @@ type Tasks interface {
 
 // Event is one state change of a task, from the change feed.
 type Event struct {
-	// Seq orders the events of a batch, and so the events of one task.
-	// Zero for the current state a subscription starts with.
+	// Seq numbers the statement that made the change; events of one
+	// statement share it. Events come in (Seq, position) order, so the
+	// events of one task are in order. Zero for the current state a
+	// subscription starts with.
 	Seq      int64      `json:"seq"`
 	TaskID   TaskID     `json:"task_id"`
 	Behavior BehaviorID `json:"behavior"`

@@ -284,10 +284,18 @@ func TestChangeFeedConsumerResumesAfterBeingOffline(t *testing.T) {
 	require.NoError(t, c.AckChanges(e.ctx, "indexer", cursor))
 	require.Len(t, events, 1000)
 	perTask := map[api.TaskID][]api.Status{}
-	seen := map[int64]bool{}
-	for _, ev := range events {
-		require.False(t, seen[ev.Seq], "event %d delivered twice", ev.Seq)
-		seen[ev.Seq] = true
+	type key struct {
+		seq int64
+		id  api.TaskID
+	}
+	seen := map[key]bool{}
+	for i, ev := range events {
+		k := key{ev.Seq, ev.TaskID}
+		require.False(t, seen[k], "event %v delivered twice", k)
+		seen[k] = true
+		if i > 0 {
+			require.GreaterOrEqual(t, ev.Seq, events[i-1].Seq)
+		}
 		perTask[ev.TaskID] = append(perTask[ev.TaskID], ev.Status)
 	}
 	require.Len(t, perTask, 500)
@@ -319,7 +327,7 @@ func TestFeedIsTrimmedPastTheSlowestLiveConsumer(t *testing.T) {
 	res, err := e.st.Maintain(e.ctx, keepAll)
 	require.NoError(t, err)
 	require.Zero(t, res.Changes, "the slow consumer has not read them")
-	require.Equal(t, 10, e.count(`SELECT count(*) FROM stint_change`))
+	require.Equal(t, 10, e.count(`SELECT count(*) FROM stint_change`), "one row per submit statement")
 
 	got, cursor, err := c.Changes(e.ctx, start, 100)
 	require.NoError(t, err)

@@ -6,24 +6,26 @@ ALTER TABLE stint_task
 
 CREATE INDEX stint_task_group ON stint_task (group_key, status) WHERE group_key IS NOT NULL;
 
--- stint_change is the change feed (couch_event): every state change of a
--- task. Sequence numbers alone cannot be a reader's cursor (a transaction
--- can commit a smaller seq after a reader passed a larger one), so readers
--- move from tick to tick: a tick records a snapshot, and the changes between
--- two ticks are those whose transaction is visible in the second snapshot
--- and not in the first (PgQ's batches). Within a batch, seq orders them; a
--- task's changes are always in order, since each waits for the row lock of
--- the one before.
+-- stint_change is the change feed (couch_event): the state changes of
+-- tasks, one row per statement that changed them (a claim of 1,000 tasks is
+-- one row), so that the feed costs little on the hot path. Sequence numbers
+-- alone cannot be a reader's cursor (a transaction can commit a smaller seq
+-- after a reader passed a larger one), so readers move from tick to tick: a
+-- tick records a snapshot, and the changes between two ticks are those whose
+-- transaction is visible in the second snapshot and not in the first (PgQ's
+-- batches). Within a batch, seq and the array position order them; a task's
+-- changes are always in order, since each waits for the row lock of the one
+-- before.
 CREATE TABLE stint_change (
-    seq       bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    xid       xid8        NOT NULL DEFAULT pg_current_xact_id(),
-    task_id   text        NOT NULL,
-    behavior  text        NOT NULL,
-    status    text        NOT NULL,
-    parent_id text,
-    -- final marks a task finished for good (or removed): nothing follows.
-    final     boolean     NOT NULL DEFAULT false,
-    at        timestamptz NOT NULL DEFAULT now()
+    seq        bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    xid        xid8        NOT NULL DEFAULT pg_current_xact_id(),
+    task_ids   text[]      NOT NULL,
+    behaviors  text[]      NOT NULL,
+    statuses   text[]      NOT NULL,
+    parent_ids text[]      NOT NULL,
+    -- finals mark tasks finished for good (or removed): nothing follows.
+    finals     boolean[]   NOT NULL,
+    at         timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX stint_change_xid ON stint_change (xid);
 

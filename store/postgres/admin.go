@@ -66,8 +66,9 @@ func (s *Store) Remove(ctx context.Context, id api.TaskID) (api.Task, error) {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO stint_change (task_id, behavior, status, parent_id, final)
-			VALUES ($1, $2, 'removed', nullif($3, ''), true)`, string(t.ID), string(t.Behavior), string(t.ParentID)); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals)
+			VALUES (ARRAY[$1], ARRAY[$2], ARRAY['removed'], ARRAY[nullif($3, '')], ARRAY[true])`,
+			string(t.ID), string(t.Behavior), string(t.ParentID)); err != nil {
 			return err
 		}
 		if t.ParentID != "" && !t.Finished() {
@@ -121,7 +122,7 @@ func (s *Store) Hold(ctx context.Context, id api.TaskID) error {
 		    UPDATE stint_task SET status = 'held', schedule_not_before = NULL, executed_at = NULL, updated_at = now()
 		    WHERE id = $1 AND (status = 'scheduled' OR (status IN ('success', 'failure') AND schedule_not_before IS NOT NULL))
 		    RETURNING id, behavior, parent_id)
-		INSERT INTO stint_change (task_id, behavior, status, parent_id) SELECT id, behavior, 'held', parent_id FROM u`)
+		`+feedInsert("u", "'held'::text", "false"))
 }
 
 // Release makes a held task due at once.
@@ -131,7 +132,7 @@ func (s *Store) Release(ctx context.Context, id api.TaskID) error {
 		    UPDATE stint_task SET status = 'scheduled', schedule_not_before = now(), updated_at = now()
 		    WHERE id = $1 AND status = 'held'
 		    RETURNING id, behavior, parent_id)
-		INSERT INTO stint_change (task_id, behavior, status, parent_id) SELECT id, behavior, 'scheduled', parent_id FROM u`)
+		`+feedInsert("u", "'scheduled'::text", "false"))
 }
 
 // Retry schedules a task that failed for good to run again.
@@ -142,7 +143,7 @@ func (s *Store) Retry(ctx context.Context, id api.TaskID) error {
 		        finished_at = NULL, attempt = 0, errors = 0, updated_at = now()
 		    WHERE id = $1 AND status = 'failure' AND schedule_not_before IS NULL
 		    RETURNING id, behavior, parent_id)
-		INSERT INTO stint_change (task_id, behavior, status, parent_id) SELECT id, behavior, 'scheduled', parent_id FROM u`)
+		`+feedInsert("u", "'scheduled'::text", "false"))
 }
 
 // HoldGroup holds a group key.
@@ -260,13 +261,15 @@ func (s *Store) Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event,
 		rows, err := s.pool.Query(ctx, `
 			WITH a AS (SELECT snap FROM stint_feed_tick WHERE tick = $1),
 			     b AS (SELECT snap FROM stint_feed_tick WHERE tick = $2)
-			SELECT c.seq, c.task_id, c.behavior, c.status, coalesce(c.parent_id, ''), c.final, c.at
-			FROM stint_change c, b LEFT JOIN a ON true
+			SELECT c.seq, u.task_id, u.behavior, u.status, coalesce(u.parent_id, ''), u.final, c.at
+			FROM stint_change c CROSS JOIN b LEFT JOIN a ON true,
+			     unnest(c.task_ids, c.behaviors, c.statuses, c.parent_ids, c.finals) WITH ORDINALITY
+			         AS u(task_id, behavior, status, parent_id, final, pos)
 			WHERE c.xid < pg_snapshot_xmax(b.snap) AND pg_visible_in_snapshot(c.xid, b.snap)
 			  AND (a.snap IS NULL OR (c.xid >= pg_snapshot_xmin(a.snap) AND NOT pg_visible_in_snapshot(c.xid, a.snap)))
-			  AND ($3 = '' OR c.task_id = $3) AND ($4 = '' OR c.behavior = $4)
-			  AND ($5 = '' OR c.parent_id = $5) AND ($6 = '' OR c.status = $6)
-			ORDER BY c.seq`,
+			  AND ($3 = '' OR u.task_id = $3) AND ($4 = '' OR u.behavior = $4)
+			  AND ($5 = '' OR u.parent_id = $5) AND ($6 = '' OR u.status = $6)
+			ORDER BY c.seq, u.pos`,
 			cursor, next, string(f.TaskID), string(f.Behavior), string(f.ParentID), string(f.Status))
 		if err != nil {
 			return nil, cursor, fmt.Errorf("read changes: %w", err)

@@ -64,7 +64,7 @@ func formatUUID(u [16]byte) string {
 // time, a running task is flagged to run again when it ends (params kept), a
 // finished task is scheduled again with the new params. A held task stays
 // held. $10 replaces the params of a scheduled task (after a Combine).
-const submitSQL = `
+var submitSQL = `
 WITH s AS (
 INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited)
 SELECT r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
@@ -89,7 +89,7 @@ RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id
 )` + recordSubmitChanges
 
 // shareSQL inserts tasks and leaves existing ones as they are.
-const shareSQL = `
+var shareSQL = `
 WITH s AS (
 INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited)
 SELECT r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
@@ -103,10 +103,7 @@ RETURNING t.id, t.status, true AS created, t.behavior, t.parent_id
 // recordSubmitChanges ends the submit statements: it records the new states
 // in the change feed (not the resubmit flag of a running task: its state did
 // not change) and returns the submissions.
-const recordSubmitChanges = `, feed AS (
-    INSERT INTO stint_change (task_id, behavior, status, parent_id)
-    SELECT id, behavior, status, parent_id FROM s WHERE status <> 'running'
-)
+var recordSubmitChanges = `, feed AS (` + feedInsert("s WHERE status <> 'running'", "status", "false") + `)
 SELECT id, status, created FROM s`
 
 // Submit stores tasks; see store.Store.
@@ -304,8 +301,8 @@ func (s *Store) List(ctx context.Context, f api.Filter) (api.Page, error) {
 // tasks over. Paused behaviors and held group keys are skipped. $5 is the
 // look-ahead (couch_jobs' max_sched_time): tasks due that soon are taken
 // early, but never a running task before its lease expired.
-const claimSQL = claimCTEs + `
-    WHERE t.behavior = cfg.behavior AND t.id IN (
+var claimSQL = claimCTEs + `
+    WHERE t.behavior = cfg.behavior AND t.id = ANY(ARRAY(
         SELECT id FROM stint_task c
         WHERE c.schedule_not_before <= now() + $5 * interval '1 microsecond'
           AND (c.status <> 'running' OR c.schedule_not_before <= now())
@@ -313,11 +310,11 @@ const claimSQL = claimCTEs + `
           AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
         ORDER BY c.priority, c.schedule_not_before
         LIMIT $4
-        FOR UPDATE SKIP LOCKED)` + claimReturn
+        FOR UPDATE SKIP LOCKED))` + claimReturn
 
 // claimIDsSQL claims the tasks $4, already locked by the caller's
 // transaction ($5 is unused, to keep the parameters of claimSQL).
-const claimIDsSQL = claimCTEs + `
+var claimIDsSQL = claimCTEs + `
     WHERE t.behavior = cfg.behavior AND t.id = ANY($4::text[]) AND $5::bigint IS NOT NULL` + claimReturn
 
 // claimCTEs starts the claim statements: the settings of the behaviors $2
@@ -344,13 +341,10 @@ WITH cfg AS (
 
 // claimReturn ends the claim statements: it records the running state in
 // the change feed and returns the claimed tasks.
-const claimReturn = `
+var claimReturn = `
     RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
         t.parent_id, t.group_key, t.trace, cfg.lease_us
-), feed AS (
-    INSERT INTO stint_change (task_id, behavior, status, parent_id)
-    SELECT id, behavior, 'running', parent_id FROM claimed
-)
+), feed AS (` + feedInsert("claimed", "'running'::text", "false") + `)
 SELECT id, lease, behavior, params, progress, attempt, errors, priority,
     coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us
 FROM claimed`
@@ -459,6 +453,18 @@ func (s *Store) claimPerGroup(ctx context.Context, req store.ClaimRequest, behav
 	return out, nil
 }
 
+// feedInsert returns the statement that records the tasks of from (a CTE
+// with id, behavior and parent_id, and a filter) in the change feed as one
+// row, with the status and final expressions given. Its arguments are
+// constants of this package, never input.
+func feedInsert(from, status, final string) string {
+	return `
+    INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals)
+    SELECT array_agg(id), array_agg(behavior), array_agg(` + status + `), array_agg(parent_id), array_agg(` + final + `)
+    FROM ` + from + `
+    HAVING count(*) > 0`
+}
+
 // scanClaimed reads the rows of a claim statement.
 func scanClaimed(rows pgx.Rows, capacity int) ([]store.Claimed, error) {
 	out := make([]store.Claimed, 0, capacity)
@@ -514,7 +520,7 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 // Awaited tasks are notified in the same transaction, so a woken awaiter
 // sees the result; ids go in chunks of 50 to stay under the 8,000-byte
 // payload limit.
-const finishSQL = `
+var finishSQL = `
 WITH c AS (
     SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bool[])
         AS c(id, lease, status, result, error, again_us, wait_children)
@@ -539,10 +545,7 @@ WITH c AS (
     WHERE t.id = c.id AND t.lease = c.lease AND t.status = 'running'
     RETURNING t.id, t.behavior, t.status, t.parent_id, t.awaited,
         t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AS final
-), feed AS (
-    INSERT INTO stint_change (task_id, behavior, status, parent_id, final)
-    SELECT id, behavior, status, parent_id, final FROM done
-), notified AS (
+), feed AS (` + feedInsert("done", "status", "final") + `), notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', ids)) AS n FROM (
         SELECT string_agg(id, ',') AS ids FROM (
             SELECT id, (row_number() OVER ()) / 50 AS chunk FROM done WHERE awaited) a
@@ -677,8 +680,7 @@ func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {
 		    FROM unnest($1::text[], $2::uuid[]) AS r(id, lease)
 		    WHERE t.id = r.id AND t.lease = r.lease AND t.status = 'running'
 		    RETURNING t.id, t.behavior, t.parent_id)
-		INSERT INTO stint_change (task_id, behavior, status, parent_id)
-		SELECT id, behavior, 'scheduled', parent_id FROM u`, ids, leases)
+		`+feedInsert("u", "'scheduled'::text", "false"), ids, leases)
 	if err != nil {
 		return fmt.Errorf("unclaim tasks: %w", err)
 	}
