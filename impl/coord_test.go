@@ -163,7 +163,27 @@ func (s span) Run(ctx context.Context, rc spi.RunContext, p SpanParams) (struct{
 	return struct{}{}, err
 }
 
+var loopKind = api.Kind[SpanParams, struct{}]{ID: "test.loop"}
+
+// loop is test.loop: a continuous task that runs until stopped, recording
+// each start; at most two run per node, rotated.
+type loop struct{ pool *pgxpool.Pool }
+
+func (loop) Kind() api.Kind[SpanParams, struct{}]        { return loopKind }
+func (loop) TaskID(ids spi.IDs, p SpanParams) api.TaskID { return ids.Deterministic(p.Key) }
+func (loop) Policy() spi.Policy {
+	return spi.Policy{Rotation: &spi.Rotation{MaxRunning: 2, MaxChurn: 10, Interval: 150 * time.Millisecond, MinRunTime: 200 * time.Millisecond}}
+}
+func (l loop) Run(ctx context.Context, rc spi.RunContext, p SpanParams) (struct{}, error) {
+	if _, err := l.pool.Exec(ctx, `INSERT INTO test_run (task_id, attempt) VALUES ($1, $2)`, string(rc.TaskID()), rc.Attempt()); err != nil {
+		return struct{}{}, err
+	}
+	<-ctx.Done()
+	return struct{}{}, context.Cause(ctx)
+}
+
 func registerCoordBehaviors(reg *spi.Registry, pool *pgxpool.Pool, node string, _ time.Duration) {
+	spi.MustRegister[SpanParams, struct{}](reg, loop{pool: pool})
 	spi.MustRegister[StepParams, stepProgress](reg, steps{pool: pool})
 	spi.MustRegister[ParentParams, ParentResult](reg, parent{pool: pool})
 	spi.MustRegister[SpanParams, struct{}](reg, span{pool: pool, node: node})
@@ -565,4 +585,24 @@ func TestFewNotificationsForManySubmits(t *testing.T) {
 	sent := c.Stats().Notifications
 	t.Logf("%d fire-and-forget submits sent %d notifications", n, sent)
 	require.Less(t, sent, int64(n/10))
+}
+
+func TestRotationSharesSlotsAmongWaitingTasks(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("node", 5*time.Second)
+	c := e.client()
+	for i := range 5 {
+		_, err := c.Submit(e.ctx, api.SubmitRequest{Behavior: loopKind.ID, Params: fmt.Appendf(nil, `{"key":"loop-%d"}`, i)})
+		require.NoError(t, err)
+	}
+	most := 0
+	waitFor(t, 30*time.Second, "every task to get a turn", func() bool {
+		most = max(most, e.count(`SELECT count(*) FROM stint_task WHERE behavior = 'test.loop' AND status = 'running'`))
+		return e.count(`SELECT count(DISTINCT task_id) FROM test_run`) == 5
+	})
+	require.LessOrEqual(t, most, 2, "at most MaxRunning at once")
+	require.LessOrEqual(t, srv.Running(), 2)
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_task WHERE behavior = 'test.loop' AND attempt > 1`), "a preempted run is not an attempt")
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_task WHERE status = 'failure'`))
 }

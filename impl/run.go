@@ -19,6 +19,7 @@ type run struct {
 	claimed store.Claimed
 	reg     *spi.Registration
 	lease   time.Duration // the lease the claim issued; renewals extend by it
+	started time.Time
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 
@@ -38,11 +39,14 @@ func (s *Server) startRun(c store.Claimed, sent time.Time) {
 	if lease <= 0 {
 		lease = reg.Policy.Lease
 	}
-	r := &run{claimed: c, reg: reg, lease: lease, deadline: sent.Add(lease), progress: c.Progress}
+	r := &run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress}
 	r.ctx, r.cancel = context.WithCancelCause(s.runCtx)
 	s.mu.Lock()
 	s.running[c.ID] = r
 	s.perBehav[c.Behavior]++
+	if reg.Policy.Rotation != nil {
+		s.churn[c.Behavior]++
+	}
 	s.mu.Unlock()
 	s.runs.Add(1)
 	go s.execute(r)
@@ -71,7 +75,7 @@ func (s *Server) execute(r *run) {
 	} else {
 		out = r.reg.Execute(r.ctx, &runContext{s: s, r: r}, p, r.claimed.Errors)
 	}
-	if errors.Is(context.Cause(r.ctx), errStopping) {
+	if cause := context.Cause(r.ctx); errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := s.st.Unclaim(ctx, []store.LeaseRef{r.claimed.LeaseRef}); err != nil {

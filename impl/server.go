@@ -99,6 +99,7 @@ type Server struct {
 	mu       sync.Mutex
 	running  map[api.TaskID]*run
 	perBehav map[api.BehaviorID]int
+	churn    map[api.BehaviorID]int // starts and stops in this rotation interval
 	started  bool
 	stopped  bool
 
@@ -158,6 +159,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		slotFreed: make(chan struct{}, 1),
 		running:   map[api.TaskID]*run{},
 		perBehav:  map[api.BehaviorID]int{},
+		churn:     map[api.BehaviorID]int{},
 	}
 	for _, id := range ids {
 		reg, ok := cfg.Registry.Lookup(id)
@@ -214,6 +216,12 @@ func (s *Server) Start(ctx context.Context) error {
 	go func() { defer s.bgDone.Done(); s.completer.loop(bgCtx) }()
 	go func() { defer s.bgDone.Done(); s.leaseLoop(bgCtx) }()
 	go func() { defer s.bgDone.Done(); s.maintainLoop(bgCtx) }()
+	for _, b := range s.behaviors {
+		if b.Policy.Rotation != nil {
+			s.bgDone.Add(1)
+			go func() { defer s.bgDone.Done(); s.rotateLoop(bgCtx, b) }()
+		}
+	}
 	go func() { defer close(s.claimDone); s.claimLoop(claimCtx) }()
 	s.log.Info("stint: server started", "node", s.cfg.Node, "behaviors", ids, "max_workers", s.cfg.MaxWorkers)
 	return nil
@@ -396,6 +404,9 @@ func (s *Server) claimGroups() (free int, groups []claimGroup) {
 		left := free
 		if b.Policy.MaxConcurrency > 0 {
 			left = b.Policy.MaxConcurrency - s.perBehav[b.ID]
+		}
+		if r := b.Policy.Rotation; r != nil {
+			left = min(left, r.MaxRunning-s.perBehav[b.ID], r.MaxChurn-s.churn[b.ID])
 		}
 		switch {
 		case left <= 0:

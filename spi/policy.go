@@ -1,6 +1,7 @@
 package spi
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -48,6 +49,52 @@ type Policy struct {
 	Dedup Dedup
 	// MaxParamsBytes caps the size of the JSON params. Defaults to 1 MiB.
 	MaxParamsBytes int
+	// Rotation, when set, makes the behavior's tasks preemptible: each node
+	// runs at most Rotation.MaxRunning of them and, while others wait,
+	// stops the longest-running ones in turn (the CouchDB replicator's
+	// scheduler). Nil runs tasks to their end.
+	Rotation *Rotation
+}
+
+// Rotation shares a node's slots among more long-running tasks than it
+// can run at once. Every Interval (plus up to a third of it as jitter) the
+// node stops the oldest runs that ran at least MinRunTime, as many as
+// tasks wait (due and unclaimed) beyond its free slots, within MaxChurn
+// stops and starts per interval. A stopped run's context is cancelled with
+// a cause matching ErrPreempted; its task is due again at once, without an
+// attempt counted, and resumes from its last checkpoint. Zero fields take
+// the replicator's defaults.
+type Rotation struct {
+	// MaxRunning caps the running tasks of the behavior per node.
+	// Defaults to 500 (max_jobs).
+	MaxRunning int
+	// MaxChurn caps the starts and stops per interval. Defaults to 100.
+	MaxChurn int
+	// Interval is the time between rotations. Defaults to 15 seconds.
+	Interval time.Duration
+	// MinRunTime protects a run from being stopped before it ran this
+	// long. Defaults to 60 seconds.
+	MinRunTime time.Duration
+}
+
+// ErrPreempted is the cause of a run's context cancelled by rotation.
+var ErrPreempted = errors.New("stint: preempted by rotation")
+
+// WithDefaults returns r with zero fields set to their defaults.
+func (r Rotation) WithDefaults() Rotation {
+	if r.MaxRunning <= 0 {
+		r.MaxRunning = 500
+	}
+	if r.MaxChurn <= 0 {
+		r.MaxChurn = 100
+	}
+	if r.Interval <= 0 {
+		r.Interval = 15 * time.Second
+	}
+	if r.MinRunTime <= 0 {
+		r.MinRunTime = 60 * time.Second
+	}
+	return r
 }
 
 // Policy defaults.
@@ -85,6 +132,10 @@ func (p Policy) WithDefaults() Policy {
 	}
 	if p.MaxParamsBytes <= 0 {
 		p.MaxParamsBytes = DefaultMaxParamsBytes
+	}
+	if p.Rotation != nil {
+		r := p.Rotation.WithDefaults()
+		p.Rotation = &r
 	}
 	return p
 }

@@ -228,14 +228,13 @@ func (s *Store) PendingCount(ctx context.Context, behavior api.BehaviorID, lookA
 
 // Changes reads the change feed from tick f.Since: whole batches between
 // ticks, oldest first, until at least f.Limit changes or the newest tick. A
-// new tick is made first when the newest is older than 20 ms, so a reader
-// sees what committed before it asked.
+// new tick is made first, so a reader sees what committed before it asked.
 func (s *Store) Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event, int64, error) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 1000
 	}
-	if _, err := s.tick(ctx, 20*time.Millisecond); err != nil {
+	if _, err := s.FeedHead(ctx); err != nil {
 		return nil, f.Since, err
 	}
 	if f.Since > 0 {
@@ -289,22 +288,11 @@ func (s *Store) Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event,
 	return out, cursor, nil
 }
 
-// FeedHead returns a fresh tick: a reader starting there sees every change
-// that commits after the call.
-func (s *Store) FeedHead(ctx context.Context) (int64, error) { return s.tick(ctx, 0) }
-
-// tick makes a new tick unless the newest is younger than fresh, and
-// returns the newest.
-func (s *Store) tick(ctx context.Context, fresh time.Duration) (int64, error) {
+// FeedHead makes a tick and returns it: a reader starting there sees every
+// change that commits after the call.
+func (s *Store) FeedHead(ctx context.Context) (int64, error) {
 	var tick int64
-	err := s.pool.QueryRow(ctx, `
-		WITH last AS (SELECT tick, at FROM stint_feed_tick ORDER BY tick DESC LIMIT 1),
-		     made AS (INSERT INTO stint_feed_tick (snap)
-		              SELECT pg_current_snapshot() WHERE NOT EXISTS (
-		                  SELECT 1 FROM last WHERE at > clock_timestamp() - $1 * interval '1 microsecond')
-		              RETURNING tick)
-		SELECT coalesce((SELECT tick FROM made), (SELECT tick FROM last))`, fresh.Microseconds()).Scan(&tick)
-	if err != nil {
+	if err := s.pool.QueryRow(ctx, `INSERT INTO stint_feed_tick (snap) VALUES (pg_current_snapshot()) RETURNING tick`).Scan(&tick); err != nil {
 		return 0, fmt.Errorf("make feed tick: %w", err)
 	}
 	return tick, nil
@@ -349,7 +337,8 @@ func (s *Store) Maintain(ctx context.Context, p store.MaintainParams) (store.Mai
 		return r, fmt.Errorf("maintain: %w", err)
 	}
 	// Changes every live consumer has read (visible in the snapshot of the
-	// oldest consumer tick) go once past the minimum retention; all go past
+	// oldest consumer tick; not "below its xmin": the xmin is held back by
+	// any transaction in the cluster) go once past the minimum retention; all go past
 	// the maximum. Ticks go with the changes they delimit.
 	tag, err := s.pool.Exec(ctx, `
 		WITH keep AS (
@@ -358,7 +347,7 @@ func (s *Store) Maintain(ctx context.Context, p store.MaintainParams) (store.Mai
 		    SELECT seq FROM stint_change c
 		    WHERE c.at < now() - $1 * interval '1 microsecond'
 		      AND (NOT EXISTS (SELECT 1 FROM stint_feed_consumer)
-		           OR c.xid < pg_snapshot_xmin((SELECT snap FROM keep))
+		           OR pg_visible_in_snapshot(c.xid, (SELECT snap FROM keep))
 		           OR c.at < now() - $2 * interval '1 microsecond')
 		    ORDER BY seq LIMIT $3)`,
 		p.FeedMinRetention.Microseconds(), p.FeedMaxRetention.Microseconds(), batch)
