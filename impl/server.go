@@ -223,6 +223,12 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 	go func() { defer close(s.claimDone); s.claimLoop(claimCtx) }()
+	for _, b := range s.behaviors {
+		if err := b.Start(ctx, s); err != nil {
+			_ = s.Stop(context.Background())
+			return fmt.Errorf("start server: behavior %s: %w", b.ID, err)
+		}
+	}
 	s.log.Info("stint: server started", "node", s.cfg.Node, "behaviors", ids, "max_workers", s.cfg.MaxWorkers)
 	return nil
 }

@@ -49,6 +49,12 @@ type Policy struct {
 	Dedup Dedup
 	// MaxParamsBytes caps the size of the JSON params. Defaults to 1 MiB.
 	MaxParamsBytes int
+	// Retention is how long a task that succeeded for good is kept before
+	// the cleanup behavior deletes it. Defaults to 7 days.
+	Retention time.Duration
+	// FailureRetention is how long a task that failed for good is kept.
+	// Defaults to 30 days.
+	FailureRetention time.Duration
 	// Rotation, when set, makes the behavior's tasks preemptible: each node
 	// runs at most Rotation.MaxRunning of them and, while others wait,
 	// stops the longest-running ones in turn (the CouchDB replicator's
@@ -132,6 +138,12 @@ func (p Policy) WithDefaults() Policy {
 	}
 	if p.MaxParamsBytes <= 0 {
 		p.MaxParamsBytes = DefaultMaxParamsBytes
+	}
+	if p.Retention <= 0 {
+		p.Retention = 7 * 24 * time.Hour
+	}
+	if p.FailureRetention <= 0 {
+		p.FailureRetention = 30 * 24 * time.Hour
 	}
 	if p.Rotation != nil {
 		r := p.Rotation.WithDefaults()

@@ -82,6 +82,7 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 		return 0, false
 	}
 	_, reg.customRetry = b.(FailureRescheduler[P])
+	reg.starter, _ = b.(Starter)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -135,6 +136,15 @@ type Registration struct {
 	execute     func(ctx context.Context, rc RunContext, p any, failures int) Outcome
 	retry       func(p any, te *api.TaskError, failures int) (time.Duration, bool)
 	customRetry bool
+	starter     Starter
+}
+
+// Start calls the behavior's Starter, if it has one.
+func (r *Registration) Start(ctx context.Context, tasks api.Tasks) error {
+	if r.starter == nil {
+		return nil
+	}
+	return r.starter.Start(ctx, tasks)
 }
 
 // Outcome is what a run decided.

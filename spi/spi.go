@@ -42,6 +42,15 @@ type PolicyProvider interface {
 	Policy() Policy
 }
 
+// Starter is implemented by behaviors that act when a server that runs
+// them starts, e.g. to submit a singleton task (deterministic id, so that
+// many servers submit one task).
+type Starter interface {
+	// Start is called by Server.Start with the server's Tasks. An error
+	// fails the start.
+	Start(ctx context.Context, tasks api.Tasks) error
+}
+
 // SuccessRescheduler is implemented by recurring behaviors: after each
 // success it says whether and when to run the task again.
 type SuccessRescheduler[P, R any] interface {

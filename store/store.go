@@ -204,6 +204,10 @@ type Store interface {
 	AckFeed(ctx context.Context, consumer string, cursor int64) error
 	// FeedConsumers lists the feed consumers.
 	FeedConsumers(ctx context.Context) ([]FeedConsumer, error)
+	// DeleteFinished deletes up to Limit tasks of a behavior that finished
+	// for good with a status longer ago than OlderThan, oldest first, and
+	// returns how many it deleted. It skips locked rows, so it never waits.
+	DeleteFinished(ctx context.Context, p DeleteFinishedParams) (int, error)
 	// Maintain drops dead feed consumers and nodes and trims the feed.
 	Maintain(ctx context.Context, p MaintainParams) (MaintainResult, error)
 
@@ -273,4 +277,12 @@ type MaintainParams struct {
 // MaintainResult says what Maintain removed.
 type MaintainResult struct {
 	Consumers, Nodes, Changes int
+}
+
+// DeleteFinishedParams select finished tasks to delete.
+type DeleteFinishedParams struct {
+	Behavior  api.BehaviorID
+	Status    api.Status // StatusSuccess or StatusFailure
+	OlderThan time.Duration
+	Limit     int
 }

@@ -365,3 +365,19 @@ func (s *Store) Maintain(ctx context.Context, p store.MaintainParams) (store.Mai
 	r.Changes = int(tag.RowsAffected())
 	return r, nil
 }
+
+// DeleteFinished deletes a batch of old finished tasks; see store.Store.
+func (s *Store) DeleteFinished(ctx context.Context, p store.DeleteFinishedParams) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM stint_task WHERE id = ANY(ARRAY(
+		    SELECT id FROM stint_task
+		    WHERE behavior = $1 AND status = $2 AND schedule_not_before IS NULL
+		      AND finished_at < now() - $3 * interval '1 microsecond'
+		    LIMIT $4
+		    FOR UPDATE SKIP LOCKED))`,
+		string(p.Behavior), string(p.Status), p.OlderThan.Microseconds(), p.Limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete finished %s tasks of %s: %w", p.Status, p.Behavior, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
