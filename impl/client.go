@@ -18,6 +18,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
@@ -33,6 +38,11 @@ type ClientConfig struct {
 	PollInterval time.Duration
 	// Logger receives the client's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// TracerProvider and MeterProvider receive spans and metrics. Default
+	// to OpenTelemetry's global providers, which do nothing until an SDK
+	// is installed.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
 }
 
 // Client submits, inspects and awaits tasks and never runs one. It
@@ -44,6 +54,7 @@ type Client struct {
 	log  *slog.Logger
 	hub  *hub
 	kick *kicker
+	tel  *telemetry
 }
 
 var _ api.Tasks = (*Client)(nil)
@@ -66,6 +77,7 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 		log:  cfg.Logger,
 		hub:  newHub(st, cfg.Logger),
 		kick: newKicker(st, cfg.Logger),
+		tel:  newTelemetry(cfg.TracerProvider, cfg.MeterProvider),
 	}, nil
 }
 
@@ -172,12 +184,17 @@ func printable(s string) bool {
 }
 
 // Submit validates and stores one task; see api.Tasks.
-func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Submission, error) {
+func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (sub api.Submission, err error) {
+	ctx, span := c.tel.startSubmit(ctx, req.Behavior, 1)
+	defer func() { endSpan(span, err) }()
+	if req.Trace == "" {
+		req.Trace = c.tel.traceparent(ctx)
+	}
 	t, reg, err := c.prepare(req)
 	if err != nil {
 		return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, err)
 	}
-	var sub api.Submission
+	span.SetAttributes(attribute.String("stint.task_id", string(t.ID)))
 	if reg.Combines() && !t.Share {
 		sub, err = c.st.SubmitCombined(ctx, t, func(persisted json.RawMessage) (json.RawMessage, error) {
 			return reg.Combine(persisted, t.Params)
@@ -191,6 +208,7 @@ func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Submiss
 	if err != nil {
 		return api.Submission{}, err
 	}
+	c.tel.submitted.Add(ctx, 1, behaviorAttr(t.Behavior))
 	c.kick.kick()
 	return sub, nil
 }
@@ -198,12 +216,22 @@ func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Submiss
 // SubmitMany validates all requests, then stores them in one statement. If
 // any request is invalid, none is stored. Behaviors with a Combiner are
 // merged one by one after the statement.
-func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) ([]api.Submission, error) {
+func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) (_ []api.Submission, err error) {
+	behavior := api.BehaviorID("")
+	if len(reqs) > 0 {
+		behavior = reqs[0].Behavior
+	}
+	ctx, span := c.tel.startSubmit(ctx, behavior, len(reqs))
+	defer func() { endSpan(span, err) }()
+	trace := c.tel.traceparent(ctx)
 	tasks := make([]store.NewTask, 0, len(reqs))
 	regs := make([]*spi.Registration, 0, len(reqs))
 	index := make([]int, len(reqs)) // request i -> tasks[index[i]]
 	seen := make(map[api.TaskID]int, len(reqs))
 	for i, req := range reqs {
+		if req.Trace == "" {
+			req.Trace = trace
+		}
 		t, reg, err := c.prepare(req)
 		if err != nil {
 			return nil, fmt.Errorf("submit many: request %d (%s): %w", i, req.Behavior, err)
@@ -248,6 +276,13 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) ([]ap
 			}
 			subs[i] = sub
 		}
+	}
+	per := map[api.BehaviorID]int64{}
+	for _, t := range tasks {
+		per[t.Behavior]++
+	}
+	for b, n := range per {
+		c.tel.submitted.Add(ctx, n, behaviorAttr(b))
 	}
 	c.kick.kick()
 	out := make([]api.Submission, len(reqs))
@@ -308,4 +343,13 @@ func (c *Client) Await(ctx context.Context, id api.TaskID) (api.Task, error) {
 			return t, err
 		}
 	}
+}
+
+// endSpan ends a span, recording err.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/spi"
@@ -68,12 +69,13 @@ func (s *Server) endRun(r *run) {
 func (s *Server) execute(r *run) {
 	defer s.endRun(r)
 	var out spi.Outcome
+	ctx, span := s.tel.startRun(r.ctx, r.claimed, s.cfg.Node)
 	// Params were validated at submit; validate again, since the behavior's
 	// rules may have changed since.
 	if p, err := r.reg.Decode(r.claimed.Params); err != nil {
 		out = spi.Outcome{Err: &api.TaskError{Code: "invalid_params", Message: err.Error()}}
 	} else {
-		out = r.reg.Execute(r.ctx, &runContext{s: s, r: r}, p, r.claimed.Errors)
+		out = r.reg.Execute(ctx, &runContext{s: s, r: r}, p, r.claimed.Errors)
 	}
 	if cause := context.Cause(r.ctx); errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -81,6 +83,8 @@ func (s *Server) execute(r *run) {
 		if err := s.st.Unclaim(ctx, []store.LeaseRef{r.claimed.LeaseRef}); err != nil {
 			s.log.Warn("stint: unclaim failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
 		}
+		span.SetAttributes(attribute.String("stint.released", context.Cause(r.ctx).Error()))
+		span.End()
 		return
 	}
 	c := store.Completion{LeaseRef: r.claimed.LeaseRef, Again: out.Again, Delay: out.Delay,
@@ -93,6 +97,7 @@ func (s *Server) execute(r *run) {
 	default:
 		c.Status, c.Result = api.StatusSuccess, out.Result
 	}
+	s.tel.endRun(ctx, span, c, r.claimed.Behavior)
 	err := s.completer.finish(c)
 	switch {
 	case errors.Is(err, api.ErrHalt):
@@ -259,6 +264,7 @@ func (s *Server) renewLeases(ctx context.Context) {
 		}
 		return
 	}
+	s.tel.renewals.Add(ctx, int64(len(held)))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range runs {

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
@@ -53,6 +56,10 @@ type ServerConfig struct {
 	AwaitPollInterval time.Duration
 	// Logger receives the server's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// TracerProvider and MeterProvider receive spans (one per submit and
+	// per run) and metrics. Default to OpenTelemetry's global providers.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
 }
 
 // Maintenance tunes a server's upkeep. Zero fields take the defaults.
@@ -122,7 +129,8 @@ var errStopping = errors.New("stint: server stopping")
 // NewServer returns a server on st. It checks the configuration but touches
 // nothing until Start.
 func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
-	client, err := NewClient(st, ClientConfig{Registry: cfg.Registry, PollInterval: cfg.AwaitPollInterval, Logger: cfg.Logger})
+	client, err := NewClient(st, ClientConfig{Registry: cfg.Registry, PollInterval: cfg.AwaitPollInterval, Logger: cfg.Logger,
+		TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider})
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
@@ -174,6 +182,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	if len(s.behaviors) == 0 {
 		return nil, errors.New("new server: no behaviors to run")
 	}
+	observeRunning(cfg.MeterProvider, s.Running)
 	return s, nil
 }
 
@@ -371,12 +380,13 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 		if limit <= 0 {
 			break
 		}
+		sent := time.Now()
 		claimed, err := s.st.Claim(ctx, store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: limit,
 			LookAhead: s.cfg.LookAhead, PerGroup: g.perGroup})
 		if err != nil {
 			return n, false, err
 		}
-		sent := time.Now()
+		s.tel.claimDone(ctx, claimed, time.Since(sent))
 		for _, c := range claimed {
 			s.startRun(c, sent)
 		}

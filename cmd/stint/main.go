@@ -59,9 +59,17 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
+	shutdownTelemetry, err := setupTelemetry(ctx, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stint: error:", err)
+		os.Exit(exitFailure)
+	}
 	root := newRootCmd(os.Stdout, os.Stderr)
 	code := execute(ctx, root, os.Stderr)
 	stop()
+	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = shutdownTelemetry(flushCtx)
+	cancel()
 	os.Exit(code)
 }
 

@@ -1,0 +1,133 @@
+package impl
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/store"
+)
+
+// instrumentationName names stint's tracer and meter.
+const instrumentationName = "github.com/stinthq/stint"
+
+// telemetry holds the OpenTelemetry instruments. The engine uses only the
+// OpenTelemetry API; with no SDK configured (the default) every call is a
+// no-op.
+type telemetry struct {
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
+
+	submitted, claimed, succeeded, failed, renewals metric.Int64Counter
+	claimSize                                       metric.Int64Histogram
+	claimLatency                                    metric.Float64Histogram
+}
+
+// observeRunning registers a gauge of the tasks a server runs.
+func observeRunning(mp metric.MeterProvider, running func() int) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	_, _ = mp.Meter(instrumentationName).Int64ObservableGauge("stint.tasks.running",
+		metric.WithDescription("Tasks this node runs now."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(int64(running()))
+			return nil
+		}))
+}
+
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(instrumentationName)
+	t := &telemetry{tracer: tp.Tracer(instrumentationName), propagator: propagation.TraceContext{}}
+	// Instrument creation fails only on invalid names; ours are constants,
+	// and a failed instrument is a working no-op.
+	t.submitted, _ = m.Int64Counter("stint.tasks.submitted", metric.WithDescription("Tasks submitted, by behavior."))
+	t.claimed, _ = m.Int64Counter("stint.tasks.claimed", metric.WithDescription("Tasks claimed by this node, by behavior."))
+	t.succeeded, _ = m.Int64Counter("stint.tasks.succeeded", metric.WithDescription("Runs that succeeded, by behavior."))
+	t.failed, _ = m.Int64Counter("stint.tasks.failed", metric.WithDescription("Runs that failed, by behavior."))
+	t.renewals, _ = m.Int64Counter("stint.lease.renewals", metric.WithDescription("Leases renewed by this node."))
+	t.claimSize, _ = m.Int64Histogram("stint.claim.size", metric.WithDescription("Tasks per claim statement."))
+	t.claimLatency, _ = m.Float64Histogram("stint.claim.duration", metric.WithUnit("s"), metric.WithDescription("Duration of claim statements."))
+	return t
+}
+
+func behaviorAttr(b api.BehaviorID) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("stint.behavior", string(b)))
+}
+
+// startSubmit starts the span of a submit and returns the traceparent to
+// store with the task, unless the request brings its own.
+func (t *telemetry) startSubmit(ctx context.Context, behavior api.BehaviorID, n int) (context.Context, trace.Span) {
+	return t.tracer.Start(ctx, "stint.submit "+string(behavior), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("stint.behavior", string(behavior)), attribute.Int("stint.tasks", n)))
+}
+
+// traceparent returns the W3C traceparent of ctx's span, or "".
+func (t *telemetry) traceparent(ctx context.Context) string {
+	carrier := propagation.MapCarrier{}
+	t.propagator.Inject(ctx, carrier)
+	return carrier.Get("traceparent")
+}
+
+// startRun starts the span of a run, linked to the submitter's span through
+// the stored traceparent. A run is its own trace: it may happen long after
+// the submit, many times.
+func (t *telemetry) startRun(ctx context.Context, c store.Claimed, node string) (context.Context, trace.Span) {
+	opts := []trace.SpanStartOption{
+		trace.WithNewRoot(),
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("stint.behavior", string(c.Behavior)),
+			attribute.String("stint.task_id", string(c.ID)),
+			attribute.Int("stint.attempt", c.Attempt),
+			attribute.String("stint.node", node)),
+	}
+	if c.Trace != "" {
+		link := trace.SpanContextFromContext(t.propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": c.Trace}))
+		if link.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: link}))
+		}
+	}
+	return t.tracer.Start(ctx, "stint.run "+string(c.Behavior), opts...)
+}
+
+// endRun records how a run ended on its span and counters.
+func (t *telemetry) endRun(ctx context.Context, span trace.Span, c store.Completion, behavior api.BehaviorID) {
+	switch c.Status {
+	case api.StatusSuccess:
+		t.succeeded.Add(ctx, 1, behaviorAttr(behavior))
+		span.SetStatus(codes.Ok, "")
+	case api.StatusFailure:
+		t.failed.Add(ctx, 1, behaviorAttr(behavior))
+		span.SetStatus(codes.Error, c.Error.Error())
+	default:
+		span.SetAttributes(attribute.Bool("stint.snoozed", true))
+	}
+	span.End()
+}
+
+// claimDone records a claim statement.
+func (t *telemetry) claimDone(ctx context.Context, claimed []store.Claimed, took time.Duration) {
+	t.claimSize.Record(ctx, int64(len(claimed)))
+	t.claimLatency.Record(ctx, took.Seconds())
+	per := map[api.BehaviorID]int64{}
+	for _, c := range claimed {
+		per[c.Behavior]++
+	}
+	for b, n := range per {
+		t.claimed.Add(ctx, n, behaviorAttr(b))
+	}
+}

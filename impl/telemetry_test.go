@@ -1,0 +1,79 @@
+package impl_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/impl"
+)
+
+func TestRunSpanLinksToSubmitSpanAndCountersMatch(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	submitSpans, runSpans := tracetest.NewInMemoryExporter(), tracetest.NewInMemoryExporter()
+	submitTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(submitSpans))
+	runTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(runSpans))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+
+	srv := e.server("traced", 5*time.Second, func(c *impl.ServerConfig) { c.TracerProvider, c.MeterProvider = runTP, mp })
+	client, err := impl.NewClient(e.st, impl.ClientConfig{Registry: testRegistry(e.pool, "client", time.Second), TracerProvider: submitTP, MeterProvider: mp})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+
+	ctx, parent := submitTP.Tracer("test").Start(e.ctx, "caller")
+	const n = 5
+	var futures []*api.Future[WorkResult]
+	for i := range n {
+		f, err := api.Submit(ctx, client, workKind, WorkParams{Key: string(rune('a' + i))})
+		require.NoError(t, err)
+		futures = append(futures, f)
+	}
+	parent.End()
+	for _, f := range futures {
+		_, err := f.Await(e.ctx)
+		require.NoError(t, err)
+	}
+
+	submits := map[string]bool{} // span ids of the submit spans
+	for _, s := range submitSpans.GetSpans() {
+		if s.Name == "stint.submit test.work" {
+			require.Equal(t, parent.SpanContext().TraceID(), s.SpanContext.TraceID(), "the submit span is in the caller's trace")
+			submits[s.SpanContext.SpanID().String()] = true
+		}
+	}
+	require.Len(t, submits, n)
+	waitFor(t, 10*time.Second, "the run spans", func() bool { return len(runSpans.GetSpans()) >= n })
+	for _, s := range runSpans.GetSpans() {
+		require.Equal(t, "stint.run test.work", s.Name)
+		require.Len(t, s.Links, 1)
+		require.True(t, submits[s.Links[0].SpanContext.SpanID().String()], "the run links to its submit")
+		require.NotEqual(t, parent.SpanContext().TraceID(), s.SpanContext.TraceID(), "a run is its own trace")
+	}
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	sums := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range sum.DataPoints {
+					sums[m.Name] += dp.Value
+				}
+			}
+		}
+	}
+	require.Equal(t, int64(n), sums["stint.tasks.submitted"])
+	require.Equal(t, int64(n), sums["stint.tasks.claimed"])
+	require.Equal(t, int64(n), sums["stint.tasks.succeeded"])
+	require.Zero(t, sums["stint.tasks.failed"])
+	_ = srv
+}
