@@ -1,0 +1,454 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store/postgres"
+)
+
+var long = flag.Bool("chaos.long", false, "run longer workloads and faults")
+
+// Environment of a node process.
+const (
+	envDSN  = "STINT_CHAOS_DSN"
+	envNode = "STINT_CHAOS_NODE"
+)
+
+// lease is the lease of chaos.work: short, so that takeovers are quick.
+const lease = time.Second
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envDSN) != "" {
+		runNode()
+		return
+	}
+	pgtest.Main(m)
+}
+
+// WorkParams are the params of chaos.work.
+type WorkParams struct {
+	N       int `json:"n"`
+	SleepMS int `json:"sleep_ms" validate:"gte=0,lte=1000"`
+}
+
+var workKind = api.Kind[WorkParams, string]{ID: "chaos.work"}
+
+// work is chaos.work. Each run records its start and end in chaos_run
+// under a run id of its own, and writes its result row in chaos_result in
+// the same transaction as a fenced checkpoint: a run whose lease is gone
+// cannot write a result.
+type work struct {
+	pool *pgxpool.Pool
+	node string
+}
+
+func (work) Kind() api.Kind[WorkParams, string]          { return workKind }
+func (work) TaskID(ids spi.IDs, p WorkParams) api.TaskID { return ids.Deterministic(p.N) }
+func (work) Policy() spi.Policy {
+	return spi.Policy{Lease: lease, MaxAttempts: 1000, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
+}
+
+func (w work) Run(ctx context.Context, rc spi.RunContext, p WorkParams) (string, error) {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	run := hex.EncodeToString(b)
+	if _, err := w.pool.Exec(ctx, `INSERT INTO chaos_run (run_id, task_id, node, started) VALUES ($1, $2, $3, clock_timestamp())`,
+		run, string(rc.TaskID()), w.node); err != nil {
+		return "", api.Retryable("record", "record start: %v", err)
+	}
+	select {
+	case <-ctx.Done():
+		return "", context.Cause(ctx)
+	case <-time.After(time.Duration(p.SleepMS) * time.Millisecond):
+	}
+	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO chaos_result (run_id, task_id, at) VALUES ($1, $2, clock_timestamp())`, run, string(rc.TaskID())); err != nil {
+			return err
+		}
+		return rc.CheckpointTx(ctx, tx, run)
+	})
+	if err != nil {
+		return "", api.Retryable("result", "write result: %v", err)
+	}
+	if _, err := w.pool.Exec(ctx, `UPDATE chaos_run SET ended = clock_timestamp() WHERE run_id = $1`, run); err != nil {
+		return "", api.Retryable("record", "record end: %v", err)
+	}
+	return run, nil
+}
+
+func registry(pool *pgxpool.Pool, node string) *spi.Registry {
+	reg := spi.NewRegistry()
+	spi.MustRegister[WorkParams, string](reg, work{pool: pool, node: node})
+	return reg
+}
+
+// runNode is a server process: it runs until SIGTERM or SIGKILL.
+func runNode() {
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, os.Getenv(envDSN))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	node := os.Getenv(envNode)
+	srv, err := impl.NewServer(st, impl.ServerConfig{Node: node, Registry: registry(st.Pool(), node), MaxWorkers: 50,
+		PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil {
+		err = srv.Start(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("ready")
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	<-sig
+	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = srv.Stop(stopCtx)
+}
+
+// cluster is one scenario: a database, three node processes and a client.
+type cluster struct {
+	t      *testing.T
+	ctx    context.Context
+	dsn    string
+	pool   *pgxpool.Pool
+	client *impl.Client
+	nodes  []*node
+	kills  []kill
+}
+
+type node struct {
+	name string
+	dsn  string
+	cmd  *exec.Cmd
+}
+
+type kill struct {
+	node string
+	at   time.Time // database clock
+}
+
+func newCluster(t *testing.T) *cluster {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	dsn := pgtest.New(t)
+	st, err := postgres.Open(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	_, err = st.Pool().Exec(ctx, `
+		CREATE TABLE chaos_run (run_id text PRIMARY KEY, task_id text NOT NULL, node text NOT NULL, started timestamptz NOT NULL, ended timestamptz);
+		CREATE TABLE chaos_result (run_id text PRIMARY KEY, task_id text NOT NULL, at timestamptz NOT NULL)`)
+	require.NoError(t, err)
+	client, err := impl.NewClient(st, impl.ClientConfig{Registry: registry(st.Pool(), "client"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	c := &cluster{t: t, ctx: ctx, dsn: dsn, pool: st.Pool(), client: client}
+	for i := range 3 {
+		c.nodes = append(c.nodes, &node{name: fmt.Sprint("node-", i), dsn: dsn})
+	}
+	t.Cleanup(func() {
+		for _, n := range c.nodes {
+			if n.cmd != nil {
+				_ = n.cmd.Process.Kill()
+				_ = n.cmd.Wait()
+			}
+		}
+	})
+	return c
+}
+
+// start starts a node process and waits until it is ready.
+func (c *cluster) start(n *node) {
+	exe, err := os.Executable()
+	require.NoError(c.t, err)
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), envDSN+"="+n.dsn, envNode+"="+n.name)
+	out, err := cmd.StdoutPipe()
+	require.NoError(c.t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(c.t, cmd.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(c.t, err, "node %s did not start", n.name)
+	require.Equal(c.t, "ready\n", line)
+	n.cmd = cmd
+}
+
+func (c *cluster) startAll() {
+	for _, n := range c.nodes {
+		c.start(n)
+	}
+}
+
+// sigkill kills a node and records when, by the database clock.
+func (c *cluster) sigkill(n *node) {
+	var at time.Time
+	require.NoError(c.t, c.pool.QueryRow(c.ctx, `SELECT clock_timestamp()`).Scan(&at))
+	require.NoError(c.t, n.cmd.Process.Kill())
+	_ = n.cmd.Wait()
+	n.cmd = nil
+	c.kills = append(c.kills, kill{node: n.name, at: at})
+}
+
+// submit submits tasks 0..count-1 in batches, retrying each batch until
+// it is acknowledged (a fault may fail a submit; it must then have stored
+// all of the batch or none). It returns the acknowledged ids.
+func (c *cluster) submit(count int) []api.TaskID {
+	var ids []api.TaskID
+	for start := 0; start < count; start += 100 {
+		reqs := make([]api.SubmitRequest, 0, 100)
+		for n := start; n < min(start+100, count); n++ {
+			reqs = append(reqs, api.SubmitRequest{Behavior: workKind.ID, Params: fmt.Appendf(nil, `{"n":%d,"sleep_ms":%d}`, n, mrand.IntN(150))})
+		}
+		for {
+			subs, err := c.client.SubmitMany(c.ctx, reqs)
+			if err == nil {
+				for _, s := range subs {
+					ids = append(ids, s.ID)
+				}
+				break
+			}
+			require.NoError(c.t, c.ctx.Err(), "gave up submitting: %v", err)
+			time.Sleep(50 * time.Millisecond) // backoff between retries of a failed submit
+		}
+	}
+	return ids
+}
+
+// report is the checker's verdict.
+type report struct {
+	tasks, ok, lost, duplicated, recovered, unexpected int
+	recoveryMax, recoveryMean                          time.Duration
+}
+
+func (r report) String() string {
+	return fmt.Sprintf("tasks=%d ok=%d lost=%d duplicated=%d recovered=%d unexpected=%d recovery(max=%s mean=%s)",
+		r.tasks, r.ok, r.lost, r.duplicated, r.recovered, r.unexpected, r.recoveryMax.Round(time.Millisecond), r.recoveryMean.Round(time.Millisecond))
+}
+
+// check waits for every acknowledged task to finish (up to a deadline)
+// and classifies them.
+func (c *cluster) check(ids []api.TaskID) report {
+	want := make([]string, len(ids))
+	for i, id := range ids {
+		want[i] = string(id)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	count := func(q string, args ...any) int {
+		var n int
+		require.NoError(c.t, c.pool.QueryRow(c.ctx, q, args...).Scan(&n))
+		return n
+	}
+	for count(`SELECT count(*) FROM stint_task WHERE id = ANY($1) AND status = 'success'`, want) < len(want) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // polling the database for quiescence, bounded by the deadline
+	}
+	r := report{tasks: len(ids)}
+	r.ok = count(`SELECT count(*) FROM stint_task WHERE id = ANY($1) AND status = 'success'`, want)
+	r.lost = r.tasks - r.ok
+	// Two results for one task where the second run started before the
+	// first result was written: two lease holders both wrote.
+	r.duplicated = count(`SELECT count(DISTINCT r1.task_id) FROM chaos_result r1
+		JOIN chaos_result r2 ON r2.task_id = r1.task_id AND r2.run_id <> r1.run_id
+		JOIN chaos_run run2 ON run2.run_id = r2.run_id
+		WHERE run2.started < r1.at AND r1.at <= r2.at`)
+	r.recovered = count(`SELECT count(*) FROM (SELECT task_id FROM chaos_run GROUP BY task_id HAVING count(*) > 1) x`)
+	r.unexpected = count(`SELECT count(*) FROM chaos_result WHERE NOT (task_id = ANY($1))`, want)
+	var total time.Duration
+	var n int
+	for _, k := range c.kills {
+		rows, err := c.pool.Query(c.ctx, `
+			SELECT min(next.started) - $2 FROM chaos_run cut
+			JOIN chaos_run next ON next.task_id = cut.task_id AND next.started > $2
+			WHERE cut.node = $1 AND cut.started < $2 AND cut.ended IS NULL
+			GROUP BY cut.run_id`, k.node, k.at)
+		require.NoError(c.t, err)
+		ds, err := pgx.CollectRows(rows, pgx.RowTo[time.Duration])
+		require.NoError(c.t, err)
+		for _, d := range ds {
+			r.recoveryMax = max(r.recoveryMax, d)
+			total += d
+			n++
+		}
+	}
+	if n > 0 {
+		r.recoveryMean = total / time.Duration(n)
+	}
+	return r
+}
+
+// scenario runs the workload with a fault going on until the workload is
+// submitted and faultFor has passed, then checks.
+func scenario(t *testing.T, tasks int, faultFor time.Duration, fault func(c *cluster, stop <-chan struct{})) report {
+	c := newCluster(t)
+	c.startAll()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { fault(c, stop) })
+	ids := c.submit(tasks)
+	time.Sleep(faultFor) // let the fault run over the workload: the duration is the test's parameter
+	close(stop)
+	wg.Wait()
+	for _, n := range c.nodes {
+		if n.cmd == nil {
+			c.start(n)
+		}
+	}
+	r := c.check(ids)
+	t.Logf("%s: %s", t.Name(), r)
+	require.Zero(t, r.lost, "lost tasks")
+	require.Zero(t, r.duplicated, "duplicated tasks")
+	require.Zero(t, r.unexpected, "unexpected results")
+	return r
+}
+
+func size() (tasks int, faultFor time.Duration) {
+	if *long {
+		return 20000, time.Minute
+	}
+	return 2000, 5 * time.Second
+}
+
+// every calls fn every d until stop.
+func every(stop <-chan struct{}, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
+
+func TestSIGKILL(t *testing.T) {
+	tasks, faultFor := size()
+	r := scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
+		every(stop, 700*time.Millisecond, func() {
+			n := c.nodes[mrand.IntN(len(c.nodes))]
+			if n.cmd != nil {
+				c.sigkill(n)
+				c.start(n)
+			}
+		})
+	})
+	require.Positive(t, r.recovered, "the kills should have hit running tasks")
+	require.Less(t, r.recoveryMax, 10*lease, "takeover should come about a lease after the kill")
+}
+
+func TestSIGSTOPPastTheLease(t *testing.T) {
+	tasks, faultFor := size()
+	scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
+		n := c.nodes[0]
+		every(stop, 3*time.Second, func() {
+			require.NoError(t, n.cmd.Process.Signal(syscall.SIGSTOP))
+			time.Sleep(2500 * time.Millisecond) // the fault: frozen for longer than the lease
+			require.NoError(t, n.cmd.Process.Signal(syscall.SIGCONT))
+		})
+	})
+}
+
+func TestPostgresRestart(t *testing.T) {
+	cl := pgtest.Cluster()
+	if cl == nil {
+		t.Skip("the cluster is not this test binary's (STINT_TEST_DATABASE_URL is set)")
+	}
+	tasks, faultFor := size()
+	scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Second):
+		}
+		require.NoError(t, cl.Restart(c.ctx))
+	})
+}
+
+func TestProxyCutsAndDelays(t *testing.T) {
+	tasks, faultFor := size()
+	scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
+		u, err := url.Parse(c.dsn)
+		require.NoError(t, err)
+		p, err := newProxy(u.Host)
+		require.NoError(t, err)
+		defer p.close()
+		// Move node 0 behind the proxy.
+		n := c.nodes[0]
+		c.sigkill(n)
+		u.Host = p.addr()
+		n.dsn = u.String()
+		c.start(n)
+		every(stop, 400*time.Millisecond, func() {
+			switch mrand.IntN(3) {
+			case 0:
+				p.cut()
+			case 1:
+				p.delay.Store(int64(30 * time.Millisecond))
+			default:
+				p.delay.Store(0)
+			}
+		})
+		p.delay.Store(0)
+	})
+}
+
+func TestTerminatedBackends(t *testing.T) {
+	tasks, faultFor := size()
+	scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
+		every(stop, 300*time.Millisecond, func() {
+			_, err := c.pool.Exec(c.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+				ORDER BY random() LIMIT 3`)
+			if err != nil && !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "terminat") {
+				t.Logf("terminate backends: %v", err)
+			}
+		})
+	})
+}
+
+func TestXminPinnedByALongTransaction(t *testing.T) {
+	tasks, faultFor := size()
+	if !*long {
+		faultFor = 15 * time.Second
+	}
+	scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
+		conn, err := pgx.Connect(c.ctx, c.dsn)
+		require.NoError(t, err)
+		defer conn.Close(context.Background())
+		tx, err := conn.Begin(c.ctx)
+		require.NoError(t, err)
+		var xid int64
+		require.NoError(t, tx.QueryRow(c.ctx, `SELECT txid_current()`).Scan(&xid))
+		<-stop
+		require.NoError(t, tx.Rollback(c.ctx))
+	})
+}
