@@ -30,7 +30,7 @@ func (s *Store) Spawn(ctx context.Context, parent store.LeaseRef, tasks []store.
 		// nothing, and the count below cannot race its finish.
 		var one int
 		err := tx.QueryRow(ctx, `SELECT 1 FROM stint_task WHERE id = $1 AND lease = $2 AND status = 'running' FOR UPDATE`,
-			string(parent.ID), parent.Lease).Scan(&one)
+			string(parent.ID), uuid(parent.Lease)).Scan(&one)
 		if isNoRows(err) {
 			return api.ErrHalt
 		}

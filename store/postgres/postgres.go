@@ -21,7 +21,9 @@ import (
 
 // Store is the PostgreSQL store.
 type Store struct {
-	pool *pgxpool.Pool
+	pool         *pgxpool.Pool
+	listenConfig *pgx.ConnConfig
+	noListen     bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -30,8 +32,10 @@ var _ store.Store = (*Store)(nil)
 type Option func(*options)
 
 type options struct {
-	migrate  bool
-	maxConns int32
+	migrate   bool
+	maxConns  int32
+	listenDSN string
+	noListen  bool
 }
 
 // Migrate applies pending migrations on Open.
@@ -42,7 +46,21 @@ func Migrate() Option { return func(o *options) { o.migrate = true } }
 // runs' checkpoints.
 func MaxConns(n int) Option { return func(o *options) { o.maxConns = int32(n) } }
 
+// ListenDSN makes LISTEN use its own connection to dsn. Behind PgBouncer in
+// transaction mode, which cannot carry LISTEN, point it straight at
+// PostgreSQL while the pool goes through PgBouncer.
+func ListenDSN(dsn string) Option { return func(o *options) { o.listenDSN = dsn } }
+
+// PollOnly turns notifications off: claimers and awaiters find work by
+// polling alone (ServerConfig.PollInterval, ClientConfig.PollInterval).
+// For PgBouncer in transaction mode when no direct connection is possible.
+func PollOnly() Option { return func(o *options) { o.noListen = true } }
+
 // Open connects to the database at dsn.
+//
+// Behind PgBouncer in transaction mode, add default_query_exec_mode=exec
+// or simple_protocol to dsn (PgBouncer before 1.21 cannot keep prepared
+// statements across transactions) and use ListenDSN or PollOnly.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	o := options{maxConns: 20}
 	for _, opt := range opts {
@@ -59,7 +77,13 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, noListen: o.noListen, listenConfig: pool.Config().ConnConfig}
+	if o.listenDSN != "" {
+		if s.listenConfig, err = pgx.ParseConfig(o.listenDSN); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("open store: parse listen URL: %w", err)
+		}
+	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open store: connect: %w", err)
@@ -101,6 +125,10 @@ func (s *Store) Notify(ctx context.Context, channel, payload string) error {
 // Listen calls fn for each notification on channels until ctx ends. It
 // holds one connection of its own, outside the pool.
 func (s *Store) Listen(ctx context.Context, channels []string, fn func(channel, payload string)) error {
+	if s.noListen {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	backoff := 100 * time.Millisecond
 	for {
 		err := s.listenOnce(ctx, channels, fn)
@@ -119,7 +147,7 @@ func (s *Store) Listen(ctx context.Context, channels []string, fn func(channel, 
 }
 
 func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(channel, payload string)) error {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
+	conn, err := pgx.ConnectConfig(ctx, s.listenConfig)
 	if err != nil {
 		return fmt.Errorf("listen: connect: %w", err)
 	}

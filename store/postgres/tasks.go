@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/store"
@@ -453,6 +454,11 @@ func (s *Store) claimPerGroup(ctx context.Context, req store.ClaimRequest, behav
 	return out, nil
 }
 
+// uuid wraps a lease for pgx. A pgtype.UUID names its type, which the exec
+// and simple query modes (used behind PgBouncer) need; a bare [16]byte
+// does not.
+func uuid(b [16]byte) pgtype.UUID { return pgtype.UUID{Bytes: b, Valid: true} }
+
 // feedInsert returns the statement that records the tasks of from (a CTE
 // with id, behavior and parent_id, and a filter) in the change feed as one
 // row, with the status and final expressions given. Its arguments are
@@ -490,10 +496,10 @@ func scanClaimed(rows pgx.Rows, capacity int) ([]store.Claimed, error) {
 // Renew extends leases; see store.Store.
 func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]bool, error) {
 	ids := make([]string, len(rs))
-	leases := make([][16]byte, len(rs))
+	leases := make([]pgtype.UUID, len(rs))
 	durs := make([]int64, len(rs))
 	for i, r := range rs {
-		ids[i], leases[i], durs[i] = string(r.ID), r.Lease, r.Duration.Microseconds()
+		ids[i], leases[i], durs[i] = string(r.ID), uuid(r.Lease), r.Duration.Microseconds()
 	}
 	rows, err := s.pool.Query(ctx, `
 		UPDATE stint_task t SET
@@ -569,12 +575,12 @@ WHERE p.id = e.parent`
 func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, error) {
 	n := len(cs)
 	ids, statuses := make([]string, n), make([]string, n)
-	leases := make([][16]byte, n)
+	leases := make([]pgtype.UUID, n)
 	results, errs := make([]*string, n), make([]*string, n)
 	again := make([]int64, n)
 	waits := make([]bool, n)
 	for i, c := range cs {
-		ids[i], leases[i], statuses[i], waits[i] = string(c.ID), c.Lease, string(c.Status), c.WaitChildren
+		ids[i], leases[i], statuses[i], waits[i] = string(c.ID), uuid(c.Lease), string(c.Status), c.WaitChildren
 		if c.Result != nil {
 			r := string(c.Result)
 			results[i] = &r
@@ -649,7 +655,7 @@ func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.Renewal, prog
 		    schedule_not_before = now() + $4 * interval '1 microsecond',
 		    updated_at = now()
 		WHERE id = $1 AND lease = $2 AND status = 'running'`
-	args := []any{string(r.ID), r.Lease, string(progress), r.Duration.Microseconds()}
+	args := []any{string(r.ID), uuid(r.Lease), string(progress), r.Duration.Microseconds()}
 	var tag interface{ RowsAffected() int64 }
 	var err error
 	if tx != nil {
@@ -669,9 +675,9 @@ func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.Renewal, prog
 // Unclaim gives running tasks back, due at once; see store.Store.
 func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {
 	ids := make([]string, len(refs))
-	leases := make([][16]byte, len(refs))
+	leases := make([]pgtype.UUID, len(refs))
 	for i, r := range refs {
-		ids[i], leases[i] = string(r.ID), r.Lease
+		ids[i], leases[i] = string(r.ID), uuid(r.Lease)
 	}
 	_, err := s.pool.Exec(ctx, `
 		WITH u AS (
