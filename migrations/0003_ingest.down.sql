@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS stint_ingest_file;
+DROP TABLE IF EXISTS stint_ingest_object;
