@@ -152,6 +152,9 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	if req.Delay < 0 {
 		return store.NewTask{}, nil, api.Invalid("delay", "%s is negative", req.Delay)
 	}
+	if req.GroupKey == "" {
+		req.GroupKey = reg.GroupKey(p)
+	}
 	if len(req.GroupKey) > maxGroupKey || !printable(req.GroupKey) {
 		return store.NewTask{}, nil, api.Invalid("group_key", "must be at most %d printable UTF-8 bytes", maxGroupKey)
 	}

@@ -155,6 +155,7 @@ type span struct {
 func (span) Kind() api.Kind[SpanParams, struct{}]        { return spanKind }
 func (span) TaskID(ids spi.IDs, p SpanParams) api.TaskID { return ids.Unique() }
 func (span) Policy() spi.Policy                          { return spi.Policy{GroupConcurrency: 1} }
+func (span) GroupKey(p SpanParams) string                { return p.Key }
 func (s span) Run(ctx context.Context, rc spi.RunContext, p SpanParams) (struct{}, error) {
 	started := time.Now()
 	time.Sleep(time.Duration(p.SleepMS) * time.Millisecond)
@@ -552,8 +553,8 @@ func TestGroupLimitOfOneHoldsAcrossNodes(t *testing.T) {
 	c := e.client()
 	var reqs []api.SubmitRequest
 	for i := range 60 {
-		reqs = append(reqs, api.SubmitRequest{Behavior: spanKind.ID,
-			Params: fmt.Appendf(nil, `{"key":"k%d","sleep_ms":10}`, i%3), GroupKey: fmt.Sprint("k", i%3)})
+		// The group key comes from the params (spi.GroupKeyer).
+		reqs = append(reqs, api.SubmitRequest{Behavior: spanKind.ID, Params: fmt.Appendf(nil, `{"key":"k%d","sleep_ms":10}`, i%3)})
 	}
 	_, err := c.SubmitMany(e.ctx, reqs)
 	require.NoError(t, err)
@@ -561,6 +562,7 @@ func TestGroupLimitOfOneHoldsAcrossNodes(t *testing.T) {
 	require.Zero(t, e.count(`SELECT count(*) FROM test_span a JOIN test_span b
 		ON a.key = b.key AND a.task_id < b.task_id AND a.started < b.ended AND b.started < a.ended`), "runs of one key overlapped")
 	require.Greater(t, e.count(`SELECT count(DISTINCT node) FROM test_span`), 1)
+	require.Equal(t, 60, e.count(`SELECT count(*) FROM stint_task WHERE group_key = params->>'key'`))
 }
 
 func TestFewNotificationsForManySubmits(t *testing.T) {

@@ -45,6 +45,9 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 		return p, nil
 	}
 	reg.taskID = func(p any) api.TaskID { return b.TaskID(reg.ids, p.(P)) }
+	if g, ok := b.(GroupKeyer[P]); ok {
+		reg.groupKey = func(p any) string { return g.GroupKey(p.(P)) }
+	}
 	reg.combine = func(persisted, submitted any) any {
 		if c, ok := b.(Combiner[P]); ok {
 			return c.Combine(persisted.(P), submitted.(P))
@@ -131,6 +134,7 @@ type Registration struct {
 	ids         IDs
 	decode      func(json.RawMessage) (any, error)
 	taskID      func(any) api.TaskID
+	groupKey    func(any) string
 	combine     func(persisted, submitted any) any
 	combines    bool
 	execute     func(ctx context.Context, rc RunContext, p any, failures int) Outcome
@@ -174,6 +178,15 @@ func (r *Registration) Decode(raw json.RawMessage) (any, error) {
 
 // TaskID derives the id of a task with decoded params p.
 func (r *Registration) TaskID(p any) api.TaskID { return r.taskID(p) }
+
+// GroupKey derives the group key of a task with decoded params p, or
+// returns "" when the behavior does not derive one.
+func (r *Registration) GroupKey(p any) string {
+	if r.groupKey == nil {
+		return ""
+	}
+	return r.groupKey(p)
+}
 
 // Combines reports whether the behavior merges params of resubmits.
 func (r *Registration) Combines() bool { return r.combines }
@@ -263,6 +276,12 @@ func decodeParams(raw json.RawMessage, p any) error {
 }
 
 func jsonError(err error) error {
+	// A params type that checks itself in UnmarshalJSON knows best which
+	// field is wrong.
+	var ie *api.InvalidError
+	if errors.As(err, &ie) {
+		return ie
+	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && te.Field != "" {
 		return api.Invalid("params."+te.Field, "want %s, got JSON %s", te.Type, te.Value)

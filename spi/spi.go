@@ -69,6 +69,13 @@ type FailureRescheduler[P any] interface {
 	RescheduleAfterFailure(p P, err *api.TaskError, failures int) (time.Duration, bool)
 }
 
+// GroupKeyer is implemented by behaviors that derive a task's group key
+// (the scope of group holds and GroupConcurrency) from its params, e.g. an
+// ingest job's collection. A group key given at submit takes precedence.
+type GroupKeyer[P any] interface {
+	GroupKey(p P) string
+}
+
 // Combiner is implemented by behaviors that merge the params of a submit
 // into a still scheduled task of the same id. Without it the persisted
 // params are kept.

@@ -106,3 +106,36 @@ func TestDecodeNamesTheField(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ok", p.(params).Name)
 }
+
+// checked validates itself while decoding.
+type checked struct{ Manifest string }
+
+func (c *checked) UnmarshalJSON(b []byte) error {
+	if string(b) != `{"manifest":"ok"}` {
+		return api.Invalid("params.manifest", "line 2: bad digest")
+	}
+	c.Manifest = "ok"
+	return nil
+}
+
+type checkedKind struct{}
+
+func (checkedKind) Kind() api.Kind[checked, string] {
+	return api.Kind[checked, string]{ID: "test.checked"}
+}
+func (checkedKind) TaskID(ids spi.IDs, _ checked) api.TaskID                     { return ids.Unique() }
+func (checkedKind) Run(context.Context, spi.RunContext, checked) (string, error) { return "", nil }
+
+func TestDecodeKeepsTheFieldOfAParamsTypesOwnError(t *testing.T) {
+	t.Parallel()
+	reg := spi.NewRegistry()
+	spi.MustRegister[checked, string](reg, checkedKind{})
+	r, _ := reg.Lookup("test.checked")
+	_, err := r.Decode([]byte(`{"manifest":"bad"}`))
+	var ie *api.InvalidError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, "params.manifest", ie.Field)
+	require.Equal(t, "line 2: bad digest", ie.Reason)
+	_, err = r.Decode([]byte(`{"manifest":"ok"}`))
+	require.NoError(t, err)
+}

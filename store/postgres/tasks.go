@@ -560,16 +560,20 @@ WITH c AS (
 SELECT done.id, coalesce(done.parent_id, ''), done.final FROM done, notified`
 
 // childrenEndedSQL counts children that finished for good off their
-// parents; the one that brings a waiting parent's count to zero makes it due.
-// The parent row's lock serializes concurrent finishes of siblings, so
-// exactly one of them wakes the parent.
-const childrenEndedSQL = `
-UPDATE stint_task p SET
-    children_pending = greatest(p.children_pending - e.n, 0),
-    schedule_not_before = CASE WHEN p.waiting_children AND p.children_pending - e.n <= 0 THEN now() ELSE p.schedule_not_before END,
-    waiting_children = p.waiting_children AND p.children_pending - e.n > 0
-FROM (SELECT parent, count(*) AS n FROM unnest($1::text[]) AS parent GROUP BY parent) e
-WHERE p.id = e.parent`
+// parents; the one that brings a waiting parent's count to zero makes it due
+// and wakes the claimers. The parent row's lock serializes concurrent
+// finishes of siblings, so exactly one of them wakes the parent.
+var childrenEndedSQL = `
+WITH woken AS (
+    UPDATE stint_task p SET
+        children_pending = greatest(p.children_pending - e.n, 0),
+        schedule_not_before = CASE WHEN p.waiting_children AND p.children_pending - e.n <= 0 THEN now() ELSE p.schedule_not_before END,
+        waiting_children = p.waiting_children AND p.children_pending - e.n > 0
+    FROM (SELECT parent, count(*) AS n FROM unnest($1::text[]) AS parent GROUP BY parent) e
+    WHERE p.id = e.parent
+    RETURNING p.status = 'scheduled' AND p.schedule_not_before = now() AS due
+)
+SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM woken WHERE due LIMIT 1) w`
 
 // Finish records completions; see store.Store.
 func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, error) {
