@@ -45,6 +45,7 @@ type devOptions struct {
 	data    string
 	port    int
 	workers int
+	http    httpOptions
 }
 
 // newDevCmd returns `stint dev`.
@@ -71,6 +72,7 @@ the server it started.`,
 	f.StringVar(&o.data, "data", ".stint", "directory for the development data")
 	f.IntVar(&o.port, "port", 0, "PostgreSQL port on 127.0.0.1 (0: the previous run's port if free, else a free one)")
 	f.IntVar(&o.workers, "workers", 0, "most tasks run at once (default 1000)")
+	addHTTPFlags(cmd, &o.http, devHTTPAddr)
 	return cmd
 }
 
@@ -81,6 +83,10 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	}
 	if o.workers < 0 {
 		return usageErrorf("--workers %d is negative", o.workers)
+	}
+	httpSrv, err := c.prepareHTTP(&o.http, true)
+	if err != nil {
+		return err
 	}
 	if _, err := postgresBinDir(); err != nil {
 		// The error says how to install PostgreSQL.
@@ -125,6 +131,7 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 		return err
 	}
 	defer st.Close()
+	ingestDemo := c.prepareIngestDemo(dir, st.Pool()) // before registry(): configures the ingest behaviors
 	srv, err := impl.NewServer(st, impl.ServerConfig{
 		Registry:   registry(),
 		MaxWorkers: o.workers,
@@ -136,6 +143,9 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
+	if err := httpSrv.start(srv.Client, st); err != nil {
+		return errors.Join(err, c.stopServer(srv, devStopTimeout))
+	}
 
 	fmt.Fprintf(c.stdout, "stint dev: PostgreSQL data in %s (server log: %s)\n", cluster.DataDir(), cluster.LogFile())
 	fmt.Fprintf(c.stdout, "dsn: %s\n", dsn)
@@ -144,9 +154,11 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 
 	var demoDone sync.WaitGroup
 	demoDone.Go(func() { c.demoRoundTrip(ctx, srv) })
+	demoDone.Go(func() { ingestDemo.run(ctx, c, srv) })
 
 	<-ctx.Done()
 	demoDone.Wait()
+	httpSrv.stop()
 	return c.stopServer(srv, devStopTimeout)
 }
 

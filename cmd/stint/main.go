@@ -79,6 +79,7 @@ func registry() *spi.Registry {
 	reg := spi.NewRegistry()
 	for _, register := range []func(*spi.Registry) error{
 		demo.Register,
+		registerIngest,
 	} {
 		if err := register(reg); err != nil {
 			// A built-in behavior that does not register is a programming
@@ -212,6 +213,7 @@ Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
 		c.newSubmitCmd(),
 		c.newTasksCmd(),
 		c.newNodesCmd(),
+		c.newIngestCmd(), c.newBatchesCmd(),
 	)
 	classifyErrors(root)
 	return root
@@ -284,6 +286,7 @@ func openStore(ctx context.Context, db *dbFlag, opts ...postgres.Option) (*postg
 	if err != nil {
 		return nil, err
 	}
+	setIngestDatabase(dsn) // the ingest behaviors keep their inventory there
 	return postgres.Open(ctx, dsn, opts...)
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ type serverOptions struct {
 	node      string
 	workers   int
 	behaviors []string
+	http      httpOptions
 }
 
 // newServerCmd returns `stint server`.
@@ -46,6 +48,7 @@ finish, release the rest to other nodes, and deregister.`,
 	f.StringVar(&o.node, "node", "", "node id (default host-pid-random)")
 	f.IntVar(&o.workers, "workers", 0, "most tasks run at once (default 1000)")
 	f.StringSliceVar(&o.behaviors, "behaviors", nil, "comma-separated behaviors to run (default all: "+knownBehaviors()+")")
+	addHTTPFlags(cmd, &o.http, "")
 	return cmd
 }
 
@@ -55,6 +58,10 @@ func (c *cli) runServer(ctx context.Context, o *serverOptions) error {
 		return usageErrorf("--workers %d is negative", o.workers)
 	}
 	behaviors, err := parseBehaviors(o.behaviors)
+	if err != nil {
+		return err
+	}
+	httpSrv, err := c.prepareHTTP(&o.http, false)
 	if err != nil {
 		return err
 	}
@@ -77,7 +84,11 @@ func (c *cli) runServer(ctx context.Context, o *serverOptions) error {
 		return err
 	}
 	c.log.Info("stint server: running; send SIGINT or SIGTERM to stop", "node", srv.Node())
+	if err := httpSrv.start(srv.Client, st); err != nil {
+		return errors.Join(err, c.stopServer(srv, serverStopTimeout))
+	}
 	<-ctx.Done()
+	httpSrv.stop()
 	return c.stopServer(srv, serverStopTimeout)
 }
 

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stinthq/stint/behaviors/ingest"
+	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/store/postgres"
+	"github.com/stinthq/stint/web"
+)
+
+// envTokens names the environment variable with API tokens, as ROLE:TOKEN
+// entries separated by commas, spaces or newlines.
+const envTokens = "STINT_TOKENS"
+
+// devHTTPAddr is where `stint dev` serves the API and dashboard unless told
+// otherwise.
+const devHTTPAddr = "127.0.0.1:7777"
+
+// httpStopTimeout bounds how long requests may take to finish when the
+// HTTP server stops.
+const httpStopTimeout = 5 * time.Second
+
+// httpOptions are the flags of the HTTP API and dashboard.
+type httpOptions struct {
+	addr      string
+	tokens    []string
+	tokenFile string
+	noAuth    bool
+	// addrSet is whether --http was given, rather than defaulted.
+	addrSet func() bool
+}
+
+// addHTTPFlags adds --http and the token flags to cmd. An empty
+// defaultAddr leaves HTTP off unless --http is given.
+func addHTTPFlags(cmd *cobra.Command, o *httpOptions, defaultAddr string) {
+	f := cmd.Flags()
+	help := "serve the HTTP API and dashboard on `ADDR` (host:port; a bare port or :port binds 127.0.0.1, 0.0.0.0:port binds all interfaces)"
+	if defaultAddr == "" {
+		help += " (default off)"
+	} else {
+		help += "; \"off\" to serve none"
+	}
+	f.StringVar(&o.addr, "http", defaultAddr, help)
+	f.StringArrayVar(&o.tokens, "token", nil, "API token as `ROLE:TOKEN`, ROLE read, submit or admin; repeatable (visible in process lists: prefer --token-file or $"+envTokens+")")
+	f.StringVar(&o.tokenFile, "token-file", "", "`FILE` of API tokens, one ROLE:TOKEN a line (# comments)")
+	f.BoolVar(&o.noAuth, "insecure-no-auth", false, "serve HTTP without tokens: everyone who can reach it is admin")
+	o.addrSet = func() bool { return f.Changed("http") }
+}
+
+// httpServer is the HTTP API and dashboard of a server or dev command,
+// prepared from the flags before anything starts. A nil *httpServer serves
+// nothing.
+type httpServer struct {
+	c      *cli
+	addr   string
+	tokens *web.Tokens
+	noAuth bool
+	// devToken is a token made up by dev when none was given, printed in
+	// the dashboard link.
+	devToken string
+	// fallback lets dev move to a free port when its default one is taken.
+	fallback bool
+
+	srv  *http.Server
+	done chan error
+}
+
+// prepareHTTP checks the HTTP flags and reads the tokens; it returns nil
+// when HTTP is off. Without tokens, dev makes up an admin token, and server
+// refuses unless --insecure-no-auth is given.
+func (c *cli) prepareHTTP(o *httpOptions, dev bool) (*httpServer, error) {
+	if o.addr == "" || o.addr == "off" {
+		if len(o.tokens) > 0 || o.tokenFile != "" || o.noAuth {
+			return nil, usageErrorf("--token, --token-file and --insecure-no-auth need --http ADDR")
+		}
+		return nil, nil
+	}
+	addr, err := listenAddr(o.addr)
+	if err != nil {
+		return nil, usageErrorf("--http: %w", err)
+	}
+	s := &httpServer{c: c, addr: addr, tokens: &web.Tokens{}, noAuth: o.noAuth, fallback: dev && !o.addrSet()}
+	if o.tokenFile != "" {
+		if err := s.readTokenFile(o.tokenFile); err != nil {
+			return nil, err
+		}
+	}
+	if env := os.Getenv(envTokens); env != "" {
+		if err := s.tokens.AddText("$"+envTokens, env); err != nil {
+			return nil, usageErrorf("%w", err)
+		}
+	}
+	for i, t := range o.tokens {
+		if err := s.tokens.AddText(fmt.Sprintf("--token #%d", i+1), t); err != nil {
+			return nil, usageErrorf("%w", err)
+		}
+	}
+	switch {
+	case o.noAuth && s.tokens.Len() > 0:
+		return nil, usageErrorf("--insecure-no-auth and tokens exclude each other: drop one")
+	case o.noAuth:
+		s.tokens = nil
+	case s.tokens.Len() == 0 && dev:
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return nil, fmt.Errorf("make a dev token: %w", err)
+		}
+		s.devToken = hex.EncodeToString(b)
+		if err := s.tokens.Add(web.RoleAdmin, s.devToken); err != nil {
+			return nil, fmt.Errorf("make a dev token: %w", err)
+		}
+	case s.tokens.Len() == 0:
+		return nil, usageErrorf("--http needs API tokens: give --token-file FILE or $%s (ROLE:TOKEN entries), or run without auth with --insecure-no-auth", envTokens)
+	}
+	return s, nil
+}
+
+// readTokenFile adds the tokens of the file at path, warning when others
+// may read it.
+func (s *httpServer) readTokenFile(path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return usageErrorf("--token-file: %w", err)
+	}
+	if info.Mode().Perm()&0o077 != 0 {
+		s.c.log.Warn("stint http: the token file is readable by others; chmod 600 it", "file", path, "mode", info.Mode().Perm().String())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return usageErrorf("--token-file: %w", err)
+	}
+	if err := s.tokens.AddText(path, string(b)); err != nil {
+		return usageErrorf("--token-file: %w", err)
+	}
+	return nil
+}
+
+// listenAddr turns the value of --http into a listen address: a bare port
+// or ":port" binds 127.0.0.1; a host must be given to bind anything else.
+func listenAddr(v string) (string, error) {
+	if _, err := strconv.Atoi(v); err == nil {
+		v = ":" + v
+	}
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return "", fmt.Errorf("%q is not host:port: %w", v, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return "", fmt.Errorf("%q: port %q is not a number from 0 to 65535", v, port)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// start serves the API and dashboard for client and st until stop. It
+// returns once the address is bound.
+func (s *httpServer) start(client *impl.Client, st *postgres.Store) error {
+	if s == nil {
+		return nil
+	}
+	log := s.c.log
+	reg := registry()
+	cfg := web.Config{
+		Client:         client,
+		Store:          st,
+		Registry:       reg,
+		Tokens:         s.tokens,
+		InsecureNoAuth: s.noAuth,
+		Logger:         log,
+	}
+	if _, ok := reg.Lookup(ingest.BatchBehavior); ok {
+		cfg.Routes = append(cfg.Routes, web.BatchRoutes(ingest.NewAdmin(client, st.Pool()))...)
+		cfg.Features = append(cfg.Features, web.FeatureBatches)
+	}
+	h, err := web.New(cfg)
+	if err != nil {
+		return fmt.Errorf("start HTTP: %w", err)
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil && s.fallback {
+		log.Warn("stint http: the default address is taken; using a free port", "addr", s.addr, "err", err)
+		host, _, _ := net.SplitHostPort(s.addr)
+		ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
+	}
+	if err != nil {
+		return fmt.Errorf("start HTTP: %w", err)
+	}
+	s.srv = web.NewServer(h, log)
+	s.done = make(chan error, 1)
+	go func() { s.done <- s.srv.Serve(ln) }()
+
+	url := "http://" + displayAddr(ln.Addr())
+	if s.noAuth {
+		log.Warn("stint http: serving WITHOUT AUTH (--insecure-no-auth): everyone who can reach the address is admin", "url", url)
+	} else {
+		log.Info("stint http: serving the API and dashboard", "url", url, "tokens", s.tokens.Len())
+	}
+	if s.devToken != "" {
+		fmt.Fprintf(s.c.stdout, "dashboard: %s/#token=%s\n", url, s.devToken)
+		fmt.Fprintf(s.c.stdout, "api: curl -H 'Authorization: Bearer %s' %s/api/v1/stats\n", s.devToken, url)
+	} else {
+		fmt.Fprintf(s.c.stdout, "dashboard: %s/\n", url)
+	}
+	return nil
+}
+
+// displayAddr returns a listener's address as a browser should use it:
+// the unspecified address becomes localhost.
+func displayAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// stop stops serving: new connections are refused, open event streams
+// end, and requests in flight get a few seconds to finish.
+func (s *httpServer) stop() {
+	if s == nil || s.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), httpStopTimeout)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		s.c.log.Warn("stint http: stop", "err", err)
+		_ = s.srv.Close()
+	}
+	if err := <-s.done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.c.log.Warn("stint http: server ended", "err", err)
+	}
+	s.c.log.Info("stint http: stopped")
+}

@@ -1,0 +1,684 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/behaviors/ingest"
+	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store/postgres"
+)
+
+// Environment variables that configure the ingest behaviors of a server.
+const (
+	// envIngestDir is the directory of the ingest working directories
+	// (DIR/work) and object storage (DIR/storage).
+	envIngestDir = "STINT_INGEST_DIR"
+	// envIngestProfiles is a JSON file of profiles:
+	// {"NAME": {"callback_url": "https://..."}}.
+	envIngestProfiles = "STINT_INGEST_PROFILES"
+)
+
+// ingestSettings configure the ingest behaviors that registry() registers.
+// The hooks below set them before a server is built: openStore records its
+// database, dev its data directory, pool and demo profile.
+var ingestSettings struct {
+	mu       sync.Mutex
+	dir      string
+	dsn      string
+	pool     *pgxpool.Pool
+	profiles map[string]ingest.Profile
+	log      *slog.Logger
+}
+
+// setIngestDatabase records the database a command opened: the ingest
+// behaviors keep their inventory there.
+func setIngestDatabase(dsn string) {
+	ingestSettings.mu.Lock()
+	defer ingestSettings.mu.Unlock()
+	ingestSettings.dsn = dsn
+}
+
+// registerIngest registers ingest.batch and ingest.job with the current
+// settings. The inventory pool is opened on first use, from the database
+// the command opened (or $STINT_DATABASE_URL).
+func registerIngest(reg *spi.Registry) error {
+	s := &ingestSettings
+	s.mu.Lock()
+	dir, dsn, pool, log := s.dir, s.dsn, s.pool, s.log
+	profiles := s.profiles
+	s.mu.Unlock()
+	if log == nil {
+		log = slog.Default()
+	}
+	if dir == "" {
+		dir = os.Getenv(envIngestDir)
+	}
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "stint-ingest")
+	}
+	if profiles == nil {
+		profiles = readIngestProfiles(log)
+	}
+	cfg := ingest.Config{
+		WorkDir:    filepath.Join(dir, "work"),
+		StorageDir: filepath.Join(dir, "storage"),
+		Pool:       pool,
+		Profiles:   profiles,
+		Logger:     log,
+		OpenPool: func(ctx context.Context) (*pgxpool.Pool, error) {
+			url := dsn
+			if url == "" {
+				url = os.Getenv(envDatabaseURL)
+			}
+			if url == "" {
+				return nil, fmt.Errorf("no database for the ingest inventory: pass --db or set %s", envDatabaseURL)
+			}
+			p, err := pgxpool.New(ctx, url)
+			if err != nil {
+				return nil, fmt.Errorf("open the ingest inventory pool: %w", err)
+			}
+			return p, nil
+		},
+	}
+	return ingest.Register(reg, cfg)
+}
+
+// readIngestProfiles reads $STINT_INGEST_PROFILES. A file that cannot be
+// used is logged and ignored: registry() must not fail.
+func readIngestProfiles(log *slog.Logger) map[string]ingest.Profile {
+	path := os.Getenv(envIngestProfiles)
+	if path == "" {
+		return nil
+	}
+	raw, err := os.ReadFile(path)
+	var profiles map[string]ingest.Profile
+	if err == nil {
+		err = json.Unmarshal(raw, &profiles)
+	}
+	if err != nil {
+		log.Error("stint: ignoring the ingest profiles: callbacks are off", "file", path, "err", err)
+		return nil
+	}
+	for name, p := range profiles {
+		if u := strings.ToLower(p.CallbackURL); u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			log.Error("stint: ignoring an ingest profile: its callback is not an http(s) URL", "profile", name)
+			delete(profiles, name)
+		}
+	}
+	return profiles
+}
+
+// openIngestAdmin opens the store, a client and the ingest admin actions on
+// the database db names. close releases them.
+func (c *cli) openIngestAdmin(ctx context.Context, db *dbFlag) (*ingest.Admin, *impl.Client, func(), error) {
+	st, err := openStore(ctx, db, postgres.MaxConns(4))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	client, err := impl.NewClient(st, impl.ClientConfig{Registry: registry(), Logger: c.log})
+	if err != nil {
+		st.Close()
+		return nil, nil, nil, fmt.Errorf("create client: %w", err)
+	}
+	return ingest.NewAdmin(client, st.Pool()), client, func() { client.Close(); st.Close() }, nil
+}
+
+// ingestError words an admin error for the command line.
+func ingestError(verb string, id string, err error) error {
+	if errors.Is(err, api.ErrNotFound) {
+		return fmt.Errorf("%s %s: not found", verb, id)
+	}
+	return fmt.Errorf("%s %s: %w", verb, id, schemaHint(err))
+}
+
+// newIngestCmd returns `stint ingest` and its subcommands.
+func (c *cli) newIngestCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ingest",
+		Short: "Submit ingest batches and steer the ingest queue",
+		Long: `Submit ingest batches (the Merritt workflow: a batch spawns one job per object;
+each job runs Estimating, Provisioning, Downloading, Processing, Storing,
+Recording and Notify) and act on the queue as an operator.
+
+A server runs the ingest behaviors with its working directories in
+$` + envIngestDir + `/work and its object storage in $` + envIngestDir + `/storage
+(default: the system's temporary directory), and the profiles' callback URLs
+from the JSON file $` + envIngestProfiles + ` ({"PROFILE": {"callback_url": "..."}}).
+See 'stint batches' to inspect batches.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(c.newIngestSubmitCmd())
+	type action struct {
+		use, arg, short, done string
+		do                    func(context.Context, *ingest.Admin, string) (string, error)
+	}
+	actions := []action{
+		{"hold-collection", "PROFILE", "Hold a collection: its pending batches and jobs are not picked up", "held",
+			func(ctx context.Context, a *ingest.Admin, p string) (string, error) {
+				return "", a.HoldCollection(ctx, p)
+			}},
+		{"release-collection", "PROFILE", "Release a collection hold", "released",
+			func(ctx context.Context, a *ingest.Admin, p string) (string, error) {
+				return "", a.ReleaseCollection(ctx, p)
+			}},
+		{"requeue", "ID", "Requeue a Failed job at the successor of its last successful state, or every Failed job of a batch; the batch reports again", "requeued",
+			func(ctx context.Context, a *ingest.Admin, id string) (string, error) {
+				ids, err := a.Requeue(ctx, api.TaskID(id))
+				if err != nil || len(ids) == 1 && ids[0] == api.TaskID(id) {
+					return "", err
+				}
+				return fmt.Sprintf(" (%d failed jobs requeued; the batch reports again)", len(ids)), nil
+			}},
+		{"fail", "JOB", "Send a waiting job to Failed (it fails when next picked up)", "failed",
+			func(ctx context.Context, a *ingest.Admin, id string) (string, error) {
+				return "", a.Fail(ctx, api.TaskID(id))
+			}},
+		{"delete", "ID", "Delete a Held, Failed or Completed job, or such a batch with its jobs", "deleted",
+			func(ctx context.Context, a *ingest.Admin, id string) (string, error) {
+				return "", a.Delete(ctx, api.TaskID(id))
+			}},
+		{"hold", "ID", "Hold a Pending job or batch", "held",
+			func(ctx context.Context, a *ingest.Admin, id string) (string, error) {
+				return "", a.Hold(ctx, api.TaskID(id))
+			}},
+		{"release", "ID", "Release a held job or batch (Held -> Pending)", "released",
+			func(ctx context.Context, a *ingest.Admin, id string) (string, error) {
+				return "", a.Release(ctx, api.TaskID(id))
+			}},
+	}
+	for _, a := range actions {
+		sub := &cobra.Command{Use: a.use + " " + a.arg, Short: a.short, Args: exactArgs(1, a.arg)}
+		db := addDBFlag(sub)
+		sub.RunE = func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if a.arg != "PROFILE" {
+				if err := spi.CheckTaskID("id", api.TaskID(args[0])); err != nil {
+					return err
+				}
+			}
+			admin, _, closeAdmin, err := c.openIngestAdmin(ctx, db)
+			if err != nil {
+				return err
+			}
+			defer closeAdmin()
+			more, err := a.do(ctx, admin, args[0])
+			if err != nil {
+				return ingestError(a.use, args[0], err)
+			}
+			fmt.Fprintf(c.stdout, "%s %s%s\n", args[0], a.done, more)
+			return nil
+		}
+		cmd.AddCommand(sub)
+	}
+	for _, pause := range []bool{true, false} {
+		use, short, done := "pause", "Pause the ingest queue: nothing new is picked up", "paused"
+		if !pause {
+			use, short, done = "resume", "Resume the ingest queue", "resumed"
+		}
+		sub := &cobra.Command{Use: use, Short: short, Args: exactArgs(0)}
+		db := addDBFlag(sub)
+		sub.RunE = func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			admin, _, closeAdmin, err := c.openIngestAdmin(ctx, db)
+			if err != nil {
+				return err
+			}
+			defer closeAdmin()
+			if pause {
+				err = admin.PauseQueue(ctx)
+			} else {
+				err = admin.ResumeQueue(ctx)
+			}
+			if err != nil {
+				return fmt.Errorf("%s the ingest queue: %w", use, schemaHint(err))
+			}
+			fmt.Fprintf(c.stdout, "ingest queue %s\n", done)
+			return nil
+		}
+		cmd.AddCommand(sub)
+	}
+	return cmd
+}
+
+// ingestSubmitOptions are the flags of stint ingest submit.
+type ingestSubmitOptions struct {
+	db        *dbFlag
+	profile   string
+	submitter string
+	manifest  string
+	url       string
+	title     string
+	creator   string
+	date      string
+	priority  int
+	wait      bool
+	json      bool
+}
+
+// newIngestSubmitCmd returns `stint ingest submit`.
+func (c *cli) newIngestSubmitCmd() *cobra.Command {
+	o := &ingestSubmitOptions{}
+	cmd := &cobra.Command{
+		Use:   "submit --profile P --submitter S (--manifest FILE | --url URL)",
+		Short: "Submit an ingest batch",
+		Long: `Submit an ingest batch: one file (--url) or a checkm-style manifest (--manifest
+FILE, or - for standard input), one file a line:
+
+  URL | digest algorithm | digest | size | file name | local id | primary id
+
+Files with the same local id form one object. URLs are http, https or file;
+digests md5, sha1, sha256 or sha512. A bad manifest is refused, naming the
+line, and nothing is stored (exit code 2). With --wait, stint waits for the
+batch's report.`,
+		Example: `  stint ingest submit --profile demo --submitter me --manifest objects.checkm --wait`,
+		Args:    exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.runIngestSubmit(cmd, o)
+		},
+	}
+	o.db = addDBFlag(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.profile, "profile", "", "profile (collection) of the batch")
+	f.StringVar(&o.submitter, "submitter", "", "the depositor")
+	f.StringVar(&o.manifest, "manifest", "", "manifest file, or - for standard input")
+	f.StringVar(&o.url, "url", "", "a single file to ingest as one object")
+	f.StringVar(&o.title, "title", "", "title of the objects (ERC what)")
+	f.StringVar(&o.creator, "creator", "", "creator of the objects (ERC who)")
+	f.StringVar(&o.date, "date", "", "date of the objects (ERC when)")
+	f.IntVar(&o.priority, "priority", 0, "priority of the jobs, 0 to 32767, lower first (default 5)")
+	f.BoolVar(&o.wait, "wait", false, "wait for the batch's report")
+	f.BoolVar(&o.json, "json", false, "print JSON")
+	return cmd
+}
+
+// runIngestSubmit implements `stint ingest submit`.
+func (c *cli) runIngestSubmit(cmd *cobra.Command, o *ingestSubmitOptions) error {
+	ctx := cmd.Context()
+	p := ingest.BatchParams{Submitter: o.submitter, Profile: o.profile, PayloadURL: o.url,
+		Title: o.title, Creator: o.creator, Date: o.date}
+	if o.manifest != "" {
+		var raw []byte
+		var err error
+		if o.manifest == "-" {
+			raw, err = io.ReadAll(cmd.InOrStdin())
+		} else {
+			raw, err = os.ReadFile(o.manifest)
+		}
+		if err != nil {
+			return usageErrorf("--manifest %s: %w", o.manifest, err)
+		}
+		p.Manifest = string(raw)
+	}
+	if cmd.Flags().Changed("priority") {
+		p.Priority = &o.priority
+	}
+	// Check the batch before any database is involved.
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encode the batch: %w", err)
+	}
+	if err := precheck(api.SubmitRequest{Behavior: ingest.BatchBehavior, Params: raw}); err != nil {
+		return err
+	}
+	client, closeClient, err := c.openClient(ctx, o.db)
+	if err != nil {
+		return err
+	}
+	defer closeClient()
+	f, err := ingest.SubmitBatch(ctx, client, p)
+	if err != nil {
+		return schemaHint(err)
+	}
+	if o.json {
+		if err := writeJSONLine(c.stdout, f.Submission()); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(c.stdout, "batch %s submitted: %d objects, profile %s\n", f.ID(), len(mustObjects(raw)), p.Profile)
+	}
+	if !o.wait {
+		return nil
+	}
+	t, err := c.awaitWithProgress(ctx, client, f.ID())
+	if err != nil {
+		return fmt.Errorf("await batch %s: %w", f.ID(), err)
+	}
+	if o.json {
+		if err := writeJSONLine(c.stdout, t); err != nil {
+			return err
+		}
+	} else {
+		printOutcome(c.stdout, t)
+	}
+	if t.Status != api.StatusSuccess {
+		return silentExit(exitFailure)
+	}
+	return nil
+}
+
+// mustObjects returns the objects of checked batch params.
+func mustObjects(raw []byte) []ingest.Object {
+	var p ingest.BatchParams
+	_ = json.Unmarshal(raw, &p)
+	return p.Objects()
+}
+
+// newBatchesCmd returns `stint batches ls|show`.
+func (c *cli) newBatchesCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "batches",
+		Short: "Inspect ingest batches and their jobs",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(c.newBatchesLsCmd(), c.newBatchesShowCmd())
+	return cmd
+}
+
+// newBatchesLsCmd returns `stint batches ls`.
+func (c *cli) newBatchesLsCmd() *cobra.Command {
+	var profile, after string
+	var limit int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List ingest batches with their Merritt state and job counts",
+		Args:  exactArgs(0),
+	}
+	db := addDBFlag(cmd)
+	f := cmd.Flags()
+	f.StringVar(&profile, "profile", "", "only batches of this profile (collection)")
+	f.StringVar(&after, "after", "", "cursor: only batches after this id (the previous page's next)")
+	f.IntVar(&limit, "limit", defaultListLimit, "page size, 1 to "+strconv.Itoa(maxListLimit))
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		ctx := cmd.Context()
+		if limit < 1 || limit > maxListLimit {
+			return usageErrorf("--limit %d is outside 1..%d", limit, maxListLimit)
+		}
+		admin, _, closeAdmin, err := c.openIngestAdmin(ctx, db)
+		if err != nil {
+			return err
+		}
+		defer closeAdmin()
+		batches, next, err := admin.Batches(ctx, profile, api.TaskID(after), limit)
+		if err != nil {
+			return schemaHint(err)
+		}
+		if asJSON {
+			return writeJSON(c.stdout, struct {
+				Batches []ingest.BatchView `json:"batches"`
+				Next    api.TaskID         `json:"next,omitempty"`
+			}{batches, next})
+		}
+		if len(batches) == 0 {
+			fmt.Fprintln(c.stderr, "no batches")
+			return nil
+		}
+		tw := newTable(c.stdout)
+		fmt.Fprintln(tw, "ID\tSTATUS\tPROFILE\tSUBMITTER\tJOBS\tCOMPLETED\tFAILED\tHELD\tACTIVE\tCREATED")
+		for _, b := range batches {
+			total := 0
+			for _, n := range b.Counts {
+				total += n
+			}
+			done, failed, held := b.Counts[ingest.JobCompleted], b.Counts[ingest.JobFailed], b.Counts[ingest.JobHeld]
+			status := string(b.Status)
+			if b.CollectionHeld && b.Status != ingest.BatchHeld {
+				status += " (collection held)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", b.ID, status, orDash(b.Profile), orDash(b.Submitter),
+				total, done, failed, held, total-done-failed-held, formatTime(&b.CreatedAt))
+		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("write table: %w", err)
+		}
+		if next != "" {
+			fmt.Fprintf(c.stdout, "next: %s (more batches: pass --after %s)\n", next, next)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// newBatchesShowCmd returns `stint batches show`.
+func (c *cli) newBatchesShowCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a batch, its report and its jobs with their Merritt states",
+		Args:  exactArgs(1, "ID"),
+	}
+	db := addDBFlag(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		id := api.TaskID(args[0])
+		if err := spi.CheckTaskID("id", id); err != nil {
+			return err
+		}
+		admin, _, closeAdmin, err := c.openIngestAdmin(ctx, db)
+		if err != nil {
+			return err
+		}
+		defer closeAdmin()
+		b, err := admin.Batch(ctx, id)
+		if err != nil {
+			return ingestError("show batch", args[0], err)
+		}
+		if asJSON {
+			return writeJSON(c.stdout, b)
+		}
+		return c.printBatch(b)
+	}
+	return cmd
+}
+
+// printBatch prints a batch's details and a table of its jobs.
+func (c *cli) printBatch(b ingest.BatchView) error {
+	tw := newTable(c.stdout)
+	row := func(name, value string) { fmt.Fprintf(tw, "%s:\t%s\n", name, value) }
+	row("id", string(b.ID))
+	status := string(b.Status)
+	if b.CollectionHeld {
+		status += " (collection " + b.Profile + " is held)"
+	}
+	row("status", status)
+	row("profile", orDash(b.Profile))
+	row("submitter", orDash(b.Submitter))
+	row("task status", string(b.TaskStatus))
+	row("created", formatTime(&b.CreatedAt))
+	row("updated", formatTime(&b.UpdatedAt))
+	if b.Report != nil {
+		r := b.Report
+		row("report", fmt.Sprintf("%d jobs: %d succeeded, %d failed, %d deleted (report %d, %s)", r.Jobs,
+			len(r.Succeeded), len(r.Failed), r.Deleted, b.Reports, formatTime(&r.At)))
+		if len(r.Recovered) > 0 {
+			row("recovered", joinIDs(r.Recovered))
+		}
+		if len(r.Failed) > 0 {
+			row("failed jobs", joinIDs(r.Failed))
+		}
+	}
+	if b.Error != "" {
+		row("error", b.Error)
+	}
+	var steps []string
+	for _, h := range b.History {
+		steps = append(steps, h.To)
+	}
+	if len(steps) > 0 {
+		row("history", "Pending -> "+strings.Join(steps, " -> "))
+	}
+	var counts []string
+	for s, n := range b.Counts {
+		counts = append(counts, fmt.Sprintf("%s %d", s, n))
+	}
+	sort.Strings(counts)
+	row("jobs", orDash(strings.Join(counts, ", ")))
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write batch: %w", err)
+	}
+	if len(b.Jobs) == 0 {
+		return nil
+	}
+	fmt.Fprintln(c.stdout)
+	tw = newTable(c.stdout)
+	fmt.Fprintln(tw, "JOB\tSTATUS\tLAST SUCCESSFUL\tRETRIES\tPRIORITY\tIDENTIFIER\tNODE\tNOTE")
+	for _, j := range b.Jobs {
+		note := j.Note
+		if j.Error != "" {
+			note = j.Error
+		}
+		status := string(j.Status)
+		if j.CollectionHeld && j.Status != ingest.JobHeld {
+			status += " (held)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", j.ID, status, orDash(string(j.LastSuccessfulStatus)),
+			j.RetryCount, j.Priority, orDash(j.Identifier), orDash(j.Node), orDash(note))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write jobs: %w", err)
+	}
+	return nil
+}
+
+func joinIDs(ids []api.TaskID) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = string(id)
+	}
+	return strings.Join(s, " ")
+}
+
+// ingestDemo is the demo batch of stint dev: a few objects served by a
+// file server on 127.0.0.1 that dev starts itself, with a callback.
+type ingestDemo struct {
+	srv      *http.Server
+	base     string
+	files    map[string][]byte // read-only once the server runs
+	manifest string
+	err      error
+}
+
+// demoProfile is the profile of the demo batch.
+const demoProfile = "demo"
+
+// prepareIngestDemo starts the demo's file server and configures the
+// ingest behaviors of dev: storage under dataDir/ingest, the inventory in
+// pool, and the demo profile's callback. Call it before building the
+// registry.
+func (c *cli) prepareIngestDemo(dataDir string, pool *pgxpool.Pool) *ingestDemo {
+	d := &ingestDemo{files: map[string][]byte{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	profiles := map[string]ingest.Profile{}
+	if err != nil {
+		d.err = fmt.Errorf("start the demo file server: %w", err)
+	} else {
+		d.base = "http://" + ln.Addr().String()
+		profiles[demoProfile] = ingest.Profile{CallbackURL: d.base + "/callback"}
+		d.manifest = d.makeFiles()
+		d.srv = &http.Server{Handler: http.HandlerFunc(d.serve), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = d.srv.Serve(ln) }()
+	}
+	s := &ingestSettings
+	s.mu.Lock()
+	s.dir, s.pool, s.profiles, s.log = filepath.Join(dataDir, "ingest"), pool, profiles, c.log
+	s.mu.Unlock()
+	return d
+}
+
+// makeFiles makes the demo's files (three objects, one of two files) and
+// returns their manifest.
+func (d *ingestDemo) makeFiles() string {
+	var lines []string
+	for i, obj := range []struct {
+		local string
+		files []string
+	}{
+		{"demo-letter", []string{"letter.txt"}},
+		{"demo-photos", []string{"photo-1.txt", "photo-2.txt"}},
+		{"demo-notes", []string{"notes.txt"}},
+	} {
+		for _, name := range obj.files {
+			data := []byte(fmt.Sprintf("stint dev demo object %d, file %s\n", i+1, name))
+			path := "/" + obj.local + "/" + name
+			d.files[path] = data
+			sum := sha256.Sum256(data)
+			lines = append(lines, fmt.Sprintf("%s%s | sha256 | %s | %d | %s | %s", d.base, path,
+				hex.EncodeToString(sum[:]), len(data), name, obj.local))
+		}
+	}
+	return "#%checkm_0.7\n" + strings.Join(lines, "\n") + "\n"
+}
+
+// serve serves the demo files and accepts callbacks.
+func (d *ingestDemo) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/callback" {
+		_, _ = io.Copy(io.Discard, r.Body)
+		return
+	}
+	data, ok := d.files[r.URL.Path]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	http.ServeContent(w, r, r.URL.Path, time.Time{}, strings.NewReader(string(data)))
+}
+
+// run submits the demo batch, waits for its report and logs it; it stops
+// the file server when ctx ends.
+func (d *ingestDemo) run(ctx context.Context, c *cli, tasks api.Tasks) {
+	defer func() {
+		if d.srv != nil {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = d.srv.Shutdown(sctx)
+		}
+	}()
+	if d.err != nil {
+		c.log.Error("stint dev: no demo batch", "err", d.err)
+		return
+	}
+	f, err := ingest.SubmitBatch(ctx, tasks, ingest.BatchParams{Submitter: "stint dev", Profile: demoProfile,
+		Title: "stint dev demo", Manifest: d.manifest})
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("stint dev: submit the demo batch", "err", err)
+		}
+		return
+	}
+	c.log.Info("stint dev: submitted a demo ingest batch", "behavior", ingest.BatchBehavior, "id", f.ID(), "objects", 3)
+	res, err := f.Await(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("stint dev: the demo batch failed", "id", f.ID(), "err", err)
+		}
+		return
+	}
+	c.log.Info("stint dev: the demo batch completed: see 'stint batches show "+string(f.ID())+"'",
+		"id", f.ID(), "status", res.Status, "succeeded", len(res.Report.Succeeded), "failed", len(res.Report.Failed))
+}

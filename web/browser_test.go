@@ -1,0 +1,270 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/behaviors/demo"
+	"github.com/stinthq/stint/web"
+)
+
+// envScreenshots names a directory where the browser test also copies its
+// screenshots, for people and CI artifacts to look at.
+const envScreenshots = "STINT_SCREENSHOT_DIR"
+
+// chromiumPath returns Debian's chromium, failing the test (not skipping
+// it) when it is missing: CI installs it, and a missing browser must not
+// pass silently.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("the browser test needs Chromium at /usr/bin/chromium: install it with `apt-get install chromium` (Debian; .ci/run does this)")
+	return ""
+}
+
+// browser starts a headless Chromium with a fresh profile and returns a
+// tab's context, and the JavaScript errors the page raised so far.
+func browser(t *testing.T, ctx context.Context) (context.Context, func() []string) {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1000),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	var mu sync.Mutex
+	var jsErrors []string
+	tab, cancelTab := chromedp.NewContext(allocCtx, chromedp.WithListener(func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			d := ev.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			jsErrors = append(jsErrors, "exception: "+msg)
+		case *log.EventEntryAdded:
+			// Failed requests (a 401 before signing in) are expected;
+			// anything else, such as a CSP violation, is not.
+			if ev.Entry.Level == log.EntryLevelError && ev.Entry.Source != log.EntrySourceNetwork {
+				jsErrors = append(jsErrors, fmt.Sprintf("%s: %s", ev.Entry.Source, ev.Entry.Text))
+			}
+		}
+	}))
+	// Registered after TempDir's cleanup, so it runs before it: the
+	// browser is gone before its profile directory is removed.
+	t.Cleanup(func() { cancelTab(); cancelAlloc() })
+	require.NoError(t, chromedp.Do(tab), "start Chromium")
+	return tab, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), jsErrors...)
+	}
+}
+
+// screenshot saves a full-page screenshot as name in dir, and in
+// $STINT_SCREENSHOT_DIR when set.
+func screenshot(t *testing.T, tab context.Context, dir, name string) {
+	t.Helper()
+	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	path := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(path, png, 0o644))
+	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+	if extra := os.Getenv(envScreenshots); extra != "" {
+		require.NoError(t, os.MkdirAll(extra, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(extra, name), png, 0o644))
+	}
+}
+
+// goHash moves the page to another view by its fragment, as a click on a
+// link would: a same-document navigation, which chromedp.Navigate would
+// wait on for a load that never comes.
+func goHash(hash string) chromedp.Action[chromedp.Void] {
+	raw, _ := json.Marshal(hash)
+	return void(chromedp.Evaluate[string]("location.hash = " + string(raw)))
+}
+
+// void drops the value of an action, to run it among others.
+func void[T any](a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := a(ctx, t)
+		return chromedp.Void{}, err
+	}
+}
+
+// css is a CSS selector.
+type css = chromedp.CSS
+
+func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	shots := t.TempDir()
+	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Minute)
+	defer cancel()
+	tab, jsErrors := browser(t, ctx)
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		err := chromedp.Do(tab, actions...)
+		if errors.Is(err, context.DeadlineExceeded) {
+			screenshot(t, tab, shots, "failed.png")
+		}
+		require.NoError(t, err, what)
+	}
+	text := func(id string) string {
+		t.Helper()
+		s, err := chromedp.Run(tab, chromedp.Text(chromedp.ID(id)))
+		require.NoError(t, err, "read #%s", id)
+		return s
+	}
+
+	// Some history to show: a success and a failure.
+	done := e.submit(web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"first"}`), ID: "browser-first"})
+	failed := e.submit(web.SubmitBody{Behavior: failKind.ID, ID: "browser-failed"})
+	for _, id := range []api.TaskID{done, failed} {
+		_, err := e.srv.Await(e.ctx, id)
+		require.NoError(t, err)
+	}
+
+	// Sign in with the admin token; the stream goes live.
+	run("sign in",
+		chromedp.Navigate(e.ts.URL+"/"),
+		chromedp.WaitVisible(chromedp.ID("token-input")),
+		chromedp.SendKeys(chromedp.ID("token-input"), adminToken),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(css(`#live[data-state="on"]`)),
+		chromedp.WaitVisible(css(`#queues tr[data-behavior="demo.echo"] td[data-count="success"]`)),
+		void(chromedp.Evaluate[bool](`window.__notReloaded = true`)),
+	)
+	require.Equal(t, "admin", text("role"))
+
+	// A task submitted now appears in the list and finishes there,
+	// without a reload.
+	run("open the task list", chromedp.Click(css(`a[data-nav="tasks"]`)), chromedp.WaitVisible(css(`tr[data-task-id="browser-first"]`)))
+	live := e.submit(web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"watch me","delay_ms":300}`), ID: "browser-live"})
+	run("see the new task appear", chromedp.WaitVisible(css(`tr[data-task-id="browser-live"]`)))
+	run("see it finish", chromedp.WaitVisible(css(`tr[data-task-id="browser-live"][data-status="success"]`)))
+	task, err := e.srv.Get(e.ctx, live)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusSuccess, task.Status)
+	screenshot(t, tab, shots, "dashboard-tasks.png")
+
+	// The overview's counts follow too.
+	run("see the counts", chromedp.Click(css(`a[data-nav="overview"]`)),
+		chromedp.WaitVisible(css(`#queues tr[data-behavior="demo.echo"] td[data-count="success"] a`)),
+		void(chromedp.Poll[bool](`document.querySelector('#queues tr[data-behavior="demo.echo"] td[data-count="success"] a').textContent === "2"`)),
+		chromedp.WaitVisible(css(`#activity li[data-task="browser-live"]`)),
+	)
+	screenshot(t, tab, shots, "dashboard-overview.png")
+
+	// Hold and release a scheduled task from its page, as admin.
+	idle := e.submit(web.SubmitBody{Behavior: idleKind.ID, ID: "browser-idle", GroupKey: "collection-a", Params: json.RawMessage(`{"note":"waits for ever"}`)})
+	run("open the task page",
+		chromedp.Click(css(`a[data-nav="tasks"]`)),
+		chromedp.WaitVisible(css(`tr[data-task-id="browser-idle"] a`)),
+		chromedp.Click(css(`tr[data-task-id="browser-idle"] a`)),
+		chromedp.WaitVisible(css(`#task-status [data-status="scheduled"]`)),
+		chromedp.WaitVisible(chromedp.ID("task-params")),
+	)
+	run("hold", chromedp.Click(css(`#task-actions [data-action="hold"]`)), chromedp.WaitVisible(css(`#task-status [data-status="held"]`)))
+	task, err = e.srv.Get(e.ctx, idle)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusHeld, task.Status)
+	run("see the hold in the timeline", chromedp.WaitVisible(css(`#timeline li[data-status="held"]`)))
+	run("release", chromedp.Click(css(`#task-actions [data-action="release"]`)), chromedp.WaitVisible(css(`#task-status [data-status="scheduled"]`)))
+	task, err = e.srv.Get(e.ctx, idle)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusScheduled, task.Status)
+
+	// The failed task's page shows its error and offers a retry.
+	run("open the failed task",
+		goHash("#/tasks/browser-failed"),
+		chromedp.WaitVisible(chromedp.ID("task-error")),
+		chromedp.WaitVisible(css(`#task-actions [data-action="retry"]`)),
+	)
+	require.Contains(t, text("task-error"), "failed on purpose")
+	run("back to the held-and-released task", goHash("#/tasks/browser-idle"), chromedp.WaitVisible(css(`#timeline li[data-status="held"]`)))
+	screenshot(t, tab, shots, "dashboard-task.png")
+
+	// Submit from the dashboard's form; the page moves to the new task,
+	// which runs to success.
+	run("submit from the form",
+		chromedp.Click(chromedp.ID("new-task")),
+		chromedp.WaitVisible(chromedp.ID("submit-params")),
+		chromedp.SetValue(chromedp.ID("submit-behavior"), "demo.echo"),
+		chromedp.SetValue(chromedp.ID("submit-params"), `{"text":"from the form"}`),
+		chromedp.SetValue(chromedp.ID("submit-id"), "browser-form"),
+	)
+	screenshot(t, tab, shots, "dashboard-submit.png")
+	run("see the submitted task",
+		chromedp.Click(chromedp.ID("submit-go")),
+		chromedp.WaitVisible(css(`#task-status [data-status="success"]`)),
+		chromedp.WaitVisible(chromedp.ID("task-result")),
+	)
+	require.Equal(t, "browser-form", text("task-id"))
+	require.Contains(t, text("task-result"), `"text": "from the form"`)
+
+	// Batches have their pages: a list, and a batch with its jobs.
+	batch := e.submitBatch("coll-browser", "carol")
+	row := css(`tr[data-batch-id="` + string(batch) + `"]`)
+	run("open the batches",
+		chromedp.Click(css(`a[data-nav="batches"]`)),
+		chromedp.WaitVisible(row),
+		chromedp.Click(row+" a"),
+		chromedp.WaitVisible(css(`#batch-state [data-state="Pending"]`)),
+	)
+	screenshot(t, tab, shots, "dashboard-batch.png")
+
+	notReloaded, err := chromedp.Run(tab, chromedp.Evaluate[bool](`window.__notReloaded === true`))
+	require.NoError(t, err)
+	require.True(t, notReloaded, "the page was reloaded")
+
+	// A read token sees no admin actions.
+	run("sign in as reader",
+		chromedp.Click(chromedp.ID("signout")),
+		chromedp.WaitVisible(chromedp.ID("token-input")),
+		chromedp.SendKeys(chromedp.ID("token-input"), readToken),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(css(`#live[data-state="on"]`)),
+		goHash("#/tasks/browser-idle"),
+		chromedp.WaitVisible(css(`#task-status [data-status="scheduled"]`)),
+	)
+	adminButtons, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('[data-action]').length`))
+	require.NoError(t, err)
+	require.Zero(t, adminButtons)
+	require.Equal(t, "read", text("role"))
+
+	require.Empty(t, jsErrors(), "the page raised errors")
+}

@@ -1,0 +1,188 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/stinthq/stint/api"
+)
+
+// The codes of error responses.
+const (
+	// CodeInvalid is bad input (400), or a request body over the limit
+	// (413). Field names the offending input.
+	CodeInvalid = "invalid"
+	// CodeNotFound is an unknown task, behavior or path (404).
+	CodeNotFound = "not_found"
+	// CodeMethodNotAllowed is a known path with another method (405).
+	CodeMethodNotAllowed = "method_not_allowed"
+	// CodeConflict is an action the task's state does not allow, such as
+	// holding a running task (409).
+	CodeConflict = "conflict"
+	// CodeUnauthorized is a missing or unknown token (401).
+	CodeUnauthorized = "unauthorized"
+	// CodeForbidden is a token whose role is too weak, or a cross-origin
+	// browser request (403).
+	CodeForbidden = "forbidden"
+	// CodeUnavailable is a server at its limit of event streams (503).
+	CodeUnavailable = "unavailable"
+	// CodeInternal is a failure of the server or its database (500). The
+	// message does not describe it; the server's log does.
+	CodeInternal = "internal"
+)
+
+// Error is an error response: an HTTP status and what the body says.
+// Handlers return it (or any error: see errorFor) and the API writes it as
+// {"error": {"code": ..., "message": ..., "field": ...}}.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Field names the offending input of an invalid request.
+	Field string `json:"field,omitempty"`
+}
+
+// Error returns the message.
+func (e *Error) Error() string { return e.Message }
+
+// errorBody is the JSON body of an error response.
+type errorBody struct {
+	Error *Error `json:"error"`
+}
+
+// errorFor maps an error returned by a handler to its response: stint's
+// sentinel errors to 400, 404 and 409, an *Error to itself, anything else
+// to a 500 whose message tells nothing of the cause.
+func errorFor(err error) *Error {
+	var e *Error
+	var inv *api.InvalidError
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.As(err, &inv):
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: inv.Field, Message: inv.Error()}
+	case errors.Is(err, api.ErrInvalid):
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: err.Error()}
+	case errors.Is(err, api.ErrNotFound):
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "not found"}
+	case errors.Is(err, api.ErrConflict):
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: conflictMessage(err)}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error; see the server's log"}
+}
+
+// conflictMessage returns the message of a conflict error without the
+// sentinel's text, e.g. "hold task x: it is running".
+func conflictMessage(err error) string {
+	msg := strings.TrimSuffix(err.Error(), ": "+api.ErrConflict.Error())
+	if msg == "" || msg == err.Error() {
+		return "the task's state does not allow this"
+	}
+	return msg
+}
+
+// notFound returns a 404 naming what was not found.
+func notFound(format string, args ...any) *Error {
+	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf(format, args...)}
+}
+
+// invalid returns a 400 naming field.
+func invalid(field, format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: field, Message: fmt.Sprintf("invalid %s: %s", field, fmt.Sprintf(format, args...))}
+}
+
+// WriteJSON writes v as the JSON body of a response with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		raw, _ = json.Marshal(errorBody{&Error{Code: CodeInternal, Message: "encode the response: " + err.Error()}})
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(raw, '\n'))
+}
+
+// writeError writes e as an error response.
+func writeError(w http.ResponseWriter, e *Error) {
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="stint"`)
+	}
+	WriteJSON(w, e.Status, errorBody{e})
+}
+
+// maxBody caps request bodies: the largest params a behavior accepts by
+// default (1 MiB) and room for the rest of a submit.
+const maxBody = 1<<20 + 64<<10
+
+// decodeBody decodes the request's JSON body into v: one JSON value, no
+// unknown fields, at most maxBody bytes. Its errors name the field.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		return &Error{Status: http.StatusUnsupportedMediaType, Code: CodeInvalid, Field: "Content-Type",
+			Message: fmt.Sprintf("invalid Content-Type: %q is not application/json", ct)}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("more than one JSON value")
+	}
+	if err == nil {
+		// Read to the end, so that trailing garbage or an oversized body
+		// is found.
+		var extra json.RawMessage
+		if derr := dec.Decode(&extra); derr != io.EOF {
+			err = errors.New("more than one JSON value")
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	var tooLarge *http.MaxBytesError
+	var syntax *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &tooLarge):
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeInvalid, Field: "body",
+			Message: fmt.Sprintf("invalid body: over the limit of %d bytes", tooLarge.Limit)}
+	case errors.Is(err, io.EOF):
+		return invalid("body", "empty; want a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("body", "truncated JSON")
+	case errors.As(err, &syntax):
+		return invalid("body", "malformed JSON at byte %d: %v", syntax.Offset, err)
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return invalid(field, "must be a JSON %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return invalid(field, "unknown field")
+	case errors.Is(err, context.Canceled):
+		return err
+	}
+	return invalid("body", "%v", err)
+}
+
+// jsonKind names a Go kind as the JSON type it decodes from.
+func jsonKind(kind string) string {
+	switch {
+	case strings.HasPrefix(kind, "int"), strings.HasPrefix(kind, "uint"), strings.HasPrefix(kind, "float"):
+		return "number"
+	case kind == "string":
+		return "string"
+	case kind == "bool":
+		return "boolean"
+	case kind == "slice", kind == "array":
+		return "array"
+	}
+	return "object"
+}

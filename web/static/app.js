@@ -1,0 +1,987 @@
+// stint dashboard: plain JavaScript on the JSON API, no framework, no build.
+//
+// The token is kept in sessionStorage (this tab only) and sent as a bearer
+// token. Live updates come from GET /api/v1/events, read with fetch rather
+// than EventSource so that the token travels in the Authorization header,
+// never in a URL. The stream is resumed from its last cursor after a
+// disconnect, so no change is missed.
+'use strict';
+(() => {
+  const TOKEN_KEY = 'stint.token';
+  const ROLES = { read: 1, submit: 2, admin: 3 };
+  const STATUSES = ['scheduled', 'running', 'held', 'success', 'failure'];
+
+  const state = {
+    token: sessionStorage.getItem(TOKEN_KEY) || '',
+    role: null,
+    auth: true,
+    behaviors: [],
+    features: [],
+    stats: null,
+    skew: 0, // the database's clock minus this browser's, in ms
+    recent: [], // the latest task events, newest first
+    cursor: null, // the event stream's cursor
+    view: null,
+    started: false,
+  };
+
+  const $ = (sel, root = document) => root.querySelector(sel);
+  const can = (role) => !!state.role && ROLES[state.role] >= ROLES[role];
+
+  // h builds an element: h('a', {href: '#', class: 'x', onclick: fn}, 'text', child).
+  // Text is always set as text, never parsed as HTML.
+  // fill replaces the children of el, skipping null and false as h does.
+  function fill(el, ...children) {
+    el.replaceChildren();
+    for (const c of children.flat(Infinity)) {
+      if (c == null || c === false) continue;
+      el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+  }
+
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v == null || v === false) continue;
+      if (k === 'class') el.className = v;
+      else if (k === 'dataset') Object.assign(el.dataset, v);
+      else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children.flat(Infinity)) {
+      if (c == null || c === false) continue;
+      el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return el;
+  }
+
+  // ---- API ----
+
+  class APIError extends Error {
+    constructor(status, body) {
+      super(body.message || 'request failed');
+      this.status = status;
+      this.code = body.code;
+      this.field = body.field;
+    }
+  }
+
+  function authHeaders() {
+    return state.token ? { Authorization: 'Bearer ' + state.token } : {};
+  }
+
+  async function api(method, path, body) {
+    const init = { method, headers: { Accept: 'application/json', ...authHeaders() }, cache: 'no-store' };
+    if (body !== undefined) {
+      init.headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    const res = await fetch('/api/v1' + path, init);
+    if (res.status === 204) return null;
+    let data = null;
+    try { data = await res.json(); } catch (_) { /* not JSON */ }
+    if (!res.ok) {
+      const err = new APIError(res.status, (data && data.error) || { code: 'internal', message: res.status + ' ' + res.statusText });
+      if (res.status === 401) showLogin(state.token ? 'The token was not accepted: ' + err.message : '');
+      throw err;
+    }
+    return data;
+  }
+
+  const taskPath = (id) => '/tasks/' + encodeURIComponent(id);
+  const taskHref = (id) => '#/tasks/' + encodeURIComponent(id);
+  function listHref(filters) {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(filters)) if (v) q.set(k, v);
+    const s = q.toString();
+    return '#/tasks' + (s ? '?' + s : '');
+  }
+
+  // ---- time ----
+
+  const serverNow = () => Date.now() + state.skew;
+
+  function fmtDuration(ms) {
+    ms = Math.max(0, Math.round(ms));
+    if (ms < 1000) return ms + 'ms';
+    const s = Math.floor(ms / 1000);
+    if (s < 60) return (ms < 10000 ? (ms / 1000).toFixed(1) : s) + 's';
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + 'm ' + (s % 60) + 's';
+    const hr = Math.floor(m / 60);
+    if (hr < 48) return hr + 'h ' + (m % 60) + 'm';
+    return Math.floor(hr / 24) + 'd ' + (hr % 24) + 'h';
+  }
+
+  function rel(ts) {
+    const d = serverNow() - Date.parse(ts);
+    if (Math.abs(d) < 1000) return 'now';
+    return d > 0 ? fmtDuration(d) + ' ago' : 'in ' + fmtDuration(-d);
+  }
+
+  const absTime = (ts) => new Date(ts).toLocaleString();
+  // stamp is the time of day for today's times, else the date and time.
+  function stamp(ts) {
+    const d = new Date(ts);
+    return d.toDateString() === new Date(serverNow()).toDateString() ? d.toLocaleTimeString() : d.toLocaleString();
+  }
+
+  // timeEl shows a relative time that stays current, with the exact time
+  // on hover.
+  function timeEl(ts) {
+    if (!ts) return h('span', { class: 'faint' }, '—');
+    return h('time', { datetime: ts, title: absTime(ts), dataset: { rel: ts } }, rel(ts));
+  }
+
+  setInterval(() => {
+    for (const el of document.querySelectorAll('[data-rel]')) el.textContent = rel(el.dataset.rel);
+  }, 1000);
+
+  // ---- small helpers ----
+
+  function throttle(fn, ms) {
+    let last = 0;
+    let timer = null;
+    return () => {
+      if (timer) return;
+      const wait = last + ms - Date.now();
+      if (wait <= 0) {
+        last = Date.now();
+        fn();
+        return;
+      }
+      timer = setTimeout(() => { timer = null; last = Date.now(); fn(); }, wait);
+    };
+  }
+
+  function toast(msg, bad) {
+    const el = h('div', { class: 'toast' + (bad ? ' bad' : ''), role: 'status' }, msg);
+    $('#toasts').append(el);
+    setTimeout(() => el.remove(), bad ? 6000 : 3000);
+  }
+
+  const pill = (status) => h('span', { class: 'pill', dataset: { status } }, status);
+
+  function pretty(raw) {
+    if (raw == null) return null;
+    return h('pre', { class: 'json' }, JSON.stringify(raw, null, 2));
+  }
+
+  function panel(title, hint, ...body) {
+    return h('section', { class: 'card panel' },
+      h('div', { class: 'panel-head' }, h('h2', {}, title), hint ? h('span', { class: 'hint' }, hint) : null),
+      ...body);
+  }
+
+  // actionButton runs an admin action and reports it. A button with
+  // confirm needs a second click within 3 seconds.
+  function actionButton(label, name, run, opts = {}) {
+    const btn = h('button', { type: 'button', class: 'btn small' + (opts.danger ? ' danger' : ''), dataset: { action: name } }, label);
+    let armed = false;
+    btn.addEventListener('click', async () => {
+      if (opts.confirm && !armed) {
+        armed = true;
+        btn.classList.add('armed');
+        btn.textContent = opts.confirm;
+        setTimeout(() => { armed = false; btn.classList.remove('armed'); btn.textContent = label; }, 3000);
+        return;
+      }
+      btn.disabled = true;
+      try {
+        await run();
+        toast(opts.done || label + ': done');
+      } catch (e) {
+        toast(label + ' failed: ' + e.message, true);
+      } finally {
+        btn.disabled = false;
+      }
+    });
+    return btn;
+  }
+
+  // ---- login and chrome ----
+
+  function showLogin(msg) {
+    stopStream();
+    $('#login').hidden = false;
+    const err = $('#login-error');
+    err.hidden = !msg;
+    err.textContent = msg || '';
+    $('#token-input').focus();
+  }
+
+  async function whoami() {
+    const w = await api('GET', '/whoami');
+    state.role = w.role;
+    state.auth = w.auth;
+    state.behaviors = w.behaviors || [];
+    state.features = w.features || [];
+  }
+
+  function updateChrome() {
+    const role = $('#role');
+    role.hidden = !state.role;
+    role.textContent = state.auth ? state.role : 'no auth';
+    role.title = state.auth ? 'Your token\'s role' : 'This server runs without tokens: everyone is admin';
+    $('#signout').hidden = !state.auth;
+    $('#new-task').hidden = !can('submit') || state.behaviors.length === 0;
+    $('#nav-batches').hidden = !state.features.includes('batches');
+  }
+
+  $('#login-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    state.token = $('#token-input').value.trim();
+    try {
+      await whoami();
+    } catch (e) {
+      if (e.status !== 401) showLogin(e.message);
+      return;
+    }
+    sessionStorage.setItem(TOKEN_KEY, state.token);
+    $('#token-input').value = '';
+    $('#login').hidden = true;
+    start();
+  });
+
+  $('#signout').addEventListener('click', () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    location.hash = '#/';
+    location.reload();
+  });
+
+  $('#goto').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const id = $('#goto-id').value.trim();
+    if (id) location.hash = taskHref(id);
+    $('#goto-id').value = '';
+  });
+
+  // ---- the event stream ----
+
+  let streamCtl = null;
+  let retries = 0;
+
+  function setLive(s) {
+    const el = $('#live');
+    el.dataset.state = s;
+    el.textContent = { on: 'live', connecting: 'connecting…', off: 'offline' }[s];
+  }
+
+  function stopStream() {
+    if (streamCtl) streamCtl.abort();
+    streamCtl = null;
+    setLive('off');
+  }
+
+  async function startStream() {
+    if (streamCtl) streamCtl.abort();
+    const ctl = new AbortController();
+    streamCtl = ctl;
+    setLive('connecting');
+    const resumed = state.cursor != null;
+    try {
+      const since = resumed ? state.cursor : 'now';
+      const res = await fetch('/api/v1/events?since=' + encodeURIComponent(since), {
+        headers: { Accept: 'text/event-stream', ...authHeaders() }, signal: ctl.signal, cache: 'no-store',
+      });
+      if (res.status === 401) { showLogin('The token was not accepted.'); return; }
+      if (res.status === 400 && resumed) {
+        // The cursor expired: start afresh and reload what is shown.
+        state.cursor = null;
+        refreshAll();
+      } else if (!res.ok) {
+        throw new Error('event stream: ' + res.status);
+      } else {
+        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = '';
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          let i;
+          while ((i = buf.indexOf('\n\n')) >= 0) {
+            const block = buf.slice(0, i);
+            buf = buf.slice(i + 2);
+            handleStreamBlock(block, resumed);
+          }
+        }
+      }
+    } catch (_) {
+      // reconnect below
+    }
+    if (ctl.signal.aborted || streamCtl !== ctl) return;
+    setLive('connecting');
+    const delay = Math.min(15000, 500 * 2 ** retries++);
+    setTimeout(() => { if (streamCtl === ctl) startStream(); }, delay);
+  }
+
+  function handleStreamBlock(block, resumed) {
+    let event = 'message';
+    let data = '';
+    let id = null;
+    for (const line of block.split('\n')) {
+      if (line === '' || line.startsWith(':')) continue;
+      const c = line.indexOf(':');
+      const field = c < 0 ? line : line.slice(0, c);
+      let val = c < 0 ? '' : line.slice(c + 1);
+      if (val.startsWith(' ')) val = val.slice(1);
+      if (field === 'event') event = val;
+      else if (field === 'data') data = data ? data + '\n' + val : val;
+      else if (field === 'id') id = val;
+    }
+    if (id != null) state.cursor = id;
+    const payload = data ? JSON.parse(data) : null;
+    switch (event) {
+      case 'ready':
+        retries = 0;
+        setLive('on');
+        if (!resumed && payload && payload.cursor) state.cursor = String(payload.cursor);
+        if (resumed) refreshAll();
+        break;
+      case 'task':
+        onTaskEvent(payload);
+        break;
+      case 'error':
+        state.cursor = null;
+        refreshAll();
+        break;
+    }
+  }
+
+  const statsSoon = throttle(() => refreshStats(), 1000);
+
+  function onTaskEvent(e) {
+    state.recent.unshift(e);
+    if (state.recent.length > 200) state.recent.length = 200;
+    statsSoon();
+    if (state.view && state.view.onEvent) state.view.onEvent(e);
+  }
+
+  // ---- statistics ----
+
+  async function refreshStats() {
+    try {
+      const s = await api('GET', '/stats');
+      state.stats = s;
+      state.skew = Date.parse(s.now) - Date.now();
+      if (state.view && state.view.onStats) state.view.onStats();
+    } catch (_) { /* shown by the views; retried */ }
+  }
+
+  function refreshAll() {
+    refreshStats();
+    if (state.view && state.view.refresh) state.view.refresh();
+  }
+
+  // ---- views ----
+
+  function overviewView() {
+    const cards = h('div', { class: 'cards' });
+    const queues = h('div', { class: 'table-wrap' });
+    const feed = h('ul', { class: 'feed', id: 'activity' });
+    const nodesBox = h('div');
+    const groupsBox = h('div', { class: 'panel-body' });
+    const el = h('div', {},
+      h('div', { class: 'page-head' }, h('h1', {}, 'Overview')),
+      cards,
+      panel('Queues', 'tasks by behavior and state; counts link to the tasks', queues),
+      h('div', { class: 'grid2' },
+        panel('Activity', 'state changes as they happen', feed),
+        h('div', {},
+          panel('Nodes', null, nodesBox),
+          panel('Held groups', 'no task of a held group is claimed', groupsBox))));
+
+    function metric(label, value, cls, id) {
+      return h('div', { class: 'card metric' }, h('div', { class: 'label' }, label),
+        h('div', { class: 'value' + (cls ? ' ' + cls : ''), id }, value));
+    }
+
+    function renderStats() {
+      const s = state.stats;
+      if (!s) return;
+      const t = s.totals;
+      fill(cards,
+        metric('Running', t.counts.running, null, 'm-running'),
+        metric('Due now', t.due_now, t.due_now > 0 ? 'warn' : null, 'm-due'),
+        metric('Queue lag', t.due_now ? fmtDuration(t.oldest_due_age_ms) : '—', t.oldest_due_age_ms > 60000 ? 'bad' : null, 'm-lag'),
+        metric('Scheduled', t.counts.scheduled, null, 'm-scheduled'),
+        metric('Held', t.counts.held, t.counts.held ? 'warn' : null, 'm-held'),
+        metric('Failed', t.counts.failure, t.counts.failure ? 'bad' : null, 'm-failure'),
+        metric('Succeeded', t.counts.success, null, 'm-success'));
+
+      const rows = s.behaviors.map((q) => h('tr', { dataset: { behavior: q.behavior } },
+        h('td', {}, h('a', { href: listHref({ behavior: q.behavior }) }, q.behavior),
+          q.paused ? [' ', pill('paused')] : null),
+        STATUSES.map((st) => h('td', { class: 'num' + (q.counts[st] ? '' : ' zero'), dataset: { count: st } },
+          h('a', { href: listHref({ behavior: q.behavior, status: st }) }, q.counts[st].toLocaleString()))),
+        h('td', { class: 'num' + (q.due_now ? '' : ' zero') }, q.due_now.toLocaleString()),
+        h('td', { class: 'num' + (q.due_now ? '' : ' zero') }, q.due_now ? fmtDuration(q.oldest_due_age_ms) : '—'),
+        can('admin') ? h('td', { class: 'actions' }, q.paused
+          ? actionButton('Resume', 'resume', async () => { await api('POST', '/behaviors/' + encodeURIComponent(q.behavior) + '/resume'); refreshStats(); })
+          : actionButton('Pause', 'pause', async () => { await api('POST', '/behaviors/' + encodeURIComponent(q.behavior) + '/pause'); refreshStats(); })) : null));
+      fill(queues, rows.length === 0
+        ? h('div', { class: 'empty' }, 'No behaviors and no tasks yet.')
+        : h('table', { id: 'queues' },
+          h('thead', {}, h('tr', {}, h('th', {}, 'Behavior'), STATUSES.map((st) => h('th', { class: 'num' }, st)),
+            h('th', { class: 'num' }, 'Due now'), h('th', { class: 'num' }, 'Lag'), can('admin') ? h('th', {}) : null)),
+          h('tbody', {}, rows)));
+
+      const held = s.held_groups || [];
+      fill(groupsBox,
+        held.length === 0 ? h('div', { class: 'muted' }, 'None.') : h('div', { class: 'chips' }, held.map((g) => h('span', { class: 'chip' },
+          h('a', { href: listHref({ group: g }) }, g),
+          can('admin') ? actionButton('Release', 'release-group', async () => {
+            await api('POST', '/groups/' + encodeURIComponent(g) + '/release'); refreshStats();
+          }) : null))),
+        can('admin') ? holdGroupForm() : null);
+    }
+
+    function holdGroupForm() {
+      const input = h('input', { placeholder: 'group key', 'aria-label': 'Group key to hold', spellcheck: 'false' });
+      return h('form', {
+        class: 'inline-form', onsubmit: async (ev) => {
+          ev.preventDefault();
+          const g = input.value.trim();
+          if (!g) return;
+          try {
+            await api('POST', '/groups/' + encodeURIComponent(g) + '/hold');
+            toast('Group ' + g + ' held');
+            refreshStats();
+          } catch (e) { toast('Hold group failed: ' + e.message, true); }
+        },
+      }, input, h('button', { class: 'btn', type: 'submit' }, 'Hold group'));
+    }
+
+    function feedItem(e) {
+      return h('li', { dataset: { task: e.task_id } },
+        h('span', { class: 'when', title: absTime(e.at) }, stamp(e.at)),
+        h('span', { class: 'what' }, h('a', { href: taskHref(e.task_id) }, e.task_id), h('span', { class: 'b' }, e.behavior)),
+        pill(e.status));
+    }
+
+    function renderFeed() {
+      const items = state.recent.slice(0, 60).map(feedItem);
+      fill(feed, ...(items.length ? items : [h('li', { class: 'empty' }, 'Waiting for changes…')]));
+    }
+
+    async function loadNodes() {
+      try {
+        const r = await api('GET', '/nodes');
+        fill(nodesBox, r.nodes.length === 0
+          ? h('div', { class: 'empty' }, 'No server node is registered.')
+          : h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Node'), h('th', {}, 'Health'), h('th', { class: 'num' }, 'Running'), h('th', { class: 'num' }, 'Heartbeat'))),
+            h('tbody', {}, r.nodes.map((n) => h('tr', {},
+              h('td', { class: 'id' }, n.id), h('td', {}, pill(n.health)),
+              h('td', { class: 'num' }, n.running + ' / ' + n.max_workers),
+              h('td', { class: 'num' }, fmtDuration(n.heartbeat_age_ms) + ' ago'))))));
+      } catch (e) {
+        fill(nodesBox, h('p', { class: 'error-text panel-body' }, e.message));
+      }
+    }
+
+    const feedSoon = throttle(renderFeed, 250);
+    const nodesTimer = setInterval(loadNodes, 5000);
+    renderStats();
+    renderFeed();
+    loadNodes();
+    return {
+      name: 'overview', el,
+      onStats: renderStats,
+      onEvent: feedSoon,
+      refresh: loadNodes,
+      dispose: () => clearInterval(nodesTimer),
+    };
+  }
+
+  function tasksView(params) {
+    const filters = {
+      behavior: params.get('behavior') || '',
+      status: params.get('status') || '',
+      parent: params.get('parent') || '',
+      group: params.get('group') || '',
+    };
+    const after = params.get('after') || '';
+    const body = h('div', { class: 'table-wrap' }, h('div', { class: 'empty' }, 'Loading…'));
+    const pager = h('div', { class: 'pager' });
+    const behaviorSel = h('select', { id: 'f-behavior', 'aria-label': 'Behavior' }, h('option', { value: '' }, 'all behaviors'));
+    const behaviors = new Set([...state.behaviors, ...((state.stats && state.stats.behaviors) || []).map((q) => q.behavior)]);
+    if (filters.behavior) behaviors.add(filters.behavior);
+    for (const b of [...behaviors].sort()) behaviorSel.append(h('option', { value: b, selected: b === filters.behavior }, b));
+    const statusSel = h('select', { id: 'f-status', 'aria-label': 'Status' }, h('option', { value: '' }, 'all states'),
+      STATUSES.map((s) => h('option', { value: s, selected: s === filters.status }, s)));
+    const parentIn = h('input', { id: 'f-parent', value: filters.parent, placeholder: 'parent task id', spellcheck: 'false' });
+    const groupIn = h('input', { id: 'f-group', value: filters.group, placeholder: 'group key', spellcheck: 'false' });
+    const apply = () => {
+      location.hash = listHref({ behavior: behaviorSel.value, status: statusSel.value, parent: parentIn.value.trim(), group: groupIn.value.trim() });
+    };
+    behaviorSel.addEventListener('change', apply);
+    statusSel.addEventListener('change', apply);
+    const form = h('form', { class: 'filters', onsubmit: (ev) => { ev.preventDefault(); apply(); } },
+      h('div', { class: 'field' }, h('label', { for: 'f-behavior' }, 'Behavior'), behaviorSel),
+      h('div', { class: 'field' }, h('label', { for: 'f-status' }, 'State'), statusSel),
+      h('div', { class: 'field' }, h('label', { for: 'f-parent' }, 'Parent'), parentIn),
+      h('div', { class: 'field' }, h('label', { for: 'f-group' }, 'Group'), groupIn),
+      h('button', { class: 'btn', type: 'submit' }, 'Filter'),
+      h('a', { class: 'btn ghost', href: '#/tasks' }, 'Clear'));
+    const el = h('div', {},
+      h('div', { class: 'page-head' }, h('h1', {}, 'Tasks'), after ? h('span', { class: 'muted' }, 'after ', h('code', {}, after)) : null),
+      h('section', { class: 'card panel' }, form, body, pager));
+
+    let known = null; // id -> status of the rows shown
+    async function load() {
+      const q = new URLSearchParams();
+      for (const [k, v] of Object.entries(filters)) if (v) q.set(k, v);
+      if (after) q.set('after', after);
+      q.set('limit', '50');
+      let page;
+      try {
+        page = await api('GET', '/tasks?' + q.toString());
+      } catch (e) {
+        fill(body, h('p', { class: 'error-text panel-body', id: 'list-error' }, e.message));
+        return;
+      }
+      const admin = can('admin');
+      const prev = known;
+      known = new Map(page.tasks.map((t) => [t.id, t.status]));
+      const rows = page.tasks.map((t) => h('tr', {
+        dataset: { taskId: t.id, status: t.status },
+        class: prev && prev.get(t.id) !== t.status ? 'flash' : null,
+      },
+      h('td', { class: 'id', title: t.id }, h('a', { href: taskHref(t.id) }, t.id)),
+      h('td', {}, t.behavior),
+      h('td', {}, pill(t.status)),
+      h('td', { class: 'num' }, t.attempt),
+      h('td', { class: 'num' }, t.priority),
+      h('td', { class: 'id' }, t.node || ''),
+      h('td', {}, t.group_key ? h('a', { href: listHref({ group: t.group_key }) }, t.group_key) : ''),
+      h('td', {}, timeEl(t.updated_at)),
+      admin ? h('td', { class: 'actions' }, taskActions(t, load, true)) : null));
+      fill(body, rows.length === 0
+        ? h('div', { class: 'empty' }, after ? 'No more tasks.' : 'No task matches.')
+        : h('table', { id: 'tasks' },
+          h('thead', {}, h('tr', {}, h('th', {}, 'Id'), h('th', {}, 'Behavior'), h('th', {}, 'State'), h('th', { class: 'num' }, 'Attempt'),
+            h('th', { class: 'num' }, 'Priority'), h('th', {}, 'Node'), h('th', {}, 'Group'), h('th', {}, 'Updated'), admin ? h('th', {}) : null)),
+          h('tbody', {}, rows)));
+      pager.hidden = !after && !page.next;
+      fill(pager,
+        after ? h('a', { class: 'btn', href: listHref(filters) }, 'First page') : null,
+        page.next ? h('a', { class: 'btn', id: 'next-page', href: listHref({ ...filters, after: page.next }) }, 'Next page →') : null);
+    }
+
+    const reload = throttle(load, 500);
+    function onEvent(e) {
+      if (filters.behavior && e.behavior !== filters.behavior) return;
+      if (filters.parent && e.parent_id !== filters.parent) return;
+      if (known && known.has(e.task_id)) return reload();
+      if (filters.status && e.status !== filters.status) return;
+      reload();
+    }
+    load();
+    return { name: 'tasks', el, onEvent, refresh: load };
+  }
+
+  // taskActions returns the admin buttons that the task's state allows.
+  function taskActions(t, after, small) {
+    const act = (verb) => async () => {
+      const r = await api('POST', taskPath(t.id) + '/' + verb);
+      after(r);
+    };
+    const out = [];
+    const holdable = t.status === 'scheduled' || ((t.status === 'success' || t.status === 'failure') && t.schedule_not_before);
+    if (holdable) out.push(actionButton('Hold', 'hold', act('hold'), { done: 'Held ' + t.id }));
+    if (t.status === 'held') out.push(actionButton('Release', 'release', act('release'), { done: 'Released ' + t.id }));
+    if (t.status === 'failure' && !t.schedule_not_before) out.push(actionButton('Retry', 'retry', act('retry'), { done: 'Retrying ' + t.id }));
+    if (!small) {
+      out.push(actionButton('Remove', 'remove', async () => {
+        await api('DELETE', taskPath(t.id));
+        location.hash = listHref({ behavior: t.behavior });
+      }, { danger: true, confirm: 'Click again to remove', done: 'Removed ' + t.id }));
+    }
+    return out;
+  }
+
+  function taskView(id) {
+    const el = h('div', {}, h('div', { class: 'empty' }, 'Loading…'));
+    const seen = []; // events of this task seen while the page is open
+    for (const e of state.recent) if (e.task_id === id) seen.push(e);
+    let task = null;
+    let removed = false;
+
+    async function load() {
+      try {
+        task = await api('GET', taskPath(id));
+      } catch (e) {
+        if (e.status === 404) {
+          fill(el, h('div', { class: 'page-head' }, h('h1', { class: 'mono' }, id)),
+            h('div', { class: 'card empty', id: 'task-missing' }, removed ? 'This task was removed.' : 'No task with this id.'));
+        } else {
+          fill(el, h('p', { class: 'error-text' }, e.message));
+        }
+        return;
+      }
+      render();
+    }
+
+    function field(label, value, key) {
+      return h('div', { dataset: key ? { field: key } : {} }, h('dt', {}, label), h('dd', {}, value == null || value === '' ? h('span', { class: 'faint' }, '—') : value));
+    }
+
+    function timeline(t) {
+      const items = [{ at: t.created_at, status: 'scheduled', label: 'Submitted' }];
+      if (t.executed_at) items.push({ at: t.executed_at, status: 'running', label: 'Started attempt ' + t.attempt + (t.node ? ' on ' + t.node : '') });
+      if (t.finished_at) items.push({ at: t.finished_at, status: t.status, label: t.status === 'success' ? 'Succeeded' : 'Failed' });
+      for (const e of seen) {
+        // The row's times and its events' times come from the same
+        // transaction: equal times are the same change.
+        const dup = items.some((i) => i.status === e.status && Math.abs(Date.parse(i.at) - Date.parse(e.at)) < 2);
+        if (!dup) items.push({ at: e.at, status: e.status, label: '→ ' + e.status + (e.final ? ' (final)' : '') });
+      }
+      items.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
+      return h('ol', { class: 'timeline', id: 'timeline' }, items.map((i) => h('li', { dataset: { status: i.status } },
+        h('span', { class: 'when', title: absTime(i.at) }, stamp(i.at)), h('span', {}, i.label))));
+    }
+
+    let groupHeldShown = false;
+    function render() {
+      const t = task;
+      const groupHeld = !!(t.group_key && state.stats && (state.stats.held_groups || []).includes(t.group_key));
+      groupHeldShown = groupHeld;
+      const admin = can('admin');
+      const running = t.status === 'running';
+      fill(el,
+        h('div', { class: 'page-head' },
+          h('h1', { class: 'mono', id: 'task-id' }, t.id),
+          h('span', { id: 'task-status' }, pill(t.status)),
+          batchLink(t),
+          t.resubmit ? h('span', { class: 'pill', dataset: { status: 'scheduled' }, title: 'Submitted again while running: it runs again when this run ends' }, 'resubmitted') : null,
+          h('div', { class: 'spacer' }),
+          admin ? h('div', { class: 'actions-bar', id: 'task-actions' }, taskActions(t, (r) => { if (r) { task = r; render(); } }, false)) : null),
+        h('section', { class: 'card panel' }, h('dl', { class: 'fields' },
+          field('Behavior', h('a', { href: listHref({ behavior: t.behavior }) }, t.behavior), 'behavior'),
+          field('State', t.status, 'status'),
+          field('Priority', t.priority, 'priority'),
+          field('Attempt', t.attempt, 'attempt'),
+          field('Consecutive errors', t.errors, 'errors'),
+          field('Node', t.node, 'node'),
+          field('Lease', t.lease ? h('code', {}, t.lease) : null, 'lease'),
+          field(running ? 'Lease expires' : 'Due', running ? timeEl(t.lost_not_before) : (t.schedule_not_before ? timeEl(t.schedule_not_before) : null), 'due'),
+          field('Group', t.group_key ? h('span', {}, h('a', { href: listHref({ group: t.group_key }) }, t.group_key),
+            groupHeld ? [' ', pill('held')] : null,
+            admin ? [' ', actionButton(groupHeld ? 'Release group' : 'Hold group', groupHeld ? 'release-group' : 'hold-group', async () => {
+              await api('POST', '/groups/' + encodeURIComponent(t.group_key) + (groupHeld ? '/release' : '/hold'));
+              await refreshStats();
+              render();
+            })] : null) : null, 'group'),
+          field('Parent', t.parent_id ? h('a', { href: taskHref(t.parent_id) }, t.parent_id) : null, 'parent'),
+          field('Children', h('a', { href: listHref({ parent: t.id }) }, 'list children'), 'children'),
+          field('Created', timeEl(t.created_at), 'created'),
+          field('Updated', timeEl(t.updated_at), 'updated'),
+          field('Started', timeEl(t.executed_at), 'started'),
+          field('Finished', timeEl(t.finished_at), 'finished'),
+          t.trace ? field('Trace', h('code', {}, t.trace), 'trace') : null)),
+        h('div', { class: 'grid2' },
+          h('div', {},
+            t.error ? panel('Error', t.error.retryable ? 'retryable' : 'permanent', h('div', { class: 'panel-body' },
+              h('div', { class: 'error-box', id: 'task-error' }, t.error.code ? h('div', { class: 'code' }, t.error.code) : null, h('div', {}, t.error.message)),
+              t.error.properties ? h('div', { class: 'mt' }, pretty(t.error.properties)) : null)) : null,
+            t.result != null ? panel('Result', null, h('div', { class: 'panel-body', id: 'task-result' }, pretty(t.result))) : null,
+            t.progress != null ? panel('Progress', 'the last checkpoint', h('div', { class: 'panel-body', id: 'task-progress' }, pretty(t.progress))) : null,
+            panel('Params', null, h('div', { class: 'panel-body', id: 'task-params' }, pretty(t.params)))),
+          panel('Timeline', 'from the task and the live events', timeline(t))));
+    }
+
+    const reload = throttle(load, 300);
+    load();
+    return {
+      name: 'task', el,
+      onEvent: (e) => {
+        if (e.task_id !== id) return;
+        seen.push(e);
+        if (e.status === 'removed') removed = true;
+        reload();
+      },
+      onStats: () => {
+        // Redraw only when what the page shows of the statistics changed,
+        // so that a half-confirmed action is not reset.
+        const held = !!(task && task.group_key && (state.stats.held_groups || []).includes(task.group_key));
+        if (task && held !== groupHeldShown) render();
+      },
+      refresh: load,
+    };
+  }
+
+  function nodesView() {
+    const body = h('div', { class: 'table-wrap' }, h('div', { class: 'empty' }, 'Loading…'));
+    const el = h('div', {}, h('div', { class: 'page-head' }, h('h1', {}, 'Nodes')),
+      panel('Server nodes', 'health from the heartbeat age, by the database\'s clock', body));
+    async function load() {
+      let r;
+      try { r = await api('GET', '/nodes'); } catch (e) {
+        fill(body, h('p', { class: 'error-text panel-body' }, e.message));
+        return;
+      }
+      fill(body, r.nodes.length === 0 ? h('div', { class: 'empty' }, 'No server node is registered.')
+        : h('table', { id: 'nodes' },
+          h('thead', {}, h('tr', {}, ['Node', 'Health', 'Host', 'PID', 'Running', 'Workers', 'Expired leases', 'Behaviors', 'Started', 'Heartbeat']
+            .map((c, i) => h('th', { class: [3, 4, 5, 6].includes(i) ? 'num' : null }, c)))),
+          h('tbody', {}, r.nodes.map((n) => h('tr', { dataset: { node: n.id } },
+            h('td', { class: 'id' }, n.id), h('td', {}, pill(n.health)), h('td', {}, n.host), h('td', { class: 'num' }, n.pid),
+            h('td', { class: 'num' }, h('a', { href: listHref({ status: 'running' }) }, n.running)), h('td', { class: 'num' }, n.max_workers),
+            h('td', { class: 'num' + (n.expired_leases ? '' : ' zero') }, n.expired_leases),
+            h('td', {}, (n.behaviors || []).join(', ')), h('td', {}, timeEl(n.started_at)),
+            h('td', {}, fmtDuration(n.heartbeat_age_ms) + ' ago'))))));
+    }
+    const timer = setInterval(load, 5000);
+    load();
+    return { name: 'nodes', el, refresh: load, dispose: () => clearInterval(timer) };
+  }
+
+  // ---- ingest batches ----
+
+  // The Merritt states of batches and jobs, by the task state whose color
+  // they take.
+  const MERRITT = {
+    Pending: 'scheduled', Held: 'held', Completed: 'success', Failed: 'failure', Deleted: 'removed',
+    Estimating: 'running', Provisioning: 'running', Downloading: 'running', Processing: 'running', Storing: 'running',
+    Recording: 'running', Notify: 'running', Reporting: 'running', UpdateReporting: 'running',
+  };
+  const MERRITT_ORDER = ['Pending', 'Held', 'Estimating', 'Provisioning', 'Downloading', 'Processing', 'Storing',
+    'Recording', 'Notify', 'Completed', 'Failed', 'Deleted'];
+  const statePill = (st) => h('span', { class: 'pill', dataset: { status: MERRITT[st] || 'removed', state: st } }, st || '—');
+  const batchesHref = (profile, after) => '#/batches' + (profile || after
+    ? '?' + new URLSearchParams(Object.entries({ profile, after }).filter(([, v]) => v)).toString() : '');
+  const batchHref = (id) => '#/batches/' + encodeURIComponent(id);
+
+  // batchLink links a task page to its batch page.
+  function batchLink(t) {
+    if (!state.features.includes('batches')) return null;
+    if (t.behavior === 'ingest.batch') return h('a', { class: 'btn small', href: batchHref(t.id) }, 'Batch view');
+    if (t.behavior === 'ingest.job' && t.parent_id) return h('a', { class: 'btn small', href: batchHref(t.parent_id) }, 'Its batch');
+    return null;
+  }
+
+  function jobCounts(counts) {
+    const keys = Object.keys(counts || {}).sort((a, b) => MERRITT_ORDER.indexOf(a) - MERRITT_ORDER.indexOf(b));
+    if (keys.length === 0) return h('span', { class: 'faint' }, 'no jobs');
+    return h('span', { class: 'chips' }, keys.map((k) => h('span', { class: 'count-chip', dataset: { status: MERRITT[k] || 'removed' } }, k + ' ', h('b', {}, counts[k]))));
+  }
+
+  function batchesView(params) {
+    const profile = params.get('profile') || '';
+    const after = params.get('after') || '';
+    const body = h('div', { class: 'table-wrap' }, h('div', { class: 'empty' }, 'Loading…'));
+    const pager = h('div', { class: 'pager' });
+    const profileIn = h('input', { id: 'f-profile', value: profile, placeholder: 'profile (collection)', spellcheck: 'false' });
+    const el = h('div', {},
+      h('div', { class: 'page-head' }, h('h1', {}, 'Batches'), after ? h('span', { class: 'muted' }, 'after ', h('code', {}, after)) : null),
+      h('section', { class: 'card panel' },
+        h('form', { class: 'filters', onsubmit: (ev) => { ev.preventDefault(); location.hash = batchesHref(profileIn.value.trim()); } },
+          h('div', { class: 'field' }, h('label', { for: 'f-profile' }, 'Profile'), profileIn),
+          h('button', { class: 'btn', type: 'submit' }, 'Filter'),
+          h('a', { class: 'btn ghost', href: '#/batches' }, 'Clear')),
+        body, pager));
+    async function load() {
+      const q = new URLSearchParams({ limit: '50' });
+      if (profile) q.set('profile', profile);
+      if (after) q.set('after', after);
+      let r;
+      try { r = await api('GET', '/batches?' + q.toString()); } catch (e) {
+        fill(body, h('p', { class: 'error-text panel-body' }, e.message));
+        return;
+      }
+      fill(body, r.batches.length === 0 ? h('div', { class: 'empty' }, after ? 'No more batches.' : 'No batch yet.')
+        : h('table', { id: 'batches' },
+          h('thead', {}, h('tr', {}, ['Batch', 'Profile', 'State', 'Jobs', 'Submitter', 'Created', 'Updated'].map((c) => h('th', {}, c)))),
+          h('tbody', {}, r.batches.map((b) => h('tr', { dataset: { batchId: b.id, state: b.status } },
+            h('td', { class: 'id', title: b.id }, h('a', { href: batchHref(b.id) }, b.id)),
+            h('td', {}, h('a', { href: batchesHref(b.profile) }, b.profile), b.collection_held ? [' ', pill('held')] : null),
+            h('td', {}, statePill(b.status)),
+            h('td', {}, jobCounts(b.counts)),
+            h('td', {}, b.submitter),
+            h('td', {}, timeEl(b.created_at)),
+            h('td', {}, timeEl(b.updated_at)))))));
+      pager.hidden = !after && !r.next;
+      fill(pager,
+        after ? h('a', { class: 'btn', href: batchesHref(profile) }, 'First page') : null,
+        r.next ? h('a', { class: 'btn', href: batchesHref(profile, r.next) }, 'Next page →') : null);
+    }
+    const reload = throttle(load, 1000);
+    load();
+    return { name: 'batches', el, refresh: load, onEvent: (e) => { if (e.behavior.startsWith('ingest.')) reload(); } };
+  }
+
+  function batchView(id) {
+    const el = h('div', {}, h('div', { class: 'empty' }, 'Loading…'));
+    function field(label, value) {
+      return h('div', {}, h('dt', {}, label), h('dd', {}, value == null || value === '' ? h('span', { class: 'faint' }, '—') : value));
+    }
+    async function load() {
+      let b;
+      try { b = await api('GET', '/batches/' + encodeURIComponent(id)); } catch (e) {
+        fill(el, h('div', { class: 'page-head' }, h('h1', { class: 'mono' }, id)),
+          h('div', { class: 'card empty' }, e.status === 404 ? 'No batch with this id.' : e.message));
+        return;
+      }
+      const rep = b.report;
+      fill(el,
+        h('div', { class: 'page-head' },
+          h('h1', { class: 'mono', id: 'batch-id' }, b.id),
+          h('span', { id: 'batch-state' }, statePill(b.status)),
+          b.collection_held ? pill('held') : null,
+          h('div', { class: 'spacer' }),
+          h('a', { class: 'btn small', href: taskHref(b.id) }, 'Task view')),
+        h('section', { class: 'card panel' }, h('dl', { class: 'fields' },
+          field('Profile', h('a', { href: batchesHref(b.profile) }, b.profile)),
+          field('Submitter', b.submitter),
+          field('Task state', pill(b.task_status)),
+          field('Jobs', jobCounts(b.counts)),
+          field('Created', timeEl(b.created_at)),
+          field('Updated', timeEl(b.updated_at)),
+          b.error ? field('Error', h('span', { class: 'error-text' }, b.error)) : null)),
+        h('div', { class: 'grid2' },
+          panel('Jobs', (b.jobs || []).length + ' jobs', h('div', { class: 'table-wrap' }, (b.jobs || []).length === 0
+            ? h('div', { class: 'empty' }, 'No jobs yet: the batch has not run.')
+            : h('table', { id: 'jobs' },
+              h('thead', {}, h('tr', {}, ['Job', 'State', 'Last done', 'Requeues', 'Attempt', 'Node', 'Identifier', 'Updated'].map((c) => h('th', {}, c)))),
+              h('tbody', {}, b.jobs.map((j) => h('tr', { dataset: { taskId: j.id, state: j.status } },
+                h('td', { class: 'id', title: j.id }, h('a', { href: taskHref(j.id) }, j.id)),
+                h('td', {}, statePill(j.status), j.error ? h('div', { class: 'error-text' }, j.error) : null),
+                h('td', {}, j.last_successful_status || ''),
+                h('td', { class: 'num' }, j.retry_count),
+                h('td', { class: 'num' }, j.attempt),
+                h('td', { class: 'id' }, j.node || ''),
+                h('td', { class: 'id' }, j.identifier || ''),
+                h('td', {}, timeEl(j.updated_at)))))))),
+          h('div', {},
+            rep ? panel('Report', 'made ' + stamp(rep.at), h('div', { class: 'panel-body', id: 'batch-report' },
+              h('p', {}, rep.jobs + ' jobs: ', h('b', {}, (rep.succeeded || []).length), ' succeeded, ',
+                h('b', {}, (rep.failed || []).length), ' failed', rep.deleted ? ', ' + rep.deleted + ' deleted' : ''),
+              (rep.failed || []).length ? h('div', {}, h('div', { class: 'muted' }, 'Failed:'),
+                h('div', { class: 'chips' }, rep.failed.map((f) => h('a', { class: 'chip', href: taskHref(f) }, f)))) : null,
+              (rep.recovered || []).length ? h('div', { class: 'mt' }, h('div', { class: 'muted' }, 'Recovered since the last report:'),
+                h('div', { class: 'chips' }, rep.recovered.map((f) => h('a', { class: 'chip', href: taskHref(f) }, f)))) : null)) : null,
+            panel('History', null, (b.history || []).length === 0 ? h('div', { class: 'empty' }, 'No transitions yet.')
+              : h('ol', { class: 'timeline' }, b.history.map((tr) => h('li', { dataset: { status: MERRITT[tr.to] || 'removed' } },
+                h('span', { class: 'when', title: absTime(tr.at) }, stamp(tr.at)), h('span', {}, (tr.from || '∅') + ' → ' + tr.to))))))));
+    }
+    const reload = throttle(load, 500);
+    load();
+    return {
+      name: 'batch', el, refresh: load,
+      onEvent: (e) => { if (e.task_id === id || e.parent_id === id) reload(); },
+    };
+  }
+
+  // ---- routing ----
+
+  function route() {
+    if (!state.started) return;
+    if (state.view && state.view.dispose) state.view.dispose();
+    const hash = location.hash.replace(/^#/, '') || '/';
+    const [path, qs] = hash.split('?');
+    const params = new URLSearchParams(qs || '');
+    let view;
+    let nav = 'overview';
+    if (path.startsWith('/tasks/')) {
+      view = taskView(decodeURIComponent(path.slice('/tasks/'.length)));
+      nav = 'tasks';
+    } else if (path === '/tasks') {
+      view = tasksView(params);
+      nav = 'tasks';
+    } else if (path.startsWith('/batches/') && state.features.includes('batches')) {
+      view = batchView(decodeURIComponent(path.slice('/batches/'.length)));
+      nav = 'batches';
+    } else if (path === '/batches' && state.features.includes('batches')) {
+      view = batchesView(params);
+      nav = 'batches';
+    } else if (path === '/nodes') {
+      view = nodesView();
+      nav = 'nodes';
+    } else {
+      view = overviewView();
+    }
+    state.view = view;
+    document.body.dataset.view = view.name;
+    for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('active', a.dataset.nav === nav);
+    fill($('#main'), view.el);
+    window.scrollTo(0, 0);
+  }
+  window.addEventListener('hashchange', route);
+
+  // ---- submit ----
+
+  const dialog = $('#submit-dialog');
+  $('#new-task').addEventListener('click', () => {
+    const sel = $('#submit-behavior');
+    fill(sel, ...state.behaviors.map((b) => h('option', { value: b }, b)));
+    $('#submit-error').hidden = true;
+    dialog.showModal();
+  });
+  $('#submit-cancel').addEventListener('click', () => dialog.close());
+  $('#submit-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const err = $('#submit-error');
+    const body = { behavior: $('#submit-behavior').value };
+    try {
+      body.params = JSON.parse($('#submit-params').value || '{}');
+    } catch (e) {
+      err.hidden = false;
+      err.textContent = 'Params are not valid JSON: ' + e.message;
+      return;
+    }
+    const id = $('#submit-id').value.trim();
+    const prio = $('#submit-priority').value.trim();
+    const delay = $('#submit-delay').value.trim();
+    const group = $('#submit-group').value.trim();
+    if (id) body.id = id;
+    if (prio) body.priority = Number(prio);
+    if (delay) body.delay = delay;
+    if (group) body.group_key = group;
+    try {
+      const sub = await api('POST', '/tasks', body);
+      $('#submit-form').reset();
+      dialog.close();
+      toast((sub.created ? 'Submitted ' : 'Merged into ') + sub.id);
+      location.hash = taskHref(sub.id);
+    } catch (e) {
+      err.hidden = false;
+      err.textContent = e.message;
+    }
+  });
+
+  // ---- start ----
+
+  // start shows the dashboard for the token in state; after a new sign-in
+  // it restarts the stream and redraws the view for the new role.
+  function start() {
+    $('#login').hidden = true;
+    updateChrome();
+    if (!state.started) {
+      state.started = true;
+      setInterval(refreshStats, 10000);
+    }
+    startStream();
+    refreshStats();
+    route();
+  }
+
+  async function boot() {
+    // `stint dev` prints a link with the token in the fragment, which the
+    // browser never sends: take it and drop it from the address bar.
+    const m = location.hash.match(/^#token=([^&]+)/);
+    if (m) {
+      state.token = decodeURIComponent(m[1]);
+      sessionStorage.setItem(TOKEN_KEY, state.token);
+      history.replaceState(null, '', location.pathname + '#/');
+    }
+    try {
+      await whoami();
+    } catch (e) {
+      if (e.status !== 401) showLogin('Cannot reach the API: ' + e.message);
+      return;
+    }
+    start();
+  }
+
+  boot();
+})();

@@ -1,0 +1,207 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+)
+
+// Query reads the parameters of a request's query string for a handler:
+// each may be given once, and names outside the allowed ones are a 400, so
+// that a misspelt filter is not silently ignored.
+func Query(r *http.Request, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, invalid("query", "%v", err)
+	}
+	for name, vs := range q {
+		known := false
+		for _, a := range allowed {
+			known = known || a == name
+		}
+		if !known {
+			return nil, invalid(name, "unknown query parameter; known: %v", allowed)
+		}
+		if len(vs) > 1 {
+			return nil, invalid(name, "given %d times", len(vs))
+		}
+	}
+	return q, nil
+}
+
+// filterFromQuery reads the task filters of a list or event stream.
+func filterFromQuery(q url.Values) (api.Filter, error) {
+	f := api.Filter{
+		ID:       api.TaskID(q.Get("id")),
+		Behavior: api.BehaviorID(q.Get("behavior")),
+		Status:   api.Status(q.Get("status")),
+		ParentID: api.TaskID(q.Get("parent")),
+		GroupKey: q.Get("group"),
+		After:    api.TaskID(q.Get("after")),
+	}
+	if f.ID != "" {
+		if err := spi.CheckTaskID("id", f.ID); err != nil {
+			return f, err
+		}
+	}
+	if f.Behavior != "" {
+		if err := spi.CheckBehaviorID(f.Behavior); err != nil {
+			return f, err
+		}
+	}
+	if f.ParentID != "" {
+		if err := spi.CheckTaskID("parent", f.ParentID); err != nil {
+			return f, err
+		}
+	}
+	if f.After != "" {
+		if err := spi.CheckTaskID("after", f.After); err != nil {
+			return f, err
+		}
+	}
+	if q.Has("group") && !validGroupKey(f.GroupKey) {
+		return f, invalid("group", "must be 1 to 256 printable UTF-8 bytes")
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			return f, invalid("limit", "%q is not a number from 1 to 1000", s)
+		}
+		f.Limit = n
+	}
+	return f, nil
+}
+
+// validGroupKey reports whether k is a group key the engine accepts: 1 to
+// 256 printable UTF-8 bytes.
+func validGroupKey(k string) bool {
+	if k == "" || len(k) > 256 || !utf8.ValidString(k) {
+		return false
+	}
+	for _, r := range k {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
+	q, err := Query(r, "behavior", "status", "parent", "group", "after", "limit")
+	if err != nil {
+		return err
+	}
+	f, err := filterFromQuery(q)
+	if err != nil {
+		return err
+	}
+	page, err := h.cfg.Client.List(r.Context(), f)
+	if err != nil {
+		return fmt.Errorf("list tasks: %w", err)
+	}
+	WriteJSON(w, http.StatusOK, page)
+	return nil
+}
+
+func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {
+	id := api.TaskID(r.PathValue("id"))
+	t, err := h.cfg.Client.Get(r.Context(), id)
+	if err != nil {
+		return taskError(id, "get", err)
+	}
+	WriteJSON(w, http.StatusOK, t)
+	return nil
+}
+
+// taskError wraps the error of an action on task id, naming the task in a
+// 404.
+func taskError(id api.TaskID, verb string, err error) error {
+	switch errorFor(err).Code {
+	case CodeNotFound:
+		return notFound("task %s not found", id)
+	case CodeInvalid, CodeConflict:
+		return err // the message names the task already
+	}
+	return fmt.Errorf("%s task %s: %w", verb, id, err)
+}
+
+// SubmitBody is the body of POST /api/v1/tasks.
+type SubmitBody struct {
+	// Behavior is the behavior to run. Required.
+	Behavior api.BehaviorID `json:"behavior"`
+	// Params are the behavior's params; absent means {}.
+	Params json.RawMessage `json:"params,omitempty"`
+	// ID overrides the id the behavior derives.
+	ID api.TaskID `json:"id,omitempty"`
+	// Priority overrides the behavior's default; lower runs first.
+	Priority *int `json:"priority,omitempty"`
+	// Delay postpones the first run, as a Go duration such as "90s".
+	Delay string `json:"delay,omitempty"`
+	// GroupKey scopes holds and limits.
+	GroupKey string `json:"group_key,omitempty"`
+}
+
+func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
+	if _, err := Query(r); err != nil {
+		return err
+	}
+	var body SubmitBody
+	if err := decodeBody(w, r, &body); err != nil {
+		return err
+	}
+	req := api.SubmitRequest{Behavior: body.Behavior, Params: body.Params, ID: body.ID, Priority: body.Priority, GroupKey: body.GroupKey}
+	if body.Delay != "" {
+		d, err := time.ParseDuration(body.Delay)
+		if err != nil {
+			return invalid("delay", "%q is not a duration such as \"90s\" or \"1h30m\"", body.Delay)
+		}
+		req.Delay = d
+	}
+	sub, err := h.cfg.Client.Submit(r.Context(), req)
+	if err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	status := http.StatusOK
+	if sub.Created {
+		status = http.StatusCreated
+	}
+	w.Header().Set("Location", apiPrefix+"/tasks/"+url.PathEscape(string(sub.ID)))
+	WriteJSON(w, status, sub)
+	return nil
+}
+
+func (h *Handler) removeTask(w http.ResponseWriter, r *http.Request) error {
+	id := api.TaskID(r.PathValue("id"))
+	if err := h.cfg.Client.Remove(r.Context(), id); err != nil {
+		return taskError(id, "remove", err)
+	}
+	h.invalidateStats()
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// taskAction returns the handler of an admin action on one task; it
+// answers with the task's state after the action.
+func (h *Handler) taskAction(verb string, do func(context.Context, api.TaskID) error) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id := api.TaskID(r.PathValue("id"))
+		if err := do(r.Context(), id); err != nil {
+			return taskError(id, verb, err)
+		}
+		h.invalidateStats()
+		t, err := h.cfg.Client.Get(r.Context(), id)
+		if err != nil {
+			return taskError(id, "get", err)
+		}
+		WriteJSON(w, http.StatusOK, t)
+		return nil
+	}
+}
