@@ -86,10 +86,16 @@ type Task struct {
 	Errors int `json:"errors"`
 	// Resubmit is set when the task was submitted again while running: it
 	// runs again when the current run ends.
-	Resubmit   bool       `json:"resubmit,omitempty"`
-	ParentID   TaskID     `json:"parent_id,omitempty"`
-	GroupKey   string     `json:"group_key,omitempty"`
-	Trace      string     `json:"trace,omitempty"`
+	Resubmit bool   `json:"resubmit,omitempty"`
+	ParentID TaskID `json:"parent_id,omitempty"`
+	// ChildrenPending counts the children spawned by this task that have
+	// not ended yet.
+	ChildrenPending int    `json:"children_pending,omitempty"`
+	GroupKey        string `json:"group_key,omitempty"`
+	Trace           string `json:"trace,omitempty"`
+	// Notify is set when the task's state changes are notified (someone
+	// awaits or watches it).
+	Notify     bool       `json:"notify,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`
 	ExecutedAt *time.Time `json:"executed_at,omitempty"`

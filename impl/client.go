@@ -327,11 +327,13 @@ func (c *Client) Await(ctx context.Context, id api.TaskID) (api.Task, error) {
 	if err != nil || t.Finished() {
 		return t, err
 	}
-	// Set the awaited flag so the finish notifies. The write serializes
-	// with a concurrent finish: either we see the finished row, or the
-	// finish sees the flag.
-	if t, err = c.st.MarkAwaited(ctx, id); err != nil || t.Finished() {
-		return t, err
+	// Set the awaited flag so the finish notifies, unless the submit did.
+	// The write serializes with a concurrent finish: either we see the
+	// finished row, or the finish sees the flag.
+	if !t.Notify {
+		if t, err = c.st.MarkAwaited(ctx, id); err != nil || t.Finished() {
+			return t, err
+		}
 	}
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()

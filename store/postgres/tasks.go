@@ -18,7 +18,7 @@ import (
 const taskColumns = `id, behavior, status, priority, params, result, error, progress,
 	schedule_not_before, lost_not_before, lease, coalesce(node, ''), attempt, errors, resubmit,
 	coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''),
-	created_at, updated_at, executed_at, finished_at`
+	created_at, updated_at, executed_at, finished_at, awaited, children_pending`
 
 func scanTask(row pgx.Row) (api.Task, error) {
 	var (
@@ -35,7 +35,7 @@ func scanTask(row pgx.Row) (api.Task, error) {
 	)
 	err := row.Scan(&id, &behaviour, &status, &t.Priority, &params, &result, &errJSON, &progress,
 		&t.ScheduleNotBefore, &t.LostNotBefore, &lease, &t.Node, &t.Attempt, &t.Errors, &t.Resubmit,
-		&parentID, &t.GroupKey, &t.Trace, &t.CreatedAt, &t.UpdatedAt, &t.ExecutedAt, &t.FinishedAt)
+		&parentID, &t.GroupKey, &t.Trace, &t.CreatedAt, &t.UpdatedAt, &t.ExecutedAt, &t.FinishedAt, &t.Notify, &t.ChildrenPending)
 	if err != nil {
 		if isNoRows(err) {
 			return t, api.ErrNotFound
