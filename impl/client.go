@@ -211,7 +211,7 @@ func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (sub api.Sub
 	if err != nil {
 		return api.Submission{}, err
 	}
-	c.tel.submitted.Add(ctx, 1, behaviorAttr(t.Behavior))
+	c.tel.submitted.Add(ctx, 1, c.tel.behavior(t.Behavior))
 	c.kick.kick()
 	return sub, nil
 }
@@ -285,7 +285,7 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) (_ []
 		per[t.Behavior]++
 	}
 	for b, n := range per {
-		c.tel.submitted.Add(ctx, n, behaviorAttr(b))
+		c.tel.submitted.Add(ctx, n, c.tel.behavior(b))
 	}
 	c.kick.kick()
 	out := make([]api.Submission, len(reqs))

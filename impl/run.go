@@ -50,7 +50,35 @@ func (s *Server) startRun(c store.Claimed, sent time.Time) {
 	}
 	s.mu.Unlock()
 	s.runs.Add(1)
-	go s.execute(r)
+	select {
+	case s.work <- r: // an idle worker takes it
+	default:
+		go s.worker(r)
+	}
+}
+
+// workerIdle is how long a worker goroutine waits for a next run before it
+// exits.
+const workerIdle = 10 * time.Second
+
+// worker executes r, then further runs handed to it, until it idles for
+// workerIdle or the server stops. Reusing goroutines keeps their grown
+// stacks: a fresh goroutine per run spent a tenth of the CPU on stack
+// growth.
+func (s *Server) worker(r *run) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		s.execute(r)
+		idle.Reset(workerIdle)
+		select {
+		case r = <-s.work:
+		case <-idle.C:
+			return
+		case <-s.workersDone:
+			return
+		}
+	}
 }
 
 func (s *Server) endRun(r *run) {

@@ -100,8 +100,10 @@ type Server struct {
 	behaviors []*spi.Registration
 	minLease  time.Duration
 
-	wake      chan struct{} // claimer wake-ups
-	slotFreed chan struct{}
+	wake        chan struct{} // claimer wake-ups
+	slotFreed   chan struct{}
+	work        chan *run     // runs handed to idle workers
+	workersDone chan struct{} // closed by Stop: idle workers exit
 
 	mu       sync.Mutex
 	running  map[api.TaskID]*run
@@ -161,13 +163,15 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		ids = cfg.Registry.IDs()
 	}
 	s := &Server{
-		Client:    client,
-		cfg:       cfg,
-		wake:      make(chan struct{}, 1),
-		slotFreed: make(chan struct{}, 1),
-		running:   map[api.TaskID]*run{},
-		perBehav:  map[api.BehaviorID]int{},
-		churn:     map[api.BehaviorID]int{},
+		Client:      client,
+		cfg:         cfg,
+		wake:        make(chan struct{}, 1),
+		slotFreed:   make(chan struct{}, 1),
+		work:        make(chan *run),
+		workersDone: make(chan struct{}),
+		running:     map[api.TaskID]*run{},
+		perBehav:    map[api.BehaviorID]int{},
+		churn:       map[api.BehaviorID]int{},
 	}
 	for _, id := range ids {
 		reg, ok := cfg.Registry.Lookup(id)
@@ -265,6 +269,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.runCancel(errStopping)
 		<-finished
 	}
+	close(s.workersDone)
 	s.bgCancel()
 	s.bgDone.Wait()
 	s.Client.Close()

@@ -2,6 +2,7 @@ package impl
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -28,6 +29,8 @@ type telemetry struct {
 	submitted, claimed, succeeded, failed, renewals metric.Int64Counter
 	claimSize                                       metric.Int64Histogram
 	claimLatency                                    metric.Float64Histogram
+
+	attrs sync.Map // api.BehaviorID -> metric.MeasurementOption, built once
 }
 
 // observeRunning registers a gauge of the tasks a server runs.
@@ -64,8 +67,15 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	return t
 }
 
-func behaviorAttr(b api.BehaviorID) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("stint.behavior", string(b)))
+// behavior returns the measurement option naming behavior b. Building an
+// attribute set hashes it, so it is built once per behavior.
+func (t *telemetry) behavior(b api.BehaviorID) metric.MeasurementOption {
+	if o, ok := t.attrs.Load(b); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributes(attribute.String("stint.behavior", string(b)))
+	t.attrs.Store(b, o)
+	return o
 }
 
 // startSubmit starts the span of a submit and returns the traceparent to
@@ -86,32 +96,33 @@ func (t *telemetry) traceparent(ctx context.Context) string {
 // the stored traceparent. A run is its own trace: it may happen long after
 // the submit, many times.
 func (t *telemetry) startRun(ctx context.Context, c store.Claimed, node string) (context.Context, trace.Span) {
-	opts := []trace.SpanStartOption{
-		trace.WithNewRoot(),
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			attribute.String("stint.behavior", string(c.Behavior)),
-			attribute.String("stint.task_id", string(c.ID)),
-			attribute.Int("stint.attempt", c.Attempt),
-			attribute.String("stint.node", node)),
+	ctx, span := t.tracer.Start(ctx, "stint.run "+string(c.Behavior), trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer))
+	if !span.IsRecording() {
+		// No SDK, or not sampled: skip building what nobody records.
+		return ctx, span
 	}
+	span.SetAttributes(
+		attribute.String("stint.behavior", string(c.Behavior)),
+		attribute.String("stint.task_id", string(c.ID)),
+		attribute.Int("stint.attempt", c.Attempt),
+		attribute.String("stint.node", node))
 	if c.Trace != "" {
 		link := trace.SpanContextFromContext(t.propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": c.Trace}))
 		if link.IsValid() {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: link}))
+			span.AddLink(trace.Link{SpanContext: link})
 		}
 	}
-	return t.tracer.Start(ctx, "stint.run "+string(c.Behavior), opts...)
+	return ctx, span
 }
 
 // endRun records how a run ended on its span and counters.
 func (t *telemetry) endRun(ctx context.Context, span trace.Span, c store.Completion, behavior api.BehaviorID) {
 	switch c.Status {
 	case api.StatusSuccess:
-		t.succeeded.Add(ctx, 1, behaviorAttr(behavior))
+		t.succeeded.Add(ctx, 1, t.behavior(behavior))
 		span.SetStatus(codes.Ok, "")
 	case api.StatusFailure:
-		t.failed.Add(ctx, 1, behaviorAttr(behavior))
+		t.failed.Add(ctx, 1, t.behavior(behavior))
 		span.SetStatus(codes.Error, c.Error.Error())
 	default:
 		span.SetAttributes(attribute.Bool("stint.snoozed", true))
@@ -128,6 +139,6 @@ func (t *telemetry) claimDone(ctx context.Context, claimed []store.Claimed, took
 		per[c.Behavior]++
 	}
 	for b, n := range per {
-		t.claimed.Add(ctx, n, behaviorAttr(b))
+		t.claimed.Add(ctx, n, t.behavior(b))
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"regexp"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -38,15 +38,15 @@ func (g IDs) Unique() api.TaskID {
 	return api.TaskID(uuid.Must(uuid.NewV7()).String())
 }
 
-var (
-	taskIDPattern     = regexp.MustCompile(`^[A-Za-z0-9._:/@+=-]{3,128}$`)
-	behaviorIDPattern = regexp.MustCompile(`^[a-z][a-z0-9._-]{2,63}$`)
-)
-
 // CheckTaskID returns an *api.InvalidError when id is not 3 to 128
 // characters from [A-Za-z0-9._:/@+=-].
 func CheckTaskID(field string, id api.TaskID) error {
-	if !taskIDPattern.MatchString(string(id)) {
+	ok := len(id) >= 3 && len(id) <= 128
+	for i := 0; ok && i < len(id); i++ {
+		c := id[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._:/@+=-", c) >= 0
+	}
+	if !ok {
 		return api.Invalid(field, "%q must be 3 to 128 characters from A-Z a-z 0-9 . _ : / @ + = -", truncate(string(id)))
 	}
 	return nil
@@ -55,7 +55,12 @@ func CheckTaskID(field string, id api.TaskID) error {
 // CheckBehaviorID returns an *api.InvalidError when id is not 3 to 64
 // characters from [a-z0-9._-] starting with a letter.
 func CheckBehaviorID(id api.BehaviorID) error {
-	if !behaviorIDPattern.MatchString(string(id)) {
+	ok := len(id) >= 3 && len(id) <= 64 && 'a' <= id[0] && id[0] <= 'z'
+	for i := 1; ok && i < len(id); i++ {
+		c := id[i]
+		ok = 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
+	}
+	if !ok {
 		return api.Invalid("behavior", "%q must be 3 to 64 characters from a-z 0-9 . _ - starting with a letter", truncate(string(id)))
 	}
 	return nil

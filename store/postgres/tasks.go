@@ -110,20 +110,32 @@ SELECT id, status, created FROM s`
 // Submit stores tasks; see store.Store.
 func (s *Store) Submit(ctx context.Context, tasks []store.NewTask) ([]api.Submission, error) {
 	var out []api.Submission
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = submit(ctx, tx, tasks, false)
-		return err
-	})
+	var err error
+	// Tasks of one dedup mode take one statement, atomic on its own: the
+	// common case skips BEGIN and COMMIT. Mixed modes take two, in a
+	// transaction. (A share statement may read existing rows after it,
+	// which needs no atomicity.)
+	mixed := false
+	for _, t := range tasks {
+		mixed = mixed || t.Share != tasks[0].Share
+	}
+	if mixed {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			out, err = submit(ctx, tx, tasks, false)
+			return err
+		})
+	} else {
+		out, err = submit(ctx, s.pool, tasks, false)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("submit: %w", err)
 	}
 	return out, nil
 }
 
-// submit runs the insert statements for tasks in tx: one for resubmitting
+// submit runs the insert statements for tasks on q: one for resubmitting
 // tasks and one for sharing ones, whichever are needed.
-func submit(ctx context.Context, tx pgx.Tx, tasks []store.NewTask, replaceParams bool) ([]api.Submission, error) {
+func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParams bool) ([]api.Submission, error) {
 	got := make(map[api.TaskID]api.Submission, len(tasks))
 	var missing []string
 	for _, share := range []bool{false, true} {
