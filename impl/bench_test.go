@@ -4,6 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,4 +71,91 @@ func BenchmarkSubmitAndRun(b *testing.B) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
+}
+
+// BenchmarkRunningSlotsMemory reports the resident memory of this process
+// (test binary, server and client) with 1,000 tasks running at once.
+func BenchmarkRunningSlotsMemory(b *testing.B) {
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, pgtest.New(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	reg := spi.NewRegistry()
+	spi.MustRegister[struct{}, struct{}](reg, block{})
+	srv, err := impl.NewServer(st, impl.ServerConfig{Registry: reg, MaxWorkers: 1000, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop(ctx)
+	for range b.N {
+		reqs := make([]api.SubmitRequest, 1000)
+		for i := range reqs {
+			reqs[i] = api.SubmitRequest{Behavior: blockKind.ID}
+		}
+		if _, err := srv.SubmitMany(ctx, reqs); err != nil {
+			b.Fatal(err)
+		}
+		for srv.Running() < 1000 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		runtime.GC()
+		b.ReportMetric(float64(rssBytes(b))/(1<<20), "MiB-RSS")
+		releaseBlocked()
+		for srv.Running() > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+var (
+	blockKind = api.Kind[struct{}, struct{}]{ID: "bench.block"}
+	unblock   = make(chan struct{})
+	blockMu   sync.Mutex
+)
+
+// block is bench.block: it runs until released.
+type block struct{}
+
+func (block) Kind() api.Kind[struct{}, struct{}]        { return blockKind }
+func (block) TaskID(ids spi.IDs, _ struct{}) api.TaskID { return ids.Unique() }
+func (block) Run(ctx context.Context, _ spi.RunContext, _ struct{}) (struct{}, error) {
+	blockMu.Lock()
+	ch := unblock
+	blockMu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+	return struct{}{}, nil
+}
+
+func releaseBlocked() {
+	blockMu.Lock()
+	close(unblock)
+	unblock = make(chan struct{})
+	blockMu.Unlock()
+}
+
+// rssBytes reads this process's resident set size.
+func rssBytes(b *testing.B) int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmRSS in /proc/self/status")
+	return 0
 }

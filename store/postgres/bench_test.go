@@ -92,3 +92,53 @@ func BenchmarkClaimAndFinish(b *testing.B) {
 	b.ReportMetric(float64(claimTime.Nanoseconds())/float64(b.N), "claim-ns/task")
 	b.ReportMetric(float64(finishTime.Nanoseconds())/float64(b.N), "finish-ns/task")
 }
+
+// BenchmarkClaimWithHistory measures claims and completions with 0, 1M and
+// 5M finished tasks in the table (cleanup off): finished rows are outside
+// the claim index, so the cost should not grow with them. The 5M case
+// takes a few minutes to set up; -short skips it.
+func BenchmarkClaimWithHistory(b *testing.B) {
+	for _, history := range []int{0, 1_000_000, 5_000_000} {
+		b.Run(fmt.Sprintf("finished=%d", history), func(b *testing.B) {
+			if testing.Short() && history > 1_000_000 {
+				b.Skip("-short")
+			}
+			st := open(b)
+			ctx := context.Background()
+			if _, err := st.Pool().Exec(ctx, `
+				INSERT INTO stint_task (id, behavior, status, params, result, attempt, executed_at, finished_at)
+				SELECT 'old-' || g, 'bench.noop', 'success', '{}', '{}', 1, now(), now() FROM generate_series(1, $1) g`, history); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := st.Pool().Exec(ctx, `VACUUM ANALYZE stint_task`); err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < b.N; i += 5000 {
+				if _, err := st.Submit(ctx, newTasks(min(5000, b.N-i), i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var claimTime time.Duration
+			b.ResetTimer()
+			start := time.Now()
+			for done := 0; done < b.N; {
+				t0 := time.Now()
+				claimed, err := st.Claim(ctx, store.ClaimRequest{Node: "bench", Behaviors: noop, Limit: 1000})
+				if err != nil {
+					b.Fatal(err)
+				}
+				claimTime += time.Since(t0)
+				cs := make([]store.Completion, len(claimed))
+				for i, c := range claimed {
+					cs[i] = store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{}`)}
+				}
+				if _, err := st.Finish(ctx, cs); err != nil {
+					b.Fatal(err)
+				}
+				done += len(claimed)
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
+			b.ReportMetric(float64(claimTime.Microseconds())/float64((b.N+999)/1000), "µs/claim-of-1000")
+		})
+	}
+}
