@@ -219,6 +219,8 @@ type Store interface {
 	DeregisterNode(ctx context.Context, id string) error
 	// Nodes lists the registered nodes.
 	Nodes(ctx context.Context) ([]Node, error)
+	// Stats returns a consistent snapshot of task counts for operators.
+	Stats(ctx context.Context) (Stats, error)
 
 	// Listen calls fn for every notification on channels until ctx ends,
 	// reconnecting after errors. After each (re)connect it calls fn with

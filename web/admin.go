@@ -12,7 +12,6 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
-	"github.com/stinthq/stint/store/postgres"
 )
 
 // The states counted per behavior, in the order the dashboard shows them.
@@ -60,7 +59,7 @@ type NodeRunning struct {
 
 // snapshot is what the statistics endpoints read, cached for StatsMaxAge.
 type snapshot struct {
-	stats      postgres.Stats
+	stats      store.Stats
 	settings   []store.BehaviorSettings
 	heldGroups []string
 	// at is when it was read, on this process's monotonic clock: the

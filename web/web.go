@@ -69,18 +69,17 @@ import (
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
-	"github.com/stinthq/stint/store/postgres"
 )
 
 // Store is what the API reads from the store besides what the Client
 // offers: nodes, behavior settings, the change feed and statistics.
-// *postgres.Store implements it.
+// Every store.Store implements it.
 type Store interface {
 	Nodes(ctx context.Context) ([]store.Node, error)
 	Behaviors(ctx context.Context) ([]store.BehaviorSettings, error)
 	FeedHead(ctx context.Context) (int64, error)
 	Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event, int64, error)
-	Stats(ctx context.Context) (postgres.Stats, error)
+	Stats(ctx context.Context) (store.Stats, error)
 }
 
 // Config configures the API and the dashboard.
