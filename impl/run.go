@@ -43,11 +43,7 @@ func (s *Server) startRun(c store.Claimed, sent time.Time) {
 	r := &run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress}
 	r.ctx, r.cancel = context.WithCancelCause(s.runCtx)
 	s.mu.Lock()
-	s.running[c.ID] = r
-	s.perBehav[c.Behavior]++
-	if reg.Policy.Rotation != nil {
-		s.churn[c.Behavior]++
-	}
+	s.running[c.ID] = r // its slot (and churn) was reserved by the claim
 	s.mu.Unlock()
 	s.runs.Add(1)
 	select {
@@ -81,15 +77,25 @@ func (s *Server) worker(r *run) {
 	}
 }
 
+// freeSlot gives a run's slot back once its behavior returned. The run
+// stays in the running map, its lease renewed, until its end is recorded:
+// a slot need not wait for the completion batch.
+func (s *Server) freeSlot(r *run) {
+	s.mu.Lock()
+	s.slots--
+	s.perBehav[r.claimed.Behavior]--
+	s.mu.Unlock()
+	signal(s.slotFreed)
+}
+
+// endRun forgets a run whose end is recorded (or given up on).
 func (s *Server) endRun(r *run) {
 	r.cancel(context.Canceled)
 	s.mu.Lock()
 	if s.running[r.claimed.ID] == r {
 		delete(s.running, r.claimed.ID)
 	}
-	s.perBehav[r.claimed.Behavior]--
 	s.mu.Unlock()
-	signal(s.slotFreed)
 	s.runs.Done()
 }
 
@@ -105,6 +111,7 @@ func (s *Server) execute(r *run) {
 	} else {
 		out = r.reg.Execute(ctx, &runContext{s: s, r: r}, p, r.claimed.Errors)
 	}
+	s.freeSlot(r)
 	if cause := context.Cause(r.ctx); errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

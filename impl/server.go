@@ -37,6 +37,10 @@ type ServerConfig struct {
 	// notification woke it: the bound on the delay of scheduled tasks and
 	// of lost-task takeover past the lease. Defaults to 1 second.
 	PollInterval time.Duration
+	// ClaimConcurrency is how many claim statements may be in flight at
+	// once. Defaults to 2: while one claim is in the database, the other
+	// fills the slots freed meanwhile.
+	ClaimConcurrency int
 	// FetchCooldown is the pause between claims while tasks keep coming,
 	// so that claims are batches rather than one statement per task.
 	// Defaults to 1 millisecond.
@@ -100,14 +104,16 @@ type Server struct {
 	behaviors []*spi.Registration
 	minLease  time.Duration
 
-	wake        chan struct{} // claimer wake-ups
+	wakes       []chan struct{} // one wake-up channel per claimer
 	slotFreed   chan struct{}
 	work        chan *run     // runs handed to idle workers
 	workersDone chan struct{} // closed by Stop: idle workers exit
 
 	mu       sync.Mutex
-	running  map[api.TaskID]*run
-	perBehav map[api.BehaviorID]int
+	running  map[api.TaskID]*run    // runs until their end is recorded
+	slots    int                    // slots taken: reserved by claims, or running a behavior
+	reserved int                    // slots reserved by claims in flight
+	perBehav map[api.BehaviorID]int // slots taken per behavior
 	churn    map[api.BehaviorID]int // starts and stops in this rotation interval
 	started  bool
 	stopped  bool
@@ -148,6 +154,9 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = time.Second
 	}
+	if cfg.ClaimConcurrency <= 0 {
+		cfg.ClaimConcurrency = 2
+	}
 	if cfg.FetchCooldown <= 0 {
 		cfg.FetchCooldown = time.Millisecond
 	}
@@ -165,7 +174,6 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	s := &Server{
 		Client:      client,
 		cfg:         cfg,
-		wake:        make(chan struct{}, 1),
 		slotFreed:   make(chan struct{}, 1),
 		work:        make(chan *run),
 		workersDone: make(chan struct{}),
@@ -185,6 +193,9 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	}
 	if len(s.behaviors) == 0 {
 		return nil, errors.New("new server: no behaviors to run")
+	}
+	for range cfg.ClaimConcurrency {
+		s.wakes = append(s.wakes, make(chan struct{}, 1))
 	}
 	observeRunning(cfg.MeterProvider, s.Running)
 	return s, nil
@@ -235,7 +246,14 @@ func (s *Server) Start(ctx context.Context) error {
 			go func() { defer s.bgDone.Done(); s.rotateLoop(bgCtx, b) }()
 		}
 	}
-	go func() { defer close(s.claimDone); s.claimLoop(claimCtx) }()
+	go func() {
+		defer close(s.claimDone)
+		var claimers sync.WaitGroup
+		for _, wake := range s.wakes {
+			claimers.Go(func() { s.claimLoop(claimCtx, wake) })
+		}
+		claimers.Wait()
+	}()
 	for _, b := range s.behaviors {
 		if err := b.Start(ctx, s); err != nil {
 			_ = s.Stop(context.Background())
@@ -286,10 +304,14 @@ func (s *Server) Stop(ctx context.Context) error {
 func (s *Server) Running() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.running)
+	return s.slots - s.reserved
 }
 
-func (s *Server) wakeClaimer() { signal(s.wake) }
+func (s *Server) wakeClaimer() {
+	for _, w := range s.wakes {
+		signal(w)
+	}
+}
 
 // cancelRemoved cancels the local run of a removed task, if any; its
 // writes are fenced out either way.
@@ -329,7 +351,7 @@ func (s *Server) maintainLoop(ctx context.Context) {
 
 // claimLoop claims due tasks while there are free slots, and waits for a
 // wake-up, a freed slot or the poll interval otherwise.
-func (s *Server) claimLoop(ctx context.Context) {
+func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 	poll := time.NewTimer(s.cfg.PollInterval)
 	defer poll.Stop()
 	failures := 0
@@ -367,27 +389,25 @@ func (s *Server) claimLoop(ctx context.Context) {
 		poll.Reset(s.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
-		case <-s.wake:
+		case <-wake:
 		case <-poll.C:
 		}
 	}
 }
 
 // claimOnce claims tasks for the free slots. full is set when no slot is
-// left.
+// left. Slots are reserved before a claim statement goes out, so that the
+// claimers running side by side never claim more than the free slots.
 func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
-	free, groups := s.claimGroups()
-	if free == 0 {
-		return 0, true, nil
-	}
-	for _, g := range groups {
-		limit := min(g.limit, free)
-		if limit <= 0 {
-			break
+	for _, g := range s.claimGroups() {
+		g, ok := s.reserve(g)
+		if !ok {
+			continue
 		}
 		sent := time.Now()
-		claimed, err := s.st.Claim(ctx, store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: limit,
+		claimed, err := s.st.Claim(ctx, store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: g.limit,
 			LookAhead: s.cfg.LookAhead, PerGroup: g.perGroup})
+		s.unreserve(g, claimed)
 		if err != nil {
 			return n, false, err
 		}
@@ -396,53 +416,105 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 			s.startRun(c, sent)
 		}
 		n += len(claimed)
-		free -= len(claimed)
 	}
-	return n, free == 0, nil
+	s.mu.Lock()
+	full = s.slots >= s.cfg.MaxWorkers
+	s.mu.Unlock()
+	return n, full, nil
 }
 
-// claimGroup is the behaviors one claim statement covers.
+// claimGroup is the behaviors one claim statement covers, with the slots
+// reserved for it.
 type claimGroup struct {
 	behaviors []store.BehaviorLease
 	limit     int
 	perGroup  int
+	capped    []api.BehaviorID // behaviors with a per-node cap, reserved against it too
 }
 
 // claimGroups splits the behaviors with free capacity into claim
-// statements: one for all behaviors whose own limit exceeds the free slots,
-// and one per behavior whose limit is tighter or that caps its tasks per
-// group key.
-func (s *Server) claimGroups() (free int, groups []claimGroup) {
+// statements: one for all behaviors whose own cap exceeds the free slots,
+// one per behavior whose cap is tighter or that caps its tasks per group
+// key.
+func (s *Server) claimGroups() []claimGroup {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	free = s.cfg.MaxWorkers - len(s.running)
+	free := s.cfg.MaxWorkers - s.slots
 	if free <= 0 {
-		return 0, nil
+		return nil
 	}
+	var groups []claimGroup
 	main := claimGroup{limit: free}
 	for _, b := range s.behaviors {
 		bl := store.BehaviorLease{Behavior: b.ID, Lease: b.Policy.Lease}
-		left := free
+		left, capped := free, false
 		if b.Policy.MaxConcurrency > 0 {
-			left = b.Policy.MaxConcurrency - s.perBehav[b.ID]
+			left, capped = b.Policy.MaxConcurrency-s.perBehav[b.ID], true
 		}
 		if r := b.Policy.Rotation; r != nil {
-			left = min(left, r.MaxRunning-s.perBehav[b.ID], r.MaxChurn-s.churn[b.ID])
+			left, capped = min(left, r.MaxRunning-s.perBehav[b.ID], r.MaxChurn-s.churn[b.ID]), true
 		}
 		switch {
 		case left <= 0:
-		case b.Policy.GroupConcurrency > 0:
-			groups = append(groups, claimGroup{behaviors: []store.BehaviorLease{bl}, limit: min(left, free), perGroup: b.Policy.GroupConcurrency})
-		case left >= free:
-			main.behaviors = append(main.behaviors, bl)
+		case b.Policy.GroupConcurrency > 0 || left < free:
+			groups = append(groups, claimGroup{behaviors: []store.BehaviorLease{bl}, limit: min(left, free),
+				perGroup: b.Policy.GroupConcurrency, capped: []api.BehaviorID{b.ID}})
 		default:
-			groups = append(groups, claimGroup{behaviors: []store.BehaviorLease{bl}, limit: left})
+			main.behaviors = append(main.behaviors, bl)
+			if capped {
+				main.capped = append(main.capped, b.ID)
+			}
 		}
 	}
 	if len(main.behaviors) > 0 {
 		groups = append([]claimGroup{main}, groups...)
 	}
-	return free, groups
+	return groups
+}
+
+// reserve reserves the slots a claim of g may fill: no more than are free
+// now, nor than its capped behaviors have left.
+func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g.limit = min(g.limit, s.cfg.MaxWorkers-s.slots)
+	for _, b := range g.capped {
+		reg, _ := s.cfg.Registry.Lookup(b)
+		if c := reg.Policy.MaxConcurrency; c > 0 {
+			g.limit = min(g.limit, c-s.perBehav[b])
+		}
+		if r := reg.Policy.Rotation; r != nil {
+			g.limit = min(g.limit, r.MaxRunning-s.perBehav[b], r.MaxChurn-s.churn[b])
+		}
+	}
+	if g.limit <= 0 {
+		return g, false
+	}
+	s.slots += g.limit
+	s.reserved += g.limit
+	for _, b := range g.capped {
+		s.perBehav[b] += g.limit
+		s.churn[b] += g.limit // only rotated behaviors read their churn
+	}
+	return g, true
+}
+
+// unreserve gives back the slots a claim reserved and did not fill.
+func (s *Server) unreserve(g claimGroup, claimed []store.Claimed) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slots -= g.limit - len(claimed)
+	s.reserved -= g.limit
+	for _, b := range g.capped {
+		n := 0
+		for _, c := range claimed {
+			if c.Behavior == b {
+				n++
+			}
+		}
+		s.perBehav[b] -= g.limit - n
+		s.churn[b] -= g.limit - n
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) {
