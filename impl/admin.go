@@ -35,7 +35,7 @@ func (c *Client) Release(ctx context.Context, id api.TaskID) error {
 	if err := c.st.Release(ctx, id); err != nil {
 		return err
 	}
-	c.kick.kick()
+	c.kick.kick(false)
 	return nil
 }
 
@@ -47,7 +47,7 @@ func (c *Client) Retry(ctx context.Context, id api.TaskID) error {
 	if err := c.st.Retry(ctx, id); err != nil {
 		return err
 	}
-	c.kick.kick()
+	c.kick.kick(false)
 	return nil
 }
 

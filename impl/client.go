@@ -83,8 +83,8 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 
 // ClientStats are counters of a client's work.
 type ClientStats struct {
-	// Notifications counts the due notifications sent after submits
-	// (coalesced: at most one per 10 ms window, plus one at its end).
+	// Notifications counts the due notifications sent for submits
+	// (coalesced: at most one per 5 ms window, plus one at its end).
 	Notifications int64
 }
 
@@ -198,6 +198,7 @@ func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (sub api.Sub
 		return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, err)
 	}
 	span.SetAttributes(attribute.String("stint.task_id", string(t.ID)))
+	t.WakeClaimers = t.Delay == 0 && c.kick.lead()
 	if reg.Combines() && !t.Share {
 		sub, err = c.st.SubmitCombined(ctx, t, func(persisted json.RawMessage) (json.RawMessage, error) {
 			return reg.Combine(persisted, t.Params)
@@ -212,7 +213,9 @@ func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (sub api.Sub
 		return api.Submission{}, err
 	}
 	c.tel.submitted.Add(ctx, 1, c.tel.behavior(t.Behavior))
-	c.kick.kick()
+	if t.Delay == 0 {
+		c.kick.kick(t.WakeClaimers)
+	}
 	return sub, nil
 }
 
@@ -259,7 +262,10 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) (_ []
 		}
 	}
 	subs := make([]api.Submission, len(tasks))
+	led := false
 	if len(plain) > 0 {
+		plain[0].WakeClaimers = c.kick.lead()
+		led = plain[0].WakeClaimers
 		got, err := c.st.Submit(ctx, plain)
 		if err != nil {
 			return nil, err
@@ -287,7 +293,7 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) (_ []
 	for b, n := range per {
 		c.tel.submitted.Add(ctx, n, c.tel.behavior(b))
 	}
-	c.kick.kick()
+	c.kick.kick(led)
 	out := make([]api.Submission, len(reqs))
 	for i := range reqs {
 		out[i] = subs[index[i]]

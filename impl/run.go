@@ -111,13 +111,15 @@ func (s *Server) execute(r *run) {
 	} else {
 		out = r.reg.Execute(ctx, &runContext{s: s, r: r}, p, r.claimed.Errors)
 	}
-	s.freeSlot(r)
 	if cause := context.Cause(r.ctx); errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := s.st.Unclaim(ctx, []store.LeaseRef{r.claimed.LeaseRef}); err != nil {
 			s.log.Warn("stint: unclaim failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
 		}
+		// Only now: a rotation must not start the next task while the
+		// stopped one still shows as running.
+		s.freeSlot(r)
 		span.SetAttributes(attribute.String("stint.released", context.Cause(r.ctx).Error()))
 		span.End()
 		return
@@ -133,6 +135,7 @@ func (s *Server) execute(r *run) {
 		c.Status, c.Result = api.StatusSuccess, out.Result
 	}
 	s.tel.endRun(ctx, span, c, r.claimed.Behavior)
+	s.freeSlot(r)
 	err := s.completer.finish(c)
 	switch {
 	case errors.Is(err, api.ErrHalt):
@@ -225,6 +228,10 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 		}
 		tasks[i] = t
 	}
+	led := len(tasks) > 0 && rc.s.kick.lead()
+	if led {
+		tasks[0].WakeClaimers = true
+	}
 	subs, err := rc.s.st.Spawn(ctx, rc.r.claimed.LeaseRef, tasks)
 	if errors.Is(err, api.ErrHalt) {
 		rc.r.cancel(err)
@@ -232,7 +239,7 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 	if err != nil {
 		return nil, err
 	}
-	rc.s.kick.kick()
+	rc.s.kick.kick(led)
 	return subs, nil
 }
 

@@ -48,6 +48,10 @@ type NewTask struct {
 	// Share keeps an existing task of the same id as it is (Polaris'
 	// shared result) instead of resubmitting it (couch_jobs' add).
 	Share bool
+	// WakeClaimers makes the statement that stores the task notify the
+	// claimers (ChannelDue) in its own transaction. One task of a batch
+	// is enough.
+	WakeClaimers bool
 }
 
 // LeaseRef names a run: the task and the lease its claim issued.

@@ -87,7 +87,7 @@ ON CONFLICT (id) DO UPDATE SET
     finished_at = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.finished_at END,
     updated_at = now()
 RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id
-)` + recordSubmitChanges
+)` + recordSubmitChanges("$11")
 
 // shareSQL inserts tasks and leaves existing ones as they are.
 var shareSQL = `
@@ -99,13 +99,19 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6
      AS r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited)
 ON CONFLICT (id) DO NOTHING
 RETURNING t.id, t.status, true AS created, t.behavior, t.parent_id
-)` + recordSubmitChanges
+)` + recordSubmitChanges("$10")
 
 // recordSubmitChanges ends the submit statements: it records the new states
 // in the change feed (not the resubmit flag of a running task: its state did
-// not change) and returns the submissions.
-var recordSubmitChanges = `, feed AS (` + feedInsert("s WHERE status <> 'running'", "status", "false") + `)
-SELECT id, status, created FROM s`
+// not change), notifies the claimers in the same transaction when the
+// parameter wake says so, and returns the submissions.
+func recordSubmitChanges(wake string) string {
+	return `, feed AS (` + feedInsert("s WHERE status <> 'running'", "status", "false") + `
+), wake AS MATERIALIZED (
+    SELECT pg_notify('` + store.ChannelDue + `', '') WHERE ` + wake + `::boolean
+)
+SELECT id, status, created FROM s LEFT JOIN wake ON true`
+}
 
 // Submit stores tasks; see store.Store.
 func (s *Store) Submit(ctx context.Context, tasks []store.NewTask) ([]api.Submission, error) {
@@ -155,6 +161,7 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 		} else {
 			args = append(args, replaceParams)
 		}
+		args = append(args, cols.wake)
 		rows, err := tx.Query(ctx, query, args...)
 		if err != nil {
 			return nil, err
@@ -204,6 +211,7 @@ type submitColumns struct {
 	priorities                                           []int16
 	delays                                               []int64
 	awaited                                              []bool
+	wake                                                 bool
 }
 
 func (c *submitColumns) add(t store.NewTask) {
@@ -220,6 +228,7 @@ func (c *submitColumns) add(t store.NewTask) {
 	c.parentIDs = append(c.parentIDs, string(t.ParentID))
 	c.traces = append(c.traces, t.Trace)
 	c.awaited = append(c.awaited, t.Notify)
+	c.wake = c.wake || t.WakeClaimers
 }
 
 func (c *submitColumns) args() []any {
