@@ -80,6 +80,8 @@ func registry() *spi.Registry {
 	for _, register := range []func(*spi.Registry) error{
 		demo.Register,
 		registerIngest,
+		registerReplication,
+		registerCleanup,
 	} {
 		if err := register(reg); err != nil {
 			// A built-in behavior that does not register is a programming
@@ -214,6 +216,7 @@ Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
 		c.newTasksCmd(),
 		c.newNodesCmd(),
 		c.newIngestCmd(), c.newBatchesCmd(),
+		c.newReplicationsCmd(),
 	)
 	classifyErrors(root)
 	return root

@@ -66,7 +66,7 @@ func TestServerBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--behaviors", "demo.echo,demo.nope"}, `--behaviors: unknown behavior "demo.nope"; known behaviors: demo.echo`},
+		{[]string{"--behaviors", "demo.echo,demo.nope"}, `--behaviors: unknown behavior "demo.nope"; known behaviors: cleanup, demo.echo,`},
 		{[]string{"--workers", "-1"}, "--workers -1 is negative"},
 		{[]string{"--db", "not a url"}, "--db:"},
 	} {

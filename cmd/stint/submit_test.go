@@ -89,7 +89,7 @@ func TestSubmitBadInputStoresNothing(t *testing.T) {
 	}{
 		{"malformed JSON", []string{"demo.echo", "--params", `{"text":`}, "invalid params: malformed JSON"},
 		{"missing params file", []string{"demo.echo", "--params", "@missing-file"}, "--params @missing-file: cannot read the params"},
-		{"unknown behavior", []string{"demo.nope", "--params", `{"text":"x"}`}, `invalid behavior: "demo.nope" is not registered; known behaviors: demo.echo`},
+		{"unknown behavior", []string{"demo.nope", "--params", `{"text":"x"}`}, `invalid behavior: "demo.nope" is not registered; known behaviors: cleanup, demo.echo,`},
 		{"malformed behavior", []string{"Demo!", "--params", `{"text":"x"}`}, "invalid behavior"},
 		{"missing required param", []string{"demo.echo", "--params", `{}`}, "invalid params.text: fails required"},
 		{"no params", []string{"demo.echo"}, "invalid params.text: fails required"},

@@ -22,7 +22,8 @@ func TestTasksLsAndShow(t *testing.T) {
 	r := runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"listed"}`, "--id", "task-listed", "--group", "grp", "--wait", "--db", dsn)
 	requireOK(t, r)
 
-	r = runCLI(ctx, "tasks", "ls", "--db", dsn)
+	// The server also submitted the cleanup singleton: list demo.echo only.
+	r = runCLI(ctx, "tasks", "ls", "--behavior", "demo.echo", "--db", dsn)
 	requireOK(t, r)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 2, r.stdout)
