@@ -1,0 +1,588 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stinthq/stint/api"
+)
+
+// bench runs the scenarios and collects the report.
+type bench struct {
+	cfg      config
+	log      *slog.Logger
+	db       *dbServer
+	progress io.Writer // progress lines, or nil
+
+	statements bool // pg_stat_statements is available
+	rep        *Report
+}
+
+// logf writes a progress line when -v is set.
+func (b *bench) logf(format string, args ...any) {
+	if b.progress != nil {
+		fmt.Fprintf(b.progress, "stint-bench: "+format+"\n", args...)
+	}
+}
+
+// run runs the picked scenarios on every picked system and returns the
+// report. A failing run becomes a row with its error; only a broken setup
+// fails run.
+func (b *bench) run(ctx context.Context) (*Report, error) {
+	settings, err := b.db.settings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.rep = &Report{Started: time.Now().UTC(), Postgres: settings, Config: b.cfg.summary()}
+	b.rep.Postgres.CPUs = numCPU()
+	if b.cfg.sqlprofile {
+		ok, why, err := b.db.enableStatements(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			b.rep.Notes = append(b.rep.Notes, "no SQL profile: "+why)
+		}
+		b.statements = ok
+	}
+	c := b.cfg
+	var raw []Result
+	rounds := func(jobs ...job) {
+		for r := range c.runs {
+			// Rotate the order so that no system always goes first.
+			for i := range jobs {
+				raw = append(raw, b.do(ctx, jobs[(i+r)%len(jobs)])...)
+			}
+		}
+	}
+	var jobs []job
+	if c.burndown && c.has(sysStint) {
+		jobs = append(jobs, job{"burn-down", sysStint, b.burndownStint})
+	}
+	if c.burndown && c.has(sysRiver) {
+		jobs = append(jobs, job{"burn-down", sysRiver, b.burndownRiver})
+	}
+	if c.floor && c.has(sysFloor) {
+		jobs = append(jobs, job{"floor", sysFloor, b.floorRun})
+	}
+	if len(jobs) > 0 {
+		rounds(jobs...)
+	}
+	if c.streaming {
+		jobs = nil
+		if c.has(sysStint) {
+			jobs = append(jobs, job{"streaming", sysStint, b.streamingStint})
+		}
+		if c.has(sysRiver) {
+			jobs = append(jobs, job{"streaming", sysRiver, b.streamingRiver})
+		}
+		if len(jobs) > 0 {
+			rounds(jobs...)
+		}
+	}
+	if c.latency {
+		jobs = nil
+		if c.has(sysStint) {
+			jobs = append(jobs, job{"latency", sysStint, b.latencyStint})
+		}
+		if c.has(sysRiver) {
+			jobs = append(jobs,
+				job{"latency", sysRiver + " (defaults)", func(ctx context.Context) ([]Result, error) { return b.latencyRiver(ctx, true) }},
+				job{"latency", sysRiver + " (tuned)", func(ctx context.Context) ([]Result, error) { return b.latencyRiver(ctx, false) }})
+		}
+		if len(jobs) > 0 {
+			rounds(jobs...)
+		}
+	}
+	if c.scale {
+		for _, k := range c.scaleNodes {
+			jobs = nil
+			for _, sys := range []string{sysStint, sysRiver} {
+				if c.has(sys) {
+					jobs = append(jobs, job{fmt.Sprintf("scale %d", k), sys, func(ctx context.Context) ([]Result, error) { return b.scaleRun(ctx, sys, k) }})
+				}
+			}
+			if len(jobs) > 0 {
+				rounds(jobs...)
+			}
+		}
+	}
+	b.rep.Results = aggregate(raw)
+	b.rep.computeRatios()
+	return b.rep, nil
+}
+
+// job is one scenario of one system.
+type job struct {
+	scenario, system string
+	fn               func(context.Context) ([]Result, error)
+}
+
+// do runs a job under the timeout and returns its results, or its error as
+// a row.
+func (b *bench) do(ctx context.Context, j job) []Result {
+	if ctx.Err() != nil {
+		return nil
+	}
+	b.logf("%s: %s", j.scenario, j.system)
+	rctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
+	defer cancel()
+	res, err := j.fn(rctx)
+	if err != nil {
+		b.logf("%s: %s: %v", j.scenario, j.system, err)
+		res = append(res, Result{Scenario: j.scenario, System: j.system, Error: err.Error()})
+	}
+	for _, r := range res {
+		if r.Error == "" {
+			b.logf("  %s %s %s: %s", r.Scenario, r.Metric, r.System, r.value())
+		}
+	}
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer dcancel()
+	if err := b.db.dropDBs(dctx); err != nil {
+		b.rep.Notes = append(b.rep.Notes, err.Error())
+	}
+	return res
+}
+
+// ---- burn-down
+
+func (b *bench) burndownStint(ctx context.Context) ([]Result, error) {
+	dsn, err := b.db.newDB(ctx, "burndown_stint")
+	if err != nil {
+		return nil, err
+	}
+	h, err := newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: true, client: true})
+	if err != nil {
+		return nil, err
+	}
+	defer h.close()
+	return b.burndown(ctx, h, sysStint, dsn)
+}
+
+func (b *bench) burndownRiver(ctx context.Context) ([]Result, error) {
+	dsn, err := b.db.newDB(ctx, "burndown_river")
+	if err != nil {
+		return nil, err
+	}
+	h, err := newRiver(ctx, dsn, b.cfg, b.log, riverOptions{worker: true, inserter: true})
+	if err != nil {
+		return nil, err
+	}
+	defer h.close()
+	return b.burndown(ctx, h, sysRiver, dsn)
+}
+
+// burndown inserts cfg.n tasks in batches, then works them all: the insert
+// rate and the work rate (from starting the workers to seeing no task left).
+func (b *bench) burndown(ctx context.Context, h harness, system, dsn string) ([]Result, error) {
+	n := b.cfg.n
+	stopProf := b.profile(system, "burndown-insert")
+	win := begin()
+	insertDur, err := insertAll(ctx, h, n, b.cfg.batch)
+	stopProf()
+	if err != nil {
+		return nil, err
+	}
+	res := []Result{{Scenario: "burn-down", Metric: "insert", System: system, Tasks: int64(n), Seconds: insertDur.Seconds(), CPU: win.usage()}}
+
+	stopProf = b.profile(system, "burndown-work")
+	b.resetStatements(ctx)
+	win = begin()
+	start := win.start
+	if err := h.start(ctx); err != nil {
+		stopProf()
+		return nil, err
+	}
+	end, err := waitDrained(ctx, h.observer(), h.queries().pending, b.cfg.pollEvery)
+	cpu := win.usage()
+	stopProf()
+	b.collectStatements(ctx, system+" burn-down work", dsn, end.Sub(start))
+	stopErr := h.stop(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if stopErr != nil {
+		return nil, stopErr
+	}
+	if err := checkCompleted(ctx, h.observer(), h.queries().completed, int64(n)); err != nil {
+		return nil, err
+	}
+	res = append(res, Result{Scenario: "burn-down", Metric: "work", System: system, Tasks: int64(n), Seconds: end.Sub(start).Seconds(), CPU: cpu})
+	return res, nil
+}
+
+// insertAll inserts n tasks in batches through h's client side.
+func insertAll(ctx context.Context, h harness, n, batch int) (time.Duration, error) {
+	start := time.Now()
+	for left := n; left > 0; {
+		k := min(left, batch)
+		if err := h.insert(ctx, k); err != nil {
+			return 0, err
+		}
+		left -= k
+	}
+	return time.Since(start), nil
+}
+
+// waitDrained polls pending (a query returning whether any task is not done)
+// every interval until it returns false, and returns when it saw that.
+func waitDrained(ctx context.Context, pool *pgxpool.Pool, pending string, interval time.Duration) (time.Time, error) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		var left bool
+		if err := pool.QueryRow(ctx, pending).Scan(&left); err != nil {
+			return time.Time{}, fmt.Errorf("poll for the end of the burn-down: %w", err)
+		}
+		if !left {
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("wait for the end of the burn-down: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// count runs a count query.
+func count(ctx context.Context, pool *pgxpool.Pool, query string) (int64, error) {
+	var n int64
+	if err := pool.QueryRow(ctx, query).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count completed tasks: %w", err)
+	}
+	return n, nil
+}
+
+// checkCompleted fails unless exactly want tasks completed.
+func checkCompleted(ctx context.Context, pool *pgxpool.Pool, query string, want int64) error {
+	got, err := count(ctx, pool, query)
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("%d tasks completed, want %d", got, want)
+	}
+	return nil
+}
+
+// ---- streaming
+
+func (b *bench) streamingStint(ctx context.Context) ([]Result, error) {
+	dsn, err := b.db.newDB(ctx, "streaming_stint")
+	if err != nil {
+		return nil, err
+	}
+	h, err := newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: true, client: true})
+	if err != nil {
+		return nil, err
+	}
+	defer h.close()
+	return b.streaming(ctx, h, sysStint, dsn)
+}
+
+func (b *bench) streamingRiver(ctx context.Context) ([]Result, error) {
+	dsn, err := b.db.newDB(ctx, "streaming_river")
+	if err != nil {
+		return nil, err
+	}
+	h, err := newRiver(ctx, dsn, b.cfg, b.log, riverOptions{worker: true, inserter: true})
+	if err != nil {
+		return nil, err
+	}
+	defer h.close()
+	return b.streaming(ctx, h, sysRiver, dsn)
+}
+
+// streaming inserts batches from a goroutine of its own, keeping at most
+// cfg.streamBacklog tasks inserted but not started, while the workers run;
+// after the warm-up it counts the tasks completed during cfg.streamDur.
+func (b *bench) streaming(ctx context.Context, h harness, system, dsn string) ([]Result, error) {
+	pr := h.probe()
+	var inserted atomic.Int64
+	ictx, icancel := context.WithCancel(ctx)
+	defer icancel()
+	ready := make(chan struct{})
+	var readyOnce sync.Once
+	var ierr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer readyOnce.Do(func() { close(ready) })
+		for ictx.Err() == nil {
+			if inserted.Load()-pr.started.Load() >= int64(b.cfg.streamBacklog) {
+				readyOnce.Do(func() { close(ready) })
+				sleep(ictx, time.Millisecond)
+				continue
+			}
+			if err := h.insert(ictx, b.cfg.streamBatch); err != nil {
+				if ictx.Err() == nil {
+					ierr = err
+				}
+				return
+			}
+			inserted.Add(int64(b.cfg.streamBatch))
+		}
+	}()
+	stopInserter := func() error {
+		icancel()
+		wg.Wait()
+		return ierr
+	}
+	<-ready
+	if ierr != nil {
+		return nil, stopInserter()
+	}
+	if err := h.start(ctx); err != nil {
+		_ = stopInserter()
+		return nil, err
+	}
+	fail := func(err error) ([]Result, error) {
+		_ = stopInserter()
+		_ = h.stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	sleep(ctx, b.cfg.streamWarmup)
+	c0, err := count(ctx, h.observer(), h.queries().completed)
+	if err != nil {
+		return fail(err)
+	}
+	win := begin()
+	i0, t0 := inserted.Load(), win.start
+	stopProf := b.profile(system, "streaming")
+	b.resetStatements(ctx)
+	sleep(ctx, b.cfg.streamDur)
+	c1, err := count(ctx, h.observer(), h.queries().completed)
+	i1, t1 := inserted.Load(), time.Now()
+	cpu := win.usage()
+	stopProf()
+	b.collectStatements(ctx, system+" streaming", dsn, t1.Sub(t0))
+	if err != nil {
+		return fail(err)
+	}
+	if ctx.Err() != nil {
+		return fail(ctx.Err())
+	}
+	if err := stopInserter(); err != nil {
+		_ = h.stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if err := h.stop(context.WithoutCancel(ctx)); err != nil {
+		return nil, err
+	}
+	secs := t1.Sub(t0).Seconds()
+	return []Result{
+		{Scenario: "streaming", Metric: "insert", System: system, Tasks: i1 - i0, Seconds: secs, CPU: cpu},
+		{Scenario: "streaming", Metric: "work", System: system, Tasks: c1 - c0, Seconds: secs, CPU: cpu},
+	}, nil
+}
+
+// ---- latency
+
+func (b *bench) latencyStint(ctx context.Context) ([]Result, error) {
+	dsn, err := b.db.newDB(ctx, "latency_stint")
+	if err != nil {
+		return nil, err
+	}
+	// stint at its defaults: no tuning of the server, client or store.
+	h, err := newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: true, client: true, defaults: true})
+	if err != nil {
+		return nil, err
+	}
+	defer h.close()
+	h.pr.arm()
+	if err := h.start(ctx); err != nil {
+		return nil, err
+	}
+	stopProf := b.profile(sysStint, "latency")
+	b.resetStatements(ctx)
+	win := begin()
+	total := b.total()
+	stored, awaited := make([]time.Duration, total), make([]time.Duration, total)
+	submitted, err := paced(ctx, total, b.cfg.latRate, func(ctx context.Context, i int) error {
+		start := time.Now()
+		f, err := api.Submit(ctx, h.cli, noopKind, struct{}{}, api.WithID(latencyID(i)))
+		if err != nil {
+			return err
+		}
+		stored[i] = time.Since(start)
+		if b.cfg.latNoAwait {
+			return nil
+		}
+		if _, err := f.Await(ctx); err != nil {
+			return fmt.Errorf("await %s: %w", f.ID(), err)
+		}
+		awaited[i] = time.Since(start)
+		return nil
+	})
+	cpu := win.usage()
+	if err == nil && b.cfg.latNoAwait {
+		// Without Await nothing waited for the runs: wait for them to start.
+		err = waitFor(ctx, 30*time.Second, func() bool { return h.pr.started.Load() >= int64(total) })
+	}
+	stopProf()
+	b.collectStatements(ctx, sysStint+" latency", dsn, time.Since(win.start))
+	stopErr := h.stop(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if stopErr != nil {
+		return nil, stopErr
+	}
+	toStart, err := startLatencies(h.pr, submitted, latencyID)
+	if err != nil {
+		return nil, err
+	}
+	system := sysStint + " (defaults)"
+	res := []Result{
+		{Scenario: "latency", Metric: "submit->stored", System: system, Tasks: int64(total), samples: stored, CPU: cpu},
+		{Scenario: "latency", Metric: "submit->start", System: system, Tasks: int64(total), samples: toStart, CPU: cpu},
+	}
+	if !b.cfg.latNoAwait {
+		res = append(res, Result{Scenario: "latency", Metric: "submit->await", System: system, Tasks: int64(total), samples: awaited, CPU: cpu})
+	}
+	return res, nil
+}
+
+// latencyRiver runs River's latency at its default fetch timing or tuned.
+func (b *bench) latencyRiver(ctx context.Context, defaults bool) ([]Result, error) {
+	label, system := "latency_river_tuned", sysRiver+" (tuned)"
+	if defaults {
+		label, system = "latency_river_defaults", sysRiver+" (defaults)"
+	}
+	dsn, err := b.db.newDB(ctx, label)
+	if err != nil {
+		return nil, err
+	}
+	h, err := newRiver(ctx, dsn, b.cfg, b.log, riverOptions{worker: true, inserter: true, defaults: defaults})
+	if err != nil {
+		return nil, err
+	}
+	defer h.close()
+	h.pr.arm()
+	if err := h.start(ctx); err != nil {
+		return nil, err
+	}
+	b.resetStatements(ctx)
+	win := begin()
+	total := b.total()
+	stored := make([]time.Duration, total)
+	submitted, err := paced(ctx, total, b.cfg.latRate, func(ctx context.Context, i int) error {
+		start := time.Now()
+		if _, err := h.ins.Insert(ctx, riverArgs{Seq: i}, nil); err != nil {
+			return err
+		}
+		stored[i] = time.Since(start)
+		return nil
+	})
+	if err == nil {
+		// River has no await: wait for every run to start.
+		err = waitFor(ctx, 30*time.Second, func() bool { return h.pr.started.Load() >= int64(total) })
+	}
+	cpu := win.usage()
+	b.collectStatements(ctx, system+" latency", dsn, time.Since(win.start))
+	stopErr := h.stop(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if stopErr != nil {
+		return nil, stopErr
+	}
+	toStart, err := startLatencies(h.pr, submitted, func(i int) string { return fmt.Sprint(i) })
+	if err != nil {
+		return nil, err
+	}
+	return []Result{
+		{Scenario: "latency", Metric: "submit->stored", System: system, Tasks: int64(total), samples: stored, CPU: cpu},
+		{Scenario: "latency", Metric: "submit->start", System: system, Tasks: int64(total), samples: toStart, CPU: cpu},
+	}, nil
+}
+
+// total is the number of tasks the latency scenario submits.
+func (b *bench) total() int {
+	return max(1, int(float64(b.cfg.latRate)*b.cfg.latDur.Seconds()))
+}
+
+func latencyID(i int) api.TaskID { return api.TaskID(fmt.Sprintf("lat-%07d", i)) }
+
+// paced calls submit(i) for i in [0, total) at rate per second, each in its
+// own goroutine so that a slow one does not delay the next, and returns when
+// each submit began. It waits for all of them.
+func paced(ctx context.Context, total, rate int, submit func(ctx context.Context, i int) error) ([]time.Time, error) {
+	at := make([]time.Time, total)
+	errs := make([]error, total)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range total {
+		if d := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); d > 0 {
+			sleep(ctx, d)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			at[i] = time.Now()
+			errs[i] = submit(ctx, i)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("submit: %w", err)
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("submit: %w", ctx.Err())
+	}
+	return at, nil
+}
+
+// startLatencies pairs submit times with the start times the probe recorded.
+func startLatencies[K ~string](pr *probe, submitted []time.Time, key func(int) K) ([]time.Duration, error) {
+	out := make([]time.Duration, len(submitted))
+	for i, at := range submitted {
+		started, ok := pr.startOf(string(key(i)))
+		if !ok {
+			return nil, fmt.Errorf("task %s never started", key(i))
+		}
+		out[i] = started.Sub(at)
+	}
+	return out, nil
+}
+
+// waitFor polls cond every millisecond until it holds or timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s", timeout)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// cpuTimes are the machine's CPU times from /proc/stat and the CPU time of
+// this process's tree (itself, its node processes and the PostgreSQL
+// processes it started), in clock ticks.
+type cpuTimes struct {
+	busy, steal, total uint64
+	tree               map[int]uint64 // CPU time per process of the tree
+	ok                 bool
+}
+
+// readCPU reads the aggregate cpu line of /proc/stat and the process tree;
+// ok is false where there is no /proc/stat.
+func readCPU() cpuTimes {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return cpuTimes{}
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		return cpuTimes{}
+	}
+	fields := strings.Fields(sc.Text())
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return cpuTimes{}
+	}
+	var t cpuTimes
+	// user nice system idle iowait irq softirq steal [guest guest_nice]:
+	// guest time is already counted in user.
+	for i, f := range fields[1:9] {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return cpuTimes{}
+		}
+		t.total += v
+		switch i {
+		case 3, 4: // idle, iowait
+		case 7:
+			t.steal = v
+		default:
+			t.busy += v
+		}
+	}
+	t.tree = treeTimes(os.Getpid())
+	t.ok = true
+	return t
+}
+
+// treeTimes returns the CPU time (user + system, in clock ticks) of root and
+// each of its descendants.
+func treeTimes(root int) map[int]uint64 {
+	type proc struct {
+		ppid int
+		cpu  uint64
+	}
+	procs := map[int]proc{}
+	paths, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime stime: comm may hold spaces, so
+		// split after its closing parenthesis.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b[:bytes.IndexByte(b, '(')])))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		utime, _ := strconv.ParseUint(f[11], 10, 64)
+		stime, _ := strconv.ParseUint(f[12], 10, 64)
+		procs[pid] = proc{ppid: ppid, cpu: utime + stime}
+	}
+	out := map[int]uint64{}
+	for pid, p := range procs {
+		for q, hops := pid, 0; q > 0 && hops < 64; q, hops = procs[q].ppid, hops+1 {
+			if q == root {
+				out[pid] = p.cpu
+				break
+			}
+			if _, ok := procs[q]; !ok {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// window is a measured interval: its start time and CPU times.
+type window struct {
+	start time.Time
+	cpu   cpuTimes
+}
+
+// begin starts a window now.
+func begin() window { return window{start: time.Now(), cpu: readCPU()} }
+
+// usage is how the machine's CPU time was spent during a window, in percent
+// of all of it (all cores): Ours went to this benchmark's process tree (the
+// harness, the systems under test, their node processes and PostgreSQL),
+// Others to processes outside it (other work on the same machine), Steal to
+// other virtual machines. All are -1 when unknown.
+type usage struct {
+	Ours   float64 `json:"ours_pct"`
+	Others float64 `json:"others_pct"`
+	Steal  float64 `json:"steal_pct"`
+}
+
+// unknownUsage is the usage where /proc is missing.
+var unknownUsage = usage{-1, -1, -1}
+
+// usage returns the window's CPU usage so far.
+func (w window) usage() usage {
+	now := readCPU()
+	if !w.cpu.ok || !now.ok || now.total <= w.cpu.total {
+		return unknownUsage
+	}
+	total := float64(now.total - w.cpu.total)
+	var ours uint64
+	for pid, t := range now.tree {
+		if t0, ok := w.cpu.tree[pid]; ok && t >= t0 {
+			ours += t - t0
+		} else if !ok {
+			ours += t
+		}
+	}
+	others := max(float64(now.busy-w.cpu.busy)-float64(ours), 0)
+	return usage{Ours: 100 * float64(ours) / total, Others: 100 * others / total, Steal: 100 * float64(now.steal-w.cpu.steal) / total}
+}

@@ -1,0 +1,289 @@
+// Command stint-bench runs stint and River side by side against the same
+// PostgreSQL and prints one table (or, with --json, one JSON document).
+//
+// By default it starts its own throwaway PostgreSQL cluster (pgcluster, with
+// durable settings unless --fast is given) in a temporary directory; with
+// --db it uses an existing server instead, whose user must be allowed to
+// create databases. Every scenario and system gets a fresh database.
+//
+// Scenarios (all run unless some are picked with their flags):
+//
+//	--burndown   N no-op tasks inserted first, then worked: insert and work rates
+//	--streaming  inserts and work at the same time for D seconds: completed tasks/s
+//	--latency    single tasks at a steady low rate: submit->stored (the submit call
+//	             returned), submit->start and, for stint, submit->awaited result:
+//	             p50/p99
+//	--scale      1, 2 and 4 server nodes as separate processes working a burn-down
+//	--floor      the same database doing only batched insert, claim and complete
+//	             statements on a table of the same shape as stint_task: the floor
+//
+// Each scenario runs --runs times per system, the systems interleaved, and
+// the table shows the median run with the range; latency pools the samples
+// of all runs. The CPU column splits the machine's CPU time during the
+// measured window (from /proc): the benchmark's own process tree (itself,
+// its node processes, its PostgreSQL), other processes, and time stolen by
+// the hypervisor. On a shared machine the last two explain much of the
+// spread between runs; a low first one means the system under test waits
+// rather than computes.
+//
+// Profiles: --cpuprofile PREFIX writes one pprof CPU profile per stint run
+// (PREFIX-<run>.pprof, node processes included); --sqlprofile records
+// pg_stat_statements per run and prints the statements that took the most time.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is what the flags set.
+type config struct {
+	dbURL   string
+	fast    bool
+	dataDir string
+	json    bool
+	verbose bool
+
+	burndown, streaming, latency, scale, floor bool
+	systems                                    string
+
+	n             int
+	batch         int
+	streamDur     time.Duration
+	streamWarmup  time.Duration
+	streamBatch   int
+	streamBacklog int
+	latRate       int
+	latDur        time.Duration
+	latNoAwait    bool
+	scaleN        int
+	scaleNodes    []int
+	floorN        int
+	floorWorkers  int
+	floorClaim    int
+	pollEvery     time.Duration
+	timeout       time.Duration
+	runs          int
+
+	stintWorkers  int
+	stintMaxConns int
+	stintPoll     time.Duration
+	stintCooldown time.Duration
+
+	riverWorkers  int
+	riverMaxConns int
+	riverCooldown time.Duration
+	riverPoll     time.Duration
+
+	cpuprofile string
+	sqlprofile bool
+}
+
+// defaultConfig returns the configuration with every flag at its default.
+func defaultConfig() config {
+	return config{
+		n:             100_000,
+		batch:         5_000,
+		streamDur:     10 * time.Second,
+		streamWarmup:  time.Second,
+		streamBatch:   1_000,
+		streamBacklog: 20_000,
+		latRate:       100,
+		latDur:        5 * time.Second,
+		scaleN:        100_000,
+		scaleNodes:    []int{1, 2, 4},
+		floorN:        100_000,
+		floorWorkers:  4,
+		floorClaim:    1_000,
+		pollEvery:     10 * time.Millisecond,
+		timeout:       10 * time.Minute,
+		runs:          3,
+		systems:       "stint,river,floor",
+		riverWorkers:  1_000,
+		riverCooldown: time.Millisecond,
+		riverPoll:     20 * time.Millisecond,
+	}
+}
+
+// parseFlags parses args into a config.
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	c := defaultConfig()
+	fs := flag.NewFlagSet("stint-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: stint-bench [flags]\n\nRuns stint and River side by side on one PostgreSQL; see the package documentation.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.dbURL, "db", "", "`URL` of an existing PostgreSQL server (maintenance database) to create the benchmark databases on; default: start a throwaway cluster")
+	fs.BoolVar(&c.fast, "fast", false, "start the throwaway cluster with fsync, synchronous_commit and full_page_writes off (default: durable)")
+	fs.StringVar(&c.dataDir, "datadir", os.TempDir(), "`directory` to create the throwaway cluster's data directory in")
+	fs.BoolVar(&c.json, "json", false, "print the report as JSON instead of a table")
+	fs.BoolVar(&c.verbose, "v", false, "log progress and the systems' warnings to stderr")
+
+	fs.BoolVar(&c.burndown, "burndown", false, "run the burn-down scenario")
+	fs.BoolVar(&c.streaming, "streaming", false, "run the streaming scenario")
+	fs.BoolVar(&c.latency, "latency", false, "run the latency scenario")
+	fs.BoolVar(&c.scale, "scale", false, "run the multi-process scale scenario")
+	fs.BoolVar(&c.floor, "floor", false, "run the SQL floor")
+	fs.StringVar(&c.systems, "systems", c.systems, "comma-separated `systems` to run: stint, river, floor")
+
+	fs.IntVar(&c.n, "n", c.n, "burn-down: number of tasks")
+	fs.IntVar(&c.batch, "batch", c.batch, "burn-down, scale and floor: tasks per insert statement")
+	fs.DurationVar(&c.streamDur, "duration", c.streamDur, "streaming: length of the measured window")
+	fs.DurationVar(&c.streamWarmup, "warmup", c.streamWarmup, "streaming: time working before the window starts")
+	fs.IntVar(&c.streamBatch, "stream-batch", c.streamBatch, "streaming: tasks per insert statement")
+	fs.IntVar(&c.streamBacklog, "stream-backlog", c.streamBacklog, "streaming: the inserter keeps at most this many tasks inserted but not started")
+	fs.IntVar(&c.latRate, "rate", c.latRate, "latency: tasks submitted per second")
+	fs.DurationVar(&c.latDur, "latency-duration", c.latDur, "latency: how long to submit")
+	fs.BoolVar(&c.latNoAwait, "latency-no-await", false, "latency: stint submits without awaiting (a diagnostic: shows what Await costs submit->start)")
+	fs.IntVar(&c.scaleN, "scale-n", c.scaleN, "scale: number of tasks per run")
+	scaleNodes := fs.String("scale-nodes", "1,2,4", "scale: comma-separated `counts` of node processes")
+	fs.IntVar(&c.floorN, "floor-n", c.floorN, "floor: number of tasks")
+	fs.IntVar(&c.floorWorkers, "floor-workers", c.floorWorkers, "floor: goroutines claiming and completing")
+	fs.IntVar(&c.floorClaim, "floor-claim", c.floorClaim, "floor: tasks per claim statement")
+	fs.DurationVar(&c.pollEvery, "poll", c.pollEvery, "how often the harness checks whether all tasks are done")
+	fs.DurationVar(&c.timeout, "timeout", c.timeout, "limit for one scenario run of one system")
+	fs.IntVar(&c.runs, "runs", c.runs, "runs of each scenario and system, interleaved; the table shows the median (latency: all samples pooled)")
+
+	fs.IntVar(&c.stintWorkers, "stint-workers", 0, "stint ServerConfig.MaxWorkers (0: stint's default)")
+	fs.IntVar(&c.stintMaxConns, "stint-max-conns", 0, "stint store pool size (0: stint's default)")
+	fs.DurationVar(&c.stintPoll, "stint-poll", 0, "stint ServerConfig.PollInterval (0: stint's default)")
+	fs.DurationVar(&c.stintCooldown, "stint-fetch-cooldown", 0, "stint ServerConfig.FetchCooldown (0: stint's default)")
+
+	fs.IntVar(&c.riverWorkers, "river-workers", c.riverWorkers, "River MaxWorkers of the default queue")
+	fs.IntVar(&c.riverMaxConns, "river-max-conns", 0, "River pool size (0: pgxpool's default, as River's own benchmark)")
+	fs.DurationVar(&c.riverCooldown, "river-fetch-cooldown", c.riverCooldown, "River FetchCooldown (tuned runs)")
+	fs.DurationVar(&c.riverPoll, "river-fetch-poll", c.riverPoll, "River FetchPollInterval (tuned runs)")
+
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of each stint run to `PREFIX`-<run>.pprof")
+	fs.BoolVar(&c.sqlprofile, "sqlprofile", false, "record pg_stat_statements per run and print the costliest statements (restarts the throwaway cluster with the extension loaded)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if !c.burndown && !c.streaming && !c.latency && !c.scale && !c.floor {
+		c.burndown, c.streaming, c.latency, c.scale, c.floor = true, true, true, true, true
+	}
+	nodes, err := parseInts(*scaleNodes)
+	if err != nil {
+		return c, fmt.Errorf("--scale-nodes: %w", err)
+	}
+	c.scaleNodes = nodes
+	for _, s := range splitList(c.systems) {
+		if s != sysStint && s != sysRiver && s != sysFloor {
+			return c, fmt.Errorf("--systems: unknown system %q (want stint, river or floor)", s)
+		}
+	}
+	for name, v := range map[string]int{"n": c.n, "batch": c.batch, "stream-batch": c.streamBatch, "stream-backlog": c.streamBacklog,
+		"rate": c.latRate, "scale-n": c.scaleN, "floor-n": c.floorN, "floor-workers": c.floorWorkers, "floor-claim": c.floorClaim, "river-workers": c.riverWorkers, "runs": c.runs} {
+		if v <= 0 {
+			return c, fmt.Errorf("--%s must be positive, not %d", name, v)
+		}
+	}
+	return c, nil
+}
+
+// has reports whether system is among those to run.
+func (c *config) has(system string) bool {
+	for _, s := range splitList(c.systems) {
+		if s == system {
+			return true
+		}
+	}
+	return false
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no counts given")
+	}
+	return out, nil
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == nodeCommand {
+		os.Exit(nodeMain(os.Args[2:]))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is main without the exit, for the benchmark itself.
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "stint-bench:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	logLevel := slog.LevelError
+	if cfg.verbose {
+		logLevel = slog.LevelWarn
+	}
+	b := &bench{cfg: cfg, log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))}
+	if cfg.verbose {
+		b.progress = stderr
+	}
+	srv, err := openServer(ctx, cfg, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "stint-bench:", err)
+		return 1
+	}
+	defer srv.close()
+	b.db = srv
+
+	rep, err := b.run(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "stint-bench:", err)
+		return 1
+	}
+	if cfg.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintln(stderr, "stint-bench: write JSON:", err)
+			return 1
+		}
+	} else {
+		rep.writeTable(stdout)
+	}
+	if rep.failed() {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stinthq/stint/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	// The scale scenario re-executes the test binary as a node.
+	if os.Getenv(envNode) != "" && len(os.Args) > 1 && os.Args[1] == nodeCommand {
+		os.Exit(nodeMain(os.Args[2:]))
+	}
+	pgtest.Main(m)
+}
+
+// TestScenarios runs every scenario of every system at a tiny size and
+// checks that the counts add up.
+func TestScenarios(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.burndown, cfg.streaming, cfg.latency, cfg.scale, cfg.floor = true, true, true, true, true
+	const n = 500
+	cfg.n, cfg.scaleN, cfg.floorN = n, n, n
+	cfg.batch = 200 // several insert statements
+	cfg.floorClaim = 100
+	cfg.streamDur, cfg.streamWarmup = time.Second, 0
+	cfg.streamBatch, cfg.streamBacklog = 100, 500
+	cfg.latRate, cfg.latDur = 50, time.Second
+	cfg.scaleNodes = []int{1, 2}
+	cfg.timeout = time.Minute
+	cfg.runs = 1
+
+	pgtest.New(t) // starts the cluster, so that AdminDSN has one
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b := &bench{
+		cfg: cfg,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		db: &dbServer{admin: pgtest.AdminDSN(), source: "pgtest",
+			create: func(context.Context, string) (string, error) { return pgtest.New(t), nil }},
+		progress: t.Output(),
+	}
+	rep, err := b.run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		if r.Error != "" {
+			t.Errorf("%s %s: %s", r.Scenario, r.System, r.Error)
+		}
+	}
+
+	find := func(scenario, metric, system string, nodes int) Result {
+		t.Helper()
+		for _, r := range rep.Results {
+			if r.Scenario == scenario && r.Metric == metric && r.System == system && r.Nodes == nodes {
+				return r
+			}
+		}
+		t.Fatalf("no result for %s %s %s %d", scenario, metric, system, nodes)
+		return Result{}
+	}
+	for _, sys := range []string{sysStint, sysRiver, sysFloor} {
+		for _, metric := range []string{"insert", "work"} {
+			r := find("burn-down", metric, sys, 0)
+			if r.Tasks != n || r.PerSec <= 0 {
+				t.Errorf("burn-down %s %s: %d tasks at %.0f/s, want %d at > 0", metric, sys, r.Tasks, r.PerSec, n)
+			}
+			if sys != sysStint && r.StintRatio <= 0 {
+				t.Errorf("burn-down %s %s: no stint ratio", metric, sys)
+			}
+		}
+	}
+	for _, sys := range []string{sysStint, sysRiver} {
+		if r := find("streaming", "work", sys, 0); r.Tasks <= 0 || r.PerSec <= 0 {
+			t.Errorf("streaming %s: %d tasks at %.0f/s, want some", sys, r.Tasks, r.PerSec)
+		}
+		for _, k := range cfg.scaleNodes {
+			if r := find("scale", "work", sys, k); r.Tasks != n || r.PerSec <= 0 {
+				t.Errorf("scale %d %s: %d tasks at %.0f/s, want %d at > 0", k, sys, r.Tasks, r.PerSec, n)
+			}
+		}
+	}
+	total := cfg.latRate * int(cfg.latDur/time.Second)
+	for _, c := range []struct{ metric, system string }{
+		{"submit->stored", "stint (defaults)"}, {"submit->start", "stint (defaults)"}, {"submit->await", "stint (defaults)"},
+		{"submit->stored", "river (defaults)"}, {"submit->start", "river (defaults)"},
+		{"submit->stored", "river (tuned)"}, {"submit->start", "river (tuned)"},
+	} {
+		r := find("latency", c.metric, c.system, 0)
+		if r.Latency == nil || r.Latency.Count != total || r.Latency.P50MS <= 0 || r.Latency.P99MS < r.Latency.P50MS {
+			t.Errorf("latency %s %s: %+v, want %d samples", c.metric, c.system, r.Latency, total)
+		}
+	}
+
+	var table bytes.Buffer
+	rep.writeTable(&table)
+	t.Log("\n" + table.String())
+	for _, want := range []string{"fsync=", "burn-down", "streaming", "latency", "scale 2 nodes", "STINT ÷ THIS"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	if _, err := json.Marshal(rep); err != nil {
+		t.Errorf("encode the report: %v", err)
+	}
+}
+
+// TestAggregate checks that runs sum up to the median and pooled samples.
+func TestAggregate(t *testing.T) {
+	raw := []Result{
+		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 1, CPU: usage{50, 1, 10}},
+		{Scenario: "latency", Metric: "submit->start", System: sysStint, Tasks: 2, samples: []time.Duration{time.Millisecond, 3 * time.Millisecond}, CPU: unknownUsage},
+		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 4, CPU: usage{60, 2, 20}},
+		{Scenario: "burn-down", Metric: "work", System: sysRiver, Error: "boom"},
+		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 2, CPU: usage{70, 3, 30}},
+		{Scenario: "latency", Metric: "submit->start", System: sysStint, Tasks: 1, samples: []time.Duration{2 * time.Millisecond}, CPU: unknownUsage},
+	}
+	got := aggregate(raw)
+	if len(got) != 3 {
+		t.Fatalf("got %d rows, want 3: %+v", len(got), got)
+	}
+	if got[0].Error != "boom" {
+		t.Errorf("error row: %+v", got[0])
+	}
+	bd := got[1]
+	if bd.Runs != 3 || bd.Seconds != 2 || len(bd.PerRun) != 3 || bd.PerRun[1] != 25 || bd.CPU != (usage{60, 2, 20}) {
+		t.Errorf("burn-down: %+v, want the median run of 3 (2 s), steal 20", bd)
+	}
+	lat := got[2]
+	if lat.Runs != 2 || lat.Tasks != 3 || lat.Latency == nil || lat.Latency.Count != 3 || lat.Latency.P50MS != 2 || lat.CPU != unknownUsage {
+		t.Errorf("latency: %+v %+v, want 3 pooled samples with p50 2 ms", lat, lat.Latency)
+	}
+}
+
+// TestParseFlags checks the scenario selection and validation.
+func TestParseFlags(t *testing.T) {
+	c, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.burndown || !c.streaming || !c.latency || !c.scale || !c.floor || c.fast {
+		t.Errorf("defaults: %+v, want every scenario, durable", c)
+	}
+	c, err = parseFlags([]string{"--latency", "--scale-nodes", "1,3", "--systems", "stint"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.burndown || !c.latency || len(c.scaleNodes) != 2 || c.scaleNodes[1] != 3 || c.has(sysRiver) || !c.has(sysStint) {
+		t.Errorf("picked: %+v", c)
+	}
+	for _, bad := range [][]string{{"--n", "0"}, {"--systems", "sidekiq"}, {"--scale-nodes", "x"}, {"extra"}} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// TestRunOnServer runs the command itself against an existing server
+// (--db), as JSON, and checks that it drops the databases it created.
+func TestRunOnServer(t *testing.T) {
+	pgtest.New(t)
+	admin := pgtest.AdminDSN()
+	var out, errs bytes.Buffer
+	code := run([]string{"--db", admin, "--burndown", "--systems", "stint", "--n", "300", "--runs", "2", "--json"}, &out, &errs)
+	if code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s\nstdout:\n%s", code, errs.String(), out.String())
+	}
+	var rep Report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("decode the JSON report: %v\n%s", err, out.String())
+	}
+	if rep.Postgres.Fsync == "" || !strings.Contains(rep.Postgres.Source, "--db") {
+		t.Errorf("settings: %+v", rep.Postgres)
+	}
+	if len(rep.Results) != 2 {
+		t.Fatalf("results: %+v, want burn-down insert and work", rep.Results)
+	}
+	for _, r := range rep.Results {
+		if r.Runs != 2 || r.Tasks != 300 || r.PerSec <= 0 || len(r.PerRun) != 2 {
+			t.Errorf("%s %s: %+v, want 2 runs of 300 tasks", r.Scenario, r.Metric, r)
+		}
+	}
+	conn, err := pgx.Connect(context.Background(), admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var left int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_database WHERE datname LIKE 'stintbench\_%'`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d benchmark databases left behind", left)
+	}
+}

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the outcome of a benchmark run; --json prints it as is.
+type Report struct {
+	Started  time.Time     `json:"started"`
+	Postgres Settings      `json:"postgres"`
+	Config   ConfigSummary `json:"config"`
+	Results  []Result      `json:"results"`
+	SQL      []SQLProfile  `json:"sql_profiles,omitempty"`
+	Profiles []string      `json:"cpu_profiles,omitempty"`
+	Notes    []string      `json:"notes,omitempty"`
+}
+
+// ConfigSummary describes how each system and scenario was configured.
+type ConfigSummary struct {
+	Stint     string `json:"stint"`
+	River     string `json:"river"`
+	Floor     string `json:"floor"`
+	BurnDown  string `json:"burn_down"`
+	Streaming string `json:"streaming"`
+	Latency   string `json:"latency"`
+	Scale     string `json:"scale"`
+	Runs      string `json:"runs"`
+}
+
+// Result is one row: one metric of one scenario on one system.
+type Result struct {
+	Scenario string `json:"scenario"`
+	// Metric is insert, work, submit->stored, submit->start or
+	// submit->await.
+	Metric string `json:"metric,omitempty"`
+	System string `json:"system"`
+	// Nodes is the number of node processes (scale only).
+	Nodes int `json:"nodes,omitempty"`
+	// Runs is how many runs the row sums up. Tasks and Seconds are those of
+	// the median run (latency: all runs' tasks); PerRun lists every run's
+	// tasks/s in the order they ran.
+	Runs    int       `json:"runs,omitempty"`
+	Tasks   int64     `json:"tasks,omitempty"`
+	Seconds float64   `json:"seconds,omitempty"`
+	PerSec  float64   `json:"tasks_per_sec,omitempty"`
+	PerRun  []float64 `json:"per_run_tasks_per_sec,omitempty"`
+	Latency *Latency  `json:"latency,omitempty"`
+	// CPU is how the machine's CPU time went during the measured windows
+	// (mean over runs).
+	CPU usage `json:"cpu"`
+	// StintRatio is stint's figure divided by this row's, on rows of other
+	// systems: tasks/s for throughput (above 1: stint is faster), p50 for
+	// latency (below 1: stint is quicker); StintRatioP99 is the p99 one.
+	StintRatio    float64 `json:"stint_ratio,omitempty"`
+	StintRatioP99 float64 `json:"stint_ratio_p99,omitempty"`
+	Error         string  `json:"error,omitempty"`
+
+	samples []time.Duration // latency samples of one run
+}
+
+// aggregate turns the rows of single runs into one row per scenario, metric,
+// system and node count, in the order they first ran: the median run by
+// tasks/s (the upper middle one for an even count), or for latency the
+// summary of all runs' samples pooled. Failed runs stay rows of their own.
+func aggregate(raw []Result) []Result {
+	key := func(x Result) string { return fmt.Sprintf("%s|%s|%s|%d", x.Scenario, x.Metric, x.System, x.Nodes) }
+	var order []string
+	groups := map[string][]Result{}
+	var out []Result
+	for _, x := range raw {
+		if x.Error != "" {
+			out = append(out, x)
+			continue
+		}
+		k := key(x)
+		if _, seen := groups[k]; !seen {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], x)
+	}
+	for _, k := range order {
+		runs := groups[k]
+		var cpu usage
+		cpuN := 0
+		for _, x := range runs {
+			if x.CPU.Steal >= 0 {
+				cpu.Ours += x.CPU.Ours
+				cpu.Others += x.CPU.Others
+				cpu.Steal += x.CPU.Steal
+				cpuN++
+			}
+		}
+		var row Result
+		if runs[0].samples != nil {
+			row = runs[0]
+			row.Tasks = 0
+			var all []time.Duration
+			for _, x := range runs {
+				row.Tasks += x.Tasks
+				all = append(all, x.samples...)
+			}
+			row.Latency = summarize(all)
+		} else {
+			perRun := make([]float64, len(runs))
+			for i, x := range runs {
+				if x.Seconds > 0 {
+					perRun[i] = float64(x.Tasks) / x.Seconds
+				}
+			}
+			idx := make([]int, len(runs))
+			for i := range idx {
+				idx[i] = i
+			}
+			slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(perRun[a], perRun[b]) })
+			row = runs[idx[len(idx)/2]]
+			if len(runs) > 1 {
+				row.PerRun = perRun
+			}
+		}
+		row.Runs = len(runs)
+		row.samples = nil
+		row.CPU = unknownUsage
+		if cpuN > 0 {
+			n := float64(cpuN)
+			row.CPU = usage{Ours: cpu.Ours / n, Others: cpu.Others / n, Steal: cpu.Steal / n}
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+// Latency summarizes a latency sample, in milliseconds.
+type Latency struct {
+	Count  int     `json:"count"`
+	P50MS  float64 `json:"p50_ms"`
+	P90MS  float64 `json:"p90_ms"`
+	P99MS  float64 `json:"p99_ms"`
+	MaxMS  float64 `json:"max_ms"`
+	MeanMS float64 `json:"mean_ms"`
+}
+
+// summarize computes the percentiles (nearest rank) of ds.
+func summarize(ds []time.Duration) *Latency {
+	if len(ds) == 0 {
+		return &Latency{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	pct := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(s)))) - 1
+		return ms(s[min(max(i, 0), len(s)-1)])
+	}
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	return &Latency{Count: len(s), P50MS: pct(0.50), P90MS: pct(0.90), P99MS: pct(0.99),
+		MaxMS: ms(s[len(s)-1]), MeanMS: ms(sum / time.Duration(len(s)))}
+}
+
+// summary describes the configuration for the report.
+func (c config) summary() ConfigSummary {
+	stint := "impl.Server at its default ServerConfig"
+	var over []string
+	if c.stintWorkers > 0 {
+		over = append(over, fmt.Sprintf("MaxWorkers %d", c.stintWorkers))
+	}
+	if c.stintPoll > 0 {
+		over = append(over, fmt.Sprintf("PollInterval %s", c.stintPoll))
+	}
+	if c.stintCooldown > 0 {
+		over = append(over, fmt.Sprintf("FetchCooldown %s", c.stintCooldown))
+	}
+	if c.stintMaxConns > 0 {
+		over = append(over, fmt.Sprintf("pool %d conns", c.stintMaxConns))
+	}
+	if len(over) > 0 {
+		stint = "impl.Server with " + strings.Join(over, ", ") + " (latency: defaults)"
+	}
+	stint += "; submits through an impl.Client on its own pool; no-op behavior"
+	pool := "pgxpool default size"
+	if c.riverMaxConns > 0 {
+		pool = fmt.Sprintf("pool %d conns", c.riverMaxConns)
+	}
+	river := fmt.Sprintf("MaxWorkers %d, FetchCooldown %s, FetchPollInterval %s (tuned; latency also at defaults), %s; inserts through an insert-only client on its own pool; no-op worker",
+		c.riverWorkers, c.riverCooldown, c.riverPoll, pool)
+	return ConfigSummary{
+		Stint:     stint,
+		River:     river,
+		Floor:     fmt.Sprintf("table like stint_task without checks; insert unnest %s/statement; %d goroutines claim %s (FOR UPDATE SKIP LOCKED) and complete (UPDATE FROM unnest)", num(int64(c.batch)), c.floorWorkers, num(int64(c.floorClaim))),
+		BurnDown:  fmt.Sprintf("%s tasks inserted in batches of %s, then worked; done = no pending task, polled every %s", num(int64(c.n)), num(int64(c.batch)), c.pollEvery),
+		Streaming: fmt.Sprintf("batches of %s inserted by a separate client (backlog at most %s) while working; %s warm-up, then a %s window", num(int64(c.streamBatch)), num(int64(c.streamBacklog)), c.streamWarmup, c.streamDur),
+		Latency:   fmt.Sprintf("%d single tasks/s for %s; start recorded in the task's run", c.latRate, c.latDur),
+		Scale:     fmt.Sprintf("%s tasks inserted, then worked by %v node processes", num(int64(c.scaleN)), c.scaleNodes),
+		Runs:      fmt.Sprintf("%d per scenario and system, systems interleaved in rotating order", c.runs),
+	}
+}
+
+// computeRatios fills PerSec and the stint ratios.
+func (r *Report) computeRatios() {
+	key := func(x Result) string { return fmt.Sprintf("%s|%s|%d", x.Scenario, x.Metric, x.Nodes) }
+	stint := map[string]Result{}
+	for i := range r.Results {
+		x := &r.Results[i]
+		if x.Seconds > 0 {
+			x.PerSec = float64(x.Tasks) / x.Seconds
+		}
+		if x.Error == "" && strings.HasPrefix(x.System, sysStint) {
+			stint[key(*x)] = *x
+		}
+	}
+	for i := range r.Results {
+		x := &r.Results[i]
+		s, ok := stint[key(*x)]
+		if !ok || x.Error != "" || strings.HasPrefix(x.System, sysStint) {
+			continue
+		}
+		switch {
+		case x.Latency != nil && s.Latency != nil && x.Latency.P50MS > 0:
+			x.StintRatio = s.Latency.P50MS / x.Latency.P50MS
+			if x.Latency.P99MS > 0 {
+				x.StintRatioP99 = s.Latency.P99MS / x.Latency.P99MS
+			}
+		case x.PerSec > 0:
+			x.StintRatio = s.PerSec / x.PerSec
+		}
+	}
+}
+
+// failed reports whether a run failed.
+func (r *Report) failed() bool {
+	for _, x := range r.Results {
+		if x.Error != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// value renders a row's figure.
+func (x Result) value() string {
+	switch {
+	case x.Error != "":
+		return "ERROR: " + x.Error
+	case x.Latency != nil || x.samples != nil:
+		l := x.Latency
+		if l == nil {
+			l = summarize(x.samples)
+		}
+		return fmt.Sprintf("p50 %s  p99 %s  (max %s)", msStr(l.P50MS), msStr(l.P99MS), msStr(l.MaxMS))
+	case x.Seconds > 0:
+		return num(int64(math.Round(float64(x.Tasks)/x.Seconds))) + " tasks/s"
+	}
+	return "-"
+}
+
+func (x Result) scenarioLabel() string {
+	if x.Nodes > 0 {
+		if x.Nodes == 1 {
+			return "scale 1 node"
+		}
+		return fmt.Sprintf("scale %d nodes", x.Nodes)
+	}
+	return x.Scenario
+}
+
+// writeTable prints the report for people.
+func (r *Report) writeTable(w io.Writer) {
+	p := r.Postgres
+	fmt.Fprintf(w, "stint-bench, %s\n", r.Started.Format(time.RFC3339))
+	fmt.Fprintf(w, "PostgreSQL %s: %s\n", p.Version, p.Source)
+	fmt.Fprintf(w, "  fsync=%s synchronous_commit=%s full_page_writes=%s shared_buffers=%s max_connections=%s wal_level=%s; %d CPUs shared by everything\n",
+		p.Fsync, p.SynchronousCommit, p.FullPageWrites, p.SharedBuffers, p.MaxConnections, p.WalLevel, p.CPUs)
+	c := r.Config
+	fmt.Fprintf(w, "stint:     %s\n", c.Stint)
+	fmt.Fprintf(w, "River:     %s\n", c.River)
+	fmt.Fprintf(w, "floor:     %s\n", c.Floor)
+	fmt.Fprintf(w, "burn-down: %s\n", c.BurnDown)
+	fmt.Fprintf(w, "streaming: %s\n", c.Streaming)
+	fmt.Fprintf(w, "latency:   %s\n", c.Latency)
+	fmt.Fprintf(w, "scale:     %s\n", c.Scale)
+	fmt.Fprintf(w, "runs:      %s\n\n", c.Runs)
+
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tMETRIC\tSYSTEM\tTASKS\tSECONDS\tRESULT\tRUNS: RANGE\tCPU% BENCH/OTHERS/STEAL\tSTINT ÷ THIS")
+	last := ""
+	for _, x := range r.Results {
+		label := x.scenarioLabel()
+		if last != "" && label != last {
+			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t")
+		}
+		last = label
+		tasks, secs := "", ""
+		if x.Tasks > 0 {
+			tasks = num(x.Tasks)
+		}
+		if x.Seconds > 0 {
+			secs = strconv.FormatFloat(x.Seconds, 'f', 2, 64)
+		}
+		ratio := ""
+		switch {
+		case x.StintRatio > 0 && x.Latency != nil:
+			ratio = fmt.Sprintf("p50 %.2f×  p99 %.2f×", x.StintRatio, x.StintRatioP99)
+		case x.StintRatio > 0:
+			ratio = fmt.Sprintf("%.2f×", x.StintRatio)
+		}
+		spread := ""
+		if len(x.PerRun) > 1 {
+			spread = fmt.Sprintf("%d: %s–%s", len(x.PerRun), num(int64(slices.Min(x.PerRun))), num(int64(slices.Max(x.PerRun))))
+		} else if x.Runs > 1 {
+			spread = fmt.Sprintf("%d: pooled", x.Runs)
+		}
+		steal := ""
+		if x.Error == "" && x.CPU.Steal >= 0 {
+			steal = fmt.Sprintf("%.0f / %.0f / %.0f", x.CPU.Ours, x.CPU.Others, x.CPU.Steal)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, x.Metric, x.System, tasks, secs, x.value(), spread, steal, ratio)
+	}
+	_ = tw.Flush()
+	for _, line := range strings.Split(strings.TrimRight(table.String(), "\n"), "\n") {
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
+	fmt.Fprintln(w, "\nRESULT: the median run; RUNS: RANGE: the number of runs and their slowest–fastest tasks/s (latency pools all runs' samples).")
+	fmt.Fprintln(w, "CPU% BENCH/OTHERS/STEAL: how the machine's CPU time (all cores) went during the measured windows, mean over runs: to this")
+	fmt.Fprintln(w, "  benchmark (harness, system, nodes, PostgreSQL) / to other processes on the machine / to other virtual machines.")
+	fmt.Fprintln(w, "  BENCH well under 100 with OTHERS and STEAL low: the system waits rather than computes; high OTHERS or STEAL: noise.")
+	fmt.Fprintln(w, "STINT ÷ THIS: stint's tasks/s over this row's (above 1: stint is faster); for latency stint's p50 and p99 over this row's (below 1: stint is quicker).")
+
+	for _, s := range r.SQL {
+		fmt.Fprintf(w, "\nSQL profile, %s (%.2f s wall; pg_stat_statements, top by total execution time):\n", s.Run, s.WallSecs)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "calls\ttotal ms\tmean ms\trows\t  query")
+		for _, st := range s.Statements {
+			q := st.Query
+			if len(q) > 140 {
+				q = q[:140] + "…"
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%s\t  %s\n", num(st.Calls), st.TotalMS, st.MeanMS, num(st.Rows), q)
+		}
+		_ = tw.Flush()
+	}
+	if len(r.Profiles) > 0 {
+		fmt.Fprintf(w, "\nCPU profiles of stint runs (go tool pprof -top BINARY FILE):\n")
+		for _, f := range r.Profiles {
+			fmt.Fprintf(w, "  %s\n", f)
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+func msStr(ms float64) string {
+	switch {
+	case ms >= 100:
+		return fmt.Sprintf("%.0f ms", ms)
+	case ms >= 10:
+		return fmt.Sprintf("%.1f ms", ms)
+	}
+	return fmt.Sprintf("%.2f ms", ms)
+}
+
+// num formats n with thousands separators.
+func num(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+)
+
+// nodeCommand is the hidden subcommand that runs one worker node for the
+// scale scenario: `stint-bench node --system stint|river --dsn DSN ...`. It
+// builds the worker, prints "ready", starts working when it reads "go" on
+// stdin, and stops when stdin closes.
+const nodeCommand = "node"
+
+// envNode marks a node process, so that a test binary re-executed as a node
+// runs nodeMain instead of the tests.
+const envNode = "STINT_BENCH_NODE"
+
+// scaleRun inserts cfg.scaleN tasks, then k node processes of system work
+// them: tasks/s from "go" to none left.
+func (b *bench) scaleRun(ctx context.Context, system string, k int) ([]Result, error) {
+	dsn, err := b.db.newDB(ctx, fmt.Sprintf("scale%d_%s", k, system))
+	if err != nil {
+		return nil, err
+	}
+	var h harness
+	switch system {
+	case sysStint:
+		h, err = newStint(ctx, dsn, b.cfg, b.log, stintOptions{client: true})
+	default:
+		h, err = newRiver(ctx, dsn, b.cfg, b.log, riverOptions{inserter: true})
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer h.close()
+	n := b.cfg.scaleN
+	if _, err := insertAll(ctx, h, n, b.cfg.batch); err != nil {
+		return nil, err
+	}
+
+	nodes := make([]*nodeProc, 0, k)
+	defer func() {
+		for _, p := range nodes {
+			p.kill()
+		}
+	}()
+	for i := range k {
+		var args []string
+		if b.cfg.cpuprofile != "" && system == sysStint {
+			path := fmt.Sprintf("%s-scale%d-node%d.pprof", b.cfg.cpuprofile, k, i+1)
+			args = append(args, "--cpuprofile", path)
+			b.rep.Profiles = append(b.rep.Profiles, path)
+		}
+		p, err := startNode(ctx, append(args, b.nodeArgs(system, dsn, fmt.Sprintf("bench-node-%d", i+1))...))
+		if err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, p)
+	}
+	b.resetStatements(ctx)
+	win := begin()
+	start := win.start
+	for _, p := range nodes {
+		if err := p.start(); err != nil {
+			return nil, err
+		}
+	}
+	end, err := waitDrained(ctx, h.observer(), h.queries().pending, b.cfg.pollEvery)
+	cpu := win.usage()
+	b.collectStatements(ctx, fmt.Sprintf("%s scale %d nodes", system, k), dsn, end.Sub(start))
+	var stopErrs []error
+	for _, p := range nodes {
+		stopErrs = append(stopErrs, p.stop(time.Minute))
+	}
+	nodes = nil
+	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(stopErrs...); err != nil {
+		return nil, err
+	}
+	if err := checkCompleted(ctx, h.observer(), h.queries().completed, int64(n)); err != nil {
+		return nil, err
+	}
+	return []Result{{Scenario: "scale", Metric: "work", System: system, Nodes: k, Tasks: int64(n), Seconds: end.Sub(start).Seconds(), CPU: cpu}}, nil
+}
+
+// nodeArgs are the arguments of a node process.
+func (b *bench) nodeArgs(system, dsn, name string) []string {
+	c := b.cfg
+	return []string{
+		"--system", system, "--dsn", dsn, "--name", name,
+		"--stint-workers", strconv.Itoa(c.stintWorkers),
+		"--stint-max-conns", strconv.Itoa(c.stintMaxConns),
+		"--stint-poll", c.stintPoll.String(),
+		"--stint-fetch-cooldown", c.stintCooldown.String(),
+		"--river-workers", strconv.Itoa(c.riverWorkers),
+		"--river-max-conns", strconv.Itoa(c.riverMaxConns),
+		"--river-fetch-cooldown", c.riverCooldown.String(),
+		"--river-fetch-poll", c.riverPoll.String(),
+		"--v=" + strconv.FormatBool(c.verbose),
+	}
+}
+
+// nodeProc is a running node process.
+type nodeProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	exited chan error
+}
+
+// startNode re-executes this binary as a node and waits until it is ready.
+func startNode(ctx context.Context, args []string) (*nodeProc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find the bench binary: %w", err)
+	}
+	cmd := exec.Command(exe, append([]string{nodeCommand}, args...)...)
+	cmd.Env = append(os.Environ(), envNode+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("node stdin: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("node stdout: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start node process: %w", err)
+	}
+	p := &nodeProc{cmd: cmd, stdin: stdin, exited: make(chan error, 1)}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				close(ready)
+			}
+		}
+		p.exited <- cmd.Wait()
+	}()
+	select {
+	case <-ready:
+		return p, nil
+	case err := <-p.exited:
+		return nil, fmt.Errorf("node process %d exited before it was ready: %v", cmd.Process.Pid, err)
+	case <-ctx.Done():
+		p.kill()
+		return nil, fmt.Errorf("wait for node process: %w", ctx.Err())
+	case <-time.After(time.Minute):
+		p.kill()
+		return nil, fmt.Errorf("node process %d not ready after a minute", cmd.Process.Pid)
+	}
+}
+
+// start tells the node to start working.
+func (p *nodeProc) start() error {
+	if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
+		return fmt.Errorf("start node process %d: %w", p.cmd.Process.Pid, err)
+	}
+	return nil
+}
+
+// stop closes the node's stdin, which stops it, and waits for it to exit.
+func (p *nodeProc) stop(timeout time.Duration) error {
+	_ = p.stdin.Close()
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			return fmt.Errorf("node process %d: %w", p.cmd.Process.Pid, err)
+		}
+		return nil
+	case <-time.After(timeout):
+		p.kill()
+		return fmt.Errorf("node process %d did not stop within %s", p.cmd.Process.Pid, timeout)
+	}
+}
+
+// kill ends the node process if it still runs.
+func (p *nodeProc) kill() {
+	_ = p.stdin.Close()
+	_ = p.cmd.Process.Kill() // an error only says it has exited already
+
+}
+
+// nodeMain runs a node process; see nodeCommand.
+func nodeMain(args []string) int {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet(nodeCommand, flag.ContinueOnError)
+	system := fs.String("system", sysStint, "stint or river")
+	dsn := fs.String("dsn", "", "database")
+	name := fs.String("name", "", "node name")
+	fs.IntVar(&cfg.stintWorkers, "stint-workers", 0, "")
+	fs.IntVar(&cfg.stintMaxConns, "stint-max-conns", 0, "")
+	fs.DurationVar(&cfg.stintPoll, "stint-poll", 0, "")
+	fs.DurationVar(&cfg.stintCooldown, "stint-fetch-cooldown", 0, "")
+	fs.IntVar(&cfg.riverWorkers, "river-workers", cfg.riverWorkers, "")
+	fs.IntVar(&cfg.riverMaxConns, "river-max-conns", 0, "")
+	fs.DurationVar(&cfg.riverCooldown, "river-fetch-cooldown", cfg.riverCooldown, "")
+	fs.DurationVar(&cfg.riverPoll, "river-fetch-poll", cfg.riverPoll, "")
+	fs.StringVar(&cfg.cpuprofile, "cpuprofile", "", "")
+	fs.BoolVar(&cfg.verbose, "v", false, "")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := runNode(cfg, *system, *dsn, *name); err != nil {
+		fmt.Fprintf(os.Stderr, "stint-bench node %s: %v\n", *name, err)
+		return 1
+	}
+	return 0
+}
+
+func runNode(cfg config, system, dsn, name string) error {
+	ctx := context.Background()
+	level := slog.LevelError
+	if cfg.verbose {
+		level = slog.LevelWarn
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	var h harness
+	var err error
+	switch system {
+	case sysStint:
+		h, err = newStint(ctx, dsn, cfg, log, stintOptions{server: true, node: name})
+	case sysRiver:
+		h, err = newRiver(ctx, dsn, cfg, log, riverOptions{worker: true})
+	default:
+		err = fmt.Errorf("unknown system %q", system)
+	}
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() || in.Text() != "go" {
+		return nil // stopped before it started
+	}
+	stopProf := func() {}
+	if cfg.cpuprofile != "" {
+		if stopProf, err = startCPUProfile(cfg.cpuprofile); err != nil {
+			return err
+		}
+	}
+	if err := h.start(ctx); err != nil {
+		stopProf()
+		return err
+	}
+	for in.Scan() {
+	}
+	stopProf()
+	return h.stop(ctx)
+}
