@@ -48,6 +48,6 @@ func TestExplainHotPath(t *testing.T) {
 	for j := range 1000 {
 		cols.add(store.NewTask{ID: api.TaskID(fmt.Sprintf("new-%09d", j)), Behavior: "bench.noop", Params: []byte(`{}`), Priority: 5})
 	}
-	explain(submitSQL, append(cols.args(), false)...)
+	explain(submitSQL, append(cols.args(), false, false)...)
 	_ = time.Second
 }
