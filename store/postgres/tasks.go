@@ -342,18 +342,9 @@ var claimIDsSQL = claimCTEs + `
 // claimCTEs starts the claim statements: the settings of the behaviors $2
 // (lease $3 unless an operator set one; paused ones left out) and the
 // update that issues the leases.
-//
-// A claim commits without waiting for its WAL to reach disk
-// (synchronous_commit off for its own transaction, set inside the
-// statement to spare a round trip). If the database crashes before that WAL
-// is flushed, the tasks are as they were before the claim: the engine
-// handles that like a node crash, since the lost lease fences out the
-// run's writes and the task is claimed again. Any later durable commit,
-// such as a finish, flushes the claim anyway.
 const claimCTEs = `
 WITH cfg AS (
-    SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us,
-        set_config('synchronous_commit', 'off', true) AS light_commit
+    SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us
     FROM unnest($2::text[], $3::bigint[]) AS w(behavior, lease_us)
     LEFT JOIN stint_behavior b ON b.behavior = w.behavior
     WHERE b.paused IS NOT TRUE
