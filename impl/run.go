@@ -266,9 +266,16 @@ func (s *Server) leaseLoop(ctx context.Context) {
 		s.renewLeases(ctx)
 		if time.Since(lastBeat) >= s.cfg.NodeHeartbeat {
 			lastBeat = time.Now()
-			if err := s.st.HeartbeatNode(ctx, s.cfg.Node); err != nil && ctx.Err() == nil {
+			err := s.st.HeartbeatNode(ctx, s.cfg.Node)
+			if errors.Is(err, api.ErrNotFound) {
+				// Dropped as dead while it was paused or cut off: register
+				// again, so that operators see it.
+				err = s.register(ctx)
+			}
+			if err != nil && ctx.Err() == nil {
 				s.log.Warn("stint: node heartbeat failed", "err", err)
 			}
+
 		}
 	}
 }

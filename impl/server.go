@@ -215,13 +215,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.started = true
 	s.mu.Unlock()
 
-	host, _ := os.Hostname()
-	ids := make([]api.BehaviorID, len(s.behaviors))
-	for i, b := range s.behaviors {
-		ids[i] = b.ID
-	}
-	if err := s.st.RegisterNode(ctx, store.Node{ID: s.cfg.Node, Host: host, PID: os.Getpid(),
-		Behaviors: ids, MaxWorkers: s.cfg.MaxWorkers}); err != nil {
+	if err := s.register(ctx); err != nil {
 		return fmt.Errorf("start server: %w", err)
 	}
 	s.hub.setOnDue(s.wakeClaimer)
@@ -260,8 +254,23 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("start server: behavior %s: %w", b.ID, err)
 		}
 	}
-	s.log.Info("stint: server started", "node", s.cfg.Node, "behaviors", ids, "max_workers", s.cfg.MaxWorkers)
+	s.log.Info("stint: server started", "node", s.cfg.Node, "behaviors", s.behaviorIDs(), "max_workers", s.cfg.MaxWorkers)
 	return nil
+}
+
+// register records the node in the nodes table.
+func (s *Server) register(ctx context.Context) error {
+	host, _ := os.Hostname()
+	return s.st.RegisterNode(ctx, store.Node{ID: s.cfg.Node, Host: host, PID: os.Getpid(),
+		Behaviors: s.behaviorIDs(), MaxWorkers: s.cfg.MaxWorkers})
+}
+
+func (s *Server) behaviorIDs() []api.BehaviorID {
+	ids := make([]api.BehaviorID, len(s.behaviors))
+	for i, b := range s.behaviors {
+		ids[i] = b.ID
+	}
+	return ids
 }
 
 // Stop stops claiming and waits for running tasks to finish until ctx is

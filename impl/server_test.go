@@ -405,3 +405,16 @@ func TestStopReleasesRunningTasks(t *testing.T) {
 		return e.count(`SELECT count(*) FROM test_run WHERE node = 'next'`) == 1
 	})
 }
+
+func TestNodeDroppedAsDeadRegistersAgain(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.server("comeback", 5*time.Second, func(c *impl.ServerConfig) { c.NodeHeartbeat = 100 * time.Millisecond })
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_node WHERE id = 'comeback'`))
+	// Another node's maintenance dropped it (say, after a long pause).
+	_, err := e.pool.Exec(e.ctx, `DELETE FROM stint_node`)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the node to register again", func() bool {
+		return e.count(`SELECT count(*) FROM stint_node WHERE id = 'comeback'`) == 1
+	})
+}

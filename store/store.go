@@ -217,7 +217,8 @@ type Store interface {
 
 	// RegisterNode records a node as started.
 	RegisterNode(ctx context.Context, n Node) error
-	// HeartbeatNode renews a node's heartbeat.
+	// HeartbeatNode renews a node's heartbeat; api.ErrNotFound if the node
+	// is not registered (another node dropped it as dead).
 	HeartbeatNode(ctx context.Context, id string) error
 	// DeregisterNode removes a node.
 	DeregisterNode(ctx context.Context, id string) error

@@ -737,8 +737,12 @@ func (s *Store) RegisterNode(ctx context.Context, n store.Node) error {
 
 // HeartbeatNode renews a node's heartbeat.
 func (s *Store) HeartbeatNode(ctx context.Context, id string) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE stint_node SET heartbeat_at = now() WHERE id = $1`, id); err != nil {
+	tag, err := s.pool.Exec(ctx, `UPDATE stint_node SET heartbeat_at = now() WHERE id = $1`, id)
+	if err != nil {
 		return fmt.Errorf("heartbeat node %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("heartbeat node %s: %w", id, api.ErrNotFound)
 	}
 	return nil
 }
