@@ -215,6 +215,7 @@ Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
 		c.newSubmitCmd(),
 		c.newTasksCmd(),
 		c.newNodesCmd(),
+		c.newStatsCmd(),
 		c.newIngestCmd(), c.newBatchesCmd(),
 		c.newReplicationsCmd(),
 	)

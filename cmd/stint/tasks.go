@@ -29,6 +29,7 @@ func (c *cli) newTasksCmd() *cobra.Command {
 	}
 	cmd.AddCommand(c.newTasksLsCmd(), c.newTasksShowCmd())
 	cmd.AddCommand(c.newTaskActionCmds()...)
+	cmd.AddCommand(c.newTasksWaitCmd())
 	return cmd
 }
 

@@ -162,3 +162,35 @@ func TestTaskActions(t *testing.T) {
 	r = runCLI(ctx, "tasks", "rm", "bad id!", "--db", dsn)
 	require.Equal(t, exitUsage, r.code)
 }
+
+func TestTasksWaitAndStats(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 2*time.Minute)
+	dsn := pgtest.New(t)
+
+	r := runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"waited","delay_ms":200}`, "--id", "task-waited", "--db", dsn)
+	requireOK(t, r)
+	r = runCLI(ctx, "stats", "--db", dsn)
+	requireOK(t, r)
+	require.Regexp(t, `(?m)^demo\.echo\s+scheduled\s+1$`, r.stdout)
+	require.Regexp(t, `(?m)^demo\.echo\s+1\s+\S+$`, r.stdout, "one task due now")
+
+	r = runCLI(ctx, "tasks", "wait", "task-waited", "--timeout", "100ms", "--db", dsn)
+	require.Equal(t, exitFailure, r.code, "no server runs it: the wait times out")
+
+	startServer(t, ctx, dsn, "node-wait")
+	r = runCLI(ctx, "tasks", "wait", "task-waited", "--db", dsn)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, "task task-waited: success")
+	require.Contains(t, r.stdout, `"text": "waited"`)
+
+	r = runCLI(ctx, "tasks", "wait", "no-such-task", "--db", dsn)
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, "task no-such-task not found")
+	r = runCLI(ctx, "tasks", "wait", "bad id!", "--db", dsn)
+	require.Equal(t, exitUsage, r.code)
+
+	r = runCLI(ctx, "stats", "--json", "--db", dsn)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, `"Counts"`)
+}

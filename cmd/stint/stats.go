@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store/postgres"
+)
+
+// newStatsCmd returns `stint stats`: task counts per behavior and status,
+// the backlog due now with its lag, and running tasks per node.
+func (c *cli) newStatsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Show task counts per behavior and status, the backlog and running tasks per node",
+		Args:  exactArgs(0),
+	}
+	db := addDBFlag(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the statistics as JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		ctx := cmd.Context()
+		st, err := openStore(ctx, db, postgres.MaxConns(2))
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		stats, err := st.Stats(ctx)
+		if err != nil {
+			return fmt.Errorf("read statistics: %w", schemaHint(err))
+		}
+		if asJSON {
+			return writeJSON(c.stdout, stats)
+		}
+		tw := newTable(c.stdout)
+		fmt.Fprintln(tw, "BEHAVIOR\tSTATUS\tTASKS")
+		for _, n := range stats.Counts {
+			fmt.Fprintf(tw, "%s\t%s\t%d\n", n.Behavior, n.Status, n.Count)
+		}
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "BEHAVIOR\tDUE NOW\tOLDEST DUE")
+		for _, d := range stats.Due {
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", d.Behavior, d.Count, formatAge(d.OldestAge))
+		}
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "NODE\tRUNNING\tLEASE EXPIRED")
+		for _, n := range stats.Running {
+			fmt.Fprintf(tw, "%s\t%d\t%d\n", orDash(n.Node), n.Running, n.Expired)
+		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("write table: %w", err)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// newTasksWaitCmd returns `stint tasks wait`: await a task submitted
+// elsewhere, showing its progress.
+func (c *cli) newTasksWaitCmd() *cobra.Command {
+	var (
+		asJSON  bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "wait ID",
+		Short: "Wait for a task to finish, showing its progress; exit 1 if it failed",
+		Args:  exactArgs(1, "ID"),
+	}
+	db := addDBFlag(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the finished task as JSON")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "stop waiting after this long (0: no limit)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		id := api.TaskID(args[0])
+		if err := spi.CheckTaskID("id", id); err != nil {
+			return err
+		}
+		if timeout < 0 {
+			return usageErrorf("--timeout %s is negative", timeout)
+		}
+		client, closeClient, err := c.openClient(ctx, db)
+		if err != nil {
+			return err
+		}
+		defer closeClient()
+		if timeout > 0 {
+			var cancel func()
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		t, err := c.awaitWithProgress(ctx, client, id)
+		switch {
+		case errors.Is(err, api.ErrNotFound):
+			return fmt.Errorf("task %s not found", id)
+		case err != nil:
+			return fmt.Errorf("wait for task %s: %w", id, err)
+		}
+		if asJSON {
+			if err := writeJSON(c.stdout, t); err != nil {
+				return err
+			}
+		} else {
+			printOutcome(c.stdout, t)
+		}
+		if t.Status == api.StatusFailure {
+			return silentExit(exitFailure)
+		}
+		return nil
+	}
+	return cmd
+}
