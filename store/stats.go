@@ -11,39 +11,39 @@ import (
 // clock.
 type Stats struct {
 	// Now is the database's clock at the snapshot.
-	Now time.Time
+	Now time.Time `json:"now"`
 	// Counts are the tasks per behavior and status; absent pairs are zero.
-	Counts []StatusCount
+	Counts []StatusCount `json:"counts"`
 	// Due are the tasks per behavior that are due now and waiting for a
 	// worker: not running, not held, not in a held group.
-	Due []DueCount
+	Due []DueCount `json:"due"`
 	// Running are the running tasks per node.
-	Running []NodeRunning
+	Running []NodeRunning `json:"running"`
 }
 
 // StatusCount is the number of tasks of a behavior in a status.
 type StatusCount struct {
-	Behavior api.BehaviorID
-	Status   api.Status
-	Count    int64
+	Behavior api.BehaviorID `json:"behavior"`
+	Status   api.Status     `json:"status"`
+	Count    int64          `json:"count"`
 }
 
 // DueCount is the backlog of one behavior.
 type DueCount struct {
-	Behavior api.BehaviorID
+	Behavior api.BehaviorID `json:"behavior"`
 	// Count is the number of tasks due now.
-	Count int64
+	Count int64 `json:"count"`
 	// OldestAge is how long the longest-waiting of them has been due: the
 	// queue lag.
-	OldestAge time.Duration
+	OldestAge time.Duration `json:"oldest_age"`
 }
 
 // NodeRunning counts the running tasks of one node.
 type NodeRunning struct {
-	Node string
+	Node string `json:"node"`
 	// Running is the number of tasks whose lease the node holds.
-	Running int64
+	Running int64 `json:"running"`
 	// Expired is how many of them have an expired lease: tasks of a node
 	// that stopped renewing, waiting to be taken over.
-	Expired int64
+	Expired int64 `json:"expired"`
 }

@@ -192,5 +192,5 @@ func TestTasksWaitAndStats(t *testing.T) {
 
 	r = runCLI(ctx, "stats", "--json", "--db", dsn)
 	requireOK(t, r)
-	require.Contains(t, r.stdout, `"Counts"`)
+	require.Contains(t, r.stdout, `"counts"`)
 }
