@@ -197,7 +197,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	for range cfg.ClaimConcurrency {
 		s.wakes = append(s.wakes, make(chan struct{}, 1))
 	}
-	observeRunning(cfg.MeterProvider, s.Running)
+	observeServer(cfg.MeterProvider, s.Running, st.QueueLag)
 	return s, nil
 }
 

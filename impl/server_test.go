@@ -53,6 +53,9 @@ func TestClientNeverRuns(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, api.StatusScheduled, task.Status)
 	require.Zero(t, e.count(`SELECT count(*) FROM test_run`))
+	lag, err := e.st.QueueLag(e.ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, lag, 300*time.Millisecond, "the task has waited at least as long as the await")
 }
 
 func TestServersRunEachTaskOnce(t *testing.T) {

@@ -33,15 +33,30 @@ type telemetry struct {
 	attrs sync.Map // api.BehaviorID -> metric.MeasurementOption, built once
 }
 
-// observeRunning registers a gauge of the tasks a server runs.
-func observeRunning(mp metric.MeterProvider, running func() int) {
+// observeServer registers the gauges of a server: the tasks it runs, and
+// the queue lag (the age of the oldest due task), which is read from the
+// database only when a reader collects it.
+func observeServer(mp metric.MeterProvider, running func() int, lag func(context.Context) (time.Duration, error)) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	_, _ = mp.Meter(instrumentationName).Int64ObservableGauge("stint.tasks.running",
+	m := mp.Meter(instrumentationName)
+	_, _ = m.Int64ObservableGauge("stint.tasks.running",
 		metric.WithDescription("Tasks this node runs now."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(int64(running()))
+			return nil
+		}))
+	_, _ = m.Float64ObservableGauge("stint.queue.lag", metric.WithUnit("s"),
+		metric.WithDescription("How long the longest-waiting due task has been due."),
+		metric.WithFloat64Callback(func(ctx context.Context, o metric.Float64Observer) error {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			d, err := lag(ctx)
+			if err != nil {
+				return err
+			}
+			o.Observe(d.Seconds())
 			return nil
 		}))
 }

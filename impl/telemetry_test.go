@@ -71,6 +71,16 @@ func TestRunSpanLinksToSubmitSpanAndCountersMatch(t *testing.T) {
 			}
 		}
 	}
+	gauges := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if g, ok := m.Data.(metricdata.Gauge[float64]); ok && len(g.DataPoints) > 0 {
+				gauges[m.Name] = g.DataPoints[0].Value
+			}
+		}
+	}
+	require.Contains(t, gauges, "stint.queue.lag")
+	require.Zero(t, gauges["stint.queue.lag"], "nothing is due")
 	require.Equal(t, int64(n), sums["stint.tasks.submitted"])
 	require.Equal(t, int64(n), sums["stint.tasks.claimed"])
 	require.Equal(t, int64(n), sums["stint.tasks.succeeded"])

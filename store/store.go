@@ -226,6 +226,9 @@ type Store interface {
 	Nodes(ctx context.Context) ([]Node, error)
 	// Stats returns a consistent snapshot of task counts for operators.
 	Stats(ctx context.Context) (Stats, error)
+	// QueueLag returns how long the longest-waiting due task (not running,
+	// not held) has been due; zero when none is.
+	QueueLag(ctx context.Context) (time.Duration, error)
 
 	// Listen calls fn for every notification on channels until ctx ends,
 	// reconnecting after errors. After each (re)connect it calls fn with

@@ -68,3 +68,16 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	}
 	return st, nil
 }
+
+// QueueLag returns the age of the oldest due task, by the database clock.
+// It reads only the claim index's due rows.
+func (s *Store) QueueLag(ctx context.Context) (time.Duration, error) {
+	var us int64
+	err := s.pool.QueryRow(ctx, `
+		SELECT coalesce((extract(epoch FROM now() - min(schedule_not_before)) * 1e6)::bigint, 0)
+		FROM stint_task WHERE schedule_not_before <= now() AND status <> 'running'`).Scan(&us)
+	if err != nil {
+		return 0, fmt.Errorf("read queue lag: %w", err)
+	}
+	return time.Duration(max(us, 0)) * time.Microsecond, nil
+}
