@@ -104,8 +104,7 @@ var parentKind = api.Kind[ParentParams, ParentResult]{ID: "test.parent"}
 // parent is test.parent: its first run spawns children and waits for them;
 // its second counts them.
 type parent struct {
-	pool  *pgxpool.Pool
-	tasks func() api.Tasks
+	pool *pgxpool.Pool
 }
 
 func (parent) Kind() api.Kind[ParentParams, ParentResult]    { return parentKind }

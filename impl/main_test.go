@@ -3,7 +3,6 @@ package impl_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -244,5 +243,3 @@ func workReq(kind api.Kind[WorkParams, WorkResult], p WorkParams) api.SubmitRequ
 	}
 	return api.SubmitRequest{Behavior: kind.ID, Params: raw}
 }
-
-func isInvalid(err error) bool { return errors.Is(err, api.ErrInvalid) }

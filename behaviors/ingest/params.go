@@ -310,7 +310,7 @@ func checkIdentifier(id string) error {
 		return nil
 	}
 	if !identifierPattern.MatchString(id) || strings.Contains(id, "..") {
-		return fmt.Errorf("primary identifier %q: want 1 to %d characters from A-Z a-z 0-9 : / . _ - without ..", truncate(id), maxIdentLen)
+		return fmt.Errorf("primary identifier %q: want 1 to %d characters from A-Z a-z 0-9 : / . _ - and no \"..\"", truncate(id), maxIdentLen)
 	}
 	return nil
 }

@@ -251,8 +251,7 @@ func TestFailureAndRecovery(t *testing.T) {
 
 	t.Run("not enough space waits in provisioning", func(t *testing.T) {
 		t.Parallel()
-		var r *recovery
-		r = startRecovery(t, func(e *tenv) []line {
+		r := startRecovery(t, func(e *tenv) []line {
 			e.free.Store(10) // less than any estimate
 			return []line{e.fileLine("bad", "big.bin", "sha256", content("big", 50000))}
 		})

@@ -251,12 +251,7 @@ func lookupServerUser() (*serverUser, error) {
 // command returns a command for the server binary name that runs as the server user, in the data
 // directory, with an environment free of libpq variables.
 func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	var cmd *exec.Cmd
-	if ctx != nil {
-		cmd = exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
-	} else {
-		cmd = exec.Command(filepath.Join(c.binDir, name), args...)
-	}
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
 	cmd.Dir = c.dataDir
 	cmd.Env = serverEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -372,7 +367,8 @@ func (c *Cluster) startServer(ctx context.Context) error {
 			"-c", "full_page_writes=off",
 		)
 	}
-	cmd := c.command(nil, "postgres", args...)
+	// The server outlives the start-up context: it runs until Stop.
+	cmd := c.command(context.Background(), "postgres", args...)
 	if c.detach {
 		cmd.SysProcAttr.Setsid = true
 		cmd.Stdout, cmd.Stderr = logFile, logFile
