@@ -3,11 +3,8 @@ package impl_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +13,7 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/behaviors/demo"
 	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/childtest"
 	"github.com/stinthq/stint/store"
 )
 
@@ -89,19 +87,7 @@ func TestServersRunEachTaskOnce(t *testing.T) {
 func TestKilledNodeTasksAreTakenOver(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	child := exec.Command(exe)
-	child.Env = append(os.Environ(), envChildDSN+"="+e.dsn, envChildNode+"=doomed", envChildLease+"=1000")
-	out, err := child.StdoutPipe()
-	require.NoError(t, err)
-	child.Stderr = os.Stderr
-	require.NoError(t, child.Start())
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	buf := make([]byte, 6)
-	_, err = out.Read(buf)
-	require.NoError(t, err)
-	require.Equal(t, "ready\n", string(buf))
+	child := childtest.Start(t, envChildDSN+"="+e.dsn, envChildNode+"=doomed", envChildLease+"=1000")
 
 	c := e.client()
 	const n = 20
@@ -109,13 +95,12 @@ func TestKilledNodeTasksAreTakenOver(t *testing.T) {
 	for i := range reqs {
 		reqs[i] = workReq(workKind, WorkParams{Key: fmt.Sprint("k", i), BlockFirst: true})
 	}
-	_, err = c.SubmitMany(e.ctx, reqs)
+	_, err := c.SubmitMany(e.ctx, reqs)
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, "the child to run every task", func() bool {
 		return e.count(`SELECT count(*) FROM test_run WHERE node = 'doomed'`) == n
 	})
-	require.NoError(t, child.Process.Signal(syscall.SIGKILL))
-	_ = child.Wait()
+	require.NoError(t, child.Kill())
 	killed := time.Now()
 
 	e.server("survivor", time.Second)

@@ -2,9 +2,7 @@ package ingest_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/behaviors/ingest"
+	"github.com/stinthq/stint/internal/childtest"
 )
 
 // notClaimedFor checks, for a while, that none of ids is claimed. It is
@@ -106,20 +105,8 @@ func TestCollectionHold(t *testing.T) {
 func TestKilledNodeMidDownload(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	child := exec.Command(exe)
-	child.Env = append(os.Environ(), envChildDSN+"="+e.dsn, envChildNode+"=doomed",
+	child := childtest.Start(t, envChildDSN+"="+e.dsn, envChildNode+"=doomed",
 		envChildWork+"="+e.work, envChildStorage+"="+e.storage)
-	out, err := child.StdoutPipe()
-	require.NoError(t, err)
-	child.Stderr = os.Stderr
-	require.NoError(t, child.Start())
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	buf := make([]byte, 6)
-	_, err = out.Read(buf)
-	require.NoError(t, err)
-	require.Equal(t, "ready\n", string(buf))
 
 	blocked := e.fs.blockFirst("/files/obj/c.bin")
 	batch := e.submit(manifest(
@@ -139,8 +126,7 @@ func TestKilledNodeMidDownload(t *testing.T) {
 		_, b := p.Downloaded["b.bin"]
 		return p.Status == ingest.JobDownloading && a && b
 	})
-	require.NoError(t, child.Process.Signal(syscall.SIGKILL))
-	_ = child.Wait()
+	require.NoError(t, child.Kill())
 	killed := time.Now()
 
 	e.server("survivor")

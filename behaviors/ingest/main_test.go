@@ -31,6 +31,7 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/behaviors/ingest"
 	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/childtest"
 	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store/postgres"
@@ -77,7 +78,7 @@ func runChildNode() {
 	if err != nil {
 		fail(err)
 	}
-	fmt.Println("ready")
+	fmt.Println(childtest.Ready)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig

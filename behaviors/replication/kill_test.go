@@ -1,10 +1,6 @@
 package replication
 
 import (
-	"bufio"
-	"os"
-	"os/exec"
-	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/childtest"
 	"github.com/stinthq/stint/spi"
 )
 
@@ -28,33 +25,8 @@ func TestKilledNodeMidBatchLosesAndDuplicatesNothing(t *testing.T) {
 	const rows = 20_000
 	e.makeTables("items", rows)
 
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	child := exec.Command(exe)
-	child.Env = append(os.Environ(), envChildDSN+"="+e.dsn, envChildBlockAt+"=25")
-	out, err := child.StdoutPipe()
-	require.NoError(t, err)
-	child.Stderr = os.Stderr
-	require.NoError(t, child.Start())
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	lines := make(chan string, 10)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	expect := func(want string) {
-		t.Helper()
-		select {
-		case got := <-lines:
-			require.Equal(t, want, got)
-		case <-time.After(time.Minute):
-			t.Fatalf("the child did not print %q", want)
-		}
-	}
-	expect("ready")
+	child := childtest.Start(t, envChildDSN+"="+e.dsn, envChildBlockAt+"=25")
+	expect := func(want string) { t.Helper(); child.Expect(t, want) }
 
 	// Submit from a client-only process: nothing runs here yet.
 	reg := spi.NewRegistry()
@@ -71,8 +43,7 @@ func TestKilledNodeMidBatchLosesAndDuplicatesNothing(t *testing.T) {
 	expect("mid-batch")
 	_, atKill := progress(t, e.ctx, client, f.ID())
 	committed := countRows(t, e.dst, "items")
-	require.NoError(t, child.Process.Signal(syscall.SIGKILL))
-	_ = child.Wait()
+	require.NoError(t, child.Kill())
 	killed := time.Now()
 	t.Logf("killed the child inside batch 25: %d rows committed to the target, the last checkpoint at change %d (%d checkpoints, layout %s)",
 		committed, atKill.Seq, atKill.Checkpoints, atKill.Layout)

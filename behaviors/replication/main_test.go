@@ -22,6 +22,7 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/childtest"
 	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store/postgres"
@@ -92,7 +93,7 @@ func runChildNode() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fmt.Println("ready")
+	fmt.Println(childtest.Ready)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/childtest"
 	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store/postgres"
@@ -126,7 +126,7 @@ func runNode() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fmt.Println("ready")
+	fmt.Println(childtest.Ready)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM)
 	<-sig
@@ -188,18 +188,7 @@ func newCluster(t *testing.T) *cluster {
 
 // start starts a node process and waits until it is ready.
 func (c *cluster) start(n *node) {
-	exe, err := os.Executable()
-	require.NoError(c.t, err)
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), envDSN+"="+n.dsn, envNode+"="+n.name)
-	out, err := cmd.StdoutPipe()
-	require.NoError(c.t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(c.t, cmd.Start())
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(c.t, err, "node %s did not start", n.name)
-	require.Equal(c.t, "ready\n", line)
-	n.cmd = cmd
+	n.cmd = childtest.Start(c.t, envDSN+"="+n.dsn, envNode+"="+n.name).Cmd
 }
 
 func (c *cluster) startAll() {

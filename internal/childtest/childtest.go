@@ -1,0 +1,83 @@
+// Package childtest runs the test binary again as a child process, for
+// tests that must kill or freeze a real process (SIGKILL, SIGSTOP): a
+// server node that dies mid-run. The child side is the test package's
+// TestMain, which sees its environment variables, starts its node and
+// prints Ready.
+package childtest
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Ready is the line a child prints on stdout once it is up.
+const Ready = "ready"
+
+// Child is a running child process.
+type Child struct {
+	// Cmd is the child's command; its Process is running.
+	Cmd   *exec.Cmd
+	lines chan string
+}
+
+// Start runs the test binary again with env (KEY=value pairs) added to the
+// environment, waits up to a minute for it to print Ready, and kills it
+// when the test ends. The child's stderr goes to the test's.
+func Start(t testing.TB, env ...string) *Child {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatalf("childtest: find the test binary: %v", err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatalf("childtest: %v", err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("childtest: start the child: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	c := &Child{Cmd: cmd, lines: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+	}()
+	c.Expect(t, Ready)
+	return c
+}
+
+// Expect waits up to a minute for the child's next line and fails the
+// test unless it is want.
+func (c *Child) Expect(t testing.TB, want string) {
+	t.Helper()
+	select {
+	case got, ok := <-c.lines:
+		if !ok {
+			t.Fatalf("childtest: the child exited before printing %q", want)
+		}
+		if got != want {
+			t.Fatalf("childtest: the child printed %q, want %q", got, want)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("childtest: the child did not print %q within a minute", want)
+	}
+}
+
+// Kill kills the child with SIGKILL and reaps it.
+func (c *Child) Kill() error {
+	if err := c.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	_ = c.Cmd.Wait() // "signal: killed" is the expected outcome
+	return nil
+}
