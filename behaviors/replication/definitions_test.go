@@ -78,6 +78,14 @@ func TestCollisions(t *testing.T) {
 	carol, err := Define(e.ctx, e.st.Pool(), srv, Definition{Name: "carol", Continuous: true, Params: owned("carol")})
 	require.NoError(t, err)
 	waitState(t, e, srv, carol, StateRunning)
+	// Running is the claim; the collision lock is taken a moment later.
+	// Until carol holds it, dave's run could take it first.
+	waitFor(t, 30*time.Second, "carol to hold the replication lock", func() bool {
+		var held bool
+		err := e.dst.QueryRow(e.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+			WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1)`, appName(carol, true)).Scan(&held)
+		return err == nil && held
+	})
 	d := submit(t, e.ctx, srv, owned("dave"), true)
 	task = waitState(t, e, srv, d.ID(), StateFailed)
 	require.Equal(t, codeCollision, task.Error.Code)
