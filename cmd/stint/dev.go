@@ -133,7 +133,7 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	defer st.Close()
 	ingestDemo := c.prepareIngestDemo(dir, st.Pool()) // before registry(): configures the ingest behaviors
 	srv, err := impl.NewServer(st, impl.ServerConfig{
-		Registry:   registry(),
+		Registry:   serverRegistry(st),
 		MaxWorkers: o.workers,
 		Logger:     c.log,
 	})

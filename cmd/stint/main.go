@@ -38,6 +38,7 @@ import (
 	"github.com/stinthq/stint/behaviors/demo"
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
 	"github.com/stinthq/stint/store/postgres"
 )
 
@@ -73,15 +74,20 @@ func main() {
 	os.Exit(code)
 }
 
-// registry returns a registry holding every built-in behavior. It is the one
+// registry returns a registry holding every built-in behavior, for
+// commands that submit and inspect but run nothing.
+func registry() *spi.Registry { return serverRegistry(nil) }
+
+// serverRegistry returns a registry holding every built-in behavior, wired
+// to st, the store a server runs on (nil for submit-only use). It is the one
 // place where built-in behaviors are wired into the CLI: add new ones here.
-func registry() *spi.Registry {
+func serverRegistry(st store.Store) *spi.Registry {
 	reg := spi.NewRegistry()
 	for _, register := range []func(*spi.Registry) error{
 		demo.Register,
 		registerIngest,
 		registerReplication,
-		registerCleanup,
+		func(reg *spi.Registry) error { return registerCleanup(reg, st) },
 	} {
 		if err := register(reg); err != nil {
 			// A built-in behavior that does not register is a programming

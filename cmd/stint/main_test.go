@@ -78,7 +78,7 @@ func startServer(t *testing.T, ctx context.Context, dsn, node string) *impl.Serv
 	t.Cleanup(st.Close)
 	srv, err := impl.NewServer(st, impl.ServerConfig{
 		Node:              node,
-		Registry:          registry(),
+		Registry:          serverRegistry(st),
 		PollInterval:      100 * time.Millisecond,
 		AwaitPollInterval: 100 * time.Millisecond,
 		Logger:            slog.New(slog.NewTextHandler(t.Output(), nil)),

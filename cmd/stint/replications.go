@@ -78,13 +78,19 @@ func registerReplication(reg *spi.Registry) error {
 	})
 }
 
-// registerCleanup registers the cleanup behavior for the behaviors of reg;
-// its store is opened on first use (see builtinStores).
-func registerCleanup(reg *spi.Registry) error {
-	return cleanup.Register(reg, lazyCleanupStore{}, cleanup.Config{})
+// registerCleanup registers the cleanup behavior for the behaviors of reg,
+// working on st, the server's store; with a nil st (a registry for
+// submitting only) its store is opened on first use.
+func registerCleanup(reg *spi.Registry, st store.Store) error {
+	if st == nil {
+		return cleanup.Register(reg, lazyCleanupStore{}, cleanup.Config{})
+	}
+	return cleanup.Register(reg, st, cleanup.Config{})
 }
 
-// lazyCleanupStore is the cleanup behavior's store, opened on first use.
+// lazyCleanupStore is the cleanup behavior's store when the registry is not
+// a server's (see serverRegistry): opened on first use, from the database
+// the command opened.
 type lazyCleanupStore struct{}
 
 // DeleteFinished deletes a batch of old finished tasks; see store.Store.

@@ -72,7 +72,7 @@ func (c *cli) runServer(ctx context.Context, o *serverOptions) error {
 	defer st.Close()
 	srv, err := impl.NewServer(st, impl.ServerConfig{
 		Node:       o.node,
-		Registry:   registry(),
+		Registry:   serverRegistry(st),
 		Behaviors:  behaviors,
 		MaxWorkers: o.workers,
 		Logger:     c.log,
