@@ -17,6 +17,7 @@ func FuzzDecode(f *testing.F) {
 		`{}`, `{"name":"ok","count":2}`, `{"name":"a","inner":{"url":"http://x"}}`, `{"name":"\u0000"}`,
 		`{"name":"a","x":1}`, `[`, `{"name":1e999}`, `{"name":"a"}{}`, "\xff\xfe", `{"inner":{"url":[1,2]}}`,
 		`{"name":"` + string(make([]byte, 200)) + `"}`, `{"count":-9223372036854775809}`, `null`,
+		"{\"nAme\":\"\xff000\"}", `{"name":"ééééé"}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -33,7 +34,8 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		got := p.(params)
-		if got.Name == "" || len(got.Name) > 5 || got.Count < 0 {
+		// max=5 counts characters, not bytes.
+		if got.Name == "" || utf8.RuneCountInString(got.Name) > 5 || got.Count < 0 {
 			t.Fatalf("decode %q: accepted invalid params %+v", raw, got)
 		}
 	})
