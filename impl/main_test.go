@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,28 +40,12 @@ func TestMain(m *testing.M) {
 // runChildNode runs a server node in this process until it is killed, for
 // tests that SIGKILL a real process. It prints "ready" once started.
 func runChildNode() {
-	ctx := context.Background()
-	st, err := postgres.Open(ctx, os.Getenv(envChildDSN))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	leaseMS, _ := strconv.Atoi(os.Getenv(envChildLease))
-	node := os.Getenv(envChildNode)
-	reg := testRegistry(st.Pool(), node, time.Duration(leaseMS)*time.Millisecond)
-	srv, err := impl.NewServer(st, impl.ServerConfig{Node: node, Registry: reg, PollInterval: 100 * time.Millisecond})
-	if err == nil {
-		err = srv.Start(ctx)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Println(childtest.Ready)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
-	_ = srv.Stop(ctx)
+	childtest.Serve(os.Getenv(envChildDSN), func(st *postgres.Store) (*impl.Server, error) {
+		leaseMS, _ := strconv.Atoi(os.Getenv(envChildLease))
+		node := os.Getenv(envChildNode)
+		reg := testRegistry(st.Pool(), node, time.Duration(leaseMS)*time.Millisecond)
+		return impl.NewServer(st, impl.ServerConfig{Node: node, Registry: reg, PollInterval: 100 * time.Millisecond})
+	})
 }
 
 // WorkParams are the params of test.work.

@@ -15,13 +15,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,32 +55,14 @@ func TestMain(m *testing.M) {
 // process until it is killed, for the test that SIGKILLs a node
 // mid-download. It prints "ready" once started.
 func runChildNode() {
-	ctx := context.Background()
-	fail := func(err error) {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	st, err := postgres.Open(ctx, os.Getenv(envChildDSN))
-	if err != nil {
-		fail(err)
-	}
-	reg := spi.NewRegistry()
-	cfg := testConfig(os.Getenv(envChildWork), os.Getenv(envChildStorage), st.Pool())
-	if err := ingest.Register(reg, cfg); err != nil {
-		fail(err)
-	}
-	srv, err := impl.NewServer(st, impl.ServerConfig{Node: os.Getenv(envChildNode), Registry: reg, PollInterval: 50 * time.Millisecond})
-	if err == nil {
-		err = srv.Start(ctx)
-	}
-	if err != nil {
-		fail(err)
-	}
-	fmt.Println(childtest.Ready)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
-	_ = srv.Stop(ctx)
+	childtest.Serve(os.Getenv(envChildDSN), func(st *postgres.Store) (*impl.Server, error) {
+		reg := spi.NewRegistry()
+		cfg := testConfig(os.Getenv(envChildWork), os.Getenv(envChildStorage), st.Pool())
+		if err := ingest.Register(reg, cfg); err != nil {
+			return nil, err
+		}
+		return impl.NewServer(st, impl.ServerConfig{Node: os.Getenv(envChildNode), Registry: reg, PollInterval: 50 * time.Millisecond})
+	})
 }
 
 // submitRegistry holds the ingest behaviors for submits only.

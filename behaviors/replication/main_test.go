@@ -7,12 +7,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -65,39 +63,22 @@ func testConfig(db *pgxpool.Pool) Config {
 // is killed, for tests that SIGKILL a real process. It prints "ready" once
 // started.
 func runChildNode() {
-	ctx := context.Background()
-	st, err := postgres.Open(ctx, os.Getenv(envChildDSN))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	cfg := testConfig(st.Pool())
-	blockAt, _ := strconv.Atoi(os.Getenv(envChildBlockAt))
-	var once sync.Once
-	cfg.hook = func(ctx context.Context, event string, _ api.TaskID, n int64) {
-		if event == "batch-written" && n == int64(blockAt) {
-			once.Do(func() { fmt.Println("mid-batch") })
-			select {} // stay inside the transaction until killed
+	childtest.Serve(os.Getenv(envChildDSN), func(st *postgres.Store) (*impl.Server, error) {
+		cfg := testConfig(st.Pool())
+		blockAt, _ := strconv.Atoi(os.Getenv(envChildBlockAt))
+		var once sync.Once
+		cfg.hook = func(ctx context.Context, event string, _ api.TaskID, n int64) {
+			if event == "batch-written" && n == int64(blockAt) {
+				once.Do(func() { fmt.Println("mid-batch") })
+				select {} // stay inside the transaction until killed
+			}
 		}
-	}
-	reg := spi.NewRegistry()
-	if err := Register(reg, cfg); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	srv, err := impl.NewServer(st, impl.ServerConfig{Node: "doomed", Registry: reg, PollInterval: 50 * time.Millisecond})
-	if err == nil {
-		err = srv.Start(ctx)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Println(childtest.Ready)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
-	_ = srv.Stop(ctx)
+		reg := spi.NewRegistry()
+		if err := Register(reg, cfg); err != nil {
+			return nil, err
+		}
+		return impl.NewServer(st, impl.ServerConfig{Node: "doomed", Registry: reg, PollInterval: 50 * time.Millisecond})
+	})
 }
 
 // env is one test's databases: stint's, a source and a target.

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -110,29 +109,11 @@ func registry(pool *pgxpool.Pool, node string) *spi.Registry {
 
 // runNode is a server process: it runs until SIGTERM or SIGKILL.
 func runNode() {
-	ctx := context.Background()
-	st, err := postgres.Open(ctx, os.Getenv(envDSN))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	node := os.Getenv(envNode)
-	srv, err := impl.NewServer(st, impl.ServerConfig{Node: node, Registry: registry(st.Pool(), node), MaxWorkers: 50,
-		PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err == nil {
-		err = srv.Start(ctx)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Println(childtest.Ready)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM)
-	<-sig
-	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_ = srv.Stop(stopCtx)
+	childtest.Serve(os.Getenv(envDSN), func(st *postgres.Store) (*impl.Server, error) {
+		node := os.Getenv(envNode)
+		return impl.NewServer(st, impl.ServerConfig{Node: node, Registry: registry(st.Pool(), node), MaxWorkers: 50,
+			PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	})
 }
 
 // cluster is one scenario: a database, three node processes and a client.

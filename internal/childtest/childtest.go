@@ -7,11 +7,17 @@ package childtest
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/store/postgres"
 )
 
 // Ready is the line a child prints on stdout once it is up.
@@ -80,4 +86,32 @@ func (c *Child) Kill() error {
 	}
 	_ = c.Cmd.Wait() // "signal: killed" is the expected outcome
 	return nil
+}
+
+// Serve is the child's side, called from TestMain: it opens the store at
+// dsn, builds a server with newServer, starts it, prints Ready and runs
+// until SIGTERM or SIGINT, then stops it gracefully. Any error ends the
+// process with status 1.
+func Serve(dsn string, newServer func(st *postgres.Store) (*impl.Server, error)) {
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, dsn)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv, err := newServer(st)
+	if err == nil {
+		err = srv.Start(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(Ready)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = srv.Stop(stopCtx)
 }
