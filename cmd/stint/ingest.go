@@ -60,14 +60,18 @@ func setIngestDatabase(dsn string) {
 }
 
 // registerIngest registers ingest.batch and ingest.job with the current
-// settings. The inventory pool is opened on first use, from the database
-// the command opened (or $STINT_DATABASE_URL).
-func registerIngest(reg *spi.Registry) error {
+// settings. The inventory lives in the server's database (serverPool);
+// without one, its pool is opened on first use from the database the
+// command opened (or $STINT_DATABASE_URL).
+func registerIngest(reg *spi.Registry, serverPool *pgxpool.Pool) error {
 	s := &ingestSettings
 	s.mu.Lock()
 	dir, dsn, pool, log := s.dir, s.dsn, s.pool, s.log
 	profiles := s.profiles
 	s.mu.Unlock()
+	if serverPool != nil {
+		pool = serverPool
+	}
 	if log == nil {
 		log = slog.Default()
 	}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -38,7 +39,6 @@ import (
 	"github.com/stinthq/stint/behaviors/demo"
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/spi"
-	"github.com/stinthq/stint/store"
 	"github.com/stinthq/stint/store/postgres"
 )
 
@@ -79,14 +79,19 @@ func main() {
 func registry() *spi.Registry { return serverRegistry(nil) }
 
 // serverRegistry returns a registry holding every built-in behavior, wired
-// to st, the store a server runs on (nil for submit-only use). It is the one
+// to st, the store a server runs on (nil for submit-only use: the behaviors
+// then open the database the command recorded, on first use). It is the one
 // place where built-in behaviors are wired into the CLI: add new ones here.
-func serverRegistry(st store.Store) *spi.Registry {
+func serverRegistry(st *postgres.Store) *spi.Registry {
+	var pool *pgxpool.Pool
+	if st != nil {
+		pool = st.Pool()
+	}
 	reg := spi.NewRegistry()
 	for _, register := range []func(*spi.Registry) error{
 		demo.Register,
-		registerIngest,
-		registerReplication,
+		func(reg *spi.Registry) error { return registerIngest(reg, pool) },
+		func(reg *spi.Registry) error { return registerReplication(reg, pool) },
 		func(reg *spi.Registry) error { return registerCleanup(reg, st) },
 	} {
 		if err := register(reg); err != nil {

@@ -64,11 +64,15 @@ func openBuiltinStore(ctx context.Context) (*postgres.Store, error) {
 	return st, nil
 }
 
-// registerReplication registers replication and replication.continuous;
-// their stint database is opened on first use (see builtinStores).
-func registerReplication(reg *spi.Registry) error {
+// registerReplication registers replication and replication.continuous,
+// working on the server's database (serverPool); without one, it is opened
+// on first use from the database the command recorded.
+func registerReplication(reg *spi.Registry, serverPool *pgxpool.Pool) error {
 	return replication.Register(reg, replication.Config{
 		OpenDB: func(ctx context.Context) (*pgxpool.Pool, error) {
+			if serverPool != nil {
+				return serverPool, nil
+			}
 			st, err := openBuiltinStore(ctx)
 			if err != nil {
 				return nil, err
@@ -81,7 +85,7 @@ func registerReplication(reg *spi.Registry) error {
 // registerCleanup registers the cleanup behavior for the behaviors of reg,
 // working on st, the server's store; with a nil st (a registry for
 // submitting only) its store is opened on first use.
-func registerCleanup(reg *spi.Registry, st store.Store) error {
+func registerCleanup(reg *spi.Registry, st *postgres.Store) error {
 	if st == nil {
 		return cleanup.Register(reg, lazyCleanupStore{}, cleanup.Config{})
 	}
