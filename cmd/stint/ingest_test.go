@@ -1,0 +1,81 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/internal/pgtest"
+)
+
+func TestIngestSubmitAndBatchesShow(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 2*time.Minute)
+	dsn := pgtest.New(t)
+	files := map[string]string{"/a.txt": "alpha", "/b.txt": "bravo"}
+	fs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, body)
+	}))
+	t.Cleanup(fs.Close)
+	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	manifest := filepath.Join(t.TempDir(), "objects.checkm")
+	require.NoError(t, os.WriteFile(manifest, fmt.Appendf(nil,
+		"%s/a.txt | sha256 | %s | 5 | a.txt | obj-1\n%s/b.txt | sha256 | %s | 5 | b.txt | obj-2\n",
+		fs.URL, sum("alpha"), fs.URL, sum("bravo")), 0o644))
+
+	// A bad manifest is refused before anything is stored.
+	bad := filepath.Join(t.TempDir(), "bad.checkm")
+	require.NoError(t, os.WriteFile(bad, []byte("ftp://nope/x | crc | 1\n"), 0o644))
+	r := runCLI(ctx, "ingest", "submit", "--profile", "p1", "--submitter", "me", "--manifest", bad, "--db", dsn)
+	require.Equal(t, exitUsage, r.code, r.stderr)
+	require.Contains(t, r.stderr, "line 1")
+
+	startServer(t, ctx, dsn, "node-ingest")
+	r = runCLI(ctx, "ingest", "submit", "--profile", "p1", "--submitter", "me", "--manifest", manifest, "--wait", "--json", "--db", dsn)
+	requireOK(t, r)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 2, "the submission, then the finished batch")
+	var sub struct{ ID string }
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &sub))
+	var done struct {
+		Status string
+		Result struct {
+			Report struct {
+				Jobs      int
+				Succeeded []string
+				Failed    []string
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[1]), &done))
+	require.Equal(t, "success", done.Status)
+	require.Equal(t, 2, done.Result.Report.Jobs)
+	require.Len(t, done.Result.Report.Succeeded, 2)
+	require.Empty(t, done.Result.Report.Failed)
+
+	r = runCLI(ctx, "batches", "show", sub.ID, "--db", dsn)
+	requireOK(t, r)
+	require.Regexp(t, `(?i)completed`, r.stdout)
+	require.Contains(t, r.stdout, sub.ID+"/j00000")
+	r = runCLI(ctx, "batches", "ls", "--db", dsn)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, sub.ID)
+	r = runCLI(ctx, "batches", "ls", "--json", "--db", dsn)
+	requireOK(t, r)
+	require.Contains(t, r.stdout, `"p1"`)
+}
