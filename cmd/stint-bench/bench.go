@@ -65,10 +65,10 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	}
 	var jobs []job
 	if c.burndown && c.has(sysStint) {
-		jobs = append(jobs, job{"burn-down", sysStint, b.burndownStint})
+		jobs = append(jobs, job{"burn-down", sysStint, b.onFresh("burndown", sysStint, b.burndown)})
 	}
 	if c.burndown && c.has(sysRiver) {
-		jobs = append(jobs, job{"burn-down", sysRiver, b.burndownRiver})
+		jobs = append(jobs, job{"burn-down", sysRiver, b.onFresh("burndown", sysRiver, b.burndown)})
 	}
 	if c.floor && c.has(sysFloor) {
 		jobs = append(jobs, job{"floor", sysFloor, b.floorRun})
@@ -79,10 +79,10 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	if c.streaming {
 		jobs = nil
 		if c.has(sysStint) {
-			jobs = append(jobs, job{"streaming", sysStint, b.streamingStint})
+			jobs = append(jobs, job{"streaming", sysStint, b.onFresh("streaming", sysStint, b.streaming)})
 		}
 		if c.has(sysRiver) {
-			jobs = append(jobs, job{"streaming", sysRiver, b.streamingRiver})
+			jobs = append(jobs, job{"streaming", sysRiver, b.onFresh("streaming", sysRiver, b.streaming)})
 		}
 		if len(jobs) > 0 {
 			rounds(jobs...)
@@ -155,30 +155,31 @@ func (b *bench) do(ctx context.Context, j job) []Result {
 
 // ---- burn-down
 
-func (b *bench) burndownStint(ctx context.Context) ([]Result, error) {
-	dsn, err := b.db.newDB(ctx, "burndown_stint")
-	if err != nil {
-		return nil, err
+// onFresh returns a job running scenario for system on a database of its
+// own (named prefix_system), with a harness that inserts and works.
+func (b *bench) onFresh(prefix, system string, scenario func(context.Context, harness, string, string) ([]Result, error)) func(context.Context) ([]Result, error) {
+	return func(ctx context.Context) ([]Result, error) {
+		dsn, err := b.db.newDB(ctx, prefix+"_"+system)
+		if err != nil {
+			return nil, err
+		}
+		var h harness
+		if system == sysStint {
+			sh, err := newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: true, client: true})
+			if err != nil {
+				return nil, err
+			}
+			h = sh
+		} else {
+			rh, err := newRiver(ctx, dsn, b.cfg, b.log, riverOptions{worker: true, inserter: true})
+			if err != nil {
+				return nil, err
+			}
+			h = rh
+		}
+		defer h.close()
+		return scenario(ctx, h, system, dsn)
 	}
-	h, err := newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: true, client: true})
-	if err != nil {
-		return nil, err
-	}
-	defer h.close()
-	return b.burndown(ctx, h, sysStint, dsn)
-}
-
-func (b *bench) burndownRiver(ctx context.Context) ([]Result, error) {
-	dsn, err := b.db.newDB(ctx, "burndown_river")
-	if err != nil {
-		return nil, err
-	}
-	h, err := newRiver(ctx, dsn, b.cfg, b.log, riverOptions{worker: true, inserter: true})
-	if err != nil {
-		return nil, err
-	}
-	defer h.close()
-	return b.burndown(ctx, h, sysRiver, dsn)
 }
 
 // burndown inserts cfg.n tasks in batches, then works them all: the insert
@@ -276,32 +277,6 @@ func checkCompleted(ctx context.Context, pool *pgxpool.Pool, query string, want 
 }
 
 // ---- streaming
-
-func (b *bench) streamingStint(ctx context.Context) ([]Result, error) {
-	dsn, err := b.db.newDB(ctx, "streaming_stint")
-	if err != nil {
-		return nil, err
-	}
-	h, err := newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: true, client: true})
-	if err != nil {
-		return nil, err
-	}
-	defer h.close()
-	return b.streaming(ctx, h, sysStint, dsn)
-}
-
-func (b *bench) streamingRiver(ctx context.Context) ([]Result, error) {
-	dsn, err := b.db.newDB(ctx, "streaming_river")
-	if err != nil {
-		return nil, err
-	}
-	h, err := newRiver(ctx, dsn, b.cfg, b.log, riverOptions{worker: true, inserter: true})
-	if err != nil {
-		return nil, err
-	}
-	defer h.close()
-	return b.streaming(ctx, h, sysRiver, dsn)
-}
 
 // streaming inserts batches from a goroutine of its own, keeping at most
 // cfg.streamBacklog tasks inserted but not started, while the workers run;
