@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/store"
@@ -21,7 +23,7 @@ func TestExplainHotPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 20000; i += 5000 {
+	for i := 0; i < 100000; i += 5000 {
 		tasks := make([]store.NewTask, 5000)
 		for j := range tasks {
 			tasks[j] = store.NewTask{ID: api.TaskID(fmt.Sprintf("task-%09d", i+j)), Behavior: "bench.noop", Params: []byte(`{}`), Priority: 5}
@@ -31,8 +33,16 @@ func TestExplainHotPath(t *testing.T) {
 		}
 	}
 	st.pool.Exec(ctx, "ANALYZE")
+	conn, err := st.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if os.Getenv("STINT_EXPLAIN") == "generic" {
+		conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+	}
 	explain := func(q string, args ...any) {
-		rows, err := st.pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
+		rows, err := conn.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,5 +59,18 @@ func TestExplainHotPath(t *testing.T) {
 		cols.add(store.NewTask{ID: api.TaskID(fmt.Sprintf("new-%09d", j)), Behavior: "bench.noop", Params: []byte(`{}`), Priority: 5})
 	}
 	explain(submitSQL, append(cols.args(), false, false)...)
-	_ = time.Second
+	claimed, err := st.Claim(ctx, store.ClaimRequest{Node: "n", Behaviors: []store.BehaviorLease{{Behavior: "bench.noop", Lease: time.Minute}}, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids, statuses, results []string
+	var leases []pgtype.UUID
+	var errs []*string
+	var again []int64
+	var waits []bool
+	for _, c := range claimed {
+		ids, leases, statuses, results = append(ids, string(c.ID)), append(leases, uuid(c.Lease)), append(statuses, "success"), append(results, "{}")
+		errs, again, waits = append(errs, nil), append(again, -1), append(waits, false)
+	}
+	explain(finishSQL, ids, leases, statuses, results, errs, again, waits)
 }

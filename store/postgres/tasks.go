@@ -328,7 +328,7 @@ var claimSQL = claimCTEs + `
         SELECT id FROM stint_task c
         WHERE c.schedule_not_before <= now() + $5 * interval '1 microsecond'
           AND (c.status <> 'running' OR c.schedule_not_before <= now())
-          AND c.behavior IN (SELECT behavior FROM cfg)
+          AND c.behavior = ANY(ARRAY(SELECT behavior FROM cfg))
           AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
         ORDER BY c.priority, c.schedule_not_before
         LIMIT $4
