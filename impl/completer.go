@@ -26,19 +26,20 @@ type completer struct {
 
 type pendingCompletion struct {
 	c    store.Completion
-	done chan error
+	done func(error)
 }
 
 func newCompleter(st store.Store, log *slog.Logger) *completer {
 	return &completer{st: st, log: log, in: make(chan *pendingCompletion, maxCompletionBatch)}
 }
 
-// finish records c and returns nil, api.ErrHalt when the run's lease no
-// longer held, or the database error.
-func (c *completer) finish(comp store.Completion) error {
-	p := &pendingCompletion{c: comp, done: make(chan error, 1)}
-	c.in <- p
-	return <-p.done
+// finish queues comp and returns; done is called from the completer's
+// goroutine once comp is recorded (nil), found fenced out (api.ErrHalt), or
+// given up on (the database error). done must be quick. Not waiting frees
+// the run's goroutine for the next run at once, so a node needs about as
+// many goroutines as runs execute, not as many as wait to be recorded.
+func (c *completer) finish(comp store.Completion, done func(error)) {
+	c.in <- &pendingCompletion{c: comp, done: done}
 }
 
 // loop records completions until ctx ends. Runs are all over by then
@@ -78,9 +79,9 @@ func (c *completer) flush(ctx context.Context, batch []*pendingCompletion) {
 		if ok, err = c.st.Finish(context.WithoutCancel(ctx), comps); err == nil {
 			for i, p := range batch {
 				if ok[i] {
-					p.done <- nil
+					p.done(nil)
 				} else {
-					p.done <- fmt.Errorf("finish task %s: %w", p.c.ID, api.ErrHalt)
+					p.done(fmt.Errorf("finish task %s: %w", p.c.ID, api.ErrHalt))
 				}
 			}
 			return
@@ -89,6 +90,6 @@ func (c *completer) flush(ctx context.Context, batch []*pendingCompletion) {
 		sleep(ctx, spi.Backoff(50*time.Millisecond, 2*time.Second, try))
 	}
 	for _, p := range batch {
-		p.done <- err
+		p.done(err)
 	}
 }

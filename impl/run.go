@@ -101,7 +101,6 @@ func (s *Server) endRun(r *run) {
 
 // execute runs a claimed task and records how it ended.
 func (s *Server) execute(r *run) {
-	defer s.endRun(r)
 	var out spi.Outcome
 	ctx, span := s.tel.startRun(r.ctx, r.claimed, s.cfg.Node)
 	// Params were validated at submit; validate again, since the behavior's
@@ -122,6 +121,7 @@ func (s *Server) execute(r *run) {
 		s.freeSlot(r)
 		span.SetAttributes(attribute.String("stint.released", context.Cause(r.ctx).Error()))
 		span.End()
+		s.endRun(r)
 		return
 	}
 	c := store.Completion{LeaseRef: r.claimed.LeaseRef, Again: out.Again, Delay: out.Delay,
@@ -136,13 +136,17 @@ func (s *Server) execute(r *run) {
 	}
 	s.tel.endRun(ctx, span, c, r.claimed.Behavior)
 	s.freeSlot(r)
-	err := s.completer.finish(c)
-	switch {
-	case errors.Is(err, api.ErrHalt):
-		s.log.Info("stint: run ended after its lease was lost; its result was dropped", "task", r.claimed.ID)
-	case err != nil:
-		s.log.Error("stint: recording a run failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
-	}
+	// The run stays in the running map, its lease renewed, until its end
+	// is recorded.
+	s.completer.finish(c, func(err error) {
+		switch {
+		case errors.Is(err, api.ErrHalt):
+			s.log.Info("stint: run ended after its lease was lost; its result was dropped", "task", r.claimed.ID)
+		case err != nil:
+			s.log.Error("stint: recording a run failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
+		}
+		s.endRun(r)
+	})
 }
 
 // runContext is the spi.RunContext of a run.

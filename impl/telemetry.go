@@ -30,8 +30,20 @@ type telemetry struct {
 	claimSize                                       metric.Int64Histogram
 	claimLatency                                    metric.Float64Histogram
 
-	attrs sync.Map // api.BehaviorID -> metric.MeasurementOption, built once
+	perBehavior sync.Map // api.BehaviorID -> *behaviorTelemetry, built once
 }
+
+// behaviorTelemetry is what the instruments need of a behavior, built once:
+// building an attribute set hashes it, and every string concatenation
+// allocates.
+type behaviorTelemetry struct {
+	attrs   metric.MeasurementOption
+	runName string
+}
+
+// runSpanOptions start every run span: a run is its own trace, linked to
+// its submitter.
+var runSpanOptions = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer)}
 
 // observeServer registers the gauges of a server: the tasks it runs, and
 // the queue lag (the age of the oldest due task), which is read from the
@@ -82,15 +94,21 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	return t
 }
 
-// behavior returns the measurement option naming behavior b. Building an
-// attribute set hashes it, so it is built once per behavior.
+// behavior returns the measurement option naming behavior b.
 func (t *telemetry) behavior(b api.BehaviorID) metric.MeasurementOption {
-	if o, ok := t.attrs.Load(b); ok {
-		return o.(metric.MeasurementOption)
+	return t.of(b).attrs
+}
+
+func (t *telemetry) of(b api.BehaviorID) *behaviorTelemetry {
+	if bt, ok := t.perBehavior.Load(b); ok {
+		return bt.(*behaviorTelemetry)
 	}
-	o := metric.WithAttributes(attribute.String("stint.behavior", string(b)))
-	t.attrs.Store(b, o)
-	return o
+	bt := &behaviorTelemetry{
+		attrs:   metric.WithAttributes(attribute.String("stint.behavior", string(b))),
+		runName: "stint.run " + string(b),
+	}
+	t.perBehavior.Store(b, bt)
+	return bt
 }
 
 // startSubmit starts the span of a submit and returns the traceparent to
@@ -111,7 +129,7 @@ func (t *telemetry) traceparent(ctx context.Context) string {
 // the stored traceparent. A run is its own trace: it may happen long after
 // the submit, many times.
 func (t *telemetry) startRun(ctx context.Context, c store.Claimed, node string) (context.Context, trace.Span) {
-	ctx, span := t.tracer.Start(ctx, "stint.run "+string(c.Behavior), trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := t.tracer.Start(ctx, t.of(c.Behavior).runName, runSpanOptions...)
 	if !span.IsRecording() {
 		// No SDK, or not sampled: skip building what nobody records.
 		return ctx, span

@@ -258,8 +258,13 @@ var validate = func() *validator.Validate {
 
 // decodeParams decodes raw strictly into p and validates it.
 func decodeParams(raw json.RawMessage, p any) error {
-	if len(bytes.TrimSpace(raw)) == 0 {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
 		raw = json.RawMessage("{}")
+	}
+	if string(raw) == "{}" && decodesEmptyAsZero(p) {
+		// The common case of no params needs no decoder.
+		return validateParams(p)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -273,6 +278,16 @@ func decodeParams(raw json.RawMessage, p any) error {
 		return err
 	}
 	return nil
+}
+
+// decodesEmptyAsZero reports whether decoding {} into p leaves it as it
+// is: p points to a struct that does not decode itself.
+func decodesEmptyAsZero(p any) bool {
+	if _, ok := p.(json.Unmarshaler); ok {
+		return false
+	}
+	t := reflect.TypeOf(p)
+	return t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct
 }
 
 func jsonError(err error) error {
