@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -86,4 +87,41 @@ func TestRunSpanLinksToSubmitSpanAndCountersMatch(t *testing.T) {
 	require.Equal(t, int64(n), sums["stint.tasks.succeeded"])
 	require.Zero(t, sums["stint.tasks.failed"])
 	_ = srv
+}
+
+// A server configured with no TracerProvider follows OpenTelemetry's global
+// one: no run spans before an SDK is set, run spans after, with no restart.
+// Not parallel: it sets the process-wide provider.
+func TestRunSpansFollowTheGlobalProvider(t *testing.T) {
+	e := setup(t)
+	srv := e.server("global-traced", 5*time.Second)
+
+	f, err := api.Submit(e.ctx, srv, workKind, WorkParams{Key: "before-sdk"})
+	require.NoError(t, err)
+	_, err = f.Await(e.ctx)
+	require.NoError(t, err)
+
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+
+	f, err = api.Submit(e.ctx, srv, workKind, WorkParams{Key: "after-sdk"})
+	require.NoError(t, err)
+	_, err = f.Await(e.ctx)
+	require.NoError(t, err)
+	runs := func() (ids []string) {
+		for _, s := range spans.GetSpans() {
+			if s.Name == "stint.run test.work" {
+				for _, a := range s.Attributes {
+					if a.Key == "stint.task_id" {
+						ids = append(ids, a.Value.AsString())
+					}
+				}
+			}
+		}
+		return ids
+	}
+	waitFor(t, 10*time.Second, "the run span", func() bool { return len(runs()) > 0 })
+	require.Equal(t, []string{string(f.ID())}, runs(), "only the run after the SDK was set has a span")
 }
