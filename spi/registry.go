@@ -290,6 +290,42 @@ func decodesEmptyAsZero(p any) bool {
 	return t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct
 }
 
+// rulesByType caches hasRules: reflect.Type -> bool.
+var rulesByType sync.Map
+
+// hasRules reports whether struct type t has a validate tag on a field of
+// its own or of a struct it holds (directly or by pointer), which is where
+// the validator looks without a dive rule. Validating a struct without
+// rules finds nothing, yet took an eighth of a no-op run's Go CPU.
+func hasRules(t reflect.Type) bool {
+	if has, ok := rulesByType.Load(t); ok {
+		return has.(bool)
+	}
+	has := structHasRules(t, map[reflect.Type]bool{})
+	rulesByType.Store(t, has)
+	return has
+}
+
+func structHasRules(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if seen[t] {
+		return false
+	}
+	seen[t] = true
+	for f := range t.Fields() {
+		if tag := f.Tag.Get("validate"); tag != "" && tag != "-" {
+			return true
+		}
+		ft := f.Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct && structHasRules(ft, seen) {
+			return true
+		}
+	}
+	return false
+}
+
 func jsonError(err error) error {
 	// A params type that checks itself in UnmarshalJSON knows best which
 	// field is wrong.
@@ -312,7 +348,7 @@ func validateParams(p any) error {
 	for v.Kind() == reflect.Pointer {
 		v = v.Elem()
 	}
-	if v.Kind() != reflect.Struct {
+	if v.Kind() != reflect.Struct || !hasRules(v.Type()) {
 		return nil
 	}
 	err := validate.Struct(v.Interface())

@@ -139,3 +139,69 @@ func TestDecodeKeepsTheFieldOfAParamsTypesOwnError(t *testing.T) {
 	_, err = r.Decode([]byte(`{"manifest":"ok"}`))
 	require.NoError(t, err)
 }
+
+// paramsKind registers params type P under id.
+type paramsKind[P any] struct{ id api.BehaviorID }
+
+func (k paramsKind[P]) Kind() api.Kind[P, string]                            { return api.Kind[P, string]{ID: k.id} }
+func (paramsKind[P]) TaskID(ids spi.IDs, _ P) api.TaskID                     { return ids.Unique() }
+func (paramsKind[P]) Run(context.Context, spi.RunContext, P) (string, error) { return "", nil }
+
+// deep holds its rules behind a pointer; list refers to itself.
+type deep struct {
+	Next *struct {
+		Level *struct {
+			Name string `json:"name" validate:"required"`
+		} `json:"level"`
+	} `json:"next"`
+}
+
+type list struct {
+	Value int   `json:"value"`
+	Next  *list `json:"next"`
+}
+
+// Params of {} skip the JSON decoder, and structs without rules skip the
+// validator: neither may change what is accepted.
+func TestDecodeShortcutsKeepTheRules(t *testing.T) {
+	t.Parallel()
+	reg := spi.NewRegistry()
+	spi.MustRegister[deep, string](reg, paramsKind[deep]{"test.deep"})
+	spi.MustRegister[list, string](reg, paramsKind[list]{"test.list"})
+	spi.MustRegister[struct{}, string](reg, paramsKind[struct{}]{"test.empty"})
+	spi.MustRegister[map[string]int, string](reg, paramsKind[map[string]int]{"test.map"})
+	spi.MustRegister[checked, string](reg, checkedKind{})
+	for _, tc := range []struct {
+		behavior api.BehaviorID
+		raw      string
+		field    string // "" when the params are valid
+	}{
+		{"test.deep", `{}`, ""},
+		{"test.deep", `{"next":{"level":{}}}`, "params.next.level.name"},
+		{"test.deep", `{"next":{"level":{"name":"x"}}}`, ""},
+		{"test.list", `{}`, ""},
+		{"test.list", ` {} `, ""},
+		{"test.list", `{"value":1,"next":{"value":2}}`, ""},
+		{"test.list", `{"x":1}`, "params.x"},
+		{"test.empty", `{}`, ""},
+		{"test.empty", ``, ""},
+		{"test.empty", `{"x":1}`, "params.x"},
+		{"test.empty", `[]`, "params"},
+		{"test.map", `{}`, ""},
+		{"test.checked", `{}`, "params.manifest"}, // its own UnmarshalJSON refuses {}
+	} {
+		r, ok := reg.Lookup(tc.behavior)
+		require.True(t, ok)
+		p, err := r.Decode([]byte(tc.raw))
+		if tc.field == "" {
+			require.NoError(t, err, "%s %s", tc.behavior, tc.raw)
+			continue
+		}
+		var ie *api.InvalidError
+		require.ErrorAs(t, err, &ie, "%s %s: got %v", tc.behavior, tc.raw, p)
+		require.Equal(t, tc.field, ie.Field, "%s %s", tc.behavior, tc.raw)
+	}
+	m, err := func() (any, error) { r, _ := reg.Lookup("test.map"); return r.Decode([]byte(`{}`)) }()
+	require.NoError(t, err)
+	require.NotNil(t, m.(map[string]int), "{} decodes to an empty map, not nil")
+}
