@@ -21,31 +21,34 @@ const maxCompletionBatch = 1000
 type completer struct {
 	st  store.Store
 	log *slog.Logger
-	in  chan *pendingCompletion
+	in  chan ending
 }
 
-type pendingCompletion struct {
-	c    store.Completion
-	done func(error)
+// An ending is a run's end waiting to be recorded.
+type ending interface {
+	// completion is what to record.
+	completion() *store.Completion
+	// recorded is called from the completer's goroutine once the
+	// completion is recorded (nil), found fenced out (api.ErrHalt), or
+	// given up on (the database error). It must be quick.
+	recorded(err error)
 }
 
 func newCompleter(st store.Store, log *slog.Logger) *completer {
-	return &completer{st: st, log: log, in: make(chan *pendingCompletion, maxCompletionBatch)}
+	return &completer{st: st, log: log, in: make(chan ending, maxCompletionBatch)}
 }
 
-// finish queues comp and returns; done is called from the completer's
-// goroutine once comp is recorded (nil), found fenced out (api.ErrHalt), or
-// given up on (the database error). done must be quick. Not waiting frees
-// the run's goroutine for the next run at once, so a node needs about as
-// many goroutines as runs execute, not as many as wait to be recorded.
-func (c *completer) finish(comp store.Completion, done func(error)) {
-	c.in <- &pendingCompletion{c: comp, done: done}
+// finish queues e and returns. Not waiting frees the run's goroutine for
+// the next run at once, so a node needs about as many goroutines as runs
+// execute, not as many as wait to be recorded.
+func (c *completer) finish(e ending) {
+	c.in <- e
 }
 
 // loop records completions until ctx ends. Runs are all over by then
 // (Server.Stop waits for them first).
 func (c *completer) loop(ctx context.Context) {
-	batch := make([]*pendingCompletion, 0, maxCompletionBatch)
+	batch := make([]ending, 0, maxCompletionBatch)
 	for {
 		select {
 		case <-ctx.Done():
@@ -68,20 +71,20 @@ func (c *completer) loop(ctx context.Context) {
 
 // flush records a batch, retrying database errors for a while: a
 // completion is worth keeping, and the leases keep being renewed meanwhile.
-func (c *completer) flush(ctx context.Context, batch []*pendingCompletion) {
+func (c *completer) flush(ctx context.Context, batch []ending) {
 	comps := make([]store.Completion, len(batch))
-	for i, p := range batch {
-		comps[i] = p.c
+	for i, e := range batch {
+		comps[i] = *e.completion()
 	}
 	var err error
 	for try := 1; try <= 8; try++ {
 		var ok []bool
 		if ok, err = c.st.Finish(context.WithoutCancel(ctx), comps); err == nil {
-			for i, p := range batch {
+			for i, e := range batch {
 				if ok[i] {
-					p.done(nil)
+					e.recorded(nil)
 				} else {
-					p.done(fmt.Errorf("finish task %s: %w", p.c.ID, api.ErrHalt))
+					e.recorded(fmt.Errorf("finish task %s: %w", comps[i].ID, api.ErrHalt))
 				}
 			}
 			return
@@ -89,7 +92,7 @@ func (c *completer) flush(ctx context.Context, batch []*pendingCompletion) {
 		c.log.Warn("stint: recording completions failed; retrying", "tasks", len(batch), "try", try, "err", err)
 		sleep(ctx, spi.Backoff(50*time.Millisecond, 2*time.Second, try))
 	}
-	for _, p := range batch {
-		p.done(err)
+	for _, e := range batch {
+		e.recorded(err)
 	}
 }

@@ -23,6 +23,8 @@ type run struct {
 	started time.Time
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
+	rc      runContext       // what the behavior gets
+	end     store.Completion // how it ended, once it did
 
 	// Guarded by Server.mu.
 	deadline time.Time       // local lease expiry: the send time of the last renewal + lease
@@ -42,6 +44,7 @@ func (s *Server) startRun(c store.Claimed, sent time.Time) {
 	}
 	r := &run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress}
 	r.ctx, r.cancel = context.WithCancelCause(s.runCtx)
+	r.rc = runContext{s: s, r: r}
 	s.mu.Lock()
 	s.running[c.ID] = r // its slot (and churn) was reserved by the claim
 	s.mu.Unlock()
@@ -116,7 +119,7 @@ func (s *Server) execute(r *run) {
 	if p, err := r.reg.Decode(r.claimed.Params); err != nil {
 		out = spi.Outcome{Err: &api.TaskError{Code: "invalid_params", Message: err.Error()}}
 	} else {
-		out = r.reg.Execute(ctx, &runContext{s: s, r: r}, p, r.claimed.Errors)
+		out = r.reg.Execute(ctx, &r.rc, p, r.claimed.Errors)
 	}
 	if cause := context.Cause(r.ctx); errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -144,17 +147,23 @@ func (s *Server) execute(r *run) {
 	}
 	s.tel.endRun(ctx, span, c, r.claimed.Behavior)
 	s.freeSlot(r)
-	// The run stays in the running map, its lease renewed, until its end
-	// is recorded.
-	s.completer.finish(c, func(err error) {
-		switch {
-		case errors.Is(err, api.ErrHalt):
-			s.log.Info("stint: run ended after its lease was lost; its result was dropped", "task", r.claimed.ID)
-		case err != nil:
-			s.log.Error("stint: recording a run failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
-		}
-		s.endRun(r)
-	})
+	r.end = c
+	s.completer.finish(r)
+}
+
+func (r *run) completion() *store.Completion { return &r.end }
+
+// recorded ends the run once its end is recorded; until then it stayed in
+// the running map, its lease renewed.
+func (r *run) recorded(err error) {
+	s := r.rc.s
+	switch {
+	case errors.Is(err, api.ErrHalt):
+		s.log.Info("stint: run ended after its lease was lost; its result was dropped", "task", r.claimed.ID)
+	case err != nil:
+		s.log.Error("stint: recording a run failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
+	}
+	s.endRun(r)
 }
 
 // runContext is the spi.RunContext of a run.

@@ -501,10 +501,8 @@ func scanClaimed(rows pgx.Rows, capacity int) ([]store.Claimed, error) {
 	_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Lease, &c.Behavior, &params, &progress, &c.Attempt, &c.Errors,
 		&c.Priority, &c.ParentID, &c.GroupKey, &c.Trace, &leaseUS}, func() error {
 		c.LeaseDuration = time.Duration(leaseUS) * time.Microsecond
-		c.Params, c.Progress = append([]byte(nil), params...), nil
-		if progress != nil {
-			c.Progress = append([]byte(nil), progress...)
-		}
+		// pgx scans jsonb into a fresh slice for each row.
+		c.Params, c.Progress = params, progress
 		out = append(out, c)
 		return nil
 	})
