@@ -47,6 +47,7 @@ func (s *Server) startRun(c store.Claimed, sent time.Time) {
 	r.rc = runContext{s: s, r: r}
 	s.mu.Lock()
 	s.running[c.ID] = r // its slot (and churn) was reserved by the claim
+	s.leases[c.Lease]++
 	s.mu.Unlock()
 	s.runs.Add(1)
 	select {
@@ -105,6 +106,10 @@ func (s *Server) endRun(r *run) {
 	s.mu.Lock()
 	if s.running[r.claimed.ID] == r {
 		delete(s.running, r.claimed.ID)
+	}
+	if s.leases[r.claimed.Lease]--; s.leases[r.claimed.Lease] == 0 {
+		delete(s.leases, r.claimed.Lease)
+		s.released = append(s.released, r.claimed.Lease)
 	}
 	s.mu.Unlock()
 	s.runs.Done()
@@ -204,8 +209,7 @@ func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) e
 	if err != nil {
 		return fmt.Errorf("checkpoint task %s: encode progress: %w", rc.r.claimed.ID, err)
 	}
-	sent := time.Now()
-	err = rc.s.st.Checkpoint(ctx, tx, rc.renewal(), raw)
+	err = rc.s.st.Checkpoint(ctx, tx, rc.r.claimed.LeaseRef, raw)
 	if errors.Is(err, api.ErrHalt) {
 		rc.r.cancel(err)
 	}
@@ -214,11 +218,6 @@ func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) e
 	}
 	rc.s.mu.Lock()
 	rc.r.progress = raw
-	// Inside a caller's transaction the renewal counts only once it
-	// commits, which we cannot see: keep the old deadline then.
-	if tx == nil {
-		rc.r.deadline = sent.Add(rc.r.lease)
-	}
 	rc.s.mu.Unlock()
 	return nil
 }
@@ -285,6 +284,8 @@ func (s *Server) leaseLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		s.renewLeases(ctx)
+		s.releaseLeases(ctx)
+		s.takeOver(ctx)
 		if time.Since(lastBeat) >= s.cfg.NodeHeartbeat {
 			lastBeat = time.Now()
 			err := s.st.HeartbeatNode(ctx, s.cfg.Node)
@@ -342,6 +343,47 @@ func (s *Server) renewLeases(ctx context.Context) {
 			r.deadline = sent.Add(r.lease)
 		} else {
 			r.cancel(fmt.Errorf("task %s: %w", r.claimed.ID, api.ErrHalt))
+		}
+	}
+}
+
+// releaseLeases drops the leases whose runs all ended, so that their rows
+// do not wait for their expiry and a takeover that finds nothing to do.
+func (s *Server) releaseLeases(ctx context.Context) {
+	s.mu.Lock()
+	released := s.released
+	s.released = nil
+	s.mu.Unlock()
+	if len(released) == 0 {
+		return
+	}
+	if err := s.st.ReleaseLeases(ctx, released); err != nil && ctx.Err() == nil {
+		// Harmless: the rows expire and a takeover drops them.
+		s.log.Warn("stint: releasing leases failed", "leases", len(released), "err", err)
+	}
+}
+
+// takeoverBatch caps the expired leases one takeover statement handles.
+const takeoverBatch = 100
+
+// takeOver makes the tasks of expired leases (of nodes that died, stalled
+// or lost the database for longer than a lease) due again. Every node
+// does it on every lease tick: the statement costs one index probe when
+// nothing expired, and nodes skip each other's locked leases.
+func (s *Server) takeOver(ctx context.Context) {
+	for {
+		leases, tasks, err := s.st.Takeover(ctx, takeoverBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("stint: taking over expired leases failed", "err", err)
+			}
+			return
+		}
+		if tasks > 0 {
+			s.log.Info("stint: took over the tasks of expired leases", "leases", leases, "tasks", tasks)
+		}
+		if leases < takeoverBatch {
+			return
 		}
 	}
 }

@@ -115,6 +115,8 @@ type Server struct {
 	reserved int                    // slots reserved by claims in flight
 	perBehav map[api.BehaviorID]int // slots taken per behavior
 	churn    map[api.BehaviorID]int // starts and stops in this rotation interval
+	leases   map[[16]byte]int       // runs per lease (claim statement) not yet ended
+	released [][16]byte             // leases whose runs all ended, to drop
 	started  bool
 	stopped  bool
 
@@ -179,6 +181,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		workersDone: make(chan struct{}),
 		running:     map[api.TaskID]*run{},
 		perBehav:    map[api.BehaviorID]int{},
+		leases:      map[[16]byte]int{},
 		churn:       map[api.BehaviorID]int{},
 	}
 	for _, id := range ids {
@@ -297,6 +300,9 @@ func (s *Server) Stop(ctx context.Context) error {
 		<-finished
 	}
 	close(s.workersDone)
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	s.releaseLeases(rctx)
+	rcancel()
 	s.bgCancel()
 	s.bgDone.Wait()
 	s.Client.Close()

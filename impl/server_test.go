@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -132,10 +133,16 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 		Behaviors: []store.BehaviorLease{{Behavior: workKind.ID, Lease: time.Second}}})
 	require.NoError(t, err)
 	require.Empty(t, got, "a task under a live lease must not be claimed")
+	_, tasks, err := e.st.Takeover(e.ctx, 10)
+	require.NoError(t, err)
+	require.Zero(t, tasks, "a live lease must not be taken over")
 
 	waitFor(t, 10*time.Second, "the lease to expire", func() bool {
-		return e.count(`SELECT count(*) FROM stint_task WHERE id = $1 AND lost_not_before <= now()`, string(sub.ID)) == 1
+		return e.count(`SELECT count(*) FROM stint_lease WHERE lease = $1 AND expires_at <= now()`, pgtype.UUID{Bytes: old.Lease, Valid: true}) == 1
 	})
+	_, tasks, err = e.st.Takeover(e.ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, tasks)
 	fresh := claim("new")
 	require.NotEqual(t, old.Lease, fresh.Lease)
 	require.Equal(t, 2, fresh.Attempt)
@@ -144,7 +151,7 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 	held, err := e.st.Renew(e.ctx, []store.Renewal{{LeaseRef: old.LeaseRef, Duration: time.Minute}})
 	require.NoError(t, err)
 	require.False(t, held[sub.ID])
-	require.ErrorIs(t, e.st.Checkpoint(e.ctx, nil, store.Renewal{LeaseRef: old.LeaseRef, Duration: time.Minute}, []byte(`{"step":1}`)), api.ErrHalt)
+	require.ErrorIs(t, e.st.Checkpoint(e.ctx, nil, old.LeaseRef, []byte(`{"step":1}`)), api.ErrHalt)
 	ok, err := e.st.Finish(e.ctx, []store.Completion{{LeaseRef: old.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{"key":"old"}`)}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{false}, ok)

@@ -156,15 +156,22 @@ type Store interface {
 	// Claim takes due tasks for a node, issuing a fresh lease for each.
 	Claim(ctx context.Context, req ClaimRequest) ([]Claimed, error)
 	// Renew extends leases in one statement and returns the ids whose lease
-	// still held.
+	// still held. Runs claimed by one claim statement share a lease: renewing
+	// one renews all of them.
 	Renew(ctx context.Context, rs []Renewal) (map[api.TaskID]bool, error)
+	// ReleaseLeases drops leases none of whose runs is left on the node.
+	// Only the node that holds them calls it.
+	ReleaseLeases(ctx context.Context, leases [][16]byte) error
+	// Takeover drops up to limit expired leases and makes their tasks
+	// that still run under them due again. It returns how many leases and
+	// tasks it took over.
+	Takeover(ctx context.Context, limit int) (leases, tasks int, err error)
 	// Finish records completions in one statement and returns, for each,
 	// whether its lease still held (false: api.ErrHalt for that run).
 	Finish(ctx context.Context, cs []Completion) ([]bool, error)
-	// Checkpoint stores a run's progress and renews its lease. With a
-	// non-nil tx it runs inside it. It returns api.ErrHalt when the lease
-	// no longer holds.
-	Checkpoint(ctx context.Context, tx pgx.Tx, r Renewal, progress json.RawMessage) error
+	// Checkpoint stores a run's progress. With a non-nil tx it runs inside
+	// it. It returns api.ErrHalt when the lease no longer holds.
+	Checkpoint(ctx context.Context, tx pgx.Tx, r LeaseRef, progress json.RawMessage) error
 	// Unclaim gives running tasks back, due at once, without counting the
 	// attempt (a graceful stop).
 	Unclaim(ctx context.Context, refs []LeaseRef) error

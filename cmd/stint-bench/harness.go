@@ -232,8 +232,8 @@ func (h *stintHarness) probe() *probe           { return h.pr }
 func (h *stintHarness) observer() *pgxpool.Pool { return h.obs }
 func (h *stintHarness) queries() queries {
 	return queries{
-		// The claim index holds exactly the rows not done yet (scheduled or
-		// running).
+		// Exactly the tasks not done yet (scheduled or running) have a due
+		// time.
 		pending:   `SELECT EXISTS (SELECT 1 FROM stint_task WHERE schedule_not_before IS NOT NULL)`,
 		completed: `SELECT count(*) FROM stint_task WHERE status = 'success'`,
 	}

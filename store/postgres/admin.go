@@ -131,7 +131,8 @@ func (s *Store) Release(ctx context.Context, id api.TaskID) error {
 		WITH u AS (
 		    UPDATE stint_task SET status = 'scheduled', schedule_not_before = now(), updated_at = now()
 		    WHERE id = $1 AND status = 'held'
-		    RETURNING id, behavior, parent_id)
+		    RETURNING id, behavior, parent_id, priority, schedule_not_before, group_key, status
+		), due AS (`+dueInsert("u")+`)
 		`+feedInsert("u", "'scheduled'::text", "false"))
 }
 
@@ -142,7 +143,8 @@ func (s *Store) Retry(ctx context.Context, id api.TaskID) error {
 		    UPDATE stint_task SET status = 'scheduled', schedule_not_before = now(), executed_at = NULL,
 		        finished_at = NULL, attempt = 0, errors = 0, updated_at = now()
 		    WHERE id = $1 AND status = 'failure' AND schedule_not_before IS NULL
-		    RETURNING id, behavior, parent_id)
+		    RETURNING id, behavior, parent_id, priority, schedule_not_before, group_key, status
+		), due AS (`+dueInsert("u")+`)
 		`+feedInsert("u", "'scheduled'::text", "false"))
 }
 
@@ -217,8 +219,10 @@ func (s *Store) Behaviors(ctx context.Context) ([]store.BehaviorSettings, error)
 // PendingCount counts tasks of a behavior due within lookAhead.
 func (s *Store) PendingCount(ctx context.Context, behavior api.BehaviorID, lookAhead time.Duration) (int, error) {
 	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM stint_task
-		WHERE behavior = $1 AND status <> 'running' AND schedule_not_before <= now() + $2 * interval '1 microsecond'`,
+	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT d.id) FROM stint_due d
+		JOIN stint_task t ON t.id = d.id AND t.schedule_not_before = d.due AND t.priority = d.priority
+		    AND t.status IN ('scheduled', 'success', 'failure')
+		WHERE d.behavior = $1 AND d.due <= now() + $2 * interval '1 microsecond'`,
 		string(behavior), lookAhead.Microseconds()).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count pending %s: %w", behavior, err)

@@ -4,6 +4,13 @@
 // tasks with FOR UPDATE SKIP LOCKED, one renews all of a node's leases, one
 // records a batch of completions. Every runner write matches the lease
 // token issued by the claim. All times come from the database's now().
+//
+// The claim takes claim hints from the narrow table stint_due and issues
+// one lease row (stint_lease) per claim statement and behavior; the task
+// rows themselves get only HOT updates on the hot path, since no index of
+// stint_task covers a column that a claim or a finish changes. A node's
+// lease keeper renews its lease rows, and every node takes over the tasks
+// of expired ones (Takeover). See migration 0008 for the layout.
 package postgres
 
 import (

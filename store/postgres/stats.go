@@ -11,8 +11,8 @@ import (
 )
 
 // Stats reads the task statistics. Counting per behavior and status reads
-// the whole task table; the backlog and running counts read only the rows
-// with a due time, through the claim index.
+// the whole task table; the backlog reads the claim hints and the running
+// counts the leases, each checked against its task.
 func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	var st store.Stats
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -31,10 +31,12 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 			return fmt.Errorf("count tasks: %w", err)
 		}
 		rows, err = tx.Query(ctx, `
-			SELECT behavior, count(*), min(schedule_not_before) FROM stint_task t
-			WHERE schedule_not_before <= now() AND status <> 'running'
-			  AND (group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = t.group_key))
-			GROUP BY behavior ORDER BY behavior`)
+			SELECT d.behavior, count(DISTINCT d.id), min(d.due) FROM stint_due d
+			JOIN stint_task t ON t.id = d.id AND t.schedule_not_before = d.due AND t.priority = d.priority
+			    AND t.status IN ('scheduled', 'success', 'failure')
+			WHERE d.due <= now()
+			  AND (d.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = d.group_key))
+			GROUP BY d.behavior ORDER BY d.behavior`)
 		if err != nil {
 			return fmt.Errorf("count due tasks: %w", err)
 		}
@@ -48,8 +50,8 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 			return fmt.Errorf("count due tasks: %w", err)
 		}
 		rows, err = tx.Query(ctx, `
-			SELECT coalesce(node, ''), count(*), count(*) FILTER (WHERE lost_not_before <= now()) FROM stint_task
-			WHERE status = 'running' AND schedule_not_before IS NOT NULL
+			SELECT l.node, count(*), count(*) FILTER (WHERE l.expires_at <= now()) FROM stint_lease l
+			JOIN stint_task t ON t.id = ANY(l.task_ids) AND t.lease = l.lease AND t.status = 'running'
 			GROUP BY 1 ORDER BY 1`)
 		if err != nil {
 			return fmt.Errorf("count running tasks: %w", err)
@@ -70,12 +72,13 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 }
 
 // QueueLag returns the age of the oldest due task, by the database clock.
-// It reads only the claim index's due rows.
+// It reads only the claim hints, so a hint made stale by a later change
+// counts until a claim drops it.
 func (s *Store) QueueLag(ctx context.Context) (time.Duration, error) {
 	var us int64
 	err := s.pool.QueryRow(ctx, `
-		SELECT coalesce((extract(epoch FROM now() - min(schedule_not_before)) * 1e6)::bigint, 0)
-		FROM stint_task WHERE schedule_not_before <= now() AND status <> 'running'`).Scan(&us)
+		SELECT coalesce((extract(epoch FROM now() - min(due)) * 1e6)::bigint, 0)
+		FROM stint_due WHERE due <= now()`).Scan(&us)
 	if err != nil {
 		return 0, fmt.Errorf("read queue lag: %w", err)
 	}

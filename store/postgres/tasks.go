@@ -16,7 +16,10 @@ import (
 
 // taskColumns is the column list scanned by scanTask.
 const taskColumns = `id, behavior, status, priority, params, result, error, progress,
-	schedule_not_before, lost_not_before, lease, coalesce(node, ''), attempt, errors, resubmit,
+	schedule_not_before,
+	CASE WHEN status = 'running' THEN coalesce((SELECT l.expires_at FROM stint_lease l WHERE l.lease = stint_task.lease), lost_not_before)
+	     ELSE lost_not_before END,
+	lease, coalesce(node, ''), attempt, errors, resubmit,
 	coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''),
 	created_at, updated_at, executed_at, finished_at, awaited, children_pending`
 
@@ -86,7 +89,7 @@ ON CONFLICT (id) DO UPDATE SET
     executed_at = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.executed_at END,
     finished_at = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.finished_at END,
     updated_at = now()
-RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id
+RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key
 )` + recordSubmitChanges("$11")
 
 // shareSQL inserts tasks and leaves existing ones as they are.
@@ -98,15 +101,17 @@ SELECT r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * inter
 FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[])
      AS r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited)
 ON CONFLICT (id) DO NOTHING
-RETURNING t.id, t.status, true AS created, t.behavior, t.parent_id
+RETURNING t.id, t.status, true AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key
 )` + recordSubmitChanges("$10")
 
-// recordSubmitChanges ends the submit statements: it records the new states
-// in the change feed (not the resubmit flag of a running task: its state did
-// not change), notifies the claimers in the same transaction when the
-// parameter wake says so, and returns the submissions.
+// recordSubmitChanges ends the submit statements: it adds the claim hints,
+// records the new states in the change feed (not the resubmit flag of a
+// running task: its state did not change), notifies the claimers in the
+// same transaction when the parameter wake says so, and returns the
+// submissions.
 func recordSubmitChanges(wake string) string {
-	return `, feed AS (` + feedInsert("s WHERE status <> 'running'", "status", "false") + `
+	return `, due AS (` + dueInsert("s") + `
+), feed AS (` + feedInsert("s WHERE status <> 'running'", "status", "false") + `
 ), wake AS MATERIALIZED (
     SELECT pg_notify('` + store.ChannelDue + `', '') WHERE ` + wake + `::boolean
 )
@@ -317,41 +322,50 @@ func (s *Store) List(ctx context.Context, f api.Filter) (api.Page, error) {
 }
 
 // claimSQL takes up to $4 due tasks of the behaviors $2 in pickup order and
-// issues each a fresh lease: $3 for its behavior unless an operator set one
-// in stint_behavior. Running tasks whose lease expired are due too
-// (schedule_not_before = lost_not_before), so the same statement takes lost
-// tasks over. Paused behaviors and held group keys are skipped. $5 is the
-// look-ahead (couch_jobs' max_sched_time): tasks due that soon are taken
-// early, but never a running task before its lease expired.
-var claimSQL = claimCTEs + `
-    WHERE t.behavior = cfg.behavior AND t.id = ANY(ARRAY(
-        SELECT id FROM stint_task c
-        WHERE c.schedule_not_before <= now() + $5 * interval '1 microsecond'
-          AND (c.status <> 'running' OR c.schedule_not_before <= now())
+// issues each a lease: $3 for its behavior unless an operator set one in
+// stint_behavior. It takes the first claim hints in stint_due, deletes
+// them, and claims each hint's task if the hint still matches it (a hint
+// made stale by a later change is dropped where it is found). Paused
+// behaviors and held group keys are skipped. $5 is the look-ahead
+// (couch_jobs' max_sched_time): tasks due that soon are taken early.
+var claimSQL = claimCTEs(`
+    DELETE FROM stint_due d WHERE d.ctid = ANY(ARRAY(
+        SELECT c.ctid FROM stint_due c
+        WHERE c.due <= now() + $5 * interval '1 microsecond'
           AND c.behavior = ANY(ARRAY(SELECT behavior FROM cfg))
           AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
-        ORDER BY c.priority, c.schedule_not_before
+        ORDER BY c.priority, c.due
         LIMIT $4
-        FOR UPDATE SKIP LOCKED))` + claimReturn
+        FOR UPDATE SKIP LOCKED))
+    RETURNING d.id, d.priority, d.due`)
 
-// claimIDsSQL claims the tasks $4, already locked by the caller's
-// transaction ($5 is unused, to keep the parameters of claimSQL).
-var claimIDsSQL = claimCTEs + `
-    WHERE t.behavior = cfg.behavior AND t.id = ANY($4::text[]) AND $5::bigint IS NOT NULL` + claimReturn
+// claimHintsSQL claims the tasks of the hints $4 (their ctids), already
+// locked by the caller's transaction ($5 is unused, to keep the parameters
+// of claimSQL).
+var claimHintsSQL = claimCTEs(`
+    DELETE FROM stint_due d WHERE d.ctid = ANY($4::tid[]) AND $5::bigint IS NOT NULL
+    RETURNING d.id, d.priority, d.due`)
 
-// claimCTEs starts the claim statements: the settings of the behaviors $2
-// (lease $3 unless an operator set one; paused ones left out) and the
-// update that issues the leases.
-const claimCTEs = `
-WITH cfg AS (
-    SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us
+// claimCTEs returns a claim statement that takes the hints deleted by
+// hints (a DELETE FROM stint_due returning id, priority and due). cfg holds
+// the settings of the behaviors $2 (lease $3 unless an operator set one;
+// paused ones left out) and a fresh lease token for each: all tasks of a
+// behavior that one statement claims share a lease row in stint_lease, the
+// fencing token of each run. The claim updates only columns no index of
+// stint_task covers, so it is a HOT update. It records the running state in
+// the change feed and returns the claimed tasks.
+func claimCTEs(hints string) string {
+	return `
+WITH cfg AS MATERIALIZED (
+    SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, gen_random_uuid() AS lease
     FROM unnest($2::text[], $3::bigint[]) AS w(behavior, lease_us)
     LEFT JOIN stint_behavior b ON b.behavior = w.behavior
     WHERE b.paused IS NOT TRUE
+), hint AS (` + hints + `
 ), claimed AS (
     UPDATE stint_task t SET
         status = 'running',
-        lease = gen_random_uuid(),
+        lease = cfg.lease,
         node = $1,
         attempt = t.attempt + 1,
         executed_at = now(),
@@ -359,28 +373,29 @@ WITH cfg AS (
         schedule_not_before = now() + cfg.lease_us * interval '1 microsecond',
         waiting_children = false,
         updated_at = now()
-    FROM cfg`
-
-// claimReturn ends the claim statements: it records the running state in
-// the change feed and returns the claimed tasks.
-var claimReturn = `
+    FROM hint h, cfg
+    WHERE t.id = h.id AND t.behavior = cfg.behavior
+      AND t.status IN ('scheduled', 'success', 'failure') AND t.schedule_not_before = h.due AND t.priority = h.priority
     RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
         t.parent_id, t.group_key, t.trace, cfg.lease_us
+), leases AS (
+    INSERT INTO stint_lease (lease, node, expires_at, task_ids)
+    SELECT lease, $1, now() + max(lease_us) * interval '1 microsecond', array_agg(id) FROM claimed GROUP BY lease
 ), feed AS (` + feedInsert("claimed", "'running'::text", "false") + `)
 SELECT id, lease, behavior, params, progress, attempt, errors, priority,
     coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us
 FROM claimed`
+}
 
-// perGroupCandidatesSQL locks due tasks of one behavior for a claim with a
-// cap per group key; the caller picks among them.
+// perGroupCandidatesSQL locks the first claim hints of one behavior for a
+// claim with a cap per group key; the caller picks among them.
 const perGroupCandidatesSQL = `
-SELECT id, coalesce(group_key, '') FROM stint_task c
+SELECT c.ctid, c.id, coalesce(c.group_key, '') FROM stint_due c
 WHERE c.behavior = $1
-  AND c.schedule_not_before <= now() + $2 * interval '1 microsecond'
-  AND (c.status <> 'running' OR c.schedule_not_before <= now())
+  AND c.due <= now() + $2 * interval '1 microsecond'
   AND NOT EXISTS (SELECT 1 FROM stint_behavior b WHERE b.behavior = $1 AND b.paused)
   AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
-ORDER BY c.priority, c.schedule_not_before
+ORDER BY c.priority, c.due
 LIMIT $3
 FOR UPDATE SKIP LOCKED`
 
@@ -415,10 +430,13 @@ func (s *Store) claimPerGroup(ctx context.Context, req store.ClaimRequest, behav
 		if err != nil {
 			return err
 		}
-		type candidate struct{ id, key string }
+		type candidate struct {
+			hint    pgtype.TID
+			id, key string
+		}
 		var cands []candidate
 		var c candidate
-		if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.key}, func() error { cands = append(cands, c); return nil }); err != nil {
+		if _, err := pgx.ForEachRow(rows, []any{&c.hint, &c.id, &c.key}, func() error { cands = append(cands, c); return nil }); err != nil {
 			return err
 		}
 		var keys []string
@@ -435,7 +453,7 @@ func (s *Store) claimPerGroup(ctx context.Context, req store.ClaimRequest, behav
 				return err
 			}
 			rows, err := tx.Query(ctx, `SELECT group_key, count(*) FROM stint_task
-				WHERE behavior = $1 AND group_key = ANY($2) AND status = 'running' AND lost_not_before > now()
+				WHERE behavior = $1 AND group_key = ANY($2) AND status = 'running'
 				GROUP BY group_key`, behaviors[0], keys)
 			if err != nil {
 				return err
@@ -446,10 +464,14 @@ func (s *Store) claimPerGroup(ctx context.Context, req store.ClaimRequest, behav
 				return err
 			}
 		}
-		var ids []string
+		var hints []pgtype.TID
+		taken := map[string]bool{} // a task may have several hints
 		for _, c := range cands {
-			if len(ids) == req.Limit {
+			if len(hints) == req.Limit {
 				break
+			}
+			if taken[c.id] {
+				continue
 			}
 			if c.key != "" {
 				if running[c.key] >= req.PerGroup {
@@ -457,16 +479,17 @@ func (s *Store) claimPerGroup(ctx context.Context, req store.ClaimRequest, behav
 				}
 				running[c.key]++
 			}
-			ids = append(ids, c.id)
+			taken[c.id] = true
+			hints = append(hints, c.hint)
 		}
-		if len(ids) == 0 {
+		if len(hints) == 0 {
 			return nil
 		}
-		rows, err = tx.Query(ctx, claimIDsSQL, req.Node, behaviors, leases, ids, int64(0))
+		rows, err = tx.Query(ctx, claimHintsSQL, req.Node, behaviors, leases, hints, int64(0))
 		if err != nil {
 			return err
 		}
-		out, err = scanClaimed(rows, len(ids))
+		out, err = scanClaimed(rows, len(hints))
 		return err
 	})
 	if err != nil {
@@ -492,6 +515,17 @@ func feedInsert(from, status, final string) string {
     HAVING count(*) > 0`
 }
 
+// dueInsert returns the statement that adds claim hints for the rows of
+// from (a CTE with id, behavior, priority, schedule_not_before, group_key
+// and status) that are waiting to run: scheduled, or finished and due again
+// (a recurring task). Its argument is a constant of this package.
+func dueInsert(from string) string {
+	return `
+    INSERT INTO stint_due (id, behavior, priority, due, group_key)
+    SELECT id, behavior, priority, schedule_not_before, group_key FROM ` + from + `
+    WHERE schedule_not_before IS NOT NULL AND status IN ('scheduled', 'success', 'failure')`
+}
+
 // scanClaimed reads the rows of a claim statement.
 func scanClaimed(rows pgx.Rows, capacity int) ([]store.Claimed, error) {
 	out := make([]store.Claimed, 0, capacity)
@@ -512,7 +546,9 @@ func scanClaimed(rows pgx.Rows, capacity int) ([]store.Claimed, error) {
 	return out, nil
 }
 
-// Renew extends leases; see store.Store.
+// Renew extends leases; see store.Store. Runs share the lease row of
+// their claim: the statement renews each lease row once, and reports a run
+// as held only if its task still runs under that lease.
 func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]bool, error) {
 	ids := make([]string, len(rs))
 	leases := make([]pgtype.UUID, len(rs))
@@ -521,12 +557,16 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 		ids[i], leases[i], durs[i] = string(r.ID), uuid(r.Lease), r.Duration.Microseconds()
 	}
 	rows, err := s.pool.Query(ctx, `
-		UPDATE stint_task t SET
-		    lost_not_before = now() + r.us * interval '1 microsecond',
-		    schedule_not_before = now() + r.us * interval '1 microsecond'
-		FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS r(id, lease, us)
-		WHERE t.id = r.id AND t.lease = r.lease AND t.status = 'running'
-		RETURNING t.id`, ids, leases, durs)
+		WITH r AS (
+		    SELECT lease, max(us) AS us FROM unnest($2::uuid[], $3::bigint[]) AS r(lease, us) GROUP BY lease
+		), renewed AS (
+		    UPDATE stint_lease l SET expires_at = now() + r.us * interval '1 microsecond'
+		    FROM r WHERE l.lease = r.lease
+		    RETURNING l.lease
+		)
+		SELECT t.id FROM stint_task t
+		JOIN unnest($1::text[], $2::uuid[]) AS x(id, lease) ON t.id = x.id AND t.lease = x.lease
+		WHERE t.status = 'running' AND x.lease IN (SELECT lease FROM renewed)`, ids, leases, durs)
 	if err != nil {
 		return nil, fmt.Errorf("renew leases: %w", err)
 	}
@@ -536,6 +576,50 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 		return nil, fmt.Errorf("renew leases: %w", err)
 	}
 	return held, nil
+}
+
+// ReleaseLeases deletes lease rows none of whose runs is left; see
+// store.Store.
+func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
+	ls := make([]pgtype.UUID, len(leases))
+	for i, l := range leases {
+		ls[i] = uuid(l)
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM stint_lease WHERE lease = ANY($1)`, ls); err != nil {
+		return fmt.Errorf("release leases: %w", err)
+	}
+	return nil
+}
+
+// takeoverSQL deletes up to $1 expired leases and makes their tasks that
+// still run under them due at once: their node died, stalled or was cut
+// off for longer than the lease. The lost run counts as an attempt (the
+// next claim increments it), as a lost Polaris task does.
+var takeoverSQL = `
+WITH expired AS (
+    DELETE FROM stint_lease WHERE lease = ANY(ARRAY(
+        SELECT lease FROM stint_lease WHERE expires_at <= now()
+        ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED))
+    RETURNING lease, task_ids
+), lost AS (
+    UPDATE stint_task t SET status = 'scheduled', schedule_not_before = now(), lost_not_before = NULL,
+        executed_at = NULL, updated_at = now()
+    FROM expired e, unnest(e.task_ids) AS u(id)
+    WHERE t.id = u.id AND t.lease = e.lease AND t.status = 'running'
+    RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
+), due AS (` + dueInsert("lost") + `
+), feed AS (` + feedInsert("lost", "'scheduled'::text", "false") + `
+), wake AS MATERIALIZED (
+    SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM lost LIMIT 1) l
+)
+SELECT (SELECT count(*) FROM expired), (SELECT count(*) FROM lost) FROM (SELECT count(*) FROM wake) w`
+
+// Takeover makes the tasks of expired leases due again; see store.Store.
+func (s *Store) Takeover(ctx context.Context, limit int) (leases, tasks int, err error) {
+	if err := s.pool.QueryRow(ctx, takeoverSQL, limit).Scan(&leases, &tasks); err != nil {
+		return 0, 0, fmt.Errorf("take over expired leases: %w", err)
+	}
+	return leases, tasks, nil
 }
 
 // finishSQL records a batch of completions, each fenced by its lease. A task
@@ -568,8 +652,9 @@ WITH c AS (
         updated_at = now()
     FROM c
     WHERE t.id = c.id AND t.lease = c.lease AND t.status = 'running'
-    RETURNING t.id, t.behavior, t.status, t.parent_id, t.awaited,
+    RETURNING t.id, t.behavior, t.status, t.parent_id, t.awaited, t.priority, t.schedule_not_before, t.group_key,
         t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AS final
+), due AS (` + dueInsert("done") + `
 ), feed AS (` + feedInsert("done", "status", "final") + `), notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', ids)) AS n FROM (
         SELECT string_agg(id, ',') AS ids FROM (
@@ -590,9 +675,11 @@ WITH woken AS (
         waiting_children = p.waiting_children AND p.children_pending - e.n > 0
     FROM (SELECT parent, count(*) AS n FROM unnest($1::text[]) AS parent GROUP BY parent) e
     WHERE p.id = e.parent
-    RETURNING p.status = 'scheduled' AND p.schedule_not_before = now() AS due
+    RETURNING p.id, p.behavior, p.priority, p.schedule_not_before, p.group_key, p.status,
+        p.status = 'scheduled' AND p.schedule_not_before = now() AS woke
+), due AS (` + dueInsert("(SELECT * FROM woken WHERE woke) w") + `
 )
-SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM woken WHERE due LIMIT 1) w`
+SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM woken WHERE woke LIMIT 1) w`
 
 // Finish records completions; see store.Store.
 func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, error) {
@@ -671,14 +758,13 @@ func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, erro
 	return out, nil
 }
 
-// Checkpoint stores progress and renews the lease; see store.Store.
-func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.Renewal, progress json.RawMessage) error {
-	const q = `UPDATE stint_task SET progress = $3::jsonb,
-		    lost_not_before = now() + $4 * interval '1 microsecond',
-		    schedule_not_before = now() + $4 * interval '1 microsecond',
-		    updated_at = now()
+// Checkpoint stores progress; see store.Store. It leaves the lease row
+// alone: inside a caller's transaction a write to it would hold up the
+// renewals of every run of the same claim until that transaction ends.
+func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.LeaseRef, progress json.RawMessage) error {
+	const q = `UPDATE stint_task SET progress = $3::jsonb, updated_at = now()
 		WHERE id = $1 AND lease = $2 AND status = 'running'`
-	args := []any{string(r.ID), uuid(r.Lease), string(progress), r.Duration.Microseconds()}
+	args := []any{string(r.ID), uuid(r.Lease), string(progress)}
 	var tag interface{ RowsAffected() int64 }
 	var err error
 	if tx != nil {
@@ -708,7 +794,8 @@ func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {
 		        executed_at = NULL, attempt = t.attempt - 1, updated_at = now()
 		    FROM unnest($1::text[], $2::uuid[]) AS r(id, lease)
 		    WHERE t.id = r.id AND t.lease = r.lease AND t.status = 'running'
-		    RETURNING t.id, t.behavior, t.parent_id)
+		    RETURNING t.id, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.status
+		), due AS (`+dueInsert("u")+`)
 		`+feedInsert("u", "'scheduled'::text", "false"), ids, leases)
 	if err != nil {
 		return fmt.Errorf("unclaim tasks: %w", err)
