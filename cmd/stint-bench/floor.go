@@ -14,35 +14,57 @@ import (
 	"github.com/stinthq/stint/store/postgres"
 )
 
-// The floor works a table of stint_task's shape (its columns and claim
-// index, no CHECK constraints) with nothing but the three statements a queue
-// cannot do without: a batched insert, a claim and a completion.
+// The floor works stint's layout (migration 0008) with nothing but the
+// three statements a queue cannot do without: a batched insert of tasks and
+// their claim hints, a claim that takes hints and updates their tasks under
+// one lease row, and a completion. It has stint's tables, fillfactor and
+// indexes, and none of its constraints, feed or notifications.
 const (
 	floorDDL = `
-CREATE TABLE floor_task (LIKE stint_task INCLUDING DEFAULTS);
+CREATE TABLE floor_task (LIKE stint_task INCLUDING DEFAULTS) WITH (fillfactor = 30);
 ALTER TABLE floor_task ADD PRIMARY KEY (id);
-CREATE INDEX floor_task_claim ON floor_task (priority, schedule_not_before) WHERE schedule_not_before IS NOT NULL;`
+CREATE INDEX floor_task_parent ON floor_task (parent_id) WHERE parent_id IS NOT NULL;
+CREATE INDEX floor_task_group ON floor_task (group_key) WHERE group_key IS NOT NULL;
+CREATE TABLE floor_due (LIKE stint_due);
+CREATE INDEX floor_due_order ON floor_due (priority, due);
+CREATE TABLE floor_lease (LIKE stint_lease);
+ALTER TABLE floor_lease ADD PRIMARY KEY (lease);
+CREATE INDEX floor_lease_expiry ON floor_lease (expires_at);`
 
 	floorInsertSQL = `
-INSERT INTO floor_task (id, behavior, params, schedule_not_before)
-SELECT id, 'bench.noop', '{}', now() FROM unnest($1::text[]) AS id`
+WITH t AS (
+    INSERT INTO floor_task (id, behavior, params, schedule_not_before)
+    SELECT id, 'bench.noop', '{}', now() FROM unnest($1::text[]) AS id
+    RETURNING id, behavior, priority, schedule_not_before)
+INSERT INTO floor_due (id, behavior, priority, due) SELECT id, behavior, priority, schedule_not_before FROM t`
 
 	floorClaimSQL = `
-UPDATE floor_task t SET
-    status = 'running', lease = gen_random_uuid(), node = $1, attempt = t.attempt + 1,
-    executed_at = now(), lost_not_before = now() + interval '5 minutes',
-    schedule_not_before = now() + interval '5 minutes', updated_at = now()
-WHERE t.id IN (
-    SELECT id FROM floor_task WHERE schedule_not_before <= now()
-    ORDER BY priority, schedule_not_before LIMIT $2 FOR UPDATE SKIP LOCKED)
-RETURNING t.id, t.lease, t.params`
+WITH hint AS (
+    DELETE FROM floor_due d WHERE d.ctid = ANY(ARRAY(
+        SELECT ctid FROM floor_due WHERE due <= now() ORDER BY priority, due LIMIT $2 FOR UPDATE SKIP LOCKED))
+    RETURNING d.id
+), claimed AS (
+    UPDATE floor_task t SET
+        status = 'running', lease = $3, node = $1, attempt = t.attempt + 1,
+        executed_at = now(), lost_not_before = now() + interval '5 minutes',
+        schedule_not_before = now() + interval '5 minutes', updated_at = now()
+    FROM hint WHERE t.id = hint.id
+    RETURNING t.id, t.lease, t.params
+), lease AS (
+    INSERT INTO floor_lease (lease, node, expires_at, task_ids)
+    SELECT $3, $1, now() + interval '5 minutes', array_agg(id) FROM claimed HAVING count(*) > 0
+)
+SELECT id, lease, params FROM claimed`
 
 	floorCompleteSQL = `
-UPDATE floor_task t SET
-    status = 'success', result = '{}', schedule_not_before = NULL, lost_not_before = NULL,
-    finished_at = now(), updated_at = now()
-FROM unnest($1::text[], $2::uuid[]) AS c(id, lease)
-WHERE t.id = c.id AND t.lease = c.lease AND t.status = 'running'`
+WITH done AS (
+    UPDATE floor_task t SET
+        status = 'success', result = '{}', schedule_not_before = NULL, lost_not_before = NULL,
+        finished_at = now(), updated_at = now()
+    FROM unnest($1::text[], $2::uuid[]) AS c(id, lease)
+    WHERE t.id = c.id AND t.lease = c.lease AND t.status = 'running'
+    RETURNING 1)
+DELETE FROM floor_lease WHERE lease = $3`
 )
 
 // floorRun inserts cfg.floorN rows in batches of cfg.batch with one unnest
@@ -124,7 +146,8 @@ func floorWorker(ctx context.Context, pool *pgxpool.Pool, node string, limit int
 	leases := make([][16]byte, 0, limit)
 	for {
 		ids, leases = ids[:0], leases[:0]
-		rows, err := pool.Query(ctx, floorClaimSQL, node, limit)
+		token := uuid.New()
+		rows, err := pool.Query(ctx, floorClaimSQL, node, limit, token)
 		if err != nil {
 			return fmt.Errorf("floor: claim: %w", err)
 		}
@@ -140,7 +163,7 @@ func floorWorker(ctx context.Context, pool *pgxpool.Pool, node string, limit int
 		if len(ids) == 0 {
 			return nil
 		}
-		if _, err := pool.Exec(ctx, floorCompleteSQL, ids, leases); err != nil {
+		if _, err := pool.Exec(ctx, floorCompleteSQL, ids, leases, token); err != nil {
 			return fmt.Errorf("floor: complete: %w", err)
 		}
 	}

@@ -15,7 +15,7 @@
 //	             p50/p99
 //	--scale      1, 2 and 4 server nodes as separate processes working a burn-down
 //	--floor      the same database doing only batched insert, claim and complete
-//	             statements on a table of the same shape as stint_task: the floor
+//	             statements on stint's tables (tasks, claim hints, leases): the floor
 //
 // Each scenario runs --runs times per system, the systems interleaved, and
 // the table shows the median run with the range; latency pools the samples

@@ -197,7 +197,7 @@ func (c config) summary() ConfigSummary {
 	return ConfigSummary{
 		Stint:     stint,
 		River:     river,
-		Floor:     fmt.Sprintf("table like stint_task without checks; insert unnest %s/statement; %d goroutines claim %s (FOR UPDATE SKIP LOCKED) and complete (UPDATE FROM unnest)", num(int64(c.batch)), c.floorWorkers, num(int64(c.floorClaim))),
+		Floor:     fmt.Sprintf("stint's tables without checks, feed or notifications; insert unnest %s/statement (tasks and hints); %d goroutines claim %s (hints FOR UPDATE SKIP LOCKED, one lease row) and complete (UPDATE FROM unnest)", num(int64(c.batch)), c.floorWorkers, num(int64(c.floorClaim))),
 		BurnDown:  fmt.Sprintf("%s tasks inserted in batches of %s, then worked; done = no pending task, polled every %s", num(int64(c.n)), num(int64(c.batch)), c.pollEvery),
 		Streaming: fmt.Sprintf("batches of %s inserted by a separate client (backlog at most %s) while working; %s warm-up, then a %s window", num(int64(c.streamBatch)), num(int64(c.streamBacklog)), c.streamWarmup, c.streamDur),
 		Latency:   fmt.Sprintf("%d single tasks/s for %s; start recorded in the task's run", c.latRate, c.latDur),
