@@ -3,6 +3,7 @@ package spi
 import (
 	"bytes"
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,10 +56,14 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 		return persisted
 	}
 	_, reg.combines = b.(Combiner[P])
+	empty := encodesAsEmptyObject(reflect.TypeFor[R]())
 	reg.execute = func(ctx context.Context, rc RunContext, p any, failures int) Outcome {
 		res, err := b.Run(ctx, rc, p.(P))
 		if err == nil {
-			raw, merr := json.Marshal(res)
+			raw, merr := json.RawMessage(emptyObject), error(nil)
+			if !empty {
+				raw, merr = json.Marshal(res)
+			}
 			if merr != nil {
 				return reg.failure(p, &api.TaskError{Code: "bad_result", Message: "encode result: " + merr.Error()}, rc, failures)
 			}
@@ -288,6 +293,24 @@ func decodesEmptyAsZero(p any) bool {
 	}
 	t := reflect.TypeOf(p)
 	return t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct
+}
+
+// emptyObject is the JSON of a struct without fields.
+const emptyObject = "{}"
+
+// encodesAsEmptyObject reports whether every value of t encodes as {}: t
+// is a struct without fields that does not encode itself. Results of such
+// types (no-op and side-effect-only behaviors) skip the encoder.
+func encodesAsEmptyObject(t reflect.Type) bool {
+	if t.Kind() != reflect.Struct || t.NumField() > 0 {
+		return false
+	}
+	for _, m := range []reflect.Type{reflect.TypeFor[json.Marshaler](), reflect.TypeFor[encoding.TextMarshaler]()} {
+		if t.Implements(m) {
+			return false
+		}
+	}
+	return true
 }
 
 // rulesByType caches hasRules: reflect.Type -> bool.

@@ -205,3 +205,45 @@ func TestDecodeShortcutsKeepTheRules(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, m.(map[string]int), "{} decodes to an empty map, not nil")
 }
+
+// selfEncoded and textEncoded are results without fields that encode
+// themselves.
+type selfEncoded struct{}
+
+func (selfEncoded) MarshalJSON() ([]byte, error) { return []byte(`"self"`), nil }
+
+type textEncoded struct{}
+
+func (textEncoded) MarshalText() ([]byte, error) { return []byte("text"), nil }
+
+// resultKind returns the zero R from every run.
+type resultKind[R any] struct{ id api.BehaviorID }
+
+func (k resultKind[R]) Kind() api.Kind[struct{}, R]             { return api.Kind[struct{}, R]{ID: k.id} }
+func (resultKind[R]) TaskID(ids spi.IDs, _ struct{}) api.TaskID { return ids.Unique() }
+func (resultKind[R]) Run(context.Context, spi.RunContext, struct{}) (R, error) {
+	var r R
+	return r, nil
+}
+
+// Results without fields skip the encoder unless they encode themselves.
+func TestEmptyResultsEncodeAsTheEncoderWould(t *testing.T) {
+	t.Parallel()
+	reg := spi.NewRegistry()
+	spi.MustRegister[struct{}, struct{}](reg, resultKind[struct{}]{"test.r.empty"})
+	spi.MustRegister[struct{}, selfEncoded](reg, resultKind[selfEncoded]{"test.r.self"})
+	spi.MustRegister[struct{}, textEncoded](reg, resultKind[textEncoded]{"test.r.text"})
+	spi.MustRegister[struct{}, struct{ N int }](reg, resultKind[struct{ N int }]{"test.r.field"})
+	for id, want := range map[api.BehaviorID]string{
+		"test.r.empty": `{}`,
+		"test.r.self":  `"self"`,
+		"test.r.text":  `"text"`,
+		"test.r.field": `{"N":0}`,
+	} {
+		r, ok := reg.Lookup(id)
+		require.True(t, ok)
+		out := r.Execute(context.Background(), nil, struct{}{}, 0)
+		require.Nil(t, out.Err, id)
+		require.JSONEq(t, want, string(out.Result), id)
+	}
+}
