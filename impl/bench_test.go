@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,7 +101,9 @@ func BenchmarkRunningSlotsMemory(b *testing.B) {
 		if _, err := srv.SubmitMany(ctx, reqs); err != nil {
 			b.Fatal(err)
 		}
-		for srv.Running() < 1000 {
+		// Wait for the runs themselves, not their slots: a run whose slot
+		// is taken may not have picked up the channel that releases it.
+		for blockWaiting.Load() < 1000 {
 			time.Sleep(10 * time.Millisecond)
 		}
 		runtime.GC()
@@ -116,6 +119,8 @@ var (
 	blockKind = api.Kind[struct{}, struct{}]{ID: "bench.block"}
 	unblock   = make(chan struct{})
 	blockMu   sync.Mutex
+	// blockWaiting counts the runs of bench.block waiting to be released.
+	blockWaiting atomic.Int64
 )
 
 // block is bench.block: it runs until released.
@@ -126,6 +131,7 @@ func (block) TaskID(ids spi.IDs, _ struct{}) api.TaskID { return ids.Unique() }
 func (block) Run(ctx context.Context, _ spi.RunContext, _ struct{}) (struct{}, error) {
 	blockMu.Lock()
 	ch := unblock
+	blockWaiting.Add(1)
 	blockMu.Unlock()
 	select {
 	case <-ch:
@@ -138,6 +144,7 @@ func releaseBlocked() {
 	blockMu.Lock()
 	close(unblock)
 	unblock = make(chan struct{})
+	blockWaiting.Store(0)
 	blockMu.Unlock()
 }
 

@@ -94,8 +94,8 @@ func BenchmarkClaimAndFinish(b *testing.B) {
 }
 
 // BenchmarkClaimWithHistory measures claims and completions with 0, 1M and
-// 5M finished tasks in the table (cleanup off): finished rows are outside
-// the claim index, so the cost should not grow with them. The 5M case
+// 5M finished tasks in the table (cleanup off): claims read only the claim
+// hints and finished tasks have none, so the cost should not grow with them. The 5M case
 // takes a few minutes to set up; -short skips it.
 func BenchmarkClaimWithHistory(b *testing.B) {
 	for _, history := range []int{0, 1_000_000, 5_000_000} {
