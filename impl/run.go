@@ -47,7 +47,9 @@ func (s *Server) startRun(c store.Claimed, sent time.Time) {
 	r.rc = runContext{s: s, r: r}
 	s.mu.Lock()
 	s.running[c.ID] = r // its slot (and churn) was reserved by the claim
-	s.leases[c.Lease]++
+	l := s.leases[c.Lease]
+	l.runs++
+	s.leases[c.Lease] = l
 	s.mu.Unlock()
 	s.runs.Add(1)
 	select {
@@ -100,19 +102,36 @@ func (s *Server) freeSlot(r *run) {
 	signal(s.slotFreed)
 }
 
-// endRun forgets a run whose end is recorded (or given up on).
-func (s *Server) endRun(r *run) {
+// endRun forgets a run whose end is recorded (settled) or given up on
+// (not settled: the task may still be running under its lease in the
+// database). A lease is dropped once its runs all ended, unless one of them
+// was not settled: that lease must expire, so that a takeover finds its
+// task.
+func (s *Server) endRun(r *run, settled bool) {
 	r.cancel(context.Canceled)
 	s.mu.Lock()
 	if s.running[r.claimed.ID] == r {
 		delete(s.running, r.claimed.ID)
 	}
-	if s.leases[r.claimed.Lease]--; s.leases[r.claimed.Lease] == 0 {
+	l := s.leases[r.claimed.Lease]
+	l.runs--
+	l.keep = l.keep || !settled
+	if l.runs > 0 {
+		s.leases[r.claimed.Lease] = l
+	} else {
 		delete(s.leases, r.claimed.Lease)
-		s.released = append(s.released, r.claimed.Lease)
+		if !l.keep {
+			s.released = append(s.released, r.claimed.Lease)
+		}
 	}
 	s.mu.Unlock()
 	s.runs.Done()
+}
+
+// leaseRuns is what a server knows of one of its leases.
+type leaseRuns struct {
+	runs int  // runs not ended yet
+	keep bool // a run ended without its end recorded: let the lease expire
 }
 
 // execute runs a claimed task and records how it ended.
@@ -129,7 +148,8 @@ func (s *Server) execute(r *run) {
 	if cause := context.Cause(r.ctx); errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := s.st.Unclaim(ctx, []store.LeaseRef{r.claimed.LeaseRef}); err != nil {
+		err := s.st.Unclaim(ctx, []store.LeaseRef{r.claimed.LeaseRef})
+		if err != nil {
 			s.log.Warn("stint: unclaim failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
 		}
 		// Only now: a rotation must not start the next task while the
@@ -137,7 +157,7 @@ func (s *Server) execute(r *run) {
 		s.freeSlot(r)
 		span.SetAttributes(attribute.String("stint.released", context.Cause(r.ctx).Error()))
 		span.End()
-		s.endRun(r)
+		s.endRun(r, err == nil)
 		return
 	}
 	c := store.Completion{LeaseRef: r.claimed.LeaseRef, Again: out.Again, Delay: out.Delay,
@@ -168,7 +188,8 @@ func (r *run) recorded(err error) {
 	case err != nil:
 		s.log.Error("stint: recording a run failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
 	}
-	s.endRun(r)
+	// A fenced-out run's task is no longer under this lease.
+	s.endRun(r, err == nil || errors.Is(err, api.ErrHalt))
 }
 
 // runContext is the spi.RunContext of a run.

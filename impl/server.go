@@ -115,7 +115,7 @@ type Server struct {
 	reserved int                    // slots reserved by claims in flight
 	perBehav map[api.BehaviorID]int // slots taken per behavior
 	churn    map[api.BehaviorID]int // starts and stops in this rotation interval
-	leases   map[[16]byte]int       // runs per lease (claim statement) not yet ended
+	leases   map[[16]byte]leaseRuns // this node's leases (one per claim statement and behavior)
 	released [][16]byte             // leases whose runs all ended, to drop
 	started  bool
 	stopped  bool
@@ -181,7 +181,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		workersDone: make(chan struct{}),
 		running:     map[api.TaskID]*run{},
 		perBehav:    map[api.BehaviorID]int{},
-		leases:      map[[16]byte]int{},
+		leases:      map[[16]byte]leaseRuns{},
 		churn:       map[api.BehaviorID]int{},
 	}
 	for _, id := range ids {

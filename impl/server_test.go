@@ -2,7 +2,9 @@ package impl_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/internal/childtest"
 	"github.com/stinthq/stint/store"
+	"github.com/stinthq/stint/store/postgres"
 )
 
 func TestRoundTripFromClientOnlyProcess(t *testing.T) {
@@ -415,4 +418,78 @@ func TestNodeDroppedAsDeadRegistersAgain(t *testing.T) {
 	waitFor(t, 10*time.Second, "the node to register again", func() bool {
 		return e.count(`SELECT count(*) FROM stint_node WHERE id = 'comeback'`) == 1
 	})
+}
+
+// A claim hint made stale by a later change is dropped where a claim finds
+// it: a task whose due time moved later is not run at the old time, and
+// one moved earlier runs at the new time.
+func TestStaleClaimHintsAreDropped(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	claim := func() []store.Claimed {
+		got, err := e.st.Claim(e.ctx, store.ClaimRequest{Node: "n", Limit: 10,
+			Behaviors: []store.BehaviorLease{{Behavior: workKind.ID, Lease: time.Minute}}})
+		require.NoError(t, err)
+		return got
+	}
+	c := e.client()
+	later, err := c.Submit(e.ctx, workReq(workKind, WorkParams{Key: "later"}))
+	require.NoError(t, err)
+	req := workReq(workKind, WorkParams{Key: "later"})
+	req.Delay = time.Hour
+	_, err = c.Submit(e.ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, 2, e.count(`SELECT count(*) FROM stint_due WHERE id = $1`, string(later.ID)), "a hint per time it became due")
+
+	require.Empty(t, claim(), "the task moved an hour later")
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_due WHERE id = $1 AND due > now()`, string(later.ID)),
+		"the stale hint is gone, the current one stays")
+
+	// Held, then released: the hint of the held time is stale, the one of
+	// the release is not.
+	held, err := c.Submit(e.ctx, workReq(workKind, WorkParams{Key: "held"}))
+	require.NoError(t, err)
+	require.NoError(t, c.Hold(e.ctx, held.ID))
+	require.Empty(t, claim(), "a held task is not claimed")
+	require.NoError(t, c.Release(e.ctx, held.ID))
+	got := claim()
+	require.Len(t, got, 1)
+	require.Equal(t, held.ID, got[0].ID)
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_due WHERE due <= now()`), "every due hint was taken")
+}
+
+// failingFinish is the PostgreSQL store with every Finish failing, as when
+// the database is unreachable from one node only.
+type failingFinish struct{ *postgres.Store }
+
+func (failingFinish) Finish(context.Context, []store.Completion) ([]bool, error) {
+	return nil, errors.New("finish: connection refused")
+}
+
+// A run whose end could not be recorded leaves its task running under its
+// lease: the node must not drop that lease, so that it expires and another
+// node takes the task over.
+func TestUnrecordedRunIsTakenOverAfterItsLease(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	broken, err := impl.NewServer(failingFinish{e.st}, impl.ServerConfig{Node: "broken", Registry: testRegistry(e.pool, "broken", time.Second),
+		PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	require.NoError(t, err)
+	require.NoError(t, broken.Start(e.ctx))
+	sub, err := broken.Submit(e.ctx, workReq(workKind, WorkParams{Key: "unrecorded"}))
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the run on the broken node", func() bool {
+		return e.count(`SELECT count(*) FROM test_run WHERE node = 'broken'`) == 1
+	})
+	stop, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, broken.Stop(stop), "stop waits until the completer gives the run up")
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_task WHERE id = $1 AND status = 'running'`, string(sub.ID)))
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_lease WHERE $1 = ANY(task_ids)`, string(sub.ID)), "the lease stays")
+
+	srv := e.server("healthy", time.Second)
+	task, err := srv.Await(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusSuccess, task.Status)
+	require.Equal(t, 2, task.Attempt, "the lost run counts")
 }
