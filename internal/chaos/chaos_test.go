@@ -306,9 +306,9 @@ func size() (tasks int, faultFor time.Duration) {
 	return 2000, 5 * time.Second
 }
 
-// every calls fn every d until stop.
-func every(stop <-chan struct{}, d time.Duration, fn func()) {
-	t := time.NewTicker(d)
+// every calls fn after first, then every d, until stop.
+func every(stop <-chan struct{}, first, d time.Duration, fn func()) {
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
@@ -316,6 +316,7 @@ func every(stop <-chan struct{}, d time.Duration, fn func()) {
 			return
 		case <-t.C:
 			fn()
+			t.Reset(d)
 		}
 	}
 }
@@ -323,7 +324,7 @@ func every(stop <-chan struct{}, d time.Duration, fn func()) {
 func TestSIGKILL(t *testing.T) {
 	tasks, faultFor := size()
 	r := scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
-		every(stop, 700*time.Millisecond, func() {
+		every(stop, 700*time.Millisecond, 700*time.Millisecond, func() {
 			n := c.nodes[mrand.IntN(len(c.nodes))]
 			if n.cmd != nil {
 				c.sigkill(n)
@@ -337,14 +338,17 @@ func TestSIGKILL(t *testing.T) {
 
 func TestSIGSTOPPastTheLease(t *testing.T) {
 	tasks, faultFor := size()
-	scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
+	r := scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
 		n := c.nodes[0]
-		every(stop, 3*time.Second, func() {
+		// The first freeze comes while the workload runs (it takes about a
+		// second in the short mode).
+		every(stop, 300*time.Millisecond, 3*time.Second, func() {
 			require.NoError(t, n.cmd.Process.Signal(syscall.SIGSTOP))
 			time.Sleep(2500 * time.Millisecond) // the fault: frozen for longer than the lease
 			require.NoError(t, n.cmd.Process.Signal(syscall.SIGCONT))
 		})
 	})
+	require.Positive(t, r.recovered, "the frozen node's tasks should have been taken over")
 }
 
 func TestPostgresRestart(t *testing.T) {
@@ -377,7 +381,7 @@ func TestProxyCutsAndDelays(t *testing.T) {
 		u.Host = p.addr()
 		n.dsn = u.String()
 		c.start(n)
-		every(stop, 400*time.Millisecond, func() {
+		every(stop, 400*time.Millisecond, 400*time.Millisecond, func() {
 			switch mrand.IntN(3) {
 			case 0:
 				p.cut()
@@ -394,7 +398,7 @@ func TestProxyCutsAndDelays(t *testing.T) {
 func TestTerminatedBackends(t *testing.T) {
 	tasks, faultFor := size()
 	scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
-		every(stop, 300*time.Millisecond, func() {
+		every(stop, 300*time.Millisecond, 300*time.Millisecond, func() {
 			_, err := c.pool.Exec(c.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 				WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
 				ORDER BY random() LIMIT 3`)
