@@ -60,7 +60,7 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 	reg.execute = func(ctx context.Context, rc RunContext, p any, failures int) Outcome {
 		res, err := b.Run(ctx, rc, p.(P))
 		if err == nil {
-			raw, merr := json.RawMessage(emptyObject), error(nil)
+			raw, merr := emptyObject, error(nil)
 			if !empty {
 				raw, merr = json.Marshal(res)
 			}
@@ -295,8 +295,9 @@ func decodesEmptyAsZero(p any) bool {
 	return t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct
 }
 
-// emptyObject is the JSON of a struct without fields.
-const emptyObject = "{}"
+// emptyObject is the JSON of a struct without fields, shared by all the
+// results that encode as it: nothing writes to a result.
+var emptyObject = json.RawMessage("{}")
 
 // encodesAsEmptyObject reports whether every value of t encodes as {}: t
 // is a struct without fields that does not encode itself. Results of such
