@@ -199,6 +199,16 @@ func (e *env) client() *impl.Client {
 	return c
 }
 
+// run submits p to tasks and awaits a successful result.
+func (e *env) run(tasks api.Tasks, p WorkParams) (*api.Future[WorkResult], WorkResult) {
+	e.t.Helper()
+	f, err := api.Submit(e.ctx, tasks, workKind, p)
+	require.NoError(e.t, err)
+	res, err := f.Await(e.ctx)
+	require.NoError(e.t, err)
+	return f, res
+}
+
 // count runs a count(*) query.
 func (e *env) count(query string, args ...any) int {
 	e.t.Helper()

@@ -96,20 +96,14 @@ func TestRunSpansFollowTheGlobalProvider(t *testing.T) {
 	e := setup(t)
 	srv := e.server("global-traced", 5*time.Second)
 
-	f, err := api.Submit(e.ctx, srv, workKind, WorkParams{Key: "before-sdk"})
-	require.NoError(t, err)
-	_, err = f.Await(e.ctx)
-	require.NoError(t, err)
+	e.run(srv, WorkParams{Key: "before-sdk"})
 
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	otel.SetTracerProvider(tp)
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 
-	f, err = api.Submit(e.ctx, srv, workKind, WorkParams{Key: "after-sdk"})
-	require.NoError(t, err)
-	_, err = f.Await(e.ctx)
-	require.NoError(t, err)
+	f, _ := e.run(srv, WorkParams{Key: "after-sdk"})
 	runs := func() (ids []string) {
 		for _, s := range spans.GetSpans() {
 			if s.Name == "stint.run test.work" {
