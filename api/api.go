@@ -76,7 +76,8 @@ type Task struct {
 	ScheduleNotBefore *time.Time `json:"schedule_not_before,omitempty"`
 	// LostNotBefore is the lease expiry of a running task.
 	LostNotBefore *time.Time `json:"lost_not_before,omitempty"`
-	// Lease is the fencing token of the current or last run.
+	// Lease is the fencing token of the current or last run. The runs that
+	// one claim statement took share it.
 	Lease string `json:"lease,omitempty"`
 	// Node is the node running or that last ran the task.
 	Node string `json:"node,omitempty"`

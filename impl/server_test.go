@@ -194,6 +194,27 @@ func TestRunnerHaltsWhenLeaseIsLost(t *testing.T) {
 	require.Nil(t, task.Error)
 }
 
+// A running task shows the lease expiry as renewals move it, not as of its
+// claim.
+func TestRunningTaskShowsItsRenewedLease(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("holder", time.Second)
+	sub, err := srv.Submit(e.ctx, workReq(workKind, WorkParams{Key: "renewed", BlockFirst: true}))
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the run to start", func() bool { return srv.Running() == 1 })
+	first, err := srv.Get(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.NotNil(t, first.LostNotBefore)
+	waitFor(t, 10*time.Second, "a renewal", func() bool {
+		task, err := srv.Get(e.ctx, sub.ID)
+		require.NoError(t, err)
+		require.Equal(t, api.StatusRunning, task.Status)
+		require.Equal(t, task.LostNotBefore, task.ScheduleNotBefore, "a running task is due again when its lease expires")
+		return task.LostNotBefore.After(*first.LostNotBefore)
+	})
+}
+
 func TestRetryUntilSuccess(t *testing.T) {
 	t.Parallel()
 	e := setup(t)

@@ -15,13 +15,20 @@ import (
 )
 
 // taskColumns is the column list scanned by scanTask.
-const taskColumns = `id, behavior, status, priority, params, result, error, progress,
-	schedule_not_before,
-	CASE WHEN status = 'running' THEN coalesce((SELECT l.expires_at FROM stint_lease l WHERE l.lease = stint_task.lease), lost_not_before)
-	     ELSE lost_not_before END,
+var taskColumns = `id, behavior, status, priority, params, result, error, progress,
+	` + leaseExpiry("schedule_not_before") + `, ` + leaseExpiry("lost_not_before") + `,
 	lease, coalesce(node, ''), attempt, errors, resubmit,
 	coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''),
 	created_at, updated_at, executed_at, finished_at, awaited, children_pending`
+
+// leaseExpiry returns column of stint_task, except for a running task: its
+// lease row's expiry, which renewals move (the row keeps the expiry as of
+// the claim).
+func leaseExpiry(column string) string {
+	return `CASE WHEN status = 'running'
+	    THEN coalesce((SELECT l.expires_at FROM stint_lease l WHERE l.lease = stint_task.lease), ` + column + `)
+	    ELSE ` + column + ` END`
+}
 
 func scanTask(row pgx.Row) (api.Task, error) {
 	var (
