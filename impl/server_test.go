@@ -146,6 +146,9 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 	_, tasks, err = e.st.Takeover(e.ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, tasks)
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_task WHERE id = $1 AND status = 'scheduled'
+		AND schedule_not_before <= now() - interval '900 milliseconds'`, string(sub.ID)),
+		"a lost task is due as of its claim (a lease ago), not behind what became due since")
 	fresh := claim("new")
 	require.NotEqual(t, old.Lease, fresh.Lease)
 	require.Equal(t, 2, fresh.Attempt)

@@ -599,9 +599,11 @@ func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
 }
 
 // takeoverSQL deletes up to $1 expired leases and makes their tasks that
-// still run under them due at once: their node died, stalled or was cut
-// off for longer than the lease. The lost run counts as an attempt (the
-// next claim increments it), as a lost Polaris task does.
+// still run under them due again: their node died, stalled or was cut off
+// for longer than the lease. A lost task is due as of its claim, so that it
+// goes back to its place in the queue rather than behind every task that
+// became due while it ran. The lost run counts as an attempt (the next
+// claim increments it), as a lost Polaris task does.
 var takeoverSQL = `
 WITH expired AS (
     DELETE FROM stint_lease WHERE lease = ANY(ARRAY(
@@ -609,7 +611,7 @@ WITH expired AS (
         ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED))
     RETURNING lease, task_ids
 ), lost AS (
-    UPDATE stint_task t SET status = 'scheduled', schedule_not_before = now(), lost_not_before = NULL,
+    UPDATE stint_task t SET status = 'scheduled', schedule_not_before = least(t.executed_at, now()), lost_not_before = NULL,
         executed_at = NULL, updated_at = now()
     FROM expired e, unnest(e.task_ids) AS u(id)
     WHERE t.id = u.id AND t.lease = e.lease AND t.status = 'running'
