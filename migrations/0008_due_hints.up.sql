@@ -45,6 +45,11 @@ DROP INDEX stint_task_claim;
 -- The group index must not cover status, which every claim changes.
 DROP INDEX stint_task_group;
 CREATE INDEX stint_task_group ON stint_task (group_key) WHERE group_key IS NOT NULL;
+-- A running task keeps the due time it was claimed at (a takeover puts it
+-- back in its place); its lease expiry lives in its lease row.
+ALTER TABLE stint_task DROP CONSTRAINT stint_task_running;
+ALTER TABLE stint_task ADD CONSTRAINT stint_task_running CHECK (status <> 'running' OR (
+    executed_at IS NOT NULL AND lease IS NOT NULL AND lost_not_before > executed_at AND schedule_not_before IS NOT NULL));
 -- A task's row is written three times (submit, claim, finish): at 30% a
 -- page has room for the two later versions of the rows inserted into it.
 ALTER TABLE stint_task SET (fillfactor = 30);

@@ -358,9 +358,11 @@ var claimHintsSQL = claimCTEs(`
 // the settings of the behaviors $2 (lease $3 unless an operator set one;
 // paused ones left out) and a fresh lease token for each: all tasks of a
 // behavior that one statement claims share a lease row in stint_lease, the
-// fencing token of each run. The claim updates only columns no index of
-// stint_task covers, so it is a HOT update. It records the running state in
-// the change feed and returns the claimed tasks.
+// fencing token of each run. A running task keeps the due time it was
+// claimed at in schedule_not_before, for a takeover to put it back in its
+// place. The claim updates only columns no index of stint_task covers, so it
+// is a HOT update. It records the running state in the change feed and
+// returns the claimed tasks.
 func claimCTEs(hints string) string {
 	return `
 WITH cfg AS MATERIALIZED (
@@ -377,7 +379,6 @@ WITH cfg AS MATERIALIZED (
         attempt = t.attempt + 1,
         executed_at = now(),
         lost_not_before = now() + cfg.lease_us * interval '1 microsecond',
-        schedule_not_before = now() + cfg.lease_us * interval '1 microsecond',
         waiting_children = false,
         updated_at = now()
     FROM hint h, cfg
@@ -600,10 +601,10 @@ func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
 
 // takeoverSQL deletes up to $1 expired leases and makes their tasks that
 // still run under them due again: their node died, stalled or was cut off
-// for longer than the lease. A lost task is due as of its claim, so that it
-// goes back to its place in the queue rather than behind every task that
-// became due while it ran. The lost run counts as an attempt (the next
-// claim increments it), as a lost Polaris task does.
+// for longer than the lease. A lost task is due at the time it was due when
+// claimed, so that it goes back to its place in the queue rather than
+// behind every task that became due while it ran. The lost run counts as an
+// attempt (the next claim increments it), as a lost Polaris task does.
 var takeoverSQL = `
 WITH expired AS (
     DELETE FROM stint_lease WHERE lease = ANY(ARRAY(
@@ -611,7 +612,7 @@ WITH expired AS (
         ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED))
     RETURNING lease, task_ids
 ), lost AS (
-    UPDATE stint_task t SET status = 'scheduled', schedule_not_before = least(t.executed_at, now()), lost_not_before = NULL,
+    UPDATE stint_task t SET status = 'scheduled', schedule_not_before = least(t.schedule_not_before, now()), lost_not_before = NULL,
         executed_at = NULL, updated_at = now()
     FROM expired e, unnest(e.task_ids) AS u(id)
     WHERE t.id = u.id AND t.lease = e.lease AND t.status = 'running'
