@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -90,7 +89,7 @@ func (s *dbServer) newDB(ctx context.Context, label string) (string, error) {
 	s.mu.Lock()
 	s.drops = append(s.drops, name)
 	s.mu.Unlock()
-	return withDatabase(s.admin, name), nil
+	return pgcluster.WithDatabase(s.admin, name), nil
 }
 
 // dropDBs drops the databases newDB created.
@@ -202,25 +201,6 @@ func (s *dbServer) enableStatements(ctx context.Context) (bool, string, error) {
 		return false, "", fmt.Errorf("create extension pg_stat_statements: %w", err)
 	}
 	return true, "", nil
-}
-
-// withDatabase returns dsn, a URL or a keyword/value string, with its
-// database set to name.
-func withDatabase(dsn, name string) string {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		if u, err := url.Parse(dsn); err == nil {
-			u.Path = "/" + name
-			u.RawPath = ""
-			q := u.Query()
-			if q.Has("dbname") {
-				q.Set("dbname", name)
-				u.RawQuery = q.Encode()
-			}
-			return u.String()
-		}
-	}
-	// In keyword/value strings the last setting of a keyword wins.
-	return dsn + " dbname=" + name
 }
 
 // dbName returns the database a DSN names.

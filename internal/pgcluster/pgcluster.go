@@ -179,6 +179,26 @@ func (c *Cluster) DSN(dbname string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, url.PathEscape(dbname))
 }
 
+// WithDatabase returns dsn, a URL or a keyword/value connection string, with
+// its database set to name: for connecting to another database of the same
+// server.
+func WithDatabase(dsn, name string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		if u, err := url.Parse(dsn); err == nil {
+			u.Path = "/" + name
+			u.RawPath = ""
+			q := u.Query()
+			if q.Has("dbname") {
+				q.Set("dbname", name)
+				u.RawQuery = q.Encode()
+			}
+			return u.String()
+		}
+	}
+	// In keyword/value strings the last setting of a keyword wins.
+	return dsn + " dbname=" + name
+}
+
 // Port returns the TCP port the server listens on at 127.0.0.1.
 func (c *Cluster) Port() int { return c.port }
 

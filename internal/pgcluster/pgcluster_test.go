@@ -183,3 +183,10 @@ func TestBinDirDebianLayoutPicksHighestVersion(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(root, "13", "bin"), dir)
 }
+
+func TestWithDatabase(t *testing.T) {
+	require.Equal(t, "postgres://u:p@h:5432/other?sslmode=disable",
+		WithDatabase("postgres://u:p@h:5432/postgres?sslmode=disable", "other"))
+	require.Equal(t, "postgresql://h/other", WithDatabase("postgresql://h", "other"))
+	require.Equal(t, "host=h dbname=postgres dbname=other", WithDatabase("host=h dbname=postgres", "other"))
+}

@@ -26,7 +26,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -327,25 +326,7 @@ func dsnFor(name string) string {
 	if cluster != nil {
 		return cluster.DSN(name)
 	}
-	return withDatabase(adminDSN, name)
-}
-
-// withDatabase returns dsn, a URL or a keyword/value connection string, with its database set to name.
-func withDatabase(dsn, name string) string {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		if u, err := url.Parse(dsn); err == nil {
-			u.Path = "/" + name
-			u.RawPath = ""
-			q := u.Query()
-			if q.Has("dbname") {
-				q.Set("dbname", name)
-				u.RawQuery = q.Encode()
-			}
-			return u.String()
-		}
-	}
-	// In keyword/value strings the last setting of a keyword wins.
-	return dsn + " dbname=" + name
+	return pgcluster.WithDatabase(adminDSN, name)
 }
 
 // quote quotes a database name for use in SQL.

@@ -115,10 +115,3 @@ func TestRestartKeepsDatabases(t *testing.T) {
 	// New still works after a restart.
 	requireMigrated(t, connect(t, New(t)))
 }
-
-func TestWithDatabase(t *testing.T) {
-	require.Equal(t, "postgres://u:p@h:5432/other?sslmode=disable",
-		withDatabase("postgres://u:p@h:5432/postgres?sslmode=disable", "other"))
-	require.Equal(t, "postgresql://h/other", withDatabase("postgresql://h", "other"))
-	require.Equal(t, "host=h dbname=postgres dbname=other", withDatabase("host=h dbname=postgres", "other"))
-}
