@@ -156,17 +156,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.timeout, "timeout", c.timeout, "limit for one scenario run of one system")
 	fs.IntVar(&c.runs, "runs", c.runs, "runs of each scenario and system, interleaved; the table shows the median (latency: all samples pooled)")
 
-	fs.IntVar(&c.stintWorkers, "stint-workers", 0, "stint ServerConfig.MaxWorkers (0: stint's default)")
-	fs.IntVar(&c.stintMaxConns, "stint-max-conns", 0, "stint store pool size (0: stint's default)")
-	fs.DurationVar(&c.stintPoll, "stint-poll", 0, "stint ServerConfig.PollInterval (0: stint's default)")
-	fs.DurationVar(&c.stintCooldown, "stint-fetch-cooldown", 0, "stint ServerConfig.FetchCooldown (0: stint's default)")
-
-	fs.IntVar(&c.riverWorkers, "river-workers", c.riverWorkers, "River MaxWorkers of the default queue")
-	fs.IntVar(&c.riverMaxConns, "river-max-conns", 0, "River pool size (0: pgxpool's default, as River's own benchmark)")
-	fs.DurationVar(&c.riverCooldown, "river-fetch-cooldown", c.riverCooldown, "River FetchCooldown (tuned runs)")
-	fs.DurationVar(&c.riverPoll, "river-fetch-poll", c.riverPoll, "River FetchPollInterval (tuned runs)")
-
-	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of each stint run to `PREFIX`-<run>.pprof")
+	c.addSystemFlags(fs)
 	fs.BoolVar(&c.sqlprofile, "sqlprofile", false, "record pg_stat_statements per run and print the costliest statements (restarts the throwaway cluster with the extension loaded)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -286,4 +276,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// addSystemFlags adds the flags that tune the systems under test (and the
+// CPU profile), which the scale scenario passes on to its node processes.
+func (c *config) addSystemFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.stintWorkers, "stint-workers", 0, "stint ServerConfig.MaxWorkers (0: stint's default)")
+	fs.IntVar(&c.stintMaxConns, "stint-max-conns", 0, "stint store pool size (0: stint's default)")
+	fs.DurationVar(&c.stintPoll, "stint-poll", 0, "stint ServerConfig.PollInterval (0: stint's default)")
+	fs.DurationVar(&c.stintCooldown, "stint-fetch-cooldown", 0, "stint ServerConfig.FetchCooldown (0: stint's default)")
+
+	fs.IntVar(&c.riverWorkers, "river-workers", c.riverWorkers, "River MaxWorkers of the default queue")
+	fs.IntVar(&c.riverMaxConns, "river-max-conns", 0, "River pool size (0: pgxpool's default, as River's own benchmark)")
+	fs.DurationVar(&c.riverCooldown, "river-fetch-cooldown", c.riverCooldown, "River FetchCooldown (tuned runs)")
+	fs.DurationVar(&c.riverPoll, "river-fetch-poll", c.riverPoll, "River FetchPollInterval (tuned runs)")
+
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of each stint run to `PREFIX`-<run>.pprof")
 }

@@ -200,15 +200,7 @@ func nodeMain(args []string) int {
 	system := fs.String("system", sysStint, "stint or river")
 	dsn := fs.String("dsn", "", "database")
 	name := fs.String("name", "", "node name")
-	fs.IntVar(&cfg.stintWorkers, "stint-workers", 0, "")
-	fs.IntVar(&cfg.stintMaxConns, "stint-max-conns", 0, "")
-	fs.DurationVar(&cfg.stintPoll, "stint-poll", 0, "")
-	fs.DurationVar(&cfg.stintCooldown, "stint-fetch-cooldown", 0, "")
-	fs.IntVar(&cfg.riverWorkers, "river-workers", cfg.riverWorkers, "")
-	fs.IntVar(&cfg.riverMaxConns, "river-max-conns", 0, "")
-	fs.DurationVar(&cfg.riverCooldown, "river-fetch-cooldown", cfg.riverCooldown, "")
-	fs.DurationVar(&cfg.riverPoll, "river-fetch-poll", cfg.riverPoll, "")
-	fs.StringVar(&cfg.cpuprofile, "cpuprofile", "", "")
+	cfg.addSystemFlags(fs)
 	fs.BoolVar(&cfg.verbose, "v", false, "")
 	if err := fs.Parse(args); err != nil {
 		return 2
