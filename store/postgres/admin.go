@@ -220,8 +220,7 @@ func (s *Store) Behaviors(ctx context.Context) ([]store.BehaviorSettings, error)
 func (s *Store) PendingCount(ctx context.Context, behavior api.BehaviorID, lookAhead time.Duration) (int, error) {
 	var n int
 	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT d.id) FROM stint_due d
-		JOIN stint_task t ON t.id = d.id AND t.schedule_not_before = d.due AND t.priority = d.priority
-		    AND t.status IN ('scheduled', 'success', 'failure')
+		JOIN stint_task t ON `+hintMatches("t", "d")+`
 		WHERE d.behavior = $1 AND d.due <= now() + $2 * interval '1 microsecond'`,
 		string(behavior), lookAhead.Microseconds()).Scan(&n)
 	if err != nil {

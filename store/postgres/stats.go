@@ -32,8 +32,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 		}
 		rows, err = tx.Query(ctx, `
 			SELECT d.behavior, count(DISTINCT d.id), min(d.due) FROM stint_due d
-			JOIN stint_task t ON t.id = d.id AND t.schedule_not_before = d.due AND t.priority = d.priority
-			    AND t.status IN ('scheduled', 'success', 'failure')
+			JOIN stint_task t ON `+hintMatches("t", "d")+`
 			WHERE d.due <= now()
 			  AND (d.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = d.group_key))
 			GROUP BY d.behavior ORDER BY d.behavior`)

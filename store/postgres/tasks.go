@@ -382,8 +382,7 @@ WITH cfg AS MATERIALIZED (
         waiting_children = false,
         updated_at = now()
     FROM hint h, cfg
-    WHERE t.id = h.id AND t.behavior = cfg.behavior
-      AND t.status IN ('scheduled', 'success', 'failure') AND t.schedule_not_before = h.due AND t.priority = h.priority
+    WHERE ` + hintMatches("t", "h") + ` AND t.behavior = cfg.behavior
     RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
         t.parent_id, t.group_key, t.trace, cfg.lease_us
 ), leases AS (
@@ -525,13 +524,25 @@ func feedInsert(from, status, final string) string {
 
 // dueInsert returns the statement that adds claim hints for the rows of
 // from (a CTE with id, behavior, priority, schedule_not_before, group_key
-// and status) that are waiting to run: scheduled, or finished and due again
-// (a recurring task). Its argument is a constant of this package.
+// and status) that wait to run. Its argument is a constant of this package.
 func dueInsert(from string) string {
 	return `
     INSERT INTO stint_due (id, behavior, priority, due, group_key)
     SELECT id, behavior, priority, schedule_not_before, group_key FROM ` + from + `
-    WHERE schedule_not_before IS NOT NULL AND status IN ('scheduled', 'success', 'failure')`
+    WHERE schedule_not_before IS NOT NULL AND status IN ` + waitingStatuses
+}
+
+// waitingStatuses are the statuses of a task that waits to run when it has
+// a due time: scheduled, or finished and due again (a recurring task).
+const waitingStatuses = `('scheduled', 'success', 'failure')`
+
+// hintMatches returns the condition under which the hint d (a row of
+// stint_due) still stands for the task t: the task waits to run at the
+// hint's due time and priority. Claims take only such hints; counts of the
+// backlog count only them.
+func hintMatches(t, d string) string {
+	return t + `.id = ` + d + `.id AND ` + t + `.status IN ` + waitingStatuses + `
+      AND ` + t + `.schedule_not_before = ` + d + `.due AND ` + t + `.priority = ` + d + `.priority`
 }
 
 // scanClaimed reads the rows of a claim statement.
