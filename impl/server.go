@@ -532,11 +532,5 @@ func (s *Server) unreserve(g claimGroup, claimed []store.Claimed) {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
+// sleep waits d or until ctx ends; the loops that call it check ctx next.
+func sleep(ctx context.Context, d time.Duration) { _ = spi.Sleep(ctx, d) }

@@ -1,6 +1,7 @@
 package spi
 
 import (
+	"context"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -161,4 +162,18 @@ func Backoff(min, max time.Duration, failures int) time.Duration {
 		d = float64(max)
 	}
 	return time.Duration(d * (0.75 + 0.25*rand.Float64()))
+}
+
+// Sleep waits d, or until ctx ends: then it returns the context's cause.
+// Behaviors that wait between steps use it so that a removal, a lost lease
+// or a stop ends the wait at once.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
 }

@@ -247,3 +247,12 @@ func TestEmptyResultsEncodeAsTheEncoderWould(t *testing.T) {
 		require.JSONEq(t, want, string(out.Result), id)
 	}
 }
+
+func TestSleepEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, spi.Sleep(context.Background(), time.Millisecond))
+	cause := errors.New("removed")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	require.ErrorIs(t, spi.Sleep(ctx, time.Hour), cause, "a cancelled context ends the wait with its cause")
+}

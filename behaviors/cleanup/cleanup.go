@@ -291,12 +291,5 @@ func (c *Cleanup) pause(ctx context.Context) error {
 	if c.cfg.BatchPause <= 0 {
 		return nil
 	}
-	t := time.NewTimer(c.cfg.BatchPause)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
+	return spi.Sleep(ctx, c.cfg.BatchPause)
 }

@@ -44,12 +44,8 @@ func (EchoBehavior) TaskID(ids spi.IDs, _ EchoParams) api.TaskID { return ids.Un
 // Run echoes p.Text after p.DelayMS.
 func (EchoBehavior) Run(ctx context.Context, rc spi.RunContext, p EchoParams) (EchoResult, error) {
 	if p.DelayMS > 0 {
-		t := time.NewTimer(time.Duration(p.DelayMS) * time.Millisecond)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return EchoResult{}, context.Cause(ctx)
-		case <-t.C:
+		if err := spi.Sleep(ctx, time.Duration(p.DelayMS)*time.Millisecond); err != nil {
+			return EchoResult{}, err
 		}
 	}
 	text := p.Text

@@ -17,9 +17,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
 )
 
 // parallel runs fn for 0..n-1 with at most limit at once. The first error
@@ -118,12 +118,8 @@ func withRetries(ctx context.Context, cfg *Config, try func() error) error {
 		if err == nil || !errors.As(err, &retry) || attempt >= cfg.HTTPAttempts {
 			return err
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return context.Cause(ctx)
-		case <-t.C:
+		if err := spi.Sleep(ctx, backoff); err != nil {
+			return err
 		}
 		backoff *= 2
 	}

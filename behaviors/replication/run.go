@@ -252,7 +252,7 @@ func (r *run) replicate(ctx context.Context) (Result, error) {
 					return Result{}, err
 				}
 			}
-			if err := sleepCtx(ctx, r.cfg.PollInterval); err != nil {
+			if err := spi.Sleep(ctx, r.cfg.PollInterval); err != nil {
 				return Result{}, err
 			}
 			continue
@@ -449,16 +449,4 @@ func (r *run) fail(ctx context.Context, err error) error {
 	}
 	r.cfg.Logger.Info("stint: replication crashed", "task", r.rc.TaskID(), "errors", n, "err", err)
 	return &api.TaskError{Retryable: true, Code: code, Message: err.Error(), Properties: map[string]any{propErrors: n}}
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
 }

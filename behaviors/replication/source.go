@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stinthq/stint/spi"
 )
 
 // column is a table column from the catalog.
@@ -348,12 +349,8 @@ func (s *source) horizon(ctx context.Context, last int64) (int64, error) {
 	}
 	wait := 2 * time.Millisecond
 	for len(running) > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, context.Cause(ctx)
-		case <-t.C:
+		if err := spi.Sleep(ctx, wait); err != nil {
+			return 0, err
 		}
 		wait = min(wait*2, 100*time.Millisecond)
 		if err := s.conn.QueryRow(ctx, stillRunningSQL, running).Scan(&running); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
 )
 
 // connect opens a connection to dsn named appName (application_name), within
@@ -158,7 +159,7 @@ func (t *target) lock(ctx context.Context, replicationID string) (*holder, error
 				return nil, fmt.Errorf("end the older run of this replication (backend %d): %w", pid, err)
 			}
 		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+		if err := spi.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}
