@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -285,7 +286,7 @@ func (e *env) finishedTasks(first, n int) error {
 	return nil
 }
 
-func TestLargeCleanupLeavesClaimLatencyUnchanged(t *testing.T) {
+func TestLargeCleanupNeverBlocksTheNode(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	const (
@@ -346,8 +347,10 @@ func TestLargeCleanupLeavesClaimLatencyUnchanged(t *testing.T) {
 	c := New(e.st, reg, Config{BatchSize: 250})
 	stop := make(chan struct{})
 	var during []time.Duration
+	var blocked []string
 	var wg sync.WaitGroup
 	wg.Go(func() { during = measure("during", 1_000_000, stop) })
+	wg.Go(func() { blocked = blockedByDeletes(e.ctx, e.st, stop) })
 	cleanStart := time.Now()
 	res, err := c.Run(e.ctx, nil, Params{})
 	took := time.Since(cleanStart)
@@ -369,12 +372,35 @@ func TestLargeCleanupLeavesClaimLatencyUnchanged(t *testing.T) {
 	t.Logf("claim latency during the cleanup: p50 %s p95 %s max %s (%d tasks)", p(during, .5), p(during, .95), p(during, 1), len(during))
 	t.Logf("claim latency after the cleanup:  p50 %s p95 %s max %s (%d tasks)", p(after, .5), p(after, .95), p(after, 1), len(after))
 	require.GreaterOrEqual(t, len(during), 10, "tasks ran while the cleanup deleted")
-	// No long locks: the claims never waited for the deletes. On a
-	// shared, loaded machine latencies are noisy, so the bounds are
-	// loose: a claim blocked behind a statement deleting 200,000 rows
-	// would wait seconds.
-	require.Less(t, p(during, .5), 3*min(p(before, .5), p(after, .5))+20*time.Millisecond, "median claim latency")
-	require.Less(t, p(during, .95), 5*max(p(before, .95), p(after, .95))+50*time.Millisecond, "95th percentile claim latency")
-	require.Less(t, p(during, 1), time.Second, "worst claim latency")
-	require.Less(t, res.LongestBatch, time.Second, "no delete statement holds its locks long")
+	// No statement of the node (submit, claim, finish, renew) ever waited
+	// for a lock a delete held. Latencies are logged above, not asserted:
+	// on a shared machine they measure the machine as much as the locks.
+	require.Empty(t, blocked, "statements that waited for a cleanup delete's locks")
+}
+
+// blockedByDeletes watches the database until stop is closed and returns
+// the statements it saw waiting for a lock held by a statement deleting
+// from stint_task.
+func blockedByDeletes(ctx context.Context, st *postgres.Store, stop <-chan struct{}) []string {
+	var out []string
+	for {
+		select {
+		case <-stop:
+			return out
+		case <-ctx.Done():
+			return out
+		default:
+		}
+		rows, err := st.Pool().Query(ctx, `
+			SELECT w.query FROM pg_stat_activity w JOIN pg_stat_activity b ON b.pid = ANY(pg_blocking_pids(w.pid))
+			WHERE b.query ~ 'DELETE FROM stint_task'`)
+		if err != nil {
+			return append(out, "watching locks: "+err.Error())
+		}
+		waiting, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return append(out, "watching locks: "+err.Error())
+		}
+		out = append(out, waiting...)
+	}
 }

@@ -90,11 +90,13 @@ func TestContinuousFollowsTheSourceWithFilterAndTombstones(t *testing.T) {
 	require.NoError(t, e.dst.QueryRow(e.ctx, `SELECT min(id) FROM items`).Scan(&victim))
 	_, err := e.src.Exec(e.ctx, `UPDATE items SET deleted = true WHERE id = $1`, victim)
 	require.NoError(t, err)
-	waitFor(t, 10*time.Second, "the tombstoned row to leave the target and a checkpoint at the source's head", func() bool {
+	// The row leaves the target before the checkpoint that counts it is
+	// written, and a checkpoint from before the tombstone can already show
+	// Seq at the then head of the source: wait for the one that counts it.
+	waitFor(t, 10*time.Second, "the tombstoned row to leave the target and a checkpoint counting its delete", func() bool {
 		_, prog = progress(t, e.ctx, srv, fAll.ID())
-		return countRows(t, e.dst, "items WHERE id = "+fmt.Sprint(victim)) == 0 && prog.Seq == prog.SourceSeq
+		return countRows(t, e.dst, "items WHERE id = "+fmt.Sprint(victim)) == 0 && prog.RowsDeleted > 0
 	})
-	require.NotZero(t, prog.RowsDeleted, "tombstones deleted target rows")
 	info := InfoOf(task)
 	require.Equal(t, StateRunning, info.State)
 	require.NotContains(t, info.Source.DSN+info.Target.DSN, "password")
