@@ -2,6 +2,7 @@ package impl
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -231,3 +232,31 @@ func checkGroupKey(key string) error {
 	}
 	return nil
 }
+
+// SetProgress replaces the progress of a task that is not running; see
+// api.Operator.
+func (c *Client) SetProgress(ctx context.Context, id api.TaskID, old, progress json.RawMessage, statuses ...api.Status) error {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return err
+	}
+	if !json.Valid(progress) {
+		return api.Invalid("progress", "not valid JSON")
+	}
+	if len(statuses) == 0 {
+		return api.Invalid("statuses", "name at least one status the task may have")
+	}
+	return c.st.SetProgress(ctx, id, old, progress, statuses)
+}
+
+// CountChildren counts the children of behavior of the parents; see
+// api.Operator.
+func (c *Client) CountChildren(ctx context.Context, parents []api.TaskID, behavior api.BehaviorID, progressField string) ([]api.ChildCount, error) {
+	for _, p := range parents {
+		if err := spi.CheckTaskID("parents", p); err != nil {
+			return nil, err
+		}
+	}
+	return c.st.CountChildren(ctx, parents, behavior, progressField)
+}
+
+var _ api.Operator = (*Client)(nil)

@@ -219,6 +219,13 @@ type Store interface {
 	// for good with a status longer ago than OlderThan, oldest first, and
 	// returns how many it deleted. It skips locked rows, so it never waits.
 	DeleteFinished(ctx context.Context, p DeleteFinishedParams) (int, error)
+	// SetProgress replaces the progress of a task that is not running, if
+	// its progress is still old and its status one of statuses; see
+	// api.Operator.
+	SetProgress(ctx context.Context, id api.TaskID, old, progress json.RawMessage, statuses []api.Status) error
+	// CountChildren counts the children of behavior of the parents; see
+	// api.Operator.
+	CountChildren(ctx context.Context, parents []api.TaskID, behavior api.BehaviorID, progressField string) ([]api.ChildCount, error)
 	// Maintain drops dead feed consumers and nodes and trims the feed.
 	Maintain(ctx context.Context, p MaintainParams) (MaintainResult, error)
 

@@ -110,7 +110,7 @@ func newEnv(t *testing.T, configure ...func(*web.Config)) *testEnv {
 		Store:    st,
 		Registry: reg,
 		Tokens:   tokens,
-		Routes:   web.BatchRoutes(ingest.NewAdmin(srv.Client, st.Pool())),
+		Routes:   web.BatchRoutes(ingest.NewAdmin(srv.Client)),
 		Features: []string{web.FeatureBatches},
 		FeedPoll: 50 * time.Millisecond,
 		Logger:   log,

@@ -9,10 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/stinthq/stint/api"
-	"github.com/stinthq/stint/impl"
 )
 
 // Admin holds the operator actions on the ingest queue (FACTS §4): holds
@@ -20,20 +17,17 @@ import (
 // delete, and the views of batches and jobs with their Merritt states.
 //
 // Some actions change the Merritt state of a task that is not running
-// (requeue, forced fail, hold, release). The engine has no API to change a
-// task's progress from outside a run, so Admin writes the progress column
-// of stint_task itself, with a compare-and-set on the previous progress and
-// a guard on the task's status, so that it never overwrites a run's
-// checkpoint.
+// (requeue, forced fail, hold, release): they replace its progress with
+// api.Operator.SetProgress, a compare-and-set on the previous progress and
+// the task's status, so that they never overwrite a run's checkpoint.
 type Admin struct {
-	client *impl.Client
-	pool   *pgxpool.Pool
+	client api.Operator
 }
 
-// NewAdmin returns the admin actions on the stint database that client and
-// pool reach.
-func NewAdmin(client *impl.Client, pool *pgxpool.Pool) *Admin {
-	return &Admin{client: client, pool: pool}
+// NewAdmin returns the admin actions on the stint database that ops
+// reaches: a server or a client-only process.
+func NewAdmin(ops api.Operator) *Admin {
+	return &Admin{client: ops}
 }
 
 // JobView is a job with its Merritt state.
@@ -204,48 +198,34 @@ func (a *Admin) Batches(ctx context.Context, profile string, after api.TaskID, l
 		return nil, "", err
 	}
 	out := make([]BatchView, 0, len(page.Tasks))
-	ids := make([]string, 0, len(page.Tasks))
+	parents := make([]api.TaskID, 0, len(page.Tasks))
 	for _, t := range page.Tasks {
 		out = append(out, viewBatch(t, held))
-		ids = append(ids, string(t.ID))
+		parents = append(parents, t.ID)
 	}
-	if len(ids) == 0 {
+	if len(parents) == 0 {
 		return out, page.Next, nil
 	}
 	// The counts of every batch of the page in one query: the jobs' task
-	// states and Merritt states, read from stint_task.
-	rows, err := a.pool.Query(ctx, `
-		SELECT parent_id, status, schedule_not_before IS NULL AND NOT resubmit, coalesce(progress->>'status', ''),
-		    coalesce(group_key, ''), count(*)
-		FROM stint_task WHERE parent_id = ANY($1) AND behavior = $2
-		GROUP BY 1, 2, 3, 4, 5`, ids, string(JobBehavior))
+	// states and Merritt states.
+	counts, err := a.client.CountChildren(ctx, parents, JobBehavior, "status")
 	if err != nil {
 		return nil, "", fmt.Errorf("count jobs of batches: %w", err)
 	}
-	defer rows.Close()
 	index := make(map[api.TaskID]int, len(out))
 	for i, v := range out {
 		index[v.ID] = i
 	}
-	for rows.Next() {
-		var parent, status, state, group string
-		var done bool
-		var n int
-		if err := rows.Scan(&parent, &status, &done, &state, &group, &n); err != nil {
-			return nil, "", fmt.Errorf("count jobs of batches: %w", err)
-		}
-		t := api.Task{Status: api.Status(status), GroupKey: group}
-		if !done && (t.Status == api.StatusSuccess || t.Status == api.StatusFailure) {
+	for _, c := range counts {
+		t := api.Task{Status: c.Status, GroupKey: c.GroupKey}
+		if c.Waiting && (t.Status == api.StatusSuccess || t.Status == api.StatusFailure) {
 			now := time.Now()
 			t.ScheduleNotBefore = &now
 		}
-		if state != "" {
-			t.Progress, _ = json.Marshal(JobProgress{Status: JobState(state)})
+		if c.ProgressValue != "" {
+			t.Progress, _ = json.Marshal(JobProgress{Status: JobState(c.ProgressValue)})
 		}
-		out[index[api.TaskID(parent)]].Counts[viewJob(t, held).Status] += n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", fmt.Errorf("count jobs of batches: %w", err)
+		out[index[c.ParentID]].Counts[viewJob(t, held).Status] += c.N
 	}
 	return out, page.Next, nil
 }
@@ -276,31 +256,17 @@ func illegal(err error) error { return fmt.Errorf("%w: %w", api.ErrConflict, err
 const rereportWait = 5 * time.Second
 
 // writeProgress replaces the progress of a task that is not running, if it
-// still is old and the task's status is one of statuses. Runs write their
-// own progress (fenced by their lease); this is for admin changes of a
-// waiting task, which the engine has no API for.
+// still is old and the task's status is one of statuses.
 func (a *Admin) writeProgress(ctx context.Context, id api.TaskID, old json.RawMessage, progress any, statuses ...api.Status) error {
 	raw, err := json.Marshal(progress)
 	if err != nil {
 		return fmt.Errorf("encode progress of %s: %w", id, err)
 	}
-	var oldArg *string
-	if len(old) > 0 {
-		s := string(old)
-		oldArg = &s
-	}
-	ss := make([]string, len(statuses))
-	for i, s := range statuses {
-		ss[i] = string(s)
-	}
-	tag, err := a.pool.Exec(ctx, `UPDATE stint_task SET progress = $2::jsonb, updated_at = now()
-		WHERE id = $1 AND status = ANY($4) AND status <> 'running' AND progress IS NOT DISTINCT FROM $3::jsonb`,
-		string(id), string(raw), oldArg, ss)
-	if err != nil {
-		return fmt.Errorf("write progress of %s: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return conflict("%s changed meanwhile; try again", id)
+	if err := a.client.SetProgress(ctx, id, old, raw, statuses...); err != nil {
+		if errors.Is(err, api.ErrConflict) {
+			return conflict("%s changed meanwhile; try again", id)
+		}
+		return err
 	}
 	return nil
 }

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/spi"
 )
@@ -71,11 +69,11 @@ func (b *batchBehavior) Run(ctx context.Context, rc spi.RunContext, p BatchParam
 	if b.env == nil {
 		return BatchResult{}, errNotConfigured
 	}
-	pool, tasks, err := b.env.db(ctx)
+	_, tasks, err := b.env.db(ctx)
 	if err != nil {
 		return BatchResult{}, err
 	}
-	r := &batchRun{env: b.env, rc: rc, pool: pool, tasks: tasks, params: p, id: rc.TaskID()}
+	r := &batchRun{env: b.env, rc: rc, tasks: tasks, params: p, id: rc.TaskID()}
 	if _, err := rc.Progress(&r.prog); err != nil {
 		return BatchResult{}, err
 	}
@@ -86,7 +84,6 @@ func (b *batchBehavior) Run(ctx context.Context, rc spi.RunContext, p BatchParam
 type batchRun struct {
 	env    *env
 	rc     spi.RunContext
-	pool   *pgxpool.Pool
 	tasks  api.Tasks
 	params BatchParams
 	id     api.TaskID
@@ -198,10 +195,8 @@ func (r *batchRun) jobsEnded(ctx context.Context) ([]api.Task, bool, error) {
 // none (jobs requeued after they had ended are not counted again), by
 // polling.
 func (r *batchRun) wait(ctx context.Context) error {
-	var pending int
-	// Workaround: the engine does not expose a task's pending children.
-	err := r.pool.QueryRow(ctx, `SELECT children_pending FROM stint_task WHERE id = $1`, string(r.id)).Scan(&pending)
-	if err == nil && pending > 0 {
+	self, err := r.tasks.Get(ctx, r.id)
+	if err == nil && self.ChildrenPending > 0 {
 		return spi.WaitForChildren(r.env.cfg.BatchWaitMax)
 	}
 	return spi.Snooze(r.env.cfg.ChildPoll)

@@ -256,7 +256,7 @@ func newEnv(t *testing.T) *tenv {
 	t.Cleanup(client.Close)
 	dir := t.TempDir()
 	e := &tenv{t: t, ctx: ctx, dsn: dsn, st: st, pool: st.Pool(), client: client,
-		admin: ingest.NewAdmin(client, st.Pool()), fs: newFileServer(t),
+		admin: ingest.NewAdmin(client), fs: newFileServer(t),
 		work: filepath.Join(dir, "work"), storage: filepath.Join(dir, "storage")}
 	e.free.Store(-1)
 	return e

@@ -183,7 +183,7 @@ func (s *httpServer) start(client *impl.Client, st *postgres.Store) error {
 		Logger:         log,
 	}
 	if _, ok := reg.Lookup(ingest.BatchBehavior); ok {
-		cfg.Routes = append(cfg.Routes, web.BatchRoutes(ingest.NewAdmin(client, st.Pool()))...)
+		cfg.Routes = append(cfg.Routes, web.BatchRoutes(ingest.NewAdmin(client))...)
 		cfg.Features = append(cfg.Features, web.FeatureBatches)
 	}
 	h, err := web.New(cfg)

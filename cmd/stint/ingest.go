@@ -145,7 +145,7 @@ func (c *cli) openIngestAdmin(ctx context.Context, db *dbFlag) (*ingest.Admin, *
 		st.Close()
 		return nil, nil, nil, fmt.Errorf("create client: %w", err)
 	}
-	return ingest.NewAdmin(client, st.Pool()), client, func() { client.Close(); st.Close() }, nil
+	return ingest.NewAdmin(client), client, func() { client.Close(); st.Close() }, nil
 }
 
 // ingestError words an admin error for the command line.

@@ -1,0 +1,56 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Operator is what operators and the built-in tools (the CLI, the HTTP
+// API, behaviors' admin actions) may do beyond Tasks: hold and release
+// group keys, pause and resume behaviors, change a behavior's lease, and
+// change the progress of a task that is not running. Servers and
+// client-only processes implement it alike, so a tool needs only this
+// interface, never the engine.
+type Operator interface {
+	Tasks
+	// HoldGroup keeps every task of a group key from being claimed, on all
+	// nodes, until ReleaseGroup. Running tasks run on.
+	HoldGroup(ctx context.Context, key string) error
+	// ReleaseGroup lifts a group hold.
+	ReleaseGroup(ctx context.Context, key string) error
+	// HeldGroups lists the held group keys.
+	HeldGroups(ctx context.Context) ([]string, error)
+	// Pause stops claims of a behavior on every node; running tasks run on.
+	Pause(ctx context.Context, behavior BehaviorID) error
+	// Resume lifts a Pause.
+	Resume(ctx context.Context, behavior BehaviorID) error
+	// SetLease changes the lease of a behavior's future claims on every
+	// node; zero goes back to the behavior's policy.
+	SetLease(ctx context.Context, behavior BehaviorID, lease time.Duration) error
+	// SetProgress replaces the progress of a task that is not running,
+	// provided its progress is still old (nil: none) and its status is one
+	// of statuses: a compare-and-set, so that it never overwrites a run's
+	// checkpoint or a concurrent change. It returns an error wrapping
+	// ErrConflict when the task changed meanwhile, ErrNotFound when it does
+	// not exist. Runs record their own progress with their checkpoints.
+	SetProgress(ctx context.Context, id TaskID, old, progress json.RawMessage, statuses ...Status) error
+	// CountChildren counts the children of behavior of each parent,
+	// grouped as ChildCount says.
+	CountChildren(ctx context.Context, parents []TaskID, behavior BehaviorID, progressField string) ([]ChildCount, error)
+}
+
+// ChildCount is the number of children of one parent that share a status,
+// a group key and a value of one field of their progress.
+type ChildCount struct {
+	ParentID TaskID
+	Status   Status
+	// Waiting is set for children that succeeded or failed and are due to
+	// run again (a retry or a recurrence).
+	Waiting  bool
+	GroupKey string
+	// ProgressValue is the text of the progress field that CountChildren
+	// was asked to group by; empty when a child's progress has none.
+	ProgressValue string
+	N             int
+}
