@@ -1,0 +1,294 @@
+// Package storetest is the conformance suite of the store.Store contract:
+// the behavior the engine relies on, tested through the interface alone,
+// so that a second implementation, or a rewrite of the first, knows what
+// it must keep. An implementation's tests call Run with a constructor of
+// empty, migrated stores.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/store"
+)
+
+// behavior is the behavior every task of the suite has.
+const behavior api.BehaviorID = "conformance.work"
+
+// Run runs the suite. newStore returns an empty, migrated store of its
+// own for each test, closed when the test ends.
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+	for _, tc := range []struct {
+		name string
+		test func(*suite)
+	}{
+		{"SubmitAndGet", testSubmitAndGet},
+		{"SubmitOfAnExistingIDMerges", testSubmitOfAnExistingIDMerges},
+		{"ClaimIssuesALeaseOnce", testClaimIssuesALeaseOnce},
+		{"ClaimTakesLowerPriorityFirstAndSkipsDelayed", testClaimOrder},
+		{"StaleLeaseWritesChangeNothing", testFencing},
+		{"HoldAndRelease", testHoldAndRelease},
+		{"GroupHoldAndPause", testGroupHoldAndPause},
+		{"RetryOfAFailure", testRetry},
+		{"RemoveHaltsTheRun", testRemove},
+		{"ExpiredLeaseIsTakenOver", testTakeover},
+		{"UnclaimDoesNotCountTheAttempt", testUnclaim},
+		{"SpawnIsFenced", testSpawn},
+		{"ChangesAreInOrder", testChanges},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			t.Cleanup(cancel)
+			tc.test(&suite{t: t, ctx: ctx, st: newStore(t)})
+		})
+	}
+}
+
+// suite is one test's store.
+type suite struct {
+	t   *testing.T
+	ctx context.Context
+	st  store.Store
+}
+
+func (s *suite) submit(id string, mod ...func(*store.NewTask)) api.Submission {
+	s.t.Helper()
+	nt := store.NewTask{ID: api.TaskID(id), Behavior: behavior, Params: json.RawMessage(fmt.Sprintf(`{"id":%q}`, id)), Priority: 5}
+	for _, m := range mod {
+		m(&nt)
+	}
+	subs, err := s.st.Submit(s.ctx, []store.NewTask{nt})
+	require.NoError(s.t, err)
+	require.Len(s.t, subs, 1)
+	return subs[0]
+}
+
+func (s *suite) claim(limit int, lease time.Duration) []store.Claimed {
+	s.t.Helper()
+	got, err := s.st.Claim(s.ctx, store.ClaimRequest{Node: "node", Limit: limit,
+		Behaviors: []store.BehaviorLease{{Behavior: behavior, Lease: lease}}})
+	require.NoError(s.t, err)
+	return got
+}
+
+func (s *suite) get(id string) api.Task {
+	s.t.Helper()
+	task, err := s.st.Get(s.ctx, api.TaskID(id))
+	require.NoError(s.t, err)
+	return task
+}
+
+func (s *suite) finish(c store.Completion) bool {
+	s.t.Helper()
+	ok, err := s.st.Finish(s.ctx, []store.Completion{c})
+	require.NoError(s.t, err)
+	require.Len(s.t, ok, 1)
+	return ok[0]
+}
+
+func ids(cs []store.Claimed) []api.TaskID {
+	out := make([]api.TaskID, len(cs))
+	for i, c := range cs {
+		out[i] = c.ID
+	}
+	return out
+}
+
+func success(ref store.LeaseRef, result string) store.Completion {
+	return store.Completion{LeaseRef: ref, Status: api.StatusSuccess, Result: json.RawMessage(result)}
+}
+
+func testSubmitAndGet(s *suite) {
+	sub := s.submit("t-a")
+	require.Equal(s.t, api.Submission{ID: "t-a", Created: true, Status: api.StatusScheduled}, sub)
+	task := s.get("t-a")
+	require.Equal(s.t, behavior, task.Behavior)
+	require.JSONEq(s.t, `{"id":"t-a"}`, string(task.Params))
+	require.Equal(s.t, api.StatusScheduled, task.Status)
+	require.NotNil(s.t, task.ScheduleNotBefore)
+	_, err := s.st.Get(s.ctx, "missing")
+	require.ErrorIs(s.t, err, api.ErrNotFound)
+}
+
+func testSubmitOfAnExistingIDMerges(s *suite) {
+	s.submit("t-a")
+	sub := s.submit("t-a", func(t *store.NewTask) { t.Params = json.RawMessage(`{"id":"other"}`) })
+	require.False(s.t, sub.Created)
+	require.JSONEq(s.t, `{"id":"t-a"}`, string(s.get("t-a").Params), "a scheduled task keeps its params")
+	page, err := s.st.List(s.ctx, api.Filter{Behavior: behavior})
+	require.NoError(s.t, err)
+	require.Len(s.t, page.Tasks, 1)
+}
+
+func testClaimIssuesALeaseOnce(s *suite) {
+	s.submit("t-a")
+	got := s.claim(10, time.Minute)
+	require.Equal(s.t, []api.TaskID{"t-a"}, ids(got))
+	require.Equal(s.t, 1, got[0].Attempt)
+	require.NotEqual(s.t, [16]byte{}, got[0].Lease)
+	require.Equal(s.t, api.StatusRunning, s.get("t-a").Status)
+	require.Empty(s.t, s.claim(10, time.Minute), "a running task under a live lease is not claimed again")
+	renewed, err := s.st.Renew(s.ctx, []store.Renewal{{LeaseRef: got[0].LeaseRef, Duration: time.Minute}})
+	require.NoError(s.t, err)
+	require.True(s.t, renewed["t-a"])
+}
+
+func testClaimOrder(s *suite) {
+	s.submit("late", func(t *store.NewTask) { t.Delay = time.Hour })
+	s.submit("low", func(t *store.NewTask) { t.Priority = 9 })
+	s.submit("high", func(t *store.NewTask) { t.Priority = 1 })
+	require.Equal(s.t, []api.TaskID{"high"}, ids(s.claim(1, time.Minute)))
+	require.Equal(s.t, []api.TaskID{"low"}, ids(s.claim(10, time.Minute)), "the delayed task is not due")
+}
+
+func testFencing(s *suite) {
+	s.submit("t-a")
+	c := s.claim(1, time.Minute)[0]
+	forged := c.LeaseRef
+	forged.Lease[0] ^= 0xff
+	require.False(s.t, s.finish(success(forged, `"forged"`)))
+	require.ErrorIs(s.t, s.st.Checkpoint(s.ctx, nil, forged, json.RawMessage(`{"forged":true}`)), api.ErrHalt)
+	renewed, err := s.st.Renew(s.ctx, []store.Renewal{{LeaseRef: forged, Duration: time.Minute}})
+	require.NoError(s.t, err)
+	require.False(s.t, renewed["t-a"])
+	task := s.get("t-a")
+	require.Equal(s.t, api.StatusRunning, task.Status)
+	require.Empty(s.t, task.Progress)
+
+	require.NoError(s.t, s.st.Checkpoint(s.ctx, nil, c.LeaseRef, json.RawMessage(`{"step":1}`)))
+	require.True(s.t, s.finish(success(c.LeaseRef, `"done"`)))
+	task = s.get("t-a")
+	require.Equal(s.t, api.StatusSuccess, task.Status)
+	require.JSONEq(s.t, `"done"`, string(task.Result))
+	require.JSONEq(s.t, `{"step":1}`, string(task.Progress))
+	require.True(s.t, task.Finished())
+	require.False(s.t, s.finish(success(c.LeaseRef, `"again"`)), "a run finishes once")
+}
+
+func testHoldAndRelease(s *suite) {
+	s.submit("t-a")
+	require.NoError(s.t, s.st.Hold(s.ctx, "t-a"))
+	require.Equal(s.t, api.StatusHeld, s.get("t-a").Status)
+	require.Empty(s.t, s.claim(10, time.Minute), "a held task is not claimed")
+	require.ErrorIs(s.t, s.st.Hold(s.ctx, "t-a"), api.ErrConflict)
+	require.ErrorIs(s.t, s.st.Hold(s.ctx, "missing"), api.ErrNotFound)
+	require.NoError(s.t, s.st.Release(s.ctx, "t-a"))
+	require.ErrorIs(s.t, s.st.Release(s.ctx, "t-a"), api.ErrConflict)
+	require.Equal(s.t, []api.TaskID{"t-a"}, ids(s.claim(10, time.Minute)))
+}
+
+func testGroupHoldAndPause(s *suite) {
+	s.submit("in-group", func(t *store.NewTask) { t.GroupKey = "g" })
+	require.NoError(s.t, s.st.HoldGroup(s.ctx, "g"))
+	held, err := s.st.HeldGroups(s.ctx)
+	require.NoError(s.t, err)
+	require.Equal(s.t, []string{"g"}, held)
+	s.submit("other")
+	require.Equal(s.t, []api.TaskID{"other"}, ids(s.claim(10, time.Minute)))
+	require.NoError(s.t, s.st.ReleaseGroup(s.ctx, "g"))
+	require.NoError(s.t, s.st.SetBehavior(s.ctx, store.BehaviorSettings{Behavior: behavior, Paused: true}))
+	require.Empty(s.t, s.claim(10, time.Minute), "a paused behavior is not claimed")
+	require.NoError(s.t, s.st.SetBehavior(s.ctx, store.BehaviorSettings{Behavior: behavior}))
+	require.Equal(s.t, []api.TaskID{"in-group"}, ids(s.claim(10, time.Minute)))
+}
+
+func testRetry(s *suite) {
+	s.submit("t-a")
+	require.ErrorIs(s.t, s.st.Retry(s.ctx, "t-a"), api.ErrConflict, "a scheduled task is not retried")
+	c := s.claim(1, time.Minute)[0]
+	require.True(s.t, s.finish(store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusFailure,
+		Error: &api.TaskError{Code: "boom", Message: "it broke"}}))
+	task := s.get("t-a")
+	require.True(s.t, task.Finished())
+	require.Equal(s.t, "boom", task.Error.Code)
+	require.NoError(s.t, s.st.Retry(s.ctx, "t-a"))
+	again := s.claim(1, time.Minute)
+	require.Equal(s.t, []api.TaskID{"t-a"}, ids(again))
+	require.Equal(s.t, 1, again[0].Attempt, "a retry starts a fresh count of attempts")
+}
+
+func testRemove(s *suite) {
+	s.submit("t-a")
+	c := s.claim(1, time.Minute)[0]
+	removed, err := s.st.Remove(s.ctx, "t-a")
+	require.NoError(s.t, err)
+	require.Equal(s.t, api.StatusRunning, removed.Status)
+	require.False(s.t, s.finish(success(c.LeaseRef, `"late"`)), "the removed task's run is halted")
+	_, err = s.st.Get(s.ctx, "t-a")
+	require.ErrorIs(s.t, err, api.ErrNotFound)
+	_, err = s.st.Remove(s.ctx, "t-a")
+	require.ErrorIs(s.t, err, api.ErrNotFound)
+}
+
+func testTakeover(s *suite) {
+	s.submit("t-a")
+	const lease = 200 * time.Millisecond
+	c := s.claim(1, lease)[0]
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, n, err := s.st.Takeover(s.ctx, 100)
+		require.NoError(s.t, err)
+		if n == 1 {
+			break
+		}
+		require.True(s.t, time.Now().Before(deadline), "the expired lease was not taken over")
+		time.Sleep(lease / 4)
+	}
+	again := s.claim(1, time.Minute)
+	require.Equal(s.t, []api.TaskID{"t-a"}, ids(again))
+	require.Equal(s.t, 2, again[0].Attempt)
+	require.False(s.t, s.finish(success(c.LeaseRef, `"stale"`)), "the old holder is fenced out")
+	require.True(s.t, s.finish(success(again[0].LeaseRef, `"new"`)))
+	require.JSONEq(s.t, `"new"`, string(s.get("t-a").Result))
+}
+
+func testUnclaim(s *suite) {
+	s.submit("t-a")
+	c := s.claim(1, time.Minute)[0]
+	require.NoError(s.t, s.st.Unclaim(s.ctx, []store.LeaseRef{c.LeaseRef}))
+	again := s.claim(1, time.Minute)
+	require.Equal(s.t, []api.TaskID{"t-a"}, ids(again))
+	require.Equal(s.t, 1, again[0].Attempt)
+}
+
+func testSpawn(s *suite) {
+	s.submit("parent")
+	c := s.claim(1, time.Minute)[0]
+	forged := c.LeaseRef
+	forged.Lease[0] ^= 0xff
+	child := store.NewTask{ID: "child", Behavior: behavior, Params: json.RawMessage(`{}`), Priority: 5, ParentID: "parent"}
+	_, err := s.st.Spawn(s.ctx, forged, []store.NewTask{child})
+	require.ErrorIs(s.t, err, api.ErrHalt)
+	_, err = s.st.Get(s.ctx, "child")
+	require.ErrorIs(s.t, err, api.ErrNotFound, "a stale parent spawns nothing")
+	subs, err := s.st.Spawn(s.ctx, c.LeaseRef, []store.NewTask{child})
+	require.NoError(s.t, err)
+	require.Len(s.t, subs, 1)
+	require.Equal(s.t, api.TaskID("parent"), s.get("child").ParentID)
+	require.Equal(s.t, 1, s.get("parent").ChildrenPending)
+}
+
+func testChanges(s *suite) {
+	head, err := s.st.FeedHead(s.ctx)
+	require.NoError(s.t, err)
+	s.submit("t-a")
+	c := s.claim(1, time.Minute)[0]
+	require.True(s.t, s.finish(success(c.LeaseRef, `1`)))
+	events, _, err := s.st.Changes(s.ctx, store.ChangeFilter{Since: head, TaskID: "t-a"})
+	require.NoError(s.t, err)
+	var statuses []api.Status
+	for _, e := range events {
+		statuses = append(statuses, e.Status)
+	}
+	require.Equal(s.t, []api.Status{api.StatusScheduled, api.StatusRunning, api.StatusSuccess}, statuses)
+	require.True(s.t, events[len(events)-1].Final)
+	require.True(s.t, slices.IsSortedFunc(events, func(a, b api.Event) int { return int(a.Seq - b.Seq) }))
+}
