@@ -42,6 +42,13 @@ type Future[R any] struct {
 // the typed result. Submit asks for a finish notification, expecting the
 // result to be awaited.
 func Submit[P, R any](ctx context.Context, t Tasks, k Kind[P, R], p P, opts ...SubmitOption) (*Future[R], error) {
+	return SubmitWith(ctx, t, t.Submit, k, p, opts...)
+}
+
+// SubmitWith is Submit with the submitting step given: submit stores the
+// request (for example in a caller's transaction), and the returned Future
+// awaits the task through t.
+func SubmitWith[P, R any](ctx context.Context, t Tasks, submit func(context.Context, SubmitRequest) (Submission, error), k Kind[P, R], p P, opts ...SubmitOption) (*Future[R], error) {
 	raw, err := json.Marshal(p)
 	if err != nil {
 		return nil, &InvalidError{Field: "params", Reason: err.Error()}
@@ -50,7 +57,7 @@ func Submit[P, R any](ctx context.Context, t Tasks, k Kind[P, R], p P, opts ...S
 	for _, o := range opts {
 		o(&req)
 	}
-	s, err := t.Submit(ctx, req)
+	s, err := submit(ctx, req)
 	if err != nil {
 		return nil, err
 	}

@@ -15,9 +15,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -187,7 +189,24 @@ func printable(s string) bool {
 }
 
 // Submit validates and stores one task; see api.Tasks.
-func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (sub api.Submission, err error) {
+func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Submission, error) {
+	return c.submit(ctx, nil, req)
+}
+
+// SubmitTx is Submit in the caller's transaction tx, which may hold the
+// caller's own writes: the task exists if and only if tx commits, and the
+// claimers are notified at the commit. Until then nobody sees the task.
+// Dedup and validation are Submit's. tx may run on a connection through
+// PgBouncer in transaction mode.
+func (c *Client) SubmitTx(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (api.Submission, error) {
+	if tx == nil {
+		return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, api.Invalid("tx", "is nil"))
+	}
+	return c.submit(ctx, tx, req)
+}
+
+// submit stores one task, in tx or, when tx is nil, on its own.
+func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (sub api.Submission, err error) {
 	ctx, span := c.tel.startSubmit(ctx, req.Behavior, 1)
 	defer func() { endSpan(span, err) }()
 	if req.Trace == "" {
@@ -198,14 +217,25 @@ func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (sub api.Sub
 		return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, err)
 	}
 	span.SetAttributes(attribute.String("stint.task_id", string(t.ID)))
-	t.WakeClaimers = t.Delay == 0 && c.kick.lead()
+	// In a caller's transaction the statement always notifies: the
+	// notification goes out at the commit, which the coalescing of
+	// notifications across submits cannot see.
+	t.WakeClaimers = t.Delay == 0 && (tx != nil || c.kick.lead())
 	if reg.Combines() && !t.Share {
-		sub, err = c.st.SubmitCombined(ctx, t, func(persisted json.RawMessage) (json.RawMessage, error) {
-			return reg.Combine(persisted, t.Params)
-		})
+		combine := func(persisted json.RawMessage) (json.RawMessage, error) { return reg.Combine(persisted, t.Params) }
+		if tx != nil {
+			sub, err = c.st.SubmitCombinedTx(ctx, tx, t, combine)
+		} else {
+			sub, err = c.st.SubmitCombined(ctx, t, combine)
+		}
 	} else {
 		var subs []api.Submission
-		if subs, err = c.st.Submit(ctx, []store.NewTask{t}); err == nil {
+		if tx != nil {
+			subs, err = c.st.SubmitTx(ctx, tx, []store.NewTask{t})
+		} else {
+			subs, err = c.st.Submit(ctx, []store.NewTask{t})
+		}
+		if err == nil {
 			sub = subs[0]
 		}
 	}
@@ -213,7 +243,7 @@ func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (sub api.Sub
 		return api.Submission{}, err
 	}
 	c.tel.submitted.Add(ctx, 1, c.tel.behavior(t.Behavior))
-	if t.Delay == 0 {
+	if t.Delay == 0 && tx == nil {
 		c.kick.kick(t.WakeClaimers)
 	}
 	return sub, nil
@@ -222,7 +252,20 @@ func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (sub api.Sub
 // SubmitMany validates all requests, then stores them in one statement. If
 // any request is invalid, none is stored. Behaviors with a Combiner are
 // merged one by one after the statement.
-func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) (_ []api.Submission, err error) {
+func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) ([]api.Submission, error) {
+	return c.submitMany(ctx, nil, reqs)
+}
+
+// SubmitManyTx is SubmitMany in the caller's transaction tx; see SubmitTx.
+func (c *Client) SubmitManyTx(ctx context.Context, tx pgx.Tx, reqs []api.SubmitRequest) ([]api.Submission, error) {
+	if tx == nil {
+		return nil, fmt.Errorf("submit many: %w", api.Invalid("tx", "is nil"))
+	}
+	return c.submitMany(ctx, tx, reqs)
+}
+
+// submitMany stores tasks, in tx or, when tx is nil, on their own.
+func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitRequest) (_ []api.Submission, err error) {
 	behavior := api.BehaviorID("")
 	if len(reqs) > 0 {
 		behavior = reqs[0].Behavior
@@ -264,9 +307,16 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) (_ []
 	subs := make([]api.Submission, len(tasks))
 	led := false
 	if len(plain) > 0 {
-		plain[0].WakeClaimers = c.kick.lead()
-		led = plain[0].WakeClaimers
-		got, err := c.st.Submit(ctx, plain)
+		var got []api.Submission
+		if tx != nil {
+			// At the commit, if any task is due now; see submit.
+			plain[0].WakeClaimers = slices.ContainsFunc(plain, func(t store.NewTask) bool { return t.Delay == 0 })
+			got, err = c.st.SubmitTx(ctx, tx, plain)
+		} else {
+			plain[0].WakeClaimers = c.kick.lead()
+			led = plain[0].WakeClaimers
+			got, err = c.st.Submit(ctx, plain)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -277,9 +327,13 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) (_ []
 	for i, t := range tasks {
 		if regs[i].Combines() && !t.Share {
 			reg := regs[i]
-			sub, err := c.st.SubmitCombined(ctx, t, func(persisted json.RawMessage) (json.RawMessage, error) {
-				return reg.Combine(persisted, t.Params)
-			})
+			combine := func(persisted json.RawMessage) (json.RawMessage, error) { return reg.Combine(persisted, t.Params) }
+			var sub api.Submission
+			if tx != nil {
+				sub, err = c.st.SubmitCombinedTx(ctx, tx, t, combine)
+			} else {
+				sub, err = c.st.SubmitCombined(ctx, t, combine)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -293,7 +347,9 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) (_ []
 	for b, n := range per {
 		c.tel.submitted.Add(ctx, n, c.tel.behavior(b))
 	}
-	c.kick.kick(led)
+	if tx == nil {
+		c.kick.kick(led)
+	}
 	out := make([]api.Submission, len(reqs))
 	for i := range reqs {
 		out[i] = subs[index[i]]

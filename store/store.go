@@ -145,6 +145,11 @@ type Store interface {
 	// SubmitCombined submits t, merging its params into those of a still
 	// scheduled task of the same id with combine, under a row lock.
 	SubmitCombined(ctx context.Context, t NewTask, combine func(persisted json.RawMessage) (json.RawMessage, error)) (api.Submission, error)
+	// SubmitTx is Submit in the caller's transaction: the tasks exist, and
+	// the claimers are notified, only once tx commits.
+	SubmitTx(ctx context.Context, tx pgx.Tx, tasks []NewTask) ([]api.Submission, error)
+	// SubmitCombinedTx is SubmitCombined in the caller's transaction.
+	SubmitCombinedTx(ctx context.Context, tx pgx.Tx, t NewTask, combine func(persisted json.RawMessage) (json.RawMessage, error)) (api.Submission, error)
 	// Get returns a task or api.ErrNotFound.
 	Get(ctx context.Context, id api.TaskID) (api.Task, error)
 	// MarkAwaited sets the task's awaited flag and returns its state as of

@@ -19,6 +19,13 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// database is a querier that can also begin a transaction: the pool, or a
+// transaction, whose Begin makes a savepoint.
+type database interface {
+	querier
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // Spawn submits children of a running parent, fenced by its lease.
 func (s *Store) Spawn(ctx context.Context, parent store.LeaseRef, tasks []store.NewTask) ([]api.Submission, error) {
 	for i := range tasks {

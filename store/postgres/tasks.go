@@ -127,6 +127,17 @@ SELECT id, status, created FROM s LEFT JOIN wake ON true`
 
 // Submit stores tasks; see store.Store.
 func (s *Store) Submit(ctx context.Context, tasks []store.NewTask) ([]api.Submission, error) {
+	return submitOn(ctx, s.pool, tasks)
+}
+
+// SubmitTx stores tasks in the caller's transaction; see store.Store.
+func (s *Store) SubmitTx(ctx context.Context, tx pgx.Tx, tasks []store.NewTask) ([]api.Submission, error) {
+	return submitOn(ctx, tx, tasks)
+}
+
+// submitOn stores tasks through db: the pool, or a caller's transaction,
+// in which a nested transaction is a savepoint.
+func submitOn(ctx context.Context, db database, tasks []store.NewTask) ([]api.Submission, error) {
 	var out []api.Submission
 	var err error
 	// Tasks of one dedup mode take one statement, atomic on its own: the
@@ -138,12 +149,12 @@ func (s *Store) Submit(ctx context.Context, tasks []store.NewTask) ([]api.Submis
 		mixed = mixed || t.Share != tasks[0].Share
 	}
 	if mixed {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			out, err = submit(ctx, tx, tasks, false)
 			return err
 		})
 	} else {
-		out, err = submit(ctx, s.pool, tasks, false)
+		out, err = submit(ctx, db, tasks, false)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("submit: %w", err)
@@ -250,8 +261,18 @@ func (c *submitColumns) args() []any {
 // SubmitCombined submits t, combining params with a scheduled task of the
 // same id under a row lock; see store.Store.
 func (s *Store) SubmitCombined(ctx context.Context, t store.NewTask, combine func(json.RawMessage) (json.RawMessage, error)) (api.Submission, error) {
+	return submitCombinedOn(ctx, s.pool, t, combine)
+}
+
+// SubmitCombinedTx is SubmitCombined in the caller's transaction; see
+// store.Store.
+func (s *Store) SubmitCombinedTx(ctx context.Context, tx pgx.Tx, t store.NewTask, combine func(json.RawMessage) (json.RawMessage, error)) (api.Submission, error) {
+	return submitCombinedOn(ctx, tx, t, combine)
+}
+
+func submitCombinedOn(ctx context.Context, db database, t store.NewTask, combine func(json.RawMessage) (json.RawMessage, error)) (api.Submission, error) {
 	var out []api.Submission
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var status string
 		var persisted []byte
 		err := tx.QueryRow(ctx, `SELECT status, params FROM stint_task WHERE id = $1 FOR UPDATE`, t.ID).Scan(&status, &persisted)
