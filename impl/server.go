@@ -103,6 +103,8 @@ type Server struct {
 	cfg       ServerConfig
 	behaviors []*spi.Registration
 	minLease  time.Duration
+	// schedules are those the behaviors declare, stored at Start.
+	schedules []api.Schedule
 
 	wakes       []chan struct{} // one wake-up channel per claimer
 	slotFreed   chan struct{}
@@ -200,6 +202,9 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	for range cfg.ClaimConcurrency {
 		s.wakes = append(s.wakes, make(chan struct{}, 1))
 	}
+	if s.schedules, err = s.registeredSchedules(); err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
 	observeServer(cfg.MeterProvider, s.Running, st.QueueLag)
 	return s, nil
 }
@@ -221,6 +226,9 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.register(ctx); err != nil {
 		return fmt.Errorf("start server: %w", err)
 	}
+	if err := s.st.PutSchedules(ctx, s.schedules, true); err != nil {
+		return fmt.Errorf("start server: %w", err)
+	}
 	s.hub.setOnDue(s.wakeClaimer)
 	s.hub.setOnRemoved(s.cancelRemoved)
 	s.kick.local = s.wakeClaimer
@@ -237,6 +245,8 @@ func (s *Server) Start(ctx context.Context) error {
 	go func() { defer s.bgDone.Done(); s.completer.loop(bgCtx) }()
 	go func() { defer s.bgDone.Done(); s.leaseLoop(bgCtx) }()
 	go func() { defer s.bgDone.Done(); s.maintainLoop(bgCtx) }()
+	s.bgDone.Add(1)
+	go func() { defer s.bgDone.Done(); s.scheduleLoop(bgCtx) }()
 	for _, b := range s.behaviors {
 		if b.Policy.Rotation != nil {
 			s.bgDone.Add(1)

@@ -91,6 +91,14 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 	}
 	_, reg.customRetry = b.(FailureRescheduler[P])
 	reg.starter, _ = b.(Starter)
+	if s, ok := b.(Scheduler); ok {
+		for _, sc := range s.Schedules() {
+			if sc.Behavior == "" {
+				sc.Behavior = id
+			}
+			reg.Schedules = append(reg.Schedules, sc)
+		}
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -135,6 +143,8 @@ type Registration struct {
 	ID api.BehaviorID
 	// Policy is the behavior's policy with defaults applied.
 	Policy Policy
+	// Schedules are the schedules the behavior declares (Scheduler).
+	Schedules []api.Schedule
 
 	ids         IDs
 	decode      func(json.RawMessage) (any, error)

@@ -231,6 +231,21 @@ type Store interface {
 	// CountChildren counts the children of behavior of the parents; see
 	// api.Operator.
 	CountChildren(ctx context.Context, parents []api.TaskID, behavior api.BehaviorID, progressField string) ([]api.ChildCount, error)
+	// PutSchedules stores schedules, replacing those of the same name and
+	// origin (registered by a behavior, or added at runtime) and keeping
+	// when they last fired. A name taken by a schedule of the other origin
+	// is api.ErrConflict.
+	PutSchedules(ctx context.Context, ss []api.Schedule, registered bool) error
+	// DeleteSchedule deletes a schedule; api.ErrNotFound if there is none.
+	DeleteSchedule(ctx context.Context, name string) error
+	// Schedules lists the schedules by name, with the database's now().
+	Schedules(ctx context.Context) ([]Schedule, time.Time, error)
+	// FireSchedule fires one tick of a schedule: in one transaction, it
+	// moves the schedule's last tick from last to tick, and if that
+	// compare-and-set held, submits task (if not nil). It reports whether
+	// it fired; false means another node fired that tick, or the schedule
+	// is gone.
+	FireSchedule(ctx context.Context, name string, last *time.Time, tick time.Time, task *NewTask) (bool, error)
 	// Maintain drops dead feed consumers and nodes and trims the feed.
 	Maintain(ctx context.Context, p MaintainParams) (MaintainResult, error)
 
@@ -314,4 +329,13 @@ type DeleteFinishedParams struct {
 	Status    api.Status // StatusSuccess or StatusFailure
 	OlderThan time.Duration
 	Limit     int
+}
+
+// Schedule is a stored schedule.
+type Schedule struct {
+	api.Schedule
+	Registered bool
+	// LastTick is the tick that fired last; nil before the first.
+	LastTick  *time.Time
+	CreatedAt time.Time
 }

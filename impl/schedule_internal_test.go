@@ -1,0 +1,68 @@
+package impl
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+)
+
+func TestDueTick(t *testing.T) {
+	t.Parallel()
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339, s)
+		require.NoError(t, err)
+		return v
+	}
+	cases := []struct {
+		name, spec, zone string
+		after, now       string
+		want             string // empty: none due
+	}{
+		{"not yet", "@every 1m", "", "2026-01-01T10:00:00Z", "2026-01-01T10:00:30Z", ""},
+		{"due", "@every 1m", "", "2026-01-01T10:00:00Z", "2026-01-01T10:01:00Z", "2026-01-01T10:01:00Z"},
+		{"missed ticks fire once, as the latest", "@every 1m", "", "2026-01-01T10:00:00Z", "2026-01-01T13:30:10Z", "2026-01-01T13:30:00Z"},
+		{"hourly", "@hourly", "", "2026-01-01T10:00:00Z", "2026-01-01T11:59:59Z", "2026-01-01T11:00:00Z"},
+		{"cron in a time zone", "0 9 * * *", "Europe/Berlin", "2026-01-01T00:00:00Z", "2026-01-01T08:30:00Z", "2026-01-01T08:00:00Z"},
+		{"cron in a time zone, before", "0 9 * * *", "Europe/Berlin", "2026-01-01T00:00:00Z", "2026-01-01T07:59:00Z", ""},
+		{"cron across daylight saving", "0 9 * * *", "Europe/Berlin", "2026-07-01T00:00:00Z", "2026-07-01T07:00:00Z", "2026-07-01T07:00:00Z"},
+	}
+	for _, tc := range cases {
+		sched, err := parseSchedule(api.Schedule{Name: "s", Spec: tc.spec, TimeZone: tc.zone})
+		require.NoError(t, err, tc.name)
+		tick, ok := dueTick(sched, at(tc.after), at(tc.now))
+		if tc.want == "" {
+			require.False(t, ok, tc.name)
+			continue
+		}
+		require.True(t, ok, tc.name)
+		require.Equal(t, at(tc.want), tick.UTC(), tc.name)
+	}
+}
+
+func TestParseScheduleRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		sc    api.Schedule
+		field string
+	}{
+		{api.Schedule{Name: "", Spec: "@hourly"}, "name"},
+		{api.Schedule{Name: "Upper", Spec: "@hourly"}, "name"},
+		{api.Schedule{Name: "-dash", Spec: "@hourly"}, "name"},
+		{api.Schedule{Name: "a/b", Spec: "@hourly"}, "name"},
+		{api.Schedule{Name: "ok", Spec: ""}, "spec"},
+		{api.Schedule{Name: "ok", Spec: "* * *"}, "spec"},
+		{api.Schedule{Name: "ok", Spec: "61 * * * *"}, "spec"},
+		{api.Schedule{Name: "ok", Spec: "@every 100ms"}, "spec"},
+		{api.Schedule{Name: "ok", Spec: "@every soon"}, "spec"},
+		{api.Schedule{Name: "ok", Spec: "@every 1500ms"}, "spec"},
+		{api.Schedule{Name: "ok", Spec: "@hourly", TimeZone: "Mars/Olympus"}, "time_zone"},
+	} {
+		_, err := parseSchedule(tc.sc)
+		var inv *api.InvalidError
+		require.ErrorAs(t, err, &inv, "%+v", tc.sc)
+		require.Equal(t, tc.field, inv.Field, "%+v", tc.sc)
+	}
+}
