@@ -78,6 +78,12 @@ type Maintenance struct {
 	// FeedMaxRetention drops changes this old even if a live consumer did
 	// not read them. Defaults to 7 days.
 	FeedMaxRetention time.Duration
+	// NodeTimeout drops nodes whose heartbeat is this old: they died
+	// without deregistering. Defaults to ten node heartbeats.
+	NodeTimeout time.Duration
+	// Batch caps the changes one statement trims from the feed; a round
+	// trims batches until one comes back short. Defaults to 10,000.
+	Batch int
 }
 
 func (m Maintenance) withDefaults() Maintenance {
@@ -92,6 +98,9 @@ func (m Maintenance) withDefaults() Maintenance {
 	}
 	if m.FeedMaxRetention <= 0 {
 		m.FeedMaxRetention = 7 * 24 * time.Hour
+	}
+	if m.Batch <= 0 {
+		m.Batch = 10_000
 	}
 	return m
 }
@@ -171,6 +180,9 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	cfg.Maintenance = cfg.Maintenance.withDefaults()
+	if cfg.Maintenance.NodeTimeout <= 0 {
+		cfg.Maintenance.NodeTimeout = 10 * cfg.NodeHeartbeat
+	}
 	ids := cfg.Behaviors
 	if len(ids) == 0 {
 		ids = cfg.Registry.IDs()
@@ -349,9 +361,9 @@ func (s *Server) cancelRemoved(id api.TaskID) {
 	}
 }
 
-// maintainLoop does the upkeep every Maintenance.Interval, jittered so
-// that nodes spread it out. Every node does it; the statements are safe to
-// run concurrently.
+// maintainLoop runs the upkeep every server does: it drops dead feed
+// consumers and nodes and trims the change feed, a batch at a time until
+// one comes back short. Every node runs it; the statements are idempotent.
 func (s *Server) maintainLoop(ctx context.Context) {
 	m := s.cfg.Maintenance
 	for {
@@ -359,17 +371,30 @@ func (s *Server) maintainLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		res, err := s.st.Maintain(ctx, store.MaintainParams{
-			ConsumerTimeout:  m.ConsumerTimeout,
-			NodeTimeout:      10 * s.cfg.NodeHeartbeat,
-			FeedMinRetention: m.FeedMinRetention,
-			FeedMaxRetention: m.FeedMaxRetention,
-		})
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.log.Warn("stint: maintenance failed", "err", err)
-		case res != store.MaintainResult{}:
-			s.log.Info("stint: maintenance", "dropped_consumers", res.Consumers, "dropped_nodes", res.Nodes, "trimmed_changes", res.Changes)
+		var total store.MaintainResult
+		for {
+			res, err := s.st.Maintain(ctx, store.MaintainParams{
+				ConsumerTimeout:  m.ConsumerTimeout,
+				NodeTimeout:      m.NodeTimeout,
+				FeedMinRetention: m.FeedMinRetention,
+				FeedMaxRetention: m.FeedMaxRetention,
+				Batch:            m.Batch,
+			})
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("stint: maintenance failed", "err", err)
+				}
+				break
+			}
+			total.Consumers += res.Consumers
+			total.Nodes += res.Nodes
+			total.Changes += res.Changes
+			if res.Changes < m.Batch {
+				break
+			}
+		}
+		if total != (store.MaintainResult{}) {
+			s.log.Info("stint: maintenance", "dropped_consumers", total.Consumers, "dropped_nodes", total.Nodes, "trimmed_changes", total.Changes)
 		}
 	}
 }

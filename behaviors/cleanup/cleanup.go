@@ -1,7 +1,8 @@
 // Package cleanup holds the built-in behavior cleanup: one singleton task
-// that deletes finished tasks past their behavior's retention, drops dead
-// change-feed consumers and nodes and trims the change feed, and then
-// reschedules itself.
+// that deletes finished tasks past their behavior's retention and then
+// reschedules itself. The rest of the upkeep (dropping dead nodes and feed
+// consumers, trimming the change feed) is every server's own
+// (impl.Maintenance), so it happens whether or not cleanup runs.
 //
 // The task has a deterministic id and the Polaris dedup (spi.DedupShare),
 // so every server that starts submits it (spi.Starter) and there is one
@@ -11,8 +12,8 @@
 // than the behavior's Policy.Retention and those that failed for good
 // longer ago than its Policy.FailureRetention (defaults: 7 and 30 days), in
 // small batches (store.DeleteFinished, which skips locked rows and never
-// waits), each its own short statement, until a batch comes back short. It
-// then calls store.Maintain until the feed is trimmed. A successful run is
+// waits), each its own short statement, until a batch comes back short. A
+// successful run is
 // due again Config.Interval later (5 minutes by default); a failed one is
 // retried with backoff, never given up.
 //
@@ -53,11 +54,6 @@ type Result struct {
 	// its row locks were held. In JSON, in milliseconds.
 	LongestBatch time.Duration `json:"-"`
 	LongestMS    float64       `json:"longest_batch_ms"`
-	// Consumers, Nodes and Changes count the dead feed consumers and nodes
-	// dropped and the changes trimmed from the feed.
-	Consumers int `json:"consumers"`
-	Nodes     int `json:"nodes"`
-	Changes   int `json:"changes"`
 	// Took is how long the run took. In JSON, in milliseconds.
 	Took   time.Duration `json:"-"`
 	TookMS float64       `json:"took_ms"`
@@ -75,17 +71,6 @@ type Config struct {
 	BatchPause time.Duration
 	// Lease is the cleanup task's lease. Defaults to 30 seconds.
 	Lease time.Duration
-	// ConsumerTimeout drops change-feed consumers that did not ack for
-	// this long. Defaults to 10 minutes.
-	ConsumerTimeout time.Duration
-	// NodeTimeout drops nodes whose heartbeat is this old. Defaults to 1
-	// minute (servers beat every 5 seconds by default).
-	NodeTimeout time.Duration
-	// FeedMinRetention keeps every change this long. Defaults to 1 hour.
-	FeedMinRetention time.Duration
-	// FeedMaxRetention drops changes this old even if a live consumer did
-	// not read them. Defaults to 7 days.
-	FeedMaxRetention time.Duration
 	// Logger receives the behavior's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 
@@ -110,18 +95,6 @@ func (c Config) withDefaults() Config {
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
 	}
-	if c.ConsumerTimeout <= 0 {
-		c.ConsumerTimeout = 10 * time.Minute
-	}
-	if c.NodeTimeout <= 0 {
-		c.NodeTimeout = time.Minute
-	}
-	if c.FeedMinRetention <= 0 {
-		c.FeedMinRetention = time.Hour
-	}
-	if c.FeedMaxRetention <= 0 {
-		c.FeedMaxRetention = 7 * 24 * time.Hour
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -131,7 +104,6 @@ func (c Config) withDefaults() Config {
 // Store is what the cleanup needs of the store; a store.Store has it.
 type Store interface {
 	DeleteFinished(ctx context.Context, p store.DeleteFinishedParams) (int, error)
-	Maintain(ctx context.Context, p store.MaintainParams) (store.MaintainResult, error)
 }
 
 var _ Store = store.Store(nil)
@@ -229,33 +201,11 @@ func (c *Cleanup) Run(ctx context.Context, _ spi.RunContext, _ Params) (Result, 
 			}
 		}
 	}
-	for {
-		m, err := c.st.Maintain(ctx, store.MaintainParams{
-			ConsumerTimeout:  c.cfg.ConsumerTimeout,
-			NodeTimeout:      c.cfg.NodeTimeout,
-			FeedMinRetention: c.cfg.FeedMinRetention,
-			FeedMaxRetention: c.cfg.FeedMaxRetention,
-			Batch:            c.cfg.BatchSize,
-		})
-		if err != nil {
-			return res, fmt.Errorf("cleanup: %w", err)
-		}
-		res.Consumers += m.Consumers
-		res.Nodes += m.Nodes
-		res.Changes += m.Changes
-		if m.Changes < c.cfg.BatchSize {
-			break
-		}
-		if err := c.pause(ctx); err != nil {
-			return res, err
-		}
-	}
 	res.Took = time.Since(start)
 	res.TookMS = float64(res.Took.Microseconds()) / 1000
 	res.LongestMS = float64(res.LongestBatch.Microseconds()) / 1000
-	if res.DeletedTotal > 0 || res.Nodes > 0 || res.Consumers > 0 {
-		c.cfg.Logger.Info("stint: cleanup", "deleted", res.DeletedTotal, "batches", res.Batches,
-			"dropped_nodes", res.Nodes, "dropped_consumers", res.Consumers, "trimmed_changes", res.Changes, "took", res.Took)
+	if res.DeletedTotal > 0 {
+		c.cfg.Logger.Info("stint: cleanup", "deleted", res.DeletedTotal, "batches", res.Batches, "took", res.Took)
 	}
 	return res, nil
 }
