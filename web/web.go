@@ -23,6 +23,7 @@
 //	DELETE /api/v1/tasks/{id}               admin   204
 //	GET    /api/v1/nodes                    read    with heartbeat age and health
 //	GET    /api/v1/stats                    read    counts per behavior and status, backlog, queue lag, running per node
+//	GET    /api/v1/changes                  read    the latest changes, newest first; limit (default 50)
 //	GET    /api/v1/events                   read    Server-Sent Events; filters id, behavior, status, parent; since
 //	POST   /api/v1/groups/{key}/hold        admin   also release
 //	POST   /api/v1/behaviors/{id}/pause     admin   also resume
@@ -81,6 +82,7 @@ type Store interface {
 	Behaviors(ctx context.Context) ([]store.BehaviorSettings, error)
 	FeedHead(ctx context.Context) (int64, error)
 	Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event, int64, error)
+	RecentChanges(ctx context.Context, limit int) ([]api.Event, error)
 	Stats(ctx context.Context) (store.Stats, error)
 	QueueLag(ctx context.Context) (time.Duration, error)
 }
@@ -212,6 +214,7 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /nodes", RoleRead, h.nodes},
 		{"GET /stats", RoleRead, h.stats},
 		{"GET /events", RoleRead, h.events},
+		{"GET /changes", RoleRead, h.recentChanges},
 		{"POST /groups/{key}/hold", RoleAdmin, h.groupAction(true)},
 		{"POST /groups/{key}/release", RoleAdmin, h.groupAction(false)},
 		{"POST /behaviors/{id}/pause", RoleAdmin, h.behaviorAction(true)},
