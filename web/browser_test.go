@@ -139,7 +139,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	shots := t.TempDir()
-	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Minute)
+	// A deadline for a stuck page, not a measure: on a busy machine the
+	// whole walk can take minutes.
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Minute)
 	defer cancel()
 	tab, jsErrors := browser(t, ctx)
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {

@@ -90,7 +90,7 @@ type testEnv struct {
 // the API's configuration.
 func newEnv(t *testing.T, configure ...func(*web.Config)) *testEnv {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	t.Cleanup(cancel)
 	st, err := postgres.Open(ctx, pgtest.New(t))
 	require.NoError(t, err)

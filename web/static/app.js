@@ -715,7 +715,10 @@
     function timeline(t) {
       const items = [{ at: t.created_at, status: 'scheduled', label: 'Submitted' }];
       if (t.executed_at) items.push({ at: t.executed_at, status: 'running', label: 'Started attempt ' + t.attempt + (t.node ? ' on ' + t.node : '') });
-      if (t.finished_at) items.push({ at: t.finished_at, status: t.status, label: t.status === 'success' ? 'Succeeded' : 'Failed' });
+      if (t.finished_at) {
+        items.push(retrying(t) ? { at: t.finished_at, status: 'retrying', label: 'Failed; retried' }
+          : { at: t.finished_at, status: t.status, label: t.status === 'success' ? 'Succeeded' : 'Failed' });
+      }
       if (retrying(t)) items.push({ at: t.schedule_not_before, status: 'retrying', label: 'Retry due' });
       for (const e of seen) {
         // The row's times and its events' times come from the same
