@@ -29,7 +29,9 @@
 //	POST   /api/v1/behaviors/{id}/pause     admin   also resume
 //
 // Endpoints of other parts are added as Config.Routes; BatchRoutes has those
-// of the ingest batches (GET /api/v1/batches, /batches/{id}, /jobs/{id}).
+// of the ingest batches (GET /api/v1/batches, /batches/{id}, /jobs/{id}, and
+// the admin actions requeue, hold, release and delete of batches and jobs).
+// GET /api/v1/openapi.json describes the endpoints a server has.
 //
 // # Auth
 //
