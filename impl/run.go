@@ -400,6 +400,7 @@ func (s *Server) takeOver(ctx context.Context) {
 			}
 			return
 		}
+		s.tel.tookOver(ctx, tasks)
 		if tasks > 0 {
 			s.log.Info("stint: took over the tasks of expired leases", "leases", leases, "tasks", tasks)
 		}

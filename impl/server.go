@@ -300,7 +300,9 @@ func (s *Server) behaviorIDs() []api.BehaviorID {
 
 // Stop stops claiming and waits for running tasks to finish until ctx is
 // done; the runs still going then are cancelled and released, due again at
-// once on any node. Then the node deregisters.
+// once on any node. Runs of preemptible behaviors (with a Rotation) are
+// stopped and released at once, without waiting. Then the node
+// deregisters.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.started || s.stopped {
@@ -313,6 +315,7 @@ func (s *Server) Stop(ctx context.Context) error {
 
 	s.claimCancel()
 	<-s.claimDone
+	s.stopPreemptible()
 	finished := make(chan struct{})
 	go func() { s.runs.Wait(); close(finished) }()
 	select {
@@ -335,6 +338,21 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	s.log.Info("stint: server stopped", "node", s.cfg.Node)
 	return nil
+}
+
+// stopPreemptible stops the runs of preemptible behaviors (those with a
+// Rotation) at once, as a rotation would: their tasks are handed back, due
+// again without an attempt counted, and resume from their last checkpoint.
+// Waiting for them would only spend the whole grace period, since such a
+// run (a continuous replication) need not ever end by itself.
+func (s *Server) stopPreemptible() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.running {
+		if r.reg.Policy.Rotation != nil {
+			r.cancel(errStopping)
+		}
+	}
 }
 
 // Running returns how many tasks this node runs now.

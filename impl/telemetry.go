@@ -30,8 +30,11 @@ type telemetry struct {
 	global bool
 
 	submitted, claimed, succeeded, failed, renewals metric.Int64Counter
-	claimSize                                       metric.Int64Histogram
-	claimLatency                                    metric.Float64Histogram
+	// takeovers counts the tasks of expired leases this node made due
+	// again.
+	takeovers    metric.Int64Counter
+	claimSize    metric.Int64Histogram
+	claimLatency metric.Float64Histogram
 
 	perBehavior sync.Map // api.BehaviorID -> *behaviorTelemetry, built once
 }
@@ -98,6 +101,8 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	t.succeeded, _ = m.Int64Counter("stint.tasks.succeeded", metric.WithDescription("Runs that succeeded, by behavior."))
 	t.failed, _ = m.Int64Counter("stint.tasks.failed", metric.WithDescription("Runs that failed, by behavior."))
 	t.renewals, _ = m.Int64Counter("stint.lease.renewals", metric.WithDescription("Leases renewed by this node."))
+	t.takeovers, _ = m.Int64Counter("stint.tasks.taken_over",
+		metric.WithDescription("Tasks of expired leases (of nodes that died or stalled) this node made due again."))
 	t.claimSize, _ = m.Int64Histogram("stint.claim.size", metric.WithDescription("Tasks per claim statement."))
 	t.claimLatency, _ = m.Float64Histogram("stint.claim.duration", metric.WithUnit("s"), metric.WithDescription("Duration of claim statements."))
 	return t
@@ -189,4 +194,9 @@ func (t *telemetry) claimDone(ctx context.Context, claimed []store.Claimed, took
 	for b, n := range per {
 		t.claimed.Add(ctx, n, t.behavior(b))
 	}
+}
+
+// tookOver counts the tasks of expired leases a takeover made due again.
+func (t *telemetry) tookOver(ctx context.Context, tasks int) {
+	t.takeovers.Add(ctx, int64(tasks))
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/store"
 )
 
 func TestRunSpanLinksToSubmitSpanAndCountersMatch(t *testing.T) {
@@ -118,4 +119,72 @@ func TestRunSpansFollowTheGlobalProvider(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the run span", func() bool { return len(runs()) > 0 })
 	require.Equal(t, []string{string(f.ID())}, runs(), "only the run after the SDK was set has a span")
+}
+
+// collectMetrics reads every int64 sum and float64 gauge of reader, by
+// name.
+func collectMetrics(t *testing.T, reader *sdkmetric.ManualReader) (sums map[string]int64, gauges map[string]float64) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	sums, gauges = map[string]int64{}, map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					sums[m.Name] += dp.Value
+				}
+			case metricdata.Gauge[float64]:
+				if len(d.DataPoints) > 0 {
+					gauges[m.Name] = d.DataPoints[0].Value
+				}
+			}
+		}
+	}
+	return sums, gauges
+}
+
+// The takeover counter counts the tasks of an expired lease that a server
+// made due again; the queue-lag gauge reads the age of the oldest due task.
+func TestTelemetryTakeoverCounterAndQueueLagGauge(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.client()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+
+	// A node that claims with a one-second lease and never renews it.
+	sub, err := c.Submit(e.ctx, workReq(workKind, WorkParams{Key: "orphan"}))
+	require.NoError(t, err)
+	got, err := e.st.Claim(e.ctx, store.ClaimRequest{Node: "vanished", Limit: 10,
+		Behaviors: []store.BehaviorLease{{Behavior: workKind.ID, Lease: time.Second}}})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+
+	// Paused, the server takes the task over but does not run it, so it
+	// stays due and the queue lag grows.
+	require.NoError(t, c.Pause(e.ctx, workKind.ID))
+	e.server("heir", 5*time.Second, func(cfg *impl.ServerConfig) { cfg.MeterProvider = mp })
+	waitFor(t, 30*time.Second, "the takeover to be counted", func() bool {
+		sums, _ := collectMetrics(t, reader)
+		return sums["stint.tasks.taken_over"] == 1
+	})
+	task, err := c.Get(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusScheduled, task.Status, "the taken-over task is due again")
+	waitFor(t, 10*time.Second, "a queue lag", func() bool {
+		_, gauges := collectMetrics(t, reader)
+		return gauges["stint.queue.lag"] > 0
+	})
+
+	require.NoError(t, c.Resume(e.ctx, workKind.ID))
+	_, err = c.Await(e.ctx, sub.ID)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the queue lag to drop to zero", func() bool {
+		_, gauges := collectMetrics(t, reader)
+		return gauges["stint.queue.lag"] == 0
+	})
+	sums, _ := collectMetrics(t, reader)
+	require.Equal(t, int64(1), sums["stint.tasks.taken_over"], "one task was taken over, once")
 }

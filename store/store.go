@@ -213,6 +213,9 @@ type Store interface {
 	// Changes reads the change feed after the cursor f.Since and returns
 	// the changes in order with the cursor to read after them.
 	Changes(ctx context.Context, f ChangeFilter) ([]api.Event, int64, error)
+	// RecentChanges returns the latest limit changes, newest first, for a
+	// view of recent activity.
+	RecentChanges(ctx context.Context, limit int) ([]api.Event, error)
 	// FeedHead returns the cursor a new reader starts at: it sees every
 	// change that commits after the call.
 	FeedHead(ctx context.Context) (int64, error)

@@ -30,6 +30,10 @@ type StatsResponse struct {
 	Nodes []NodeRunning `json:"nodes"`
 	// HeldGroups are the group keys on hold.
 	HeldGroups []string `json:"held_groups"`
+	// QueueLagMS is how long the longest-waiting due task has been due,
+	// in milliseconds, as the servers' queue-lag gauge reads it; 0 when no
+	// task waits.
+	QueueLagMS int64 `json:"queue_lag_ms"`
 }
 
 // QueueStats are the numbers of one behavior, or of all.
@@ -62,6 +66,7 @@ type snapshot struct {
 	stats      store.Stats
 	settings   []store.BehaviorSettings
 	heldGroups []string
+	queueLag   time.Duration
 	// at is when it was read, on this process's monotonic clock: the
 	// database's time now is stats.Now plus time.Since(at).
 	at time.Time
@@ -84,6 +89,9 @@ func (h *Handler) snapshot(ctx context.Context) (snapshot, error) {
 		return s, err
 	}
 	if s.heldGroups, err = h.cfg.Client.HeldGroups(ctx); err != nil {
+		return s, err
+	}
+	if s.queueLag, err = h.cfg.Store.QueueLag(ctx); err != nil {
 		return s, err
 	}
 	s.at = time.Now()
@@ -147,7 +155,8 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) error {
 		totals.DueNow += d.Count
 		totals.OldestDueAgeMS = max(totals.OldestDueAgeMS, q.OldestDueAgeMS)
 	}
-	resp := StatsResponse{Now: s.stats.Now, Totals: *totals, Behaviors: []QueueStats{}, Nodes: []NodeRunning{}, HeldGroups: s.heldGroups}
+	resp := StatsResponse{Now: s.stats.Now, Totals: *totals, Behaviors: []QueueStats{}, Nodes: []NodeRunning{}, HeldGroups: s.heldGroups,
+		QueueLagMS: s.queueLag.Milliseconds()}
 	for _, q := range queues {
 		resp.Behaviors = append(resp.Behaviors, *q)
 	}

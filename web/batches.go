@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -29,10 +30,17 @@ type BatchesResponse struct {
 //	GET /api/v1/batches/{id}   read  a batch with its jobs, their counts by state, its report and history
 //	GET /api/v1/jobs/{id}      read  a job with its Merritt state
 //
-// The actions on batches and jobs are the task endpoints': hold, release,
-// retry and remove, and holds of a profile's group.
+// and the Merritt actions, which follow the state table of batches and jobs
+// (an action the state does not allow is a 409):
+//
+//	POST   /api/v1/batches/{id}/requeue   admin  requeue the Failed jobs and report again: {"requeued": [ids]}
+//	POST   /api/v1/batches/{id}/hold      admin  Pending -> Held; also release (Held -> Pending)
+//	DELETE /api/v1/batches/{id}           admin  delete a Held, Failed or Completed batch with its jobs: 204
+//
+// and the same under /api/v1/jobs/{id} for one job. Holds of a whole
+// profile are the group endpoints'.
 func BatchRoutes(admin *ingest.Admin) []Route {
-	return []Route{
+	routes := []Route{
 		{Pattern: "GET /batches", Role: RoleRead, Handle: func(w http.ResponseWriter, r *http.Request) error {
 			q, err := Query(r, "profile", "after", "limit")
 			if err != nil {
@@ -76,6 +84,85 @@ func BatchRoutes(admin *ingest.Admin) []Route {
 				return taskError(id, "get job", err)
 			}
 			WriteJSON(w, http.StatusOK, v)
+			return nil
+		}},
+	}
+	for _, kind := range []string{"batch", "job"} {
+		routes = append(routes, batchActionRoutes(admin, kind)...)
+	}
+	return routes
+}
+
+// RequeueResponse is the answer of POST /api/v1/batches/{id}/requeue and
+// /jobs/{id}/requeue.
+type RequeueResponse struct {
+	// Requeued are the jobs requeued.
+	Requeued []api.TaskID `json:"requeued"`
+}
+
+// batchActionRoutes returns the admin actions on a batch or a job (kind
+// "batch" or "job"). Hold and release answer with the batch or job after
+// the action.
+func batchActionRoutes(admin *ingest.Admin, kind string) []Route {
+	base := "/" + kind + "es/{id}"
+	get := func(ctx context.Context, id api.TaskID) (any, error) { return admin.Batch(ctx, id) }
+	if kind == "job" {
+		base = "/jobs/{id}"
+		get = func(ctx context.Context, id api.TaskID) (any, error) { return admin.Job(ctx, id) }
+	}
+	// check refuses an id of the other kind before acting, as the GET
+	// endpoints do.
+	check := func(r *http.Request) (api.TaskID, error) {
+		id := api.TaskID(r.PathValue("id"))
+		if _, err := get(r.Context(), id); err != nil {
+			return id, taskError(id, "get "+kind, err)
+		}
+		return id, nil
+	}
+	state := func(verb string, do func(context.Context, api.TaskID) error) func(http.ResponseWriter, *http.Request) error {
+		return func(w http.ResponseWriter, r *http.Request) error {
+			id, err := check(r)
+			if err != nil {
+				return err
+			}
+			if err := do(r.Context(), id); err != nil {
+				return taskError(id, verb+" "+kind, err)
+			}
+			v, err := get(r.Context(), id)
+			if err != nil {
+				return taskError(id, "get "+kind, err)
+			}
+			WriteJSON(w, http.StatusOK, v)
+			return nil
+		}
+	}
+	return []Route{
+		{Pattern: "POST " + base + "/requeue", Role: RoleAdmin, Handle: func(w http.ResponseWriter, r *http.Request) error {
+			id, err := check(r)
+			if err != nil {
+				return err
+			}
+			requeued, err := admin.Requeue(r.Context(), id)
+			if err != nil {
+				return taskError(id, "requeue "+kind, err)
+			}
+			if requeued == nil {
+				requeued = []api.TaskID{}
+			}
+			WriteJSON(w, http.StatusOK, RequeueResponse{Requeued: requeued})
+			return nil
+		}},
+		{Pattern: "POST " + base + "/hold", Role: RoleAdmin, Handle: state("hold", admin.Hold)},
+		{Pattern: "POST " + base + "/release", Role: RoleAdmin, Handle: state("release", admin.Release)},
+		{Pattern: "DELETE " + base, Role: RoleAdmin, Handle: func(w http.ResponseWriter, r *http.Request) error {
+			id, err := check(r)
+			if err != nil {
+				return err
+			}
+			if err := admin.Delete(r.Context(), id); err != nil {
+				return taskError(id, "delete "+kind, err)
+			}
+			w.WriteHeader(http.StatusNoContent)
 			return nil
 		}},
 	}

@@ -83,3 +83,43 @@ func TestBatchEndpoints(t *testing.T) {
 	}
 	e.requireError(http.MethodGet, "/api/v1/batches", "", nil, http.StatusUnauthorized, web.CodeUnauthorized, "")
 }
+
+// The Merritt actions on batches and jobs are for admin tokens only, and
+// follow the state table.
+func TestBatchActions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.submitBatch("coll-act", "dora")
+	path := "/api/v1/batches/" + string(a)
+
+	// Weaker roles are refused, and nothing changes.
+	for _, token := range []string{readToken, submitToken} {
+		e.requireError(http.MethodPost, path+"/hold", token, nil, http.StatusForbidden, web.CodeForbidden, "")
+		e.requireError(http.MethodPost, path+"/requeue", token, nil, http.StatusForbidden, web.CodeForbidden, "")
+		e.requireError(http.MethodDelete, path, token, nil, http.StatusForbidden, web.CodeForbidden, "")
+	}
+	var batch ingest.BatchView
+	e.json(http.MethodGet, path, readToken, nil, http.StatusOK, &batch)
+	require.Equal(t, ingest.BatchPending, batch.Status)
+
+	// Admin: hold, release, hold again, delete.
+	e.json(http.MethodPost, path+"/hold", adminToken, nil, http.StatusOK, &batch)
+	require.Equal(t, ingest.BatchHeld, batch.Status)
+	e.requireError(http.MethodPost, path+"/hold", adminToken, nil, http.StatusConflict, web.CodeConflict, "")
+	e.json(http.MethodPost, path+"/release", adminToken, nil, http.StatusOK, &batch)
+	require.Equal(t, ingest.BatchPending, batch.Status)
+	e.requireError(http.MethodPost, path+"/requeue", adminToken, nil, http.StatusConflict, web.CodeConflict, "")
+	e.requireError(http.MethodDelete, path, adminToken, nil, http.StatusConflict, web.CodeConflict, "")
+	e.json(http.MethodPost, path+"/hold", adminToken, nil, http.StatusOK, &batch)
+	e.json(http.MethodDelete, path, adminToken, nil, http.StatusNoContent, nil)
+	e.requireError(http.MethodGet, path, readToken, nil, http.StatusNotFound, web.CodeNotFound, "")
+
+	// Bad ids, and ids of the other kind.
+	e.requireError(http.MethodPost, "/api/v1/batches/no-such-batch/hold", adminToken, nil, http.StatusNotFound, web.CodeNotFound, "")
+	e.requireError(http.MethodDelete, "/api/v1/jobs/no-such-job", adminToken, nil, http.StatusNotFound, web.CodeNotFound, "")
+	b := e.submitBatch("coll-act", "dora")
+	e.requireError(http.MethodPost, "/api/v1/jobs/"+string(b)+"/requeue", adminToken, nil, http.StatusBadRequest, web.CodeInvalid, "id")
+	echo := e.submit(web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"not a batch"}`)})
+	e.requireError(http.MethodPost, "/api/v1/batches/"+string(echo)+"/hold", adminToken, nil, http.StatusBadRequest, web.CodeInvalid, "id")
+	e.requireError(http.MethodPost, "/api/v1/batches/a%20b/hold", adminToken, nil, http.StatusBadRequest, web.CodeInvalid, "id")
+}

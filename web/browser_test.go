@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,6 +126,12 @@ func void[T any](a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
 	}
 }
 
+// jsString quotes s as a JavaScript string.
+func jsString(s string) string {
+	raw, _ := json.Marshal(s)
+	return string(raw)
+}
+
 // css is a CSS selector.
 type css = chromedp.CSS
 
@@ -132,7 +139,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	shots := t.TempDir()
-	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Minute)
+	// A deadline for a stuck page, not a measure: on a busy machine the
+	// whole walk can take minutes.
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Minute)
 	defer cancel()
 	tab, jsErrors := browser(t, ctx)
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
@@ -170,6 +179,24 @@ func TestDashboardInBrowser(t *testing.T) {
 	)
 	require.Equal(t, "admin", text("role"))
 
+	// The activity list shows the changes made before the page loaded.
+	run("see the earlier changes in the activity list",
+		chromedp.WaitVisible(css(`#activity li[data-task="browser-first"] [data-status="success"]`)),
+		chromedp.WaitVisible(css(`#activity li[data-task="browser-failed"] [data-status="failure"]`)),
+	)
+
+	// A counter follows a submit without a reload, from the event stream:
+	// well before the page's one-minute fallback refresh.
+	run("see the success count", chromedp.WaitVisible(css(`#m-success`)))
+	before := text("m-success")
+	counted := e.submit(web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"count me"}`), ID: "browser-counted"})
+	_, err := e.srv.Await(e.ctx, counted)
+	require.NoError(t, err)
+	run("see the success count change",
+		void(chromedp.Poll[bool](`document.getElementById('m-success').textContent !== `+jsString(before),
+			chromedp.WithPollingTimeout(30*time.Second))))
+	require.Equal(t, "2", text("m-success"), "was %s", before)
+
 	// A task submitted now appears in the list and finishes there,
 	// without a reload.
 	run("open the task list", chromedp.Click(css(`a[data-nav="tasks"]`)), chromedp.WaitVisible(css(`tr[data-task-id="browser-first"]`)))
@@ -184,7 +211,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The overview's counts follow too.
 	run("see the counts", chromedp.Click(css(`a[data-nav="overview"]`)),
 		chromedp.WaitVisible(css(`#queues tr[data-behavior="demo.echo"] td[data-count="success"] a`)),
-		void(chromedp.Poll[bool](`document.querySelector('#queues tr[data-behavior="demo.echo"] td[data-count="success"] a').textContent === "2"`)),
+		void(chromedp.Poll[bool](`document.querySelector('#queues tr[data-behavior="demo.echo"] td[data-count="success"] a').textContent === "3"`)),
 		chromedp.WaitVisible(css(`#activity li[data-task="browser-live"]`)),
 	)
 	screenshot(t, tab, shots, "dashboard-overview.png")
@@ -207,6 +234,42 @@ func TestDashboardInBrowser(t *testing.T) {
 	task, err = e.srv.Get(e.ctx, idle)
 	require.NoError(t, err)
 	require.Equal(t, api.StatusScheduled, task.Status)
+
+	// The idle task waits, due: the queue lag shows how long.
+	var stats web.StatsResponse
+	e.json(http.MethodGet, "/api/v1/stats", readToken, nil, http.StatusOK, &stats)
+	require.Positive(t, stats.QueueLagMS, "a due task waits")
+	run("see the queue lag", chromedp.Click(css(`a[data-nav="overview"]`)), chromedp.WaitVisible(chromedp.ID("m-lag")),
+		void(chromedp.Poll[bool](`/^[0-9.]+(ms|s)$|^[0-9]+[mhd] [0-9]+[smh]$/.test(document.getElementById('m-lag').textContent)`,
+			chromedp.WithPollingTimeout(30*time.Second))))
+
+	// A retried failure has its own badge, says when it runs again and
+	// why it failed.
+	retried := e.submit(web.SubmitBody{Behavior: failKind.ID, ID: "browser-retry", Params: json.RawMessage(`{"note":"retry"}`)})
+	run("see the retrying task", goHash("#/tasks/"+string(retried)),
+		chromedp.WaitVisible(css(`#task-status [data-status="retrying"]`)), chromedp.WaitVisible(chromedp.ID("task-retrying")))
+	retryNote := text("task-retrying")
+	require.Regexp(t, `^retrying \(attempt [0-9]+ of 10, next at .+\): flaky on purpose$`, retryNote)
+	screenshot(t, tab, shots, "dashboard-retrying.png")
+
+	// The failures list has the errors.
+	run("see the failures with their errors", goHash("#/tasks?status=failure"),
+		chromedp.WaitVisible(css(`tr[data-task-id="browser-failed"] td[data-field="error"]`)))
+	failedErr, err := chromedp.Run(tab, chromedp.Text(css(`tr[data-task-id="browser-failed"] td[data-field="error"]`)))
+	require.NoError(t, err)
+	require.Equal(t, "failed on purpose", failedErr)
+
+	// A progress that holds a zero time does not show it.
+	progressed := e.submit(web.SubmitBody{Behavior: failKind.ID, ID: "browser-progress", Params: json.RawMessage(`{"note":"progress"}`)})
+	task, err = e.srv.Await(e.ctx, progressed)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusFailure, task.Status)
+	require.Contains(t, string(task.Progress), `"0001-01-01T00:00:00Z"`, "the progress holds a zero time")
+	run("see the progress", goHash("#/tasks/"+string(progressed)), chromedp.WaitVisible(chromedp.ID("task-progress")))
+	progressText := text("task-progress")
+	require.Contains(t, progressText, `"rows": 3`)
+	require.NotContains(t, progressText, "0001-01-01")
+	require.NotContains(t, progressText, "checkpointed_at")
 
 	// The failed task's page shows its error and offers a retry.
 	run("open the failed task",
@@ -247,6 +310,15 @@ func TestDashboardInBrowser(t *testing.T) {
 	)
 	screenshot(t, tab, shots, "dashboard-batch.png")
 
+	// An admin acts on the batch from its page.
+	run("hold the batch", chromedp.Click(css(`#batch-actions [data-action="batch-hold"]`)),
+		chromedp.WaitVisible(css(`#batch-state [data-state="Held"]`)),
+		chromedp.WaitVisible(css(`#batch-actions [data-action="batch-release"]`)),
+		chromedp.WaitVisible(css(`#batch-actions [data-action="batch-delete"]`)))
+	held, err := e.srv.Get(e.ctx, batch)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusHeld, held.Status)
+
 	notReloaded, err := chromedp.Run(tab, chromedp.Evaluate[bool](`window.__notReloaded === true`))
 	require.NoError(t, err)
 	require.True(t, notReloaded, "the page was reloaded")
@@ -265,6 +337,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, adminButtons)
 	require.Equal(t, "read", text("role"))
+	run("open the batch as reader", goHash("#/batches/"+string(batch)), chromedp.WaitVisible(css(`#batch-state [data-state="Held"]`)))
+	batchButtons, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('#batch-actions, [data-action]').length`))
+	require.NoError(t, err)
+	require.Zero(t, batchButtons, "a read token sees no batch actions")
 
 	require.Empty(t, jsErrors(), "the page raised errors")
 }

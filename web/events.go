@@ -36,6 +36,36 @@ type CursorEvent struct {
 	Cursor int64 `json:"cursor"`
 }
 
+// ChangesResponse is the answer of GET /api/v1/changes.
+type ChangesResponse struct {
+	// Changes are the latest changes of tasks, newest first.
+	Changes []api.Event `json:"changes"`
+}
+
+// recentChanges serves the latest changes, which the dashboard shows
+// before the event stream brings new ones.
+func (h *Handler) recentChanges(w http.ResponseWriter, r *http.Request) error {
+	q, err := Query(r, "limit")
+	if err != nil {
+		return err
+	}
+	limit := 50
+	if s := q.Get("limit"); s != "" {
+		if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > 1000 {
+			return invalid("limit", "%q is not a number from 1 to 1000", s)
+		}
+	}
+	changes, err := h.cfg.Store.RecentChanges(r.Context(), limit)
+	if err != nil {
+		return fmt.Errorf("read recent changes: %w", err)
+	}
+	if changes == nil {
+		changes = []api.Event{}
+	}
+	WriteJSON(w, http.StatusOK, ChangesResponse{Changes: changes})
+	return nil
+}
+
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) error {
 	q, err := Query(r, "id", "behavior", "status", "parent", "since")
 	if err != nil {

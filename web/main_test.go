@@ -47,7 +47,9 @@ type noteParams struct {
 }
 
 // testBehavior is test.fail or test.idle: each submit is its own task, and
-// a run fails permanently.
+// a run fails permanently; with the note "retry" it fails and is retried,
+// and with the note "progress" it first checkpoints a progress holding a
+// zero time (a time never set).
 type testBehavior struct {
 	kind api.Kind[noteParams, struct{}]
 }
@@ -56,7 +58,19 @@ func (b testBehavior) Kind() api.Kind[noteParams, struct{}] { return b.kind }
 
 func (testBehavior) TaskID(ids spi.IDs, _ noteParams) api.TaskID { return ids.Unique() }
 
-func (testBehavior) Run(context.Context, spi.RunContext, noteParams) (struct{}, error) {
+func (testBehavior) Run(ctx context.Context, rc spi.RunContext, p noteParams) (struct{}, error) {
+	switch p.Note {
+	case "retry":
+		return struct{}{}, api.Retryable("flaky", "flaky on purpose")
+	case "progress":
+		progress := struct {
+			Rows           int       `json:"rows"`
+			CheckpointedAt time.Time `json:"checkpointed_at"`
+		}{Rows: 3}
+		if err := rc.Checkpoint(ctx, progress); err != nil {
+			return struct{}{}, err
+		}
+	}
 	return struct{}{}, api.Permanent("boom", "failed on purpose")
 }
 
@@ -76,7 +90,7 @@ type testEnv struct {
 // the API's configuration.
 func newEnv(t *testing.T, configure ...func(*web.Config)) *testEnv {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	t.Cleanup(cancel)
 	st, err := postgres.Open(ctx, pgtest.New(t))
 	require.NoError(t, err)

@@ -14,6 +14,7 @@
 // (503) and internal (500, whose message tells nothing; the log does). The
 // endpoints, with the least role each needs:
 //
+//	GET    /api/v1/openapi.json             none    this list as an OpenAPI 3 document
 //	GET    /api/v1/whoami                   read    the caller's role, and whether auth is on
 //	GET    /api/v1/tasks                    read    filters behavior, status, parent, group; keyset paging after, limit
 //	GET    /api/v1/tasks/{id}               read
@@ -22,12 +23,15 @@
 //	DELETE /api/v1/tasks/{id}               admin   204
 //	GET    /api/v1/nodes                    read    with heartbeat age and health
 //	GET    /api/v1/stats                    read    counts per behavior and status, backlog, queue lag, running per node
+//	GET    /api/v1/changes                  read    the latest changes, newest first; limit (default 50)
 //	GET    /api/v1/events                   read    Server-Sent Events; filters id, behavior, status, parent; since
 //	POST   /api/v1/groups/{key}/hold        admin   also release
 //	POST   /api/v1/behaviors/{id}/pause     admin   also resume
 //
 // Endpoints of other parts are added as Config.Routes; BatchRoutes has those
-// of the ingest batches (GET /api/v1/batches, /batches/{id}, /jobs/{id}).
+// of the ingest batches (GET /api/v1/batches, /batches/{id}, /jobs/{id}, and
+// the admin actions requeue, hold, release and delete of batches and jobs).
+// GET /api/v1/openapi.json describes the endpoints a server has.
 //
 // # Auth
 //
@@ -72,14 +76,17 @@ import (
 )
 
 // Store is what the API reads from the store besides what the Client
-// offers: nodes, behavior settings, the change feed and statistics.
+// offers: nodes, behavior settings, the change feed, statistics and the
+// queue lag.
 // Every store.Store implements it.
 type Store interface {
 	Nodes(ctx context.Context) ([]store.Node, error)
 	Behaviors(ctx context.Context) ([]store.BehaviorSettings, error)
 	FeedHead(ctx context.Context) (int64, error)
 	Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event, int64, error)
+	RecentChanges(ctx context.Context, limit int) ([]api.Event, error)
 	Stats(ctx context.Context) (store.Stats, error)
+	QueueLag(ctx context.Context) (time.Duration, error)
 }
 
 // Config configures the API and the dashboard.
@@ -152,6 +159,11 @@ type Handler struct {
 
 	statsMu   sync.Mutex
 	statsLast snapshot
+
+	// patterns are the API's routes, "METHOD /path" under apiPrefix.
+	patterns []string
+	// openAPI is the OpenAPI document of patterns.
+	openAPI []byte
 }
 
 // New returns the handler for cfg.
@@ -204,6 +216,7 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /nodes", RoleRead, h.nodes},
 		{"GET /stats", RoleRead, h.stats},
 		{"GET /events", RoleRead, h.events},
+		{"GET /changes", RoleRead, h.recentChanges},
 		{"POST /groups/{key}/hold", RoleAdmin, h.groupAction(true)},
 		{"POST /groups/{key}/release", RoleAdmin, h.groupAction(false)},
 		{"POST /behaviors/{id}/pause", RoleAdmin, h.behaviorAction(true)},
@@ -217,6 +230,14 @@ func New(cfg Config) (*Handler, error) {
 		if err := registerRoute(h.mux, method+" "+apiPrefix+path, h.endpoint(rt)); err != nil {
 			return nil, fmt.Errorf("new web handler: route %q: %w", rt.Pattern, err)
 		}
+		h.patterns = append(h.patterns, rt.Pattern)
+	}
+	if err := registerRoute(h.mux, "GET "+apiPrefix+openAPIPath, http.HandlerFunc(h.serveOpenAPI)); err != nil {
+		return nil, fmt.Errorf("new web handler: route %q: %w", openAPIPath, err)
+	}
+	h.patterns = append(h.patterns, "GET "+openAPIPath)
+	if h.openAPI, err = buildOpenAPI(h.patterns); err != nil {
+		return nil, fmt.Errorf("new web handler: %w", err)
 	}
 	h.mux.HandleFunc(apiPrefix+"/", h.apiFallback)
 	h.mux.HandleFunc("GET /{$}", h.static.serve)
@@ -384,13 +405,21 @@ type whoamiResponse struct {
 	// Features are the optional pages the dashboard may show (see
 	// Config.Features).
 	Features []string `json:"features"`
+	// MaxAttempts are the runs a failing task of each behavior gets, for
+	// the dashboard's "attempt n of m".
+	MaxAttempts map[api.BehaviorID]int `json:"max_attempts"`
 }
 
 func (h *Handler) whoami(w http.ResponseWriter, r *http.Request) error {
 	resp := whoamiResponse{Role: RoleOf(r).String(), Auth: !h.cfg.InsecureNoAuth, Behaviors: []api.BehaviorID{},
-		Features: append([]string{}, h.cfg.Features...)}
+		Features: append([]string{}, h.cfg.Features...), MaxAttempts: map[api.BehaviorID]int{}}
 	if h.cfg.Registry != nil {
 		resp.Behaviors = h.cfg.Registry.IDs()
+		for _, id := range resp.Behaviors {
+			if reg, ok := h.cfg.Registry.Lookup(id); ok {
+				resp.MaxAttempts[id] = reg.Policy.MaxAttempts
+			}
+		}
 	}
 	WriteJSON(w, http.StatusOK, resp)
 	return nil

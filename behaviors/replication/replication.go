@@ -47,8 +47,11 @@
 // # Checkpoints and crashes
 //
 // Progress (the last change value replicated, the source's head, stats,
-// the consecutive error count) is the task's checkpoint, stored every
-// Config.CheckpointInterval. Two layouts give two guarantees:
+// the consecutive error count) is the task's checkpoint, stored at a run's
+// first batch and then every Config.CheckpointInterval. The lag a
+// monitoring view shows (Info) is the source's head minus the last change
+// replicated, as of the last checkpoint; while a run has not checkpointed
+// yet it is unknown, not zero. Two layouts give two guarantees:
 //
 //   - Shared: the target database is the stint database. The checkpoint
 //     is written with RunContext.CheckpointTx in the transaction that
@@ -82,7 +85,8 @@
 // waiting ones within max_churn per interval) is a behavior policy:
 // replication.continuous is preemptible, replication is not, so a one-shot
 // replication is never stopped halfway for rotation. A preempted run
-// checkpoints and is due again at once.
+// checkpoints and is due again at once; so does a continuous run on a
+// server that stops, which does not wait for it.
 //
 // # The stint database
 //
@@ -164,16 +168,22 @@ type Progress struct {
 	// SourceSeq is the highest change value the source had when the
 	// replication last looked: SourceSeq - Seq is the lag in changes.
 	SourceSeq int64 `json:"source_seq"`
+	// SourceSeqAt is when the replication read SourceSeq (the node's
+	// clock); zero when it never did.
+	SourceSeqAt time.Time `json:"source_seq_at,omitzero"`
 	// Checkpoints counts the checkpoints written.
 	Checkpoints int64 `json:"checkpoints"`
-	// CheckpointedAt is when this checkpoint was taken (the node's clock).
-	CheckpointedAt time.Time `json:"checkpointed_at"`
+	// CheckpointedAt is when this checkpoint was taken (the node's clock);
+	// zero (and absent) before the first.
+	CheckpointedAt time.Time `json:"checkpointed_at,omitzero"`
 	// Errors counts consecutive crashes; a run healthy for the health
 	// threshold resets it.
 	Errors int `json:"errors"`
 	// LastError is the error of the last crash.
 	LastError string `json:"last_error,omitempty"`
-	// HealthySince is when the current run started replicating.
+	// HealthySince is when the current run started replicating; nil when
+	// no run replicates (the last one stopped or crashed, or the current
+	// one has not checkpointed yet).
 	HealthySince *time.Time `json:"healthy_since,omitempty"`
 	// Layout is "shared" (checkpoints commit with the rows) or "separate".
 	Layout string `json:"layout,omitempty"`

@@ -205,6 +205,10 @@ func (r *run) run(ctx context.Context) (Result, error) {
 	r.prog.HealthySince = &r.readyAt
 	r.ready = true
 	r.lastCheckpoint = r.readyAt
+	// Checkpoint at the first batch (or the first look, when there is
+	// nothing to copy), not a whole interval later: until then the stored
+	// progress is that of an earlier run, and its lag says nothing true.
+	r.forceCP = true
 	r.hook(ctx, "start", r.prog.Seq)
 	return r.replicate(ctx)
 }
@@ -242,7 +246,7 @@ func (r *run) replicate(ctx context.Context) (Result, error) {
 		if err != nil {
 			return Result{}, sourceErr(err)
 		}
-		r.prog.SourceSeq = max(r.prog.SourceSeq, head)
+		r.prog.SourceSeq, r.prog.SourceSeqAt = max(r.prog.SourceSeq, head), time.Now()
 		if head <= r.prog.Seq {
 			if !r.continuous {
 				return r.complete(ctx)
@@ -401,6 +405,9 @@ func (r *run) complete(ctx context.Context) (Result, error) {
 func (r *run) fail(ctx context.Context, err error) error {
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	// The progress stored from here on is that of a run that no longer
+	// replicates.
+	r.prog.HealthySince = nil
 	if errors.Is(err, errRestart) {
 		if cerr := r.rc.Checkpoint(bg, r.prog); cerr != nil {
 			return cerr

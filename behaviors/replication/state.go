@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,8 +90,14 @@ type Info struct {
 	// Seq is the last sequence (change value) replicated.
 	Seq int64 `json:"seq"`
 	// Lag is how many change values the source was ahead at the last
-	// checkpoint.
+	// checkpoint, when LagKnown; LagAt is when the source was read.
 	Lag int64 `json:"lag"`
+	// LagKnown is false when no checkpoint says how far behind the
+	// replication is: none was taken yet, or the replication runs and has
+	// not checkpointed since it started (the stored lag is an earlier
+	// run's). Lag is then 0 and means nothing; show LagText.
+	LagKnown bool       `json:"lag_known"`
+	LagAt    *time.Time `json:"lag_at,omitempty"`
 	// Errors counts consecutive crashes (healing resets it).
 	Errors    int    `json:"errors"`
 	LastError string `json:"last_error,omitempty"`
@@ -115,7 +122,11 @@ func InfoOf(t api.Task) Info {
 	}
 	if prog, err := decodeProgress(t.Progress); err == nil && len(t.Progress) > 0 {
 		info.Progress = &prog
-		info.Seq, info.Lag = prog.Seq, max(prog.SourceSeq-prog.Seq, 0)
+		info.Seq = prog.Seq
+		if lagKnown(prog, info.State) {
+			at := prog.SourceSeqAt
+			info.Lag, info.LagKnown, info.LagAt = max(prog.SourceSeq-prog.Seq, 0), true, &at
+		}
 		info.Errors, info.LastError = prog.Errors, prog.LastError
 		if !prog.CheckpointedAt.IsZero() {
 			at := prog.CheckpointedAt
@@ -136,6 +147,31 @@ func InfoOf(t api.Task) Info {
 		info.NextRun = t.ScheduleNotBefore
 	}
 	return info
+}
+
+// lagKnown reports whether progress tells a replication in state how far
+// behind it is: the source's head was read, and, while it runs, by the
+// current run (whose progress has HealthySince; a stopped or crashed run
+// clears it).
+func lagKnown(prog Progress, state State) bool {
+	if prog.SourceSeqAt.IsZero() {
+		return false
+	}
+	return state != StateRunning || prog.HealthySince != nil
+}
+
+// LagText returns the lag for people: the number of changes the
+// replication is behind, with how long ago that was measured, or
+// "unknown".
+func (i Info) LagText(now time.Time) string {
+	if !i.LagKnown {
+		return "unknown"
+	}
+	s := strconv.FormatInt(i.Lag, 10)
+	if i.LagAt != nil {
+		s += " (" + now.Sub(*i.LagAt).Round(time.Second).String() + " ago)"
+	}
+	return s
 }
 
 // InfoOfDefinition returns the monitoring view of a persistent

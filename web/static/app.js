@@ -17,7 +17,9 @@
     auth: true,
     behaviors: [],
     features: [],
+    maxAttempts: {}, // behavior -> the runs a failing task gets
     stats: null,
+    statsAt: 0, // when stats were read, on this browser's clock
     skew: 0, // the database's clock minus this browser's, in ms
     recent: [], // the latest task events, newest first
     cursor: null, // the event stream's cursor
@@ -162,9 +164,42 @@
 
   const pill = (status) => h('span', { class: 'pill', dataset: { status } }, status);
 
+  // retrying reports whether a task failed or succeeded and is due to run
+  // again: a retry after a failure, not its end.
+  const retrying = (t) => t.status === 'failure' && !!t.schedule_not_before;
+
+  // taskPill is the state badge of a task: "retrying" (its own color) for
+  // a failure that is retried, else the status.
+  const taskPill = (t) => pill(retrying(t) ? 'retrying' : t.status);
+
+  // retryText says "retrying (attempt n of m, next at t): error".
+  function retryText(t) {
+    const max = state.maxAttempts[t.behavior];
+    const err = t.error ? t.error.message : 'no error text';
+    return 'retrying (attempt ' + t.attempt + (max ? ' of ' + max : '') + ', next at ' + stamp(t.schedule_not_before) + '): ' + err;
+  }
+
+  // zeroTime matches the JSON of Go's zero time, which means "never".
+  const zeroTime = /^0001-01-01T00:00:00(\.0+)?(Z|[+-]00:00)$/;
+
+  // withoutZeroTimes returns v without the fields whose value is the zero
+  // time.
+  function withoutZeroTimes(v) {
+    if (Array.isArray(v)) return v.map(withoutZeroTimes);
+    if (v && typeof v === 'object') {
+      const out = {};
+      for (const [k, x] of Object.entries(v)) {
+        if (typeof x === 'string' && zeroTime.test(x)) continue;
+        out[k] = withoutZeroTimes(x);
+      }
+      return out;
+    }
+    return v;
+  }
+
   function pretty(raw) {
     if (raw == null) return null;
-    return h('pre', { class: 'json' }, JSON.stringify(raw, null, 2));
+    return h('pre', { class: 'json' }, JSON.stringify(withoutZeroTimes(raw), null, 2));
   }
 
   function panel(title, hint, ...body) {
@@ -216,6 +251,7 @@
     state.auth = w.auth;
     state.behaviors = w.behaviors || [];
     state.features = w.features || [];
+    state.maxAttempts = w.max_attempts || {};
   }
 
   function updateChrome() {
@@ -337,6 +373,7 @@
         setLive('on');
         if (!resumed && payload && payload.cursor) state.cursor = String(payload.cursor);
         if (resumed) refreshAll();
+        seedRecent();
         break;
       case 'task':
         onTaskEvent(payload);
@@ -348,12 +385,42 @@
     }
   }
 
-  const statsSoon = throttle(() => refreshStats(), 1000);
+  // The server reuses a statistics snapshot for up to a second: a read
+  // this long after an event is sure to count it.
+  const STATS_AFTER_EVENT_MS = 1100;
+  let statsTimer = null;
+
+  // statsAfterEvent reads the statistics once the changes seen so far are
+  // counted: the counters follow the event stream.
+  function statsAfterEvent() {
+    if (statsTimer) return;
+    statsTimer = setTimeout(() => { statsTimer = null; refreshStats(); }, STATS_AFTER_EVENT_MS);
+  }
+
+  const eventKey = (e) => e.seq + ' ' + e.task_id + ' ' + e.status;
+
+  // addRecent adds events to the activity list, newest first, once each.
+  function addRecent(events) {
+    const seen = new Set(state.recent.map(eventKey));
+    const fresh = events.filter((e) => !seen.has(eventKey(e)));
+    if (fresh.length === 0) return false;
+    state.recent = [...fresh, ...state.recent].sort((a, b) => b.seq - a.seq || Date.parse(b.at) - Date.parse(a.at));
+    if (state.recent.length > 200) state.recent.length = 200;
+    return true;
+  }
+
+  // seedRecent loads the latest changes, so that the activity list is not
+  // empty until the next change.
+  async function seedRecent() {
+    try {
+      const r = await api('GET', '/changes?limit=60');
+      if (addRecent(r.changes || []) && state.view && state.view.onRecent) state.view.onRecent();
+    } catch (_) { /* the live events still come */ }
+  }
 
   function onTaskEvent(e) {
-    state.recent.unshift(e);
-    if (state.recent.length > 200) state.recent.length = 200;
-    statsSoon();
+    addRecent([e]);
+    statsAfterEvent();
     if (state.view && state.view.onEvent) state.view.onEvent(e);
   }
 
@@ -363,6 +430,7 @@
     try {
       const s = await api('GET', '/stats');
       state.stats = s;
+      state.statsAt = Date.now();
       state.skew = Date.parse(s.now) - Date.now();
       if (state.view && state.view.onStats) state.view.onStats();
     } catch (_) { /* shown by the views; retried */ }
@@ -371,6 +439,14 @@
   function refreshAll() {
     refreshStats();
     if (state.view && state.view.refresh) state.view.refresh();
+  }
+
+  // queueLag is the queue lag now: as last read, plus the time since when
+  // a task was waiting.
+  function queueLag() {
+    const s = state.stats;
+    if (!s || !s.queue_lag_ms) return 0;
+    return s.queue_lag_ms + (Date.now() - state.statsAt);
   }
 
   // ---- views ----
@@ -403,7 +479,7 @@
       fill(cards,
         metric('Running', t.counts.running, null, 'm-running'),
         metric('Due now', t.due_now, t.due_now > 0 ? 'warn' : null, 'm-due'),
-        metric('Queue lag', t.due_now ? fmtDuration(t.oldest_due_age_ms) : '—', t.oldest_due_age_ms > 60000 ? 'bad' : null, 'm-lag'),
+        metric('Queue lag', fmtDuration(queueLag()), s.queue_lag_ms > 60000 ? 'bad' : null, 'm-lag'),
         metric('Scheduled', t.counts.scheduled, null, 'm-scheduled'),
         metric('Held', t.counts.held, t.counts.held ? 'warn' : null, 'm-held'),
         metric('Failed', t.counts.failure, t.counts.failure ? 'bad' : null, 'm-failure'),
@@ -453,10 +529,12 @@
     }
 
     function feedItem(e) {
+      // A failure that is not final is retried.
+      const status = e.status === 'failure' && !e.final ? 'retrying' : e.status;
       return h('li', { dataset: { task: e.task_id } },
         h('span', { class: 'when', title: absTime(e.at) }, stamp(e.at)),
         h('span', { class: 'what' }, h('a', { href: taskHref(e.task_id) }, e.task_id), h('span', { class: 'b' }, e.behavior)),
-        pill(e.status));
+        pill(status));
     }
 
     function renderFeed() {
@@ -481,6 +559,11 @@
 
     const feedSoon = throttle(renderFeed, 250);
     const nodesTimer = setInterval(loadNodes, 5000);
+    // The queue lag grows while nothing happens: count it on.
+    const lagTimer = setInterval(() => {
+      const el = document.getElementById('m-lag');
+      if (el && state.stats && state.stats.queue_lag_ms > 0) el.textContent = fmtDuration(queueLag());
+    }, 1000);
     renderStats();
     renderFeed();
     loadNodes();
@@ -488,8 +571,9 @@
       name: 'overview', el,
       onStats: renderStats,
       onEvent: feedSoon,
+      onRecent: feedSoon,
       refresh: loadNodes,
-      dispose: () => clearInterval(nodesTimer),
+      dispose: () => { clearInterval(nodesTimer); clearInterval(lagTimer); },
     };
   }
 
@@ -544,23 +628,25 @@
       const prev = known;
       known = new Map(page.tasks.map((t) => [t.id, t.status]));
       const rows = page.tasks.map((t) => h('tr', {
-        dataset: { taskId: t.id, status: t.status },
+        dataset: { taskId: t.id, status: retrying(t) ? 'retrying' : t.status },
         class: prev && prev.get(t.id) !== t.status ? 'flash' : null,
       },
       h('td', { class: 'id', title: t.id }, h('a', { href: taskHref(t.id) }, t.id)),
       h('td', {}, t.behavior),
-      h('td', {}, pill(t.status)),
+      h('td', {}, taskPill(t)),
       h('td', { class: 'num' }, t.attempt),
       h('td', { class: 'num' }, t.priority),
       h('td', { class: 'id' }, t.node || ''),
       h('td', {}, t.group_key ? h('a', { href: listHref({ group: t.group_key }) }, t.group_key) : ''),
       h('td', {}, timeEl(t.updated_at)),
+      h('td', { class: 'err', dataset: { field: 'error' }, title: t.error ? t.error.message : null },
+        t.error && t.status !== 'success' ? t.error.message : ''),
       admin ? h('td', { class: 'actions' }, taskActions(t, load, true)) : null));
       fill(body, rows.length === 0
         ? h('div', { class: 'empty' }, after ? 'No more tasks.' : 'No task matches.')
         : h('table', { id: 'tasks' },
           h('thead', {}, h('tr', {}, h('th', {}, 'Id'), h('th', {}, 'Behavior'), h('th', {}, 'State'), h('th', { class: 'num' }, 'Attempt'),
-            h('th', { class: 'num' }, 'Priority'), h('th', {}, 'Node'), h('th', {}, 'Group'), h('th', {}, 'Updated'), admin ? h('th', {}) : null)),
+            h('th', { class: 'num' }, 'Priority'), h('th', {}, 'Node'), h('th', {}, 'Group'), h('th', {}, 'Updated'), h('th', {}, 'Error'), admin ? h('th', {}) : null)),
           h('tbody', {}, rows)));
       pager.hidden = !after && !page.next;
       fill(pager,
@@ -629,12 +715,17 @@
     function timeline(t) {
       const items = [{ at: t.created_at, status: 'scheduled', label: 'Submitted' }];
       if (t.executed_at) items.push({ at: t.executed_at, status: 'running', label: 'Started attempt ' + t.attempt + (t.node ? ' on ' + t.node : '') });
-      if (t.finished_at) items.push({ at: t.finished_at, status: t.status, label: t.status === 'success' ? 'Succeeded' : 'Failed' });
+      if (t.finished_at) {
+        items.push(retrying(t) ? { at: t.finished_at, status: 'retrying', label: 'Failed; retried' }
+          : { at: t.finished_at, status: t.status, label: t.status === 'success' ? 'Succeeded' : 'Failed' });
+      }
+      if (retrying(t)) items.push({ at: t.schedule_not_before, status: 'retrying', label: 'Retry due' });
       for (const e of seen) {
         // The row's times and its events' times come from the same
         // transaction: equal times are the same change.
         const dup = items.some((i) => i.status === e.status && Math.abs(Date.parse(i.at) - Date.parse(e.at)) < 2);
-        if (!dup) items.push({ at: e.at, status: e.status, label: '→ ' + e.status + (e.final ? ' (final)' : '') });
+        const status = e.status === 'failure' && !e.final ? 'retrying' : e.status;
+        if (!dup) items.push({ at: e.at, status, label: '→ ' + (status === 'retrying' ? 'failure, retrying' : e.status) + (e.final ? ' (final)' : '') });
       }
       items.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
       return h('ol', { class: 'timeline', id: 'timeline' }, items.map((i) => h('li', { dataset: { status: i.status } },
@@ -651,14 +742,14 @@
       fill(el,
         h('div', { class: 'page-head' },
           h('h1', { class: 'mono', id: 'task-id' }, t.id),
-          h('span', { id: 'task-status' }, pill(t.status)),
+          h('span', { id: 'task-status' }, taskPill(t)),
           batchLink(t),
           t.resubmit ? h('span', { class: 'pill', dataset: { status: 'scheduled' }, title: 'Submitted again while running: it runs again when this run ends' }, 'resubmitted') : null,
           h('div', { class: 'spacer' }),
           admin ? h('div', { class: 'actions-bar', id: 'task-actions' }, taskActions(t, (r) => { if (r) { task = r; render(); } }, false)) : null),
         h('section', { class: 'card panel' }, h('dl', { class: 'fields' },
           field('Behavior', h('a', { href: listHref({ behavior: t.behavior }) }, t.behavior), 'behavior'),
-          field('State', t.status, 'status'),
+          field('State', retrying(t) ? h('span', { class: 'retry-note', id: 'task-retrying' }, retryText(t)) : t.status, 'status'),
           field('Priority', t.priority, 'priority'),
           field('Attempt', t.attempt, 'attempt'),
           field('Consecutive errors', t.errors, 'errors'),
@@ -681,7 +772,7 @@
           t.trace ? field('Trace', h('code', {}, t.trace), 'trace') : null)),
         h('div', { class: 'grid2' },
           h('div', {},
-            t.error ? panel('Error', t.error.retryable ? 'retryable' : 'permanent', h('div', { class: 'panel-body' },
+            t.error ? panel('Error', retrying(t) ? 'retrying' : (t.error.retryable ? 'retryable' : 'permanent'), h('div', { class: 'panel-body' },
               h('div', { class: 'error-box', id: 'task-error' }, t.error.code ? h('div', { class: 'code' }, t.error.code) : null, h('div', {}, t.error.message)),
               t.error.properties ? h('div', { class: 'mt' }, pretty(t.error.properties)) : null)) : null,
             t.result != null ? panel('Result', null, h('div', { class: 'panel-body', id: 'task-result' }, pretty(t.result))) : null,
@@ -829,6 +920,7 @@
           h('span', { id: 'batch-state' }, statePill(b.status)),
           b.collection_held ? pill('held') : null,
           h('div', { class: 'spacer' }),
+          can('admin') ? h('div', { class: 'actions-bar', id: 'batch-actions' }, batchActions(b)) : null,
           h('a', { class: 'btn small', href: taskHref(b.id) }, 'Task view')),
         h('section', { class: 'card panel' }, h('dl', { class: 'fields' },
           field('Profile', h('a', { href: batchesHref(b.profile) }, b.profile)),
@@ -864,6 +956,24 @@
               : h('ol', { class: 'timeline' }, b.history.map((tr) => h('li', { dataset: { status: MERRITT[tr.to] || 'removed' } },
                 h('span', { class: 'when', title: absTime(tr.at) }, stamp(tr.at)), h('span', {}, (tr.from || '∅') + ' → ' + tr.to))))))));
     }
+    // batchActions returns the admin actions the batch's state allows:
+    // hold a Pending batch, release a Held one, requeue the jobs of a
+    // Failed one, delete a Held, Failed or Completed one.
+    function batchActions(b) {
+      const path = '/batches/' + encodeURIComponent(b.id);
+      const act = (verb) => async () => { await api('POST', path + '/' + verb); await load(); };
+      const st = b.status;
+      return [
+        st === 'Pending' ? actionButton('Hold', 'batch-hold', act('hold'), { done: 'Held ' + b.id }) : null,
+        st === 'Held' ? actionButton('Release', 'batch-release', act('release'), { done: 'Released ' + b.id }) : null,
+        st === 'Failed' ? actionButton('Requeue', 'batch-requeue', act('requeue'), { done: 'Requeued the failed jobs of ' + b.id }) : null,
+        ['Held', 'Failed', 'Completed'].includes(st) ? actionButton('Delete', 'batch-delete', async () => {
+          await api('DELETE', path);
+          location.hash = batchesHref(b.profile);
+        }, { danger: true, confirm: 'Click again to delete', done: 'Deleted ' + b.id }) : null,
+      ];
+    }
+
     const reload = throttle(load, 500);
     load();
     return {
@@ -958,7 +1068,9 @@
     updateChrome();
     if (!state.started) {
       state.started = true;
-      setInterval(refreshStats, 10000);
+      // The counters follow the event stream; this only catches what a
+      // broken stream missed.
+      setInterval(refreshStats, 60000);
     }
     startStream();
     refreshStats();
