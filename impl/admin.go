@@ -55,7 +55,7 @@ func (c *Client) Retry(ctx context.Context, id api.TaskID) error {
 // HoldGroup keeps every task of a group key from being claimed, on all
 // nodes, until ReleaseGroup. Running tasks run on.
 func (c *Client) HoldGroup(ctx context.Context, key string) error {
-	if err := checkGroupKey(key); err != nil {
+	if err := spi.CheckGroupKey("group_key", key); err != nil {
 		return err
 	}
 	return c.st.HoldGroup(ctx, key)
@@ -63,7 +63,7 @@ func (c *Client) HoldGroup(ctx context.Context, key string) error {
 
 // ReleaseGroup lifts a group hold.
 func (c *Client) ReleaseGroup(ctx context.Context, key string) error {
-	if err := checkGroupKey(key); err != nil {
+	if err := spi.CheckGroupKey("group_key", key); err != nil {
 		return err
 	}
 	return c.st.ReleaseGroup(ctx, key)
@@ -143,7 +143,7 @@ func (c *Client) Changes(ctx context.Context, since int64, limit int) ([]api.Eve
 // consumer; a consumer that does not ack for Maintenance.ConsumerTimeout
 // is dropped.
 func (c *Client) AckChanges(ctx context.Context, consumer string, cursor int64) error {
-	if consumer == "" || len(consumer) > 128 || !printable(consumer) {
+	if consumer == "" || len(consumer) > 128 || !spi.Printable(consumer) {
 		return api.Invalid("consumer", "must be 1 to 128 printable characters")
 	}
 	return c.st.AckFeed(ctx, consumer, cursor)
@@ -224,13 +224,6 @@ func (c *Client) Subscribe(ctx context.Context, f api.Filter) (<-chan api.Event,
 		}
 	}()
 	return out, nil
-}
-
-func checkGroupKey(key string) error {
-	if key == "" || len(key) > maxGroupKey || !printable(key) {
-		return api.Invalid("group_key", "must be 1 to %d printable UTF-8 bytes", maxGroupKey)
-	}
-	return nil
 }
 
 // SetProgress replaces the progress of a task that is not running; see

@@ -99,10 +99,6 @@ func (c *Client) Stats() ClientStats {
 func (c *Client) Close() { c.hub.close() }
 
 // Limits on the free-form fields of a submit.
-const (
-	maxGroupKey = 256
-	maxTrace    = 256
-)
 
 // prepare validates a request and turns it into a task to store.
 func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registration, error) {
@@ -157,11 +153,13 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	if req.GroupKey == "" {
 		req.GroupKey = reg.GroupKey(p)
 	}
-	if len(req.GroupKey) > maxGroupKey || !printable(req.GroupKey) {
-		return store.NewTask{}, nil, api.Invalid("group_key", "must be at most %d printable UTF-8 bytes", maxGroupKey)
+	if req.GroupKey != "" {
+		if err := spi.CheckGroupKey("group_key", req.GroupKey); err != nil {
+			return store.NewTask{}, nil, err
+		}
 	}
-	if len(req.Trace) > maxTrace || !printable(req.Trace) {
-		return store.NewTask{}, nil, api.Invalid("trace", "must be at most %d printable UTF-8 bytes", maxTrace)
+	if err := spi.CheckTrace(req.Trace); err != nil {
+		return store.NewTask{}, nil, err
 	}
 	return store.NewTask{
 		ID:       id,
@@ -174,18 +172,6 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 		Notify:   req.Notify,
 		Share:    reg.Policy.Dedup == spi.DedupShare,
 	}, reg, nil
-}
-
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // Submit validates and stores one task; see api.Tasks.

@@ -47,8 +47,10 @@ func BatchRoutes(admin *ingest.Admin) []Route {
 				return err
 			}
 			profile, after := q.Get("profile"), api.TaskID(q.Get("after"))
-			if q.Has("profile") && !validGroupKey(profile) {
-				return invalid("profile", "must be 1 to 256 printable UTF-8 bytes")
+			if q.Has("profile") {
+				if err := spi.CheckGroupKey("profile", profile); err != nil {
+					return err
+				}
 			}
 			if after != "" {
 				if err := spi.CheckTaskID("after", after); err != nil {

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/spi"
@@ -67,8 +66,10 @@ func filterFromQuery(q url.Values) (api.Filter, error) {
 			return f, err
 		}
 	}
-	if q.Has("group") && !validGroupKey(f.GroupKey) {
-		return f, invalid("group", "must be 1 to 256 printable UTF-8 bytes")
+	if q.Has("group") {
+		if err := spi.CheckGroupKey("group", f.GroupKey); err != nil {
+			return f, err
+		}
 	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -78,20 +79,6 @@ func filterFromQuery(q url.Values) (api.Filter, error) {
 		f.Limit = n
 	}
 	return f, nil
-}
-
-// validGroupKey reports whether k is a group key the engine accepts: 1 to
-// 256 printable UTF-8 bytes.
-func validGroupKey(k string) bool {
-	if k == "" || len(k) > 256 || !utf8.ValidString(k) {
-		return false
-	}
-	for _, r := range k {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {

@@ -70,7 +70,6 @@ import (
 	"time"
 
 	"github.com/stinthq/stint/api"
-	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
 )
@@ -93,7 +92,7 @@ type Store interface {
 type Config struct {
 	// Client submits and inspects tasks. A Server's Client will do.
 	// Required.
-	Client *impl.Client
+	Client api.Operator
 	// Store reads nodes, settings, the change feed and statistics.
 	// Required.
 	Store Store

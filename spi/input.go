@@ -1,0 +1,47 @@
+package spi
+
+import (
+	"unicode/utf8"
+
+	"github.com/stinthq/stint/api"
+)
+
+// Limits of the free-text inputs of a task.
+const (
+	// MaxGroupKey is the longest group key, in bytes.
+	MaxGroupKey = 256
+	// MaxTrace is the longest traceparent, in bytes.
+	MaxTrace = 256
+)
+
+// CheckGroupKey checks a group key named by field: 1 to MaxGroupKey
+// printable UTF-8 bytes. The engine, the CLI and the HTTP API all check
+// group keys with it, so they accept the same keys.
+func CheckGroupKey(field, key string) error {
+	if key == "" || len(key) > MaxGroupKey || !Printable(key) {
+		return api.Invalid(field, "must be 1 to %d printable UTF-8 bytes", MaxGroupKey)
+	}
+	return nil
+}
+
+// CheckTrace checks a W3C traceparent: empty, or up to MaxTrace printable
+// UTF-8 bytes.
+func CheckTrace(trace string) error {
+	if len(trace) > MaxTrace || !Printable(trace) {
+		return api.Invalid("trace", "must be at most %d printable UTF-8 bytes", MaxTrace)
+	}
+	return nil
+}
+
+// Printable reports whether s is valid UTF-8 without control characters.
+func Printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
