@@ -20,6 +20,7 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/internal/provision"
 	"github.com/stinthq/stint/store/postgres"
 )
 
@@ -27,12 +28,9 @@ import (
 // database of dsn and returns the DSN through it.
 func startPgBouncer(t *testing.T, dsn string) string {
 	t.Helper()
-	bin, err := exec.LookPath("pgbouncer")
-	if err != nil {
-		bin = "/usr/sbin/pgbouncer"
-	}
-	_, err = os.Stat(bin)
-	require.NoError(t, err, "PgBouncer is not installed: apt-get install pgbouncer")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	bin := provision.Require(t, ctx, provision.PgBouncer)
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	host, port, err := net.SplitHostPort(u.Host)

@@ -112,7 +112,7 @@ func TestDevWithoutPostgres(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	old := postgresBinDir
 	t.Cleanup(func() { postgresBinDir = old })
-	postgresBinDir = func() (string, error) {
+	postgresBinDir = func(context.Context) (string, error) {
 		return "", fmt.Errorf("%w: install the PostgreSQL server (Debian/Ubuntu: `apt-get install postgresql`)", pgcluster.ErrNoPostgres)
 	}
 	dir := t.TempDir()

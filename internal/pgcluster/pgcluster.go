@@ -109,7 +109,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: resolve data directory %q: %w", opts.DataDir, err)
 	}
-	binDir, err := BinDir()
+	binDir, err := EnsureBinDir(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
