@@ -84,6 +84,11 @@ var (
 // directory) or, with STINT_TEST_DATABASE_URL, drops this binary's template database, and exits with
 // the tests' exit code. Call it from TestMain.
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run is Main without the exit: it returns the exit code, for a TestMain that has more to clean up.
+func Run(m *testing.M) int {
 	mainCalled.Store(true)
 	code := m.Run()
 	if err := teardown(); err != nil {
@@ -92,7 +97,7 @@ func Main(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // New returns the DSN of a fresh database, cloned from the migrated template, that is dropped when the
