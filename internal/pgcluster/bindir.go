@@ -74,9 +74,13 @@ func EnsureBinDir(ctx context.Context) (string, error) {
 	dir, err := provision.Ensure(ctx, Server)
 	if err != nil {
 		if me := (*provision.MissingError)(nil); errors.As(err, &me) {
-			// BinDir's error says where stint looked and how to install PostgreSQL on each system.
+			if me.Reason == provision.ReasonNotRoot {
+				return "", fmt.Errorf("%w%.0w", err, ErrNoPostgres) // %.0w wraps without printing
+			}
+			// Not Debian or Ubuntu: BinDir's error says where stint looked and how to install
+			// PostgreSQL on each system.
 			_, notFound := BinDir()
-			return "", fmt.Errorf("%w (stint installs it itself only as root on Debian or Ubuntu, and %s)%.0w",
+			return "", fmt.Errorf("%w (stint installs it itself only as root on Debian or Ubuntu; %s)%.0w",
 				notFound, me.Reason, err) // %.0w wraps err without printing it
 		}
 		return "", fmt.Errorf("%w: %w", ErrNoPostgres, err)

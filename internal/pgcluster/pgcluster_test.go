@@ -234,3 +234,11 @@ func TestReachableDataDir(t *testing.T) {
 	c := startCluster(t, Options{DataDir: dir})
 	selectOne(t, c.DSN("postgres"))
 }
+
+func TestEnsureBinDirFound(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	dir, err := EnsureBinDir(ctx)
+	require.NoError(t, err)
+	require.True(t, hasServerBinaries(dir), "EnsureBinDir returned %s, which lacks the server binaries", dir)
+}

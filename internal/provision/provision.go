@@ -38,11 +38,17 @@ type MissingError struct {
 	Reason string
 }
 
-// Error says what is missing, why stint did not install it, and the command that installs it.
+// ReasonNotRoot is the Reason of a MissingError on Debian or Ubuntu when this process is not root.
+const ReasonNotRoot = "this process is not root"
+
+// Error says what is missing and the command that installs it, and why stint did not run it.
 func (e *MissingError) Error() string {
-	return fmt.Sprintf("%s is not installed, and stint cannot install it itself because %s: "+
-		"install the %s package (Debian/Ubuntu: `sudo apt-get install %s`) or its equivalent for your system",
-		e.Tool.Name, e.Reason, e.Tool.Package, e.Tool.Package)
+	if e.Reason == ReasonNotRoot {
+		return fmt.Sprintf("%s is not installed: run `sudo apt-get install %s`, or run this as root to have stint install it",
+			e.Tool.Name, e.Tool.Package)
+	}
+	return fmt.Sprintf("%s is not installed, and stint installs it itself only as root on Debian or Ubuntu (%s): "+
+		"install the %s package or its equivalent for your system", e.Tool.Name, e.Reason, e.Tool.Package)
 }
 
 // Is reports whether target is ErrCannotInstall.
@@ -137,7 +143,7 @@ func cannotInstall() string {
 		return "apt-get is not installed"
 	}
 	if geteuid() != 0 {
-		return "this process is not root"
+		return ReasonNotRoot
 	}
 	return ""
 }

@@ -66,14 +66,17 @@ func TestEnsureInstallsOnceForConcurrentCallers(t *testing.T) {
 }
 
 func TestEnsureCannotInstall(t *testing.T) {
+	const elsewhere = "Tool is not installed, and stint installs it itself only as root on Debian or Ubuntu (%s): " +
+		"install the tool-pkg package or its equivalent for your system"
 	cases := []struct {
-		name   string
-		setup  func()
-		reason string
+		name  string
+		setup func()
+		msg   string
 	}{
-		{"not root", func() { geteuid = func() int { return 1000 } }, "this process is not root"},
-		{"not Debian", func() { debianVersion = "/nonexistent/debian_version" }, "this is not Debian or Ubuntu"},
-		{"no apt-get", func() { aptGet = "/nonexistent/apt-get" }, "apt-get is not installed"},
+		{"not root", func() { geteuid = func() int { return 1000 } },
+			"Tool is not installed: run `sudo apt-get install tool-pkg`, or run this as root to have stint install it"},
+		{"not Debian", func() { debianVersion = "/nonexistent/debian_version" }, fmt.Sprintf(elsewhere, "this is not Debian or Ubuntu")},
+		{"no apt-get", func() { aptGet = "/nonexistent/apt-get" }, fmt.Sprintf(elsewhere, "apt-get is not installed")},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -81,8 +84,7 @@ func TestEnsureCannotInstall(t *testing.T) {
 			c.setup()
 			_, err := Ensure(context.Background(), tool)
 			require.ErrorIs(t, err, ErrCannotInstall)
-			require.EqualError(t, err, "Tool is not installed, and stint cannot install it itself because "+c.reason+
-				": install the tool-pkg package (Debian/Ubuntu: `sudo apt-get install tool-pkg`) or its equivalent for your system")
+			require.EqualError(t, err, c.msg)
 			require.Zero(t, installs.Load())
 		})
 	}
