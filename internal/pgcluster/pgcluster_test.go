@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +13,20 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
+
+// TestMain installs the PostgreSQL server binaries first if they are missing (and this process can),
+// outside the tests' own deadlines: an install takes minutes, longer when another test binary holds the
+// install lock.
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	_, err := EnsureBinDir(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgcluster tests:", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
 
 // tempDataDir returns a fresh directory, usable as a data directory by the server user, that is
 // removed when the test ends. t.TempDir is not used because, when running as root, its parents are
