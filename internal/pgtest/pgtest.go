@@ -16,8 +16,8 @@
 // is used as the maintenance database. Test binaries running in parallel against one server each use
 // their own template database, dropped by Main.
 //
-// Without STINT_TEST_DATABASE_URL and without installed PostgreSQL server binaries, the first New
-// installs them (the distribution's postgresql package, as root on Debian or Ubuntu, once for all test
+// Without STINT_TEST_DATABASE_URL and without installed PostgreSQL server binaries, Main installs them
+// before the tests run (the distribution's postgresql package, as root on Debian or Ubuntu, once for all test
 // binaries running at the same time; see package provision) and otherwise fails the test with a message
 // that says how to install PostgreSQL.
 package pgtest
@@ -88,8 +88,14 @@ func Main(m *testing.M) {
 }
 
 // Run is Main without the exit: it returns the exit code, for a TestMain that has more to clean up.
+// Before the tests run, it installs the PostgreSQL server binaries if they are missing and it can.
 func Run(m *testing.M) int {
 	mainCalled.Store(true)
+	if os.Getenv(EnvDatabaseURL) == "" {
+		// Install the server binaries if they are missing before any test's deadline starts: an
+		// install takes minutes. A failure is reported by New, to the tests that need a database.
+		_ = ensureServer()
+	}
 	code := m.Run()
 	if err := teardown(); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
