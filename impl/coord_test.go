@@ -570,6 +570,7 @@ func TestFewNotificationsForManySubmits(t *testing.T) {
 	e.server("node", 5*time.Second)
 	c := e.client()
 	const n, workers = 20000, 20
+	began := time.Now()
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -580,12 +581,21 @@ func TestFewNotificationsForManySubmits(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	took := time.Since(began)
 	waitFor(t, 2*time.Minute, "all tasks", func() bool {
 		return e.count(`SELECT count(*) FROM stint_task WHERE status = 'success'`) == n
 	})
 	sent := c.Stats().Notifications
-	t.Logf("%d fire-and-forget submits sent %d notifications", n, sent)
-	require.Less(t, sent, int64(n/10))
+	// The client sends at most one notification per window and one more at
+	// its end (the last one, at most a window after the last submit): the
+	// bound follows from how long the submits took, which a busy machine
+	// stretches, not from a guess at that time. A notification per submit
+	// exceeds it as soon as the 20 workers submit more than 2 per window.
+	window := impl.KickWindow(c)
+	bound := 2 * (int64(took/window) + 2)
+	t.Logf("%d fire-and-forget submits in %s sent %d notifications (at most %d: 2 per %s window)",
+		n, took.Round(time.Millisecond), sent, bound, window)
+	require.LessOrEqual(t, sent, bound)
 }
 
 func TestRotationSharesSlotsAmongWaitingTasks(t *testing.T) {

@@ -20,19 +20,26 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/internal/provision"
 	"github.com/stinthq/stint/store/postgres"
 )
+
+// pgBouncerPath returns PgBouncer's path, installing it where it can (see
+// package provision). Where it cannot, the test is skipped, except under
+// CI=true. Call it before the test's deadlines start: an install takes
+// minutes.
+func pgBouncerPath(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	return provision.Require(t, ctx, provision.PgBouncer)
+}
 
 // startPgBouncer runs PgBouncer in transaction mode in front of the
 // database of dsn and returns the DSN through it.
 func startPgBouncer(t *testing.T, dsn string) string {
 	t.Helper()
-	bin, err := exec.LookPath("pgbouncer")
-	if err != nil {
-		bin = "/usr/sbin/pgbouncer"
-	}
-	_, err = os.Stat(bin)
-	require.NoError(t, err, "PgBouncer is not installed: apt-get install pgbouncer")
+	bin := pgBouncerPath(t)
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	host, port, err := net.SplitHostPort(u.Host)
@@ -92,6 +99,7 @@ logfile = %s
 
 func TestThroughPgBouncerInTransactionMode(t *testing.T) {
 	t.Parallel()
+	pgBouncerPath(t)
 	for _, mode := range []string{"direct LISTEN", "poll only"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()

@@ -91,7 +91,14 @@ func TestServersRunEachTaskOnce(t *testing.T) {
 func TestKilledNodeTasksAreTakenOver(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	child := childtest.Start(t, envChildDSN+"="+e.dsn, envChildNode+"=doomed", envChildLease+"=1000")
+	// The doomed node must keep its leases until it is killed: it renews
+	// each one when two thirds of it are left, so a lease of a few seconds
+	// leaves a busy machine seconds for a renewal, where one second left it
+	// two thirds of a second. The survivor's lease does not bound the
+	// takeover, only the doomed node's does; a long one keeps the survivor's
+	// runs from being taken over from itself on a busy machine.
+	const childLease, survivorLease = 5 * time.Second, time.Minute
+	child := childtest.Start(t, envChildDSN+"="+e.dsn, envChildNode+"=doomed", envChildLease+"="+fmt.Sprint(childLease.Milliseconds()))
 
 	c := e.client()
 	const n = 20
@@ -102,17 +109,19 @@ func TestKilledNodeTasksAreTakenOver(t *testing.T) {
 	_, err := c.SubmitMany(e.ctx, reqs)
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, "the child to run every task", func() bool {
-		return e.count(`SELECT count(*) FROM test_run WHERE node = 'doomed'`) == n
+		return e.count(`SELECT count(*) FROM test_run WHERE node = 'doomed'`) >= n
 	})
 	require.NoError(t, child.Kill())
 	killed := time.Now()
 
-	e.server("survivor", time.Second)
-	waitFor(t, 30*time.Second, "the survivor to finish every task", func() bool {
+	e.server("survivor", survivorLease)
+	// Due once the doomed node's leases expire, plus the survivor's start,
+	// poll and runs.
+	waitFor(t, childLease+30*time.Second, "the survivor to finish every task", func() bool {
 		return e.count(`SELECT count(*) FROM stint_task WHERE status = 'success' AND node = 'survivor'`) == n
 	})
-	t.Logf("takeover of %d tasks took %s after SIGKILL (lease 1s)", n, time.Since(killed).Round(time.Millisecond))
-	require.Equal(t, n, e.count(`SELECT count(*) FROM test_run WHERE node = 'doomed'`))
+	t.Logf("takeover of %d tasks took %s after SIGKILL (lease %s)", n, time.Since(killed).Round(time.Millisecond), childLease)
+	require.Equal(t, n, e.count(`SELECT count(*) FROM test_run WHERE node = 'doomed'`), "each task ran once on the doomed node")
 	require.Equal(t, n, e.count(`SELECT count(*) FROM test_run WHERE node = 'survivor' AND attempt = 2`))
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/behaviors/demo"
+	"github.com/stinthq/stint/internal/provision"
 	"github.com/stinthq/stint/web"
 )
 
@@ -27,21 +27,15 @@ import (
 // screenshots, for people and CI artifacts to look at.
 const envScreenshots = "STINT_SCREENSHOT_DIR"
 
-// chromiumPath returns Debian's chromium, failing the test (not skipping
-// it) when it is missing: CI installs it, and a missing browser must not
-// pass silently.
+// chromiumPath returns Chromium's path, installing it where it can (see
+// package provision). Where it cannot, the test is skipped, except under
+// CI=true, where a missing browser must not pass silently.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
-	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
-		return "/usr/bin/chromium"
-	}
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatal("the browser test needs Chromium at /usr/bin/chromium: install it with `apt-get install chromium` (Debian; .ci/run does this)")
-	return ""
+	// Its own deadline: an install takes minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	return provision.Require(t, ctx, provision.Chromium)
 }
 
 // browser starts a headless Chromium with a fresh profile and returns a
@@ -137,6 +131,7 @@ type css = chromedp.CSS
 
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
+	chromiumPath(t) // installs Chromium, or skips, before the test's deadlines start
 	e := newEnv(t)
 	shots := t.TempDir()
 	// A deadline for a stuck page, not a measure: on a busy machine the

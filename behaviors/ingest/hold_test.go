@@ -1,6 +1,7 @@
 package ingest_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -105,8 +106,15 @@ func TestCollectionHold(t *testing.T) {
 func TestKilledNodeMidDownload(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	// Each node must keep its lease until the doomed one is killed: a run
+	// whose node cannot renew in time is taken over, correctly, and counts
+	// as one more attempt (with one-second leases, a busy machine made the
+	// job's attempt 3). The doomed node renews when two thirds of its lease
+	// are left, so a few seconds leave a renewal seconds; the survivor's
+	// lease does not bound the takeover, only the doomed node's does.
+	const childLease, survivorLease = 5 * time.Second, time.Minute
 	child := childtest.Start(t, envChildDSN+"="+e.dsn, envChildNode+"=doomed",
-		envChildWork+"="+e.work, envChildStorage+"="+e.storage)
+		envChildWork+"="+e.work, envChildStorage+"="+e.storage, envChildLease+"="+fmt.Sprint(childLease.Milliseconds()))
 
 	blocked := e.fs.blockFirst("/files/obj/c.bin")
 	batch := e.submit(manifest(
@@ -129,10 +137,10 @@ func TestKilledNodeMidDownload(t *testing.T) {
 	require.NoError(t, child.Kill())
 	killed := time.Now()
 
-	e.server("survivor")
+	e.server("survivor", func(cfg *ingest.Config) { cfg.Lease = survivorLease })
 	bt := e.await(batch)
 	require.Equal(t, api.StatusSuccess, bt.Status, "batch error: %v", bt.Error)
-	t.Logf("the job completed %s after the SIGKILL (lease 1s)", time.Since(killed).Round(time.Millisecond))
+	t.Logf("the job completed %s after the SIGKILL (lease %s)", time.Since(killed).Round(time.Millisecond), childLease)
 	jt, err := e.client.Get(e.ctx, job)
 	require.NoError(t, err)
 	require.Equal(t, api.StatusSuccess, jt.Status)

@@ -41,6 +41,9 @@ const (
 	envChildNode    = "STINT_INGEST_TEST_CHILD_NODE"
 	envChildWork    = "STINT_INGEST_TEST_CHILD_WORK"
 	envChildStorage = "STINT_INGEST_TEST_CHILD_STORAGE"
+	// envChildLease is the child node's lease in milliseconds; unset, that
+	// of testConfig.
+	envChildLease = "STINT_INGEST_TEST_CHILD_LEASE_MS"
 )
 
 func TestMain(m *testing.M) {
@@ -58,6 +61,9 @@ func runChildNode() {
 	childtest.Serve(os.Getenv(envChildDSN), func(st *postgres.Store) (*impl.Server, error) {
 		reg := spi.NewRegistry()
 		cfg := testConfig(os.Getenv(envChildWork), os.Getenv(envChildStorage), st.Pool())
+		if ms, err := strconv.Atoi(os.Getenv(envChildLease)); err == nil {
+			cfg.Lease = time.Duration(ms) * time.Millisecond
+		}
 		if err := ingest.Register(reg, cfg); err != nil {
 			return nil, err
 		}

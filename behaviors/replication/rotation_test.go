@@ -109,11 +109,17 @@ func TestRotationGivesEveryContinuousReplicationItsTurn(t *testing.T) {
 	for i := range jobs {
 		ids = append(ids, submit(t, e.ctx, srv, e.params(fmt.Sprint("items_", i)), true).ID())
 	}
-	waitFor(t, 90*time.Second, "every replication to get three turns", func() bool {
+	// A turn that the rotation ends before the run checkpoints (a busy
+	// machine slows the copy, not the rotation's clock) moves nothing, so
+	// the wait is for progress, not for a number of turns: every
+	// replication gets three turns or more, and a later one resumes past
+	// where its second began.
+	waitFor(t, 90*time.Second, "every replication to get three turns and resume from progress made on one", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range ids {
-			if len(resumed[id]) < 3 {
+			seqs := resumed[id]
+			if len(seqs) < 3 || seqs[len(seqs)-1] <= seqs[1] {
 				return false
 			}
 		}
@@ -137,10 +143,6 @@ func TestRotationGivesEveryContinuousReplicationItsTurn(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.LessOrEqual(t, most, maxJobs, "at most max_jobs replications run at once")
-	for _, id := range ids {
-		seqs := resumed[id]
-		require.Greater(t, seqs[len(seqs)-1], seqs[1], "task %s made progress between its turns and resumed from it: %v", id, seqs)
-	}
 	// Churn: the starts (claims) after each rotation tick plus the stops
 	// at it stay within max_churn per interval. Ticks that stopped nothing
 	// are not logged, so a window between two logged ticks may span

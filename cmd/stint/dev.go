@@ -37,8 +37,9 @@ const (
 // it stops.
 const devStopTimeout = 10 * time.Second
 
-// postgresBinDir finds the PostgreSQL server binaries; tests replace it.
-var postgresBinDir = pgcluster.BinDir
+// postgresBinDir finds the PostgreSQL server binaries, installing them
+// where it can; tests replace it.
+var postgresBinDir = pgcluster.EnsureBinDir
 
 // devOptions are the flags of stint dev.
 type devOptions struct {
@@ -55,8 +56,12 @@ func (c *cli) newDevCmd() *cobra.Command {
 		Use:   "dev",
 		Short: "Run PostgreSQL and a server node locally, for development",
 		Long: `Run a local development setup: a PostgreSQL server from the installed
-PostgreSQL binaries, with its data kept in DATA/pgdata, a database named stint
-with the schema migrated, and a server node running every built-in behavior.
+PostgreSQL binaries (installing the distribution's postgresql package first
+when they are missing and dev runs as root on Debian or Ubuntu), with its data
+kept in DATA/pgdata (or, when dev runs as root and PostgreSQL's unprivileged
+user cannot enter DATA, in /var/lib/stint-dev/<hash of DATA>/pgdata; dev says
+so), a database named stint with the schema migrated, and a server node
+running every built-in behavior.
 It prints the database URL to use with the other commands, submits a demo.echo
 task so that a round trip shows in the log, and runs until SIGINT or SIGTERM.
 
@@ -88,7 +93,7 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	if _, err := postgresBinDir(); err != nil {
+	if _, err := postgresBinDir(ctx); err != nil {
 		// The error says how to install PostgreSQL.
 		return err
 	}
@@ -102,7 +107,15 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 		return fmt.Errorf("create the data directory: %w", err)
 	}
 
-	cluster, err := c.startCluster(ctx, dir, o.port)
+	pgdata, moved, err := pgcluster.ReachableDataDir(filepath.Join(dir, devPGData))
+	if err != nil {
+		return fmt.Errorf("place the PostgreSQL data directory: %w", err)
+	}
+	if moved {
+		fmt.Fprintf(c.stdout, "stint dev: PostgreSQL runs as an unprivileged user that cannot enter %s, so its data is in %s\n", dir, pgdata)
+	}
+
+	cluster, err := c.startCluster(ctx, dir, pgdata, o.port)
 	if err != nil {
 		return err
 	}
@@ -162,11 +175,11 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	return c.stopServer(srv, devStopTimeout)
 }
 
-// startCluster starts or reuses the PostgreSQL server in dir. With port 0
-// it tries the port of the previous run first, so that the DSN stays the
-// same, and falls back to a free port.
-func (c *cli) startCluster(ctx context.Context, dir string, port int) (*pgcluster.Cluster, error) {
-	opts := pgcluster.Options{DataDir: filepath.Join(dir, devPGData), Port: port}
+// startCluster starts or reuses the PostgreSQL server in pgdata. With port
+// 0 it tries the port of the previous run (recorded in dir) first, so that
+// the DSN stays the same, and falls back to a free port.
+func (c *cli) startCluster(ctx context.Context, dir, pgdata string, port int) (*pgcluster.Cluster, error) {
+	opts := pgcluster.Options{DataDir: pgdata, Port: port}
 	previous := 0
 	if port == 0 {
 		previous = readPort(filepath.Join(dir, devPortFile))

@@ -68,8 +68,26 @@ func (d *devRun) shutdown(t *testing.T) {
 	}
 }
 
+// keepIngestSettings restores the ingest settings when the test ends: dev
+// points them at its own data directory (and pool), which the servers of
+// later tests must not use.
+func keepIngestSettings(t *testing.T) {
+	s := &ingestSettings
+	s.mu.Lock()
+	dir, dsn, pool, profiles, log := s.dir, s.dsn, s.pool, s.profiles, s.log
+	s.mu.Unlock()
+	t.Cleanup(func() {
+		s.mu.Lock()
+		s.dir, s.dsn, s.pool, s.profiles, s.log = dir, dsn, pool, profiles, log
+		s.mu.Unlock()
+	})
+}
+
+// TestDevRoundTripAndRestart does not run in parallel: dev changes the
+// process's ingest settings, and the servers of tests running meanwhile
+// would store their ingest objects in dev's data directory.
 func TestDevRoundTripAndRestart(t *testing.T) {
-	t.Parallel()
+	keepIngestSettings(t)
 	ctx := testContext(t, 4*time.Minute)
 	// PostgreSQL runs as an unprivileged user when the tests run as root:
 	// the directory that holds pgdata must be searchable by that user.
@@ -112,7 +130,7 @@ func TestDevWithoutPostgres(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	old := postgresBinDir
 	t.Cleanup(func() { postgresBinDir = old })
-	postgresBinDir = func() (string, error) {
+	postgresBinDir = func(context.Context) (string, error) {
 		return "", fmt.Errorf("%w: install the PostgreSQL server (Debian/Ubuntu: `apt-get install postgresql`)", pgcluster.ErrNoPostgres)
 	}
 	dir := t.TempDir()

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -17,7 +18,23 @@ import (
 	"github.com/stinthq/stint/store/postgres"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain gives the ingest behaviors of the servers the tests start a
+// directory of this test binary's own, removed at the end, instead of the
+// default one shared by every process on the machine.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "stint-cmd-test-ingest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv(envIngestDir, dir)
+	code := pgtest.Run(m)
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
 
 // syncBuffer is a bytes.Buffer safe for a command writing to it while the
 // test reads it.

@@ -1,6 +1,7 @@
 package pgcluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/stinthq/stint/internal/provision"
 )
 
 // serverBinaries are the programs a directory must hold to be returned by BinDir.
@@ -52,6 +55,37 @@ func BinDir() (string, error) {
 		"Fedora: `dnf install postgresql-server`; macOS: `brew install postgresql`) "+
 		"or put its bin directory on PATH; for tests you can instead set STINT_TEST_DATABASE_URL "+
 		"to the URL of a PostgreSQL server where the user may create databases", ErrNoPostgres, debianLibDir)
+}
+
+// Server is the PostgreSQL server as a tool that package provision can install: the distribution's
+// postgresql package, found by BinDir.
+var Server = provision.Tool{Name: "the PostgreSQL server", Package: "postgresql", Find: func() (string, error) { return BinDir() }}
+
+// EnsureBinDir returns BinDir's directory, first installing the PostgreSQL server with package provision
+// if it is missing (as root on Debian or Ubuntu; without creating or starting the distribution's own
+// cluster). Where it cannot install, the error wraps both ErrNoPostgres and provision.ErrCannotInstall
+// and says how to install PostgreSQL.
+func EnsureBinDir(ctx context.Context) (string, error) {
+	if dir, err := BinDir(); err == nil {
+		return dir, nil
+	} else if !errors.Is(err, ErrNoPostgres) {
+		return "", err
+	}
+	dir, err := provision.Ensure(ctx, Server)
+	if err != nil {
+		if me := (*provision.MissingError)(nil); errors.As(err, &me) {
+			if me.Reason == provision.ReasonNotRoot {
+				return "", fmt.Errorf("%w%.0w", err, ErrNoPostgres) // %.0w wraps without printing
+			}
+			// Not Debian or Ubuntu: BinDir's error says where stint looked and how to install
+			// PostgreSQL on each system.
+			_, notFound := BinDir()
+			return "", fmt.Errorf("%w (stint installs it itself only as root on Debian or Ubuntu; %s)%.0w",
+				notFound, me.Reason, err) // %.0w wraps err without printing it
+		}
+		return "", fmt.Errorf("%w: %w", ErrNoPostgres, err)
+	}
+	return dir, nil
 }
 
 // hasServerBinaries reports whether dir holds every program in serverBinaries as an executable file.

@@ -6,7 +6,9 @@
 // for the superuser "postgres". When the process runs as root, initdb and the server run as the
 // unprivileged system user "postgres" (or "nobody" if there is no such user), because PostgreSQL refuses
 // to run as root; the data directory is then chowned to that user, and every directory above it must be
-// searchable by that user.
+// searchable by that user (ReachableDataDir finds a place that is).
+//
+// When the server binaries are missing, Start installs them first where it can (see EnsureBinDir).
 //
 // If a server is already running in the data directory and answers on 127.0.0.1, Start reuses it
 // instead of failing (Cluster.Reused reports this), so that running `stint dev` twice works.
@@ -109,7 +111,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: resolve data directory %q: %w", opts.DataDir, err)
 	}
-	binDir, err := BinDir()
+	binDir, err := EnsureBinDir(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}

@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +13,20 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
+
+// TestMain installs the PostgreSQL server binaries first if they are missing (and this process can),
+// outside the tests' own deadlines: an install takes minutes, longer when another test binary holds the
+// install lock.
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	_, err := EnsureBinDir(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgcluster tests:", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
 
 // tempDataDir returns a fresh directory, usable as a data directory by the server user, that is
 // removed when the test ends. t.TempDir is not used because, when running as root, its parents are
@@ -189,4 +204,56 @@ func TestWithDatabase(t *testing.T) {
 		WithDatabase("postgres://u:p@h:5432/postgres?sslmode=disable", "other"))
 	require.Equal(t, "postgresql://h/other", WithDatabase("postgresql://h", "other"))
 	require.Equal(t, "host=h dbname=postgres dbname=other", WithDatabase("host=h dbname=postgres", "other"))
+}
+
+func TestReachableDataDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: the data directory moves only when this process runs as root")
+	}
+	root := tempDataDir(t)
+	require.NoError(t, os.Chmod(root, 0o755))
+	old := reachableRoot
+	reachableRoot = filepath.Join(root, "reachable")
+	t.Cleanup(func() { reachableRoot = old })
+
+	// A parent the server user can enter keeps the data directory where it is.
+	open := filepath.Join(root, "open")
+	require.NoError(t, os.Mkdir(open, 0o755))
+	dir, moved, err := ReachableDataDir(filepath.Join(open, "pgdata"))
+	require.NoError(t, err)
+	require.False(t, moved)
+	require.Equal(t, filepath.Join(open, "pgdata"), dir)
+
+	// Like root's home directory on Debian: mode 0700, owned by root.
+	home := filepath.Join(root, "home")
+	require.NoError(t, os.Mkdir(home, 0o700))
+	require.NoError(t, os.Mkdir(filepath.Join(home, ".stint"), 0o755))
+	want := filepath.Join(home, ".stint", "pgdata")
+	dir, moved, err = ReachableDataDir(want)
+	require.NoError(t, err)
+	require.True(t, moved)
+	require.Equal(t, reachableRoot, filepath.Dir(filepath.Dir(dir)))
+	require.Equal(t, "pgdata", filepath.Base(dir))
+	again, _, err := ReachableDataDir(want)
+	require.NoError(t, err)
+	require.Equal(t, dir, again, "the same directory each time, so that the cluster is kept between runs")
+	other, _, err := ReachableDataDir(filepath.Join(home, "other", "pgdata"))
+	require.NoError(t, err)
+	require.NotEqual(t, dir, other)
+
+	// Start refuses the wanted directory and works in the returned one.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = Start(ctx, Options{DataDir: want, Fast: true})
+	require.ErrorContains(t, err, "cannot enter "+home)
+	c := startCluster(t, Options{DataDir: dir})
+	selectOne(t, c.DSN("postgres"))
+}
+
+func TestEnsureBinDirFound(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	dir, err := EnsureBinDir(ctx)
+	require.NoError(t, err)
+	require.True(t, hasServerBinaries(dir), "EnsureBinDir returned %s, which lacks the server binaries", dir)
 }

@@ -16,8 +16,10 @@
 // is used as the maintenance database. Test binaries running in parallel against one server each use
 // their own template database, dropped by Main.
 //
-// Without STINT_TEST_DATABASE_URL and without installed PostgreSQL server binaries, New fails the test
-// with a message that says how to install PostgreSQL.
+// Without STINT_TEST_DATABASE_URL and without installed PostgreSQL server binaries, Main installs them
+// before the tests run (the distribution's postgresql package, as root on Debian or Ubuntu, once for all test
+// binaries running at the same time; see package provision) and otherwise fails the test with a message
+// that says how to install PostgreSQL.
 package pgtest
 
 import (
@@ -51,6 +53,10 @@ const lockKey = 0x706774657374
 // setupTimeout bounds starting the cluster and building the template.
 const setupTimeout = 3 * time.Minute
 
+// installTimeout bounds installing the PostgreSQL server binaries, which may first wait for other test
+// binaries' installs.
+const installTimeout = 15 * time.Minute
+
 // opTimeout bounds creating or dropping one test database.
 const opTimeout = time.Minute
 
@@ -78,7 +84,18 @@ var (
 // directory) or, with STINT_TEST_DATABASE_URL, drops this binary's template database, and exits with
 // the tests' exit code. Call it from TestMain.
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run is Main without the exit: it returns the exit code, for a TestMain that has more to clean up.
+// Before the tests run, it installs the PostgreSQL server binaries if they are missing and it can.
+func Run(m *testing.M) int {
 	mainCalled.Store(true)
+	if os.Getenv(EnvDatabaseURL) == "" {
+		// Install the server binaries if they are missing before any test's deadline starts: an
+		// install takes minutes. A failure is reported by New, to the tests that need a database.
+		_ = ensureServer()
+	}
 	code := m.Run()
 	if err := teardown(); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
@@ -86,7 +103,7 @@ func Main(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // New returns the DSN of a fresh database, cloned from the migrated template, that is dropped when the
@@ -155,6 +172,13 @@ func TempDir(t testing.TB) string {
 // setup starts the cluster (unless STINT_TEST_DATABASE_URL is set) and builds the template database.
 // It records its outcome in setupErr.
 func setup() {
+	if os.Getenv(EnvDatabaseURL) == "" {
+		// Before the setup timeout starts: an install takes minutes.
+		if err := ensureServer(); err != nil {
+			setupErr = fmt.Errorf("pgtest: no PostgreSQL to test against: %w", err)
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	token, err := randomToken()
@@ -192,6 +216,14 @@ func setup() {
 	if err := createTemplate(ctx); err != nil {
 		setupErr = fmt.Errorf("pgtest: build the template database: %w", err)
 	}
+}
+
+// ensureServer installs the PostgreSQL server binaries if they are missing and this process can.
+func ensureServer() error {
+	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
+	defer cancel()
+	_, err := pgcluster.EnsureBinDir(ctx)
+	return err
 }
 
 // clusterDirPrefix starts the names of the directories that hold test binaries' clusters.

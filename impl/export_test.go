@@ -1,0 +1,8 @@
+package impl
+
+import "time"
+
+// KickWindow returns the window within which c's submits share one due
+// notification (and one more at the window's end), for tests that bound the
+// notifications by the time their submits took.
+func KickWindow(c *Client) time.Duration { return c.kick.window }
