@@ -12,7 +12,7 @@
 // be reached, a task that was awaited failed, a task was not found); 2 for
 // bad input (an unknown flag, a malformed flag value, invalid params, an
 // unknown behavior), in which case nothing was stored.
-package main
+package cli
 
 import (
 	"bytes"
