@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,9 +27,8 @@ type devRun struct {
 func startDev(ctx context.Context, dir string) *devRun {
 	ctx, stop := context.WithCancel(ctx)
 	d := &devRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}, stop: stop, done: make(chan int, 1)}
-	root := newRootCmd(d.stdout, d.stderr)
-	root.SetArgs([]string{"dev", "--data", dir, "--workers", "8"})
-	go func() { d.done <- execute(ctx, root, d.stderr) }()
+	args := []string{"dev", "--data", dir, "--workers", "8"}
+	go func() { d.done <- Run(ctx, args, nil, strings.NewReader(""), d.stdout, d.stderr) }()
 	return d
 }
 

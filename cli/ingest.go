@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,118 +27,14 @@ import (
 	"github.com/stinthq/stint/store/postgres"
 )
 
-// Environment variables that configure the ingest behaviors of a server.
-const (
-	// envIngestDir is the directory of the ingest working directories
-	// (DIR/work) and object storage (DIR/storage).
-	envIngestDir = "STINT_INGEST_DIR"
-	// envIngestProfiles is a JSON file of profiles:
-	// {"NAME": {"callback_url": "https://..."}}.
-	envIngestProfiles = "STINT_INGEST_PROFILES"
-)
-
-// ingestSettings configure the ingest behaviors that registry() registers.
-// The hooks below set them before a server is built: openStore records its
-// database, dev its data directory, pool and demo profile.
-var ingestSettings struct {
-	mu       sync.Mutex
-	dir      string
-	dsn      string
-	pool     *pgxpool.Pool
-	profiles map[string]ingest.Profile
-	log      *slog.Logger
-}
-
-// setIngestDatabase records the database a command opened: the ingest
-// behaviors keep their inventory there.
-func setIngestDatabase(dsn string) {
-	ingestSettings.mu.Lock()
-	defer ingestSettings.mu.Unlock()
-	ingestSettings.dsn = dsn
-}
-
-// registerIngest registers ingest.batch and ingest.job with the current
-// settings. The inventory lives in the server's database (serverPool);
-// without one, its pool is opened on first use from the database the
-// command opened (or $STINT_DATABASE_URL).
-func registerIngest(reg *spi.Registry, serverPool *pgxpool.Pool) error {
-	s := &ingestSettings
-	s.mu.Lock()
-	dir, dsn, pool, log := s.dir, s.dsn, s.pool, s.log
-	profiles := s.profiles
-	s.mu.Unlock()
-	if serverPool != nil {
-		pool = serverPool
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	if dir == "" {
-		dir = os.Getenv(envIngestDir)
-	}
-	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "stint-ingest")
-	}
-	if profiles == nil {
-		profiles = readIngestProfiles(log)
-	}
-	cfg := ingest.Config{
-		WorkDir:    filepath.Join(dir, "work"),
-		StorageDir: filepath.Join(dir, "storage"),
-		Pool:       pool,
-		Profiles:   profiles,
-		Logger:     log,
-		OpenPool: func(ctx context.Context) (*pgxpool.Pool, error) {
-			url := dsn
-			if url == "" {
-				url = os.Getenv(envDatabaseURL)
-			}
-			if url == "" {
-				return nil, fmt.Errorf("no database for the ingest inventory: pass --db or set %s", envDatabaseURL)
-			}
-			p, err := pgxpool.New(ctx, url)
-			if err != nil {
-				return nil, fmt.Errorf("open the ingest inventory pool: %w", err)
-			}
-			return p, nil
-		},
-	}
-	return ingest.Register(reg, cfg)
-}
-
-// readIngestProfiles reads $STINT_INGEST_PROFILES. A file that cannot be
-// used is logged and ignored: registry() must not fail.
-func readIngestProfiles(log *slog.Logger) map[string]ingest.Profile {
-	path := os.Getenv(envIngestProfiles)
-	if path == "" {
-		return nil
-	}
-	raw, err := os.ReadFile(path)
-	var profiles map[string]ingest.Profile
-	if err == nil {
-		err = json.Unmarshal(raw, &profiles)
-	}
-	if err != nil {
-		log.Error("stint: ignoring the ingest profiles: callbacks are off", "file", path, "err", err)
-		return nil
-	}
-	for name, p := range profiles {
-		if u := strings.ToLower(p.CallbackURL); u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-			log.Error("stint: ignoring an ingest profile: its callback is not an http(s) URL", "profile", name)
-			delete(profiles, name)
-		}
-	}
-	return profiles
-}
-
 // openIngestAdmin opens the store, a client and the ingest admin actions on
 // the database db names. close releases them.
 func (c *cli) openIngestAdmin(ctx context.Context, db *dbFlag) (*ingest.Admin, *impl.Client, func(), error) {
-	st, err := openStore(ctx, db, postgres.MaxConns(4))
+	st, err := c.openStore(ctx, db, postgres.MaxConns(4))
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	client, err := impl.NewClient(st, impl.ClientConfig{Registry: registry(), Logger: c.log})
+	client, err := impl.NewClient(st, impl.ClientConfig{Registry: c.reg, Logger: c.log})
 	if err != nil {
 		st.Close()
 		return nil, nil, nil, fmt.Errorf("create client: %w", err)
@@ -343,7 +237,7 @@ func (c *cli) runIngestSubmit(cmd *cobra.Command, o *ingestSubmitOptions) error 
 	if err != nil {
 		return fmt.Errorf("encode the batch: %w", err)
 	}
-	if err := precheck(api.SubmitRequest{Behavior: ingest.BatchBehavior, Params: raw}); err != nil {
+	if err := c.precheck(api.SubmitRequest{Behavior: ingest.BatchBehavior, Params: raw}); err != nil {
 		return err
 	}
 	client, closeClient, err := c.openClient(ctx, o.db)
@@ -607,10 +501,7 @@ func (c *cli) prepareIngestDemo(dataDir string, pool *pgxpool.Pool) *ingestDemo 
 		d.srv = &http.Server{Handler: http.HandlerFunc(d.serve), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = d.srv.Serve(ln) }()
 	}
-	s := &ingestSettings
-	s.mu.Lock()
-	s.dir, s.pool, s.profiles, s.log = filepath.Join(dataDir, "ingest"), pool, profiles, c.log
-	s.mu.Unlock()
+	c.builtins.setIngest(filepath.Join(dataDir, "ingest"), pool, profiles)
 	return d
 }
 

@@ -49,7 +49,7 @@ older than its heartbeat interval (5s by default) has probably died.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the nodes as JSON")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
-		st, err := openStore(ctx, db, postgres.MaxConns(2))
+		st, err := c.openStore(ctx, db, postgres.MaxConns(2))
 		if err != nil {
 			return err
 		}

@@ -26,7 +26,7 @@ func (c *cli) newStatsCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the statistics as JSON")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
-		st, err := openStore(ctx, db, postgres.MaxConns(2))
+		st, err := c.openStore(ctx, db, postgres.MaxConns(2))
 		if err != nil {
 			return err
 		}

@@ -98,7 +98,7 @@ func (c *cli) runSubmit(cmd *cobra.Command, o *submitOptions, behavior string) e
 		return err
 	}
 	req.Params = params
-	if err := precheck(req); err != nil {
+	if err := c.precheck(req); err != nil {
 		return err
 	}
 
@@ -186,14 +186,14 @@ func readParams(s string, r io.Reader) (json.RawMessage, error) {
 // precheck validates the behavior, params and id of req before any
 // database is involved, so that bad input is reported even when the
 // database cannot be reached. The client validates everything again.
-func precheck(req api.SubmitRequest) error {
-	reg, ok := registry().Lookup(req.Behavior)
+func (c *cli) precheck(req api.SubmitRequest) error {
+	reg, ok := c.reg.Lookup(req.Behavior)
 	if !ok {
 		if err := spi.CheckBehaviorID(req.Behavior); err != nil {
 			return err
 		}
 		return &api.InvalidError{Field: "behavior", Err: api.ErrUnknownBehavior,
-			Reason: fmt.Sprintf("%q is not registered; known behaviors: %s", req.Behavior, knownBehaviors())}
+			Reason: fmt.Sprintf("%q is not registered; known behaviors: %s", req.Behavior, c.knownBehaviors())}
 	}
 	if _, err := reg.Decode(req.Params); err != nil {
 		return err
@@ -207,8 +207,8 @@ func precheck(req api.SubmitRequest) error {
 }
 
 // knownBehaviors lists the registered behaviors for error messages.
-func knownBehaviors() string {
-	ids := registry().IDs()
+func (c *cli) knownBehaviors() string {
+	ids := c.reg.IDs()
 	names := make([]string, len(ids))
 	for i, id := range ids {
 		names[i] = string(id)

@@ -119,10 +119,8 @@ func TestSubmitParamsFromStdin(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	dsn := pgtest.New(t)
 	var stdout, stderr syncBuffer
-	root := newRootCmd(&stdout, &stderr)
-	root.SetIn(strings.NewReader(`{"text":"piped"}`))
-	root.SetArgs([]string{"submit", "demo.echo", "--params", "@-", "--json", "--db", dsn})
-	require.Equal(t, exitOK, execute(ctx, root, &stderr), stderr.String())
+	args := []string{"submit", "demo.echo", "--params", "@-", "--json", "--db", dsn}
+	require.Equal(t, exitOK, Run(ctx, args, nil, strings.NewReader(`{"text":"piped"}`), &stdout, &stderr), stderr.String())
 	var sub api.Submission
 	require.NoError(t, json.Unmarshal([]byte(stdout.String()), &sub))
 	require.True(t, sub.Created)

@@ -108,6 +108,27 @@ func MustRegister[P, R any](r *Registry, b Behavior[P, R]) {
 	}
 }
 
+// Merge adds every behavior of from to r, as registered there. It fails,
+// adding none, when one of them is registered in r already.
+func (r *Registry) Merge(from *Registry) error {
+	if r == from {
+		return errors.New("merge behaviors: a registry cannot merge itself")
+	}
+	from.mu.RLock()
+	defer from.mu.RUnlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range from.m {
+		if _, dup := r.m[id]; dup {
+			return fmt.Errorf("register behavior %s: already registered", id)
+		}
+	}
+	for id, reg := range from.m {
+		r.m[id] = reg
+	}
+	return nil
+}
+
 // Lookup returns the behavior registered under id.
 func (r *Registry) Lookup(id api.BehaviorID) (*Registration, bool) {
 	r.mu.RLock()
