@@ -146,8 +146,13 @@ func TestTaskActions(t *testing.T) {
 	require.Equal(t, exitFailure, r.code, "holding a held task conflicts")
 	require.Contains(t, r.stderr, "it is held")
 
+	r = runCLI(ctx, "tasks", "hold", "task-act", "--db", dsn)
+	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, "stint: error: hold task task-act: it is held\n", r.stderr, "the error names the action once")
+
 	r = runCLI(ctx, "tasks", "release", "task-act", "--db", dsn)
 	requireOK(t, r)
+	require.Empty(t, r.stderr, "the release's notification goes out before the command closes its pool")
 	require.Equal(t, "scheduled", status())
 
 	r = runCLI(ctx, "tasks", "retry", "task-act", "--db", dsn)
