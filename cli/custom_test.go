@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -108,6 +109,60 @@ func TestProgramWithItsOwnBehavior(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the server did not stop")
 	}
+}
+
+// flaky is demo.flaky: every run fails, retryably, and the next try is an
+// hour away, so that the task stays retrying.
+type flaky struct{ greet }
+
+func (flaky) Kind() api.Kind[greetParams, greetResult] {
+	return api.Kind[greetParams, greetResult]{ID: "demo.flaky"}
+}
+
+func (flaky) Policy() spi.Policy {
+	return spi.Policy{MaxAttempts: 3, BackoffMin: time.Hour, BackoffMax: time.Hour}
+}
+
+func (flaky) Run(context.Context, spi.RunContext, greetParams) (greetResult, error) {
+	return greetResult{}, &api.TaskError{Retryable: true, Code: "unreachable", Message: "the greeter is unreachable"}
+}
+
+// TestRetryingTaskIsShownWithItsError: a task that failed and runs again
+// shows as retrying with its attempt, next time and error, not as a failure.
+func TestRetryingTaskIsShownWithItsError(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dsn := pgtest.New(t)
+	reg := spi.NewRegistry()
+	spi.MustRegister(reg, spi.Behavior[greetParams, greetResult](flaky{}))
+	srvCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan int, 1)
+	go func() {
+		_, _, code := run(srvCtx, reg, "server", "--db", dsn, "--behaviors", "demo.flaky")
+		done <- code
+	}()
+
+	_, stderr, code := run(ctx, reg, "submit", "demo.flaky", "--params", `{"name":"Ada"}`, "--id", "flaky-1", "--db", dsn)
+	require.Equal(t, 0, code, stderr)
+	var task api.Task
+	for deadline := time.Now().Add(time.Minute); !task.Retrying(); {
+		require.True(t, time.Now().Before(deadline), "the task did not fail its first run: %+v", task)
+		stdout, stderr, code := run(ctx, reg, "tasks", "show", "flaky-1", "--json", "--db", dsn)
+		require.Equal(t, 0, code, stderr)
+		require.NoError(t, json.Unmarshal([]byte(stdout), &task))
+		time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
+	}
+	stdout, stderr, code := run(ctx, reg, "tasks", "show", "flaky-1", "--db", dsn)
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `(?m)^status:\s+retrying \(attempt 1 of 3, next at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\): unreachable: the greeter is unreachable$`, stdout)
+	stdout, stderr, code = run(ctx, reg, "tasks", "ls", "--db", dsn)
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `(?m)^flaky-1\s+demo\.flaky\s+retrying\s`, stdout)
+
+	stop()
+	require.Equal(t, 0, <-done)
 }
 
 // TestProgramBehaviorClashingWithABuiltIn fails at start, naming the id.

@@ -244,7 +244,7 @@ func (c *cli) showProgress(ctx context.Context, tasks api.Tasks, id api.TaskID) 
 	for {
 		task, err := tasks.Get(ctx, id)
 		if err == nil && !task.Finished() {
-			line := progressLine(task)
+			line := c.progressLine(task)
 			switch {
 			case terminal:
 				fmt.Fprintf(c.stderr, "\r\033[K%s [%s]", line, time.Since(start).Round(time.Second))
@@ -266,9 +266,14 @@ func (c *cli) showProgress(ctx context.Context, tasks api.Tasks, id api.TaskID) 
 }
 
 // progressLine describes a task that has not finished yet.
-func progressLine(t api.Task) string {
+func (c *cli) progressLine(t api.Task) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "waiting for task %s: %s", t.ID, t.Status)
+	fmt.Fprintf(&b, "waiting for task %s: ", t.ID)
+	if t.Retrying() {
+		b.WriteString(c.statusText(t))
+		return b.String()
+	}
+	b.WriteString(string(t.Status))
 	if t.Attempt > 0 {
 		fmt.Fprintf(&b, ", attempt %d", t.Attempt)
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -198,4 +199,24 @@ func TestTasksWaitAndStats(t *testing.T) {
 	r = runCLI(ctx, "stats", "--json", "--db", dsn)
 	requireOK(t, r)
 	require.Contains(t, r.stdout, `"counts"`)
+}
+
+func TestRetryingTaskIsShownApartFromAFailure(t *testing.T) {
+	t.Parallel()
+	c, err := newCLI(io.Discard, io.Discard, nil)
+	require.NoError(t, err)
+	next := time.Date(2030, 1, 2, 3, 4, 5, 0, time.Local)
+	retrying := api.Task{ID: "task-r", Behavior: "demo.echo", Status: api.StatusFailure, Attempt: 2, Errors: 2,
+		ScheduleNotBefore: &next, Error: &api.TaskError{Retryable: true, Message: "connection refused"}}
+	require.True(t, retrying.Retrying())
+	want := "retrying (attempt 2 of 10, next at 2030-01-02 03:04:05): connection refused"
+	require.Equal(t, want, c.statusText(retrying))
+	require.Equal(t, "waiting for task task-r: "+want, c.progressLine(retrying))
+	require.Equal(t, "retrying", shortStatus(retrying))
+
+	failed := retrying
+	failed.ScheduleNotBefore = nil
+	require.False(t, failed.Retrying())
+	require.Equal(t, "failure", c.statusText(failed))
+	require.Equal(t, "failure", shortStatus(failed))
 }

@@ -215,6 +215,15 @@ func (r *Registration) GroupKey(p any) string {
 	return r.groupKey(p)
 }
 
+// MaxAttempts returns how many runs a failing task of the behavior gets,
+// or 0 when the behavior decides its retries itself (FailureRescheduler).
+func (r *Registration) MaxAttempts() int {
+	if r.customRetry {
+		return 0
+	}
+	return r.Policy.MaxAttempts
+}
+
 // Combines reports whether the behavior merges params of resubmits.
 func (r *Registration) Combines() bool { return r.combines }
 
