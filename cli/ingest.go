@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -238,7 +239,7 @@ func (c *cli) runIngestSubmit(cmd *cobra.Command, o *ingestSubmitOptions) error 
 		return fmt.Errorf("encode the batch: %w", err)
 	}
 	if err := c.precheck(api.SubmitRequest{Behavior: ingest.BatchBehavior, Params: raw}); err != nil {
-		return err
+		return ingestInputError(err)
 	}
 	client, closeClient, err := c.openClient(ctx, o.db)
 	if err != nil {
@@ -271,9 +272,59 @@ func (c *cli) runIngestSubmit(cmd *cobra.Command, o *ingestSubmitOptions) error 
 		printOutcome(c.stdout, t)
 	}
 	if t.Status != api.StatusSuccess {
+		if !o.json {
+			c.printFailedJobs(ctx, client, t.ID)
+		}
 		return silentExit(exitFailure)
 	}
 	return nil
+}
+
+// shownFailedJobs is how many failed jobs a failed batch's outcome lists.
+const shownFailedJobs = 5
+
+// printFailedJobs prints the errors of the first failed jobs of batch id
+// and where to see the rest.
+func (c *cli) printFailedJobs(ctx context.Context, tasks api.Tasks, id api.TaskID) {
+	page, err := tasks.List(ctx, api.Filter{ParentID: id, Status: api.StatusFailure, Limit: shownFailedJobs + 1})
+	if err != nil {
+		c.log.Warn("stint: cannot list the failed jobs", "batch", id, "err", err)
+	}
+	for i, j := range page.Tasks {
+		if i == shownFailedJobs {
+			fmt.Fprintln(c.stdout, "  ...")
+			break
+		}
+		msg := "(no error recorded)"
+		if j.Error != nil {
+			msg = j.Error.Error()
+		}
+		fmt.Fprintf(c.stdout, "  job %s: %s\n", j.ID, msg)
+	}
+	fmt.Fprintf(c.stdout, "see every job: stint batches show %s\n", id)
+}
+
+// ingestFlags are the flags of ingest submit by the batch params' fields.
+var ingestFlags = map[string]string{
+	"payload_url": "--url", "manifest": "--manifest", "profile": "--profile", "submitter": "--submitter",
+	"title": "--title", "creator": "--creator", "date": "--date", "priority": "--priority",
+}
+
+// ingestFieldWord matches a field name of the batch params in a message.
+var ingestFieldWord = regexp.MustCompile(`\b(payload_url|manifest|profile|submitter|title|creator|date|priority)\b`)
+
+// ingestInputError words an error about the batch params in the terms of
+// the command line: it names the flags, not the JSON fields they fill.
+func ingestInputError(err error) error {
+	var ie *api.InvalidError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	if flag, ok := ingestFlags[strings.TrimPrefix(ie.Field, "params.")]; ok {
+		return &api.InvalidError{Field: flag, Reason: ie.Reason, Err: ie.Err}
+	}
+	reason := ingestFieldWord.ReplaceAllStringFunc(ie.Reason, func(name string) string { return ingestFlags[name] })
+	return &api.InvalidError{Field: "batch", Reason: reason, Err: ie.Err}
 }
 
 // mustObjects returns the objects of checked batch params.

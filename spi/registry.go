@@ -413,7 +413,9 @@ func jsonError(err error) error {
 	if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
 		return api.Invalid("params."+strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`), "unknown field")
 	}
-	return api.Invalid("params", "not valid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	// What is left comes from the params type's own UnmarshalJSON: the JSON
+	// was fine, its check was not.
+	return api.Invalid("params", "%s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
 // jsonKind names what JSON value Go type t decodes from, with its article.
