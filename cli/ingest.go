@@ -265,6 +265,7 @@ func (c *cli) runIngestSubmit(cmd *cobra.Command, o *ingestSubmitOptions) error 
 		return fmt.Errorf("await batch %s: %w", f.ID(), err)
 	}
 	if o.json {
+		c.reg.RedactTask(&t)
 		if err := writeJSONLine(c.stdout, t); err != nil {
 			return err
 		}

@@ -103,6 +103,7 @@ func (c *cli) newTasksWaitCmd() *cobra.Command {
 			return fmt.Errorf("wait for task %s: %w", id, err)
 		}
 		if asJSON {
+			c.reg.RedactTask(&t)
 			if err := writeJSON(c.stdout, t); err != nil {
 				return err
 			}

@@ -144,6 +144,7 @@ func (c *cli) runSubmit(cmd *cobra.Command, o *submitOptions, behavior string) e
 		return fmt.Errorf("wait for task %s: %w", sub.ID, err)
 	}
 	if o.json {
+		c.reg.RedactTask(&task)
 		if err := writeJSONLine(c.stdout, task); err != nil {
 			return err
 		}

@@ -101,6 +101,7 @@ func (c *cli) runTasksLs(cmd *cobra.Command, o *tasksLsOptions) error {
 	if err != nil {
 		return fmt.Errorf("list tasks: %w", schemaHint(err))
 	}
+	c.reg.RedactTasks(page.Tasks) // no password is ever printed
 	if o.json {
 		if page.Tasks == nil {
 			page.Tasks = []api.Task{}
@@ -154,6 +155,7 @@ func (c *cli) newTasksShowCmd() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("get task %s: %w", id, schemaHint(err))
 		}
+		c.reg.RedactTask(&t) // no password is ever printed
 		if asJSON {
 			return writeJSON(c.stdout, t)
 		}

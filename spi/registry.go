@@ -92,6 +92,15 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 	}
 	_, reg.customRetry = b.(FailureRescheduler[P])
 	reg.starter, _ = b.(Starter)
+	if rd, ok := b.(Redactor[P]); ok {
+		reg.redact = func(raw json.RawMessage) (json.RawMessage, error) {
+			p, err := reg.decode(raw)
+			if err != nil {
+				return nil, err
+			}
+			return json.Marshal(rd.RedactParams(p.(P)))
+		}
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -168,6 +177,7 @@ type Registration struct {
 	retry       func(p any, te *api.TaskError, failures int) (time.Duration, bool)
 	customRetry bool
 	starter     Starter
+	redact      func(json.RawMessage) (json.RawMessage, error)
 }
 
 // Start calls the behavior's Starter, if it has one.

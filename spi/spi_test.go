@@ -305,3 +305,21 @@ func TestDecodeMessagesSayWhatIsWrong(t *testing.T) {
 		require.ErrorIs(t, err, api.ErrInvalid, tc.raw)
 	}
 }
+
+func TestRedactParamsHidesPasswords(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ raw, want string }{
+		{`{"text":"hi"}`, `{"text":"hi"}`},
+		{`{"dsn":"postgres://u:pw@h:5432/db?sslmode=disable"}`, `{"dsn":"postgres://u:xxxxx@h:5432/db?sslmode=disable"}`},
+		{`{"dsn":"postgres://u@h/db?password=pw&sslmode=disable"}`, `{"dsn":"postgres://u@h/db?password=xxxxx&sslmode=disable"}`},
+		{`{"dsn":"host=h password=pw dbname=d"}`, `{"dsn":"host=h password=xxxxx dbname=d"}`},
+		{`{"dsn":"host=h password='p w' dbname=d"}`, `{"dsn":"host=h password=xxxxx dbname=d"}`},
+		{`{"a":{"b":["https://x:y@example.com/"]}}`, `{"a":{"b":["https://x:xxxxx@example.com/"]}}`},
+		{`{"db_password":"pw","api_secret":"s","n":1}`, `{"api_secret":"xxxxx","db_password":"xxxxx","n":1}`},
+		{`{"url":"https://example.com/a?b=c"}`, `{"url":"https://example.com/a?b=c"}`},
+		{`not json`, `not json`},
+	} {
+		got := (*spi.Registry)(nil).RedactParams("test.kind", []byte(tc.raw))
+		require.Equal(t, tc.want, string(got), tc.raw)
+	}
+}

@@ -107,6 +107,7 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("list tasks: %w", err)
 	}
+	h.cfg.Registry.RedactTasks(page.Tasks) // no password is ever shown
 	WriteJSON(w, http.StatusOK, page)
 	return nil
 }
@@ -117,6 +118,7 @@ func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return taskError(id, "get", err)
 	}
+	h.cfg.Registry.RedactTask(&t) // no password is ever shown
 	WriteJSON(w, http.StatusOK, t)
 	return nil
 }
