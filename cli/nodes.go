@@ -67,7 +67,9 @@ older than its heartbeat interval (5s by default) has probably died.`,
 			for i, n := range nodes {
 				out[i] = nodeJSON{Node: n, HeartbeatAgeMS: now.Sub(n.HeartbeatAt).Milliseconds()}
 			}
-			return writeJSON(c.stdout, out)
+			return writeJSON(c.stdout, struct {
+				Nodes []nodeJSON `json:"nodes"`
+			}{out})
 		}
 		if len(nodes) == 0 {
 			fmt.Fprintln(c.stderr, "no nodes registered")

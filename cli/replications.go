@@ -99,7 +99,9 @@ count (reset after a healthy run), the node and the tables.`,
 			if out == nil {
 				out = []replication.Info{}
 			}
-			return writeJSON(c.stdout, out)
+			return writeJSON(c.stdout, struct {
+				Replications []replication.Info `json:"replications"`
+			}{out})
 		}
 		if len(out) == 0 {
 			fmt.Fprintln(c.stderr, "no replications")

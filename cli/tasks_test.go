@@ -174,7 +174,12 @@ func TestTasksWaitAndStats(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	dsn := pgtest.New(t)
 
-	r := runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"waited","delay_ms":200}`, "--id", "task-waited", "--db", dsn)
+	r := runCLI(ctx, "stats", "--db", dsn)
+	requireOK(t, r)
+	require.Empty(t, r.stdout, "no empty tables")
+	require.Equal(t, "no tasks\n", r.stderr)
+
+	r = runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"waited","delay_ms":200}`, "--id", "task-waited", "--db", dsn)
 	requireOK(t, r)
 	r = runCLI(ctx, "stats", "--db", dsn)
 	requireOK(t, r)
@@ -219,4 +224,27 @@ func TestRetryingTaskIsShownApartFromAFailure(t *testing.T) {
 	require.False(t, failed.Retrying())
 	require.Equal(t, "failure", c.statusText(failed))
 	require.Equal(t, "failure", shortStatus(failed))
+}
+
+// TestJSONListsAreObjects: every list command's --json is an object with a
+// named array, as the HTTP API's lists are, empty lists included.
+func TestJSONListsAreObjects(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, time.Minute)
+	dsn := pgtest.New(t)
+	for _, tc := range []struct {
+		args []string
+		key  string
+	}{
+		{[]string{"tasks", "ls"}, "tasks"},
+		{[]string{"nodes", "ls"}, "nodes"},
+		{[]string{"replications", "ls"}, "replications"},
+		{[]string{"batches", "ls"}, "batches"},
+	} {
+		r := runCLI(ctx, append(tc.args, "--json", "--db", dsn)...)
+		requireOK(t, r)
+		var obj map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &obj), "%v: %s", tc.args, r.stdout)
+		require.Equal(t, "[]", string(obj[tc.key]), "%v: %s", tc.args, r.stdout)
+	}
 }
