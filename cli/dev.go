@@ -152,9 +152,11 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	}
 
 	fmt.Fprintf(c.stdout, "stint dev: PostgreSQL data in %s (server log: %s)\n", cluster.DataDir(), cluster.LogFile())
-	fmt.Fprintf(c.stdout, "dsn: %s\n", dsn)
-	fmt.Fprintf(c.stdout, "ready: node %s runs %s; press Ctrl-C to stop. Try:\n", srv.Node(), c.knownBehaviors())
-	fmt.Fprintf(c.stdout, "  stint submit demo.echo --params '{\"text\":\"hi\"}' --wait --db '%s'\n", dsn)
+	// The try-it lines are the README's quickstart, word for word.
+	fmt.Fprintf(c.stdout, "url: %s\n", dsn)
+	fmt.Fprintf(c.stdout, "ready: node %s runs %s; press Ctrl-C to stop. In another terminal, try:\n", srv.Node(), c.knownBehaviors())
+	fmt.Fprintf(c.stdout, "  URL='%s'\n", dsn)
+	fmt.Fprintf(c.stdout, "  go run ./cmd/stint submit demo.echo --params '{\"text\":\"hi\"}' --wait --db \"$URL\"\n")
 
 	var demoDone sync.WaitGroup
 	demoDone.Go(func() { c.demoRoundTrip(ctx, srv) })

@@ -32,7 +32,7 @@ func startDev(ctx context.Context, dir string) *devRun {
 	return d
 }
 
-var dsnLine = regexp.MustCompile(`(?m)^dsn: (\S+)$`)
+var dsnLine = regexp.MustCompile(`(?m)^url: (\S+)$`)
 
 // waitReady waits until dev has printed its ready line and returns the DSN.
 func (d *devRun) waitReady(t *testing.T) string {
@@ -80,7 +80,12 @@ func TestDevRoundTripAndRestart(t *testing.T) {
 	dev := startDev(ctx, dir)
 	t.Cleanup(dev.stop) // on failure: stops dev, which stops PostgreSQL
 	dsn := dev.waitReady(t)
-	require.Contains(t, dev.stdout.String(), `stint submit demo.echo --params '{"text":"hi"}' --wait --db '`+dsn+`'`)
+	require.Contains(t, dev.stdout.String(), "  URL='"+dsn+"'\n")
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	tryLine := regexp.MustCompile(`(?m)^  (go run \S+ submit .*)$`).FindStringSubmatch(dev.stdout.String())
+	require.NotNil(t, tryLine, dev.stdout.String())
+	require.Contains(t, string(readme), "\n"+tryLine[1]+"\n", "dev suggests the README's command")
 
 	r := runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"hi"}`, "--wait", "--db", dsn)
 	requireOK(t, r)
