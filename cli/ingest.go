@@ -62,6 +62,14 @@ See 'stint batches' to inspect batches.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(c.newIngestSubmitCmd())
+	cmd.AddCommand(c.newIngestActionCmds()...)
+	cmd.AddCommand(c.newIngestQueueCmds()...)
+	return cmd
+}
+
+// newIngestActionCmds returns the operator actions of `stint ingest` on
+// one collection, batch or job.
+func (c *cli) newIngestActionCmds() []*cobra.Command {
 	type action struct {
 		use, arg, short, done string
 		do                    func(context.Context, *ingest.Admin, string) (string, error)
@@ -100,6 +108,7 @@ See 'stint batches' to inspect batches.`,
 				return "", a.Release(ctx, api.TaskID(id))
 			}},
 	}
+	var cmds []*cobra.Command
 	for _, a := range actions {
 		sub := &cobra.Command{Use: a.use + " " + a.arg, Short: a.short, Args: exactArgs(1, a.arg)}
 		db := addDBFlag(sub)
@@ -122,8 +131,14 @@ See 'stint batches' to inspect batches.`,
 			fmt.Fprintf(c.stdout, "%s %s%s\n", args[0], a.done, more)
 			return nil
 		}
-		cmd.AddCommand(sub)
+		cmds = append(cmds, sub)
 	}
+	return cmds
+}
+
+// newIngestQueueCmds returns `stint ingest pause` and `resume`.
+func (c *cli) newIngestQueueCmds() []*cobra.Command {
+	var cmds []*cobra.Command
 	for _, pause := range []bool{true, false} {
 		use, short, done := "pause", "Pause the ingest queue: nothing new is picked up", "paused"
 		if !pause {
@@ -149,9 +164,9 @@ See 'stint batches' to inspect batches.`,
 			fmt.Fprintf(c.stdout, "ingest queue %s\n", done)
 			return nil
 		}
-		cmd.AddCommand(sub)
+		cmds = append(cmds, sub)
 	}
-	return cmd
+	return cmds
 }
 
 // ingestSubmitOptions are the flags of stint ingest submit.

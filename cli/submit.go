@@ -127,21 +127,27 @@ func (c *cli) runSubmit(cmd *cobra.Command, o *submitOptions, behavior string) e
 		return nil
 	}
 
+	return c.waitAndPrint(ctx, client, sub.ID, o)
+}
+
+// waitAndPrint awaits task id for `submit --wait`, showing its progress,
+// and prints how it ended. A task that failed is exit code 1.
+func (c *cli) waitAndPrint(ctx context.Context, tasks api.Tasks, id api.TaskID, o *submitOptions) error {
 	waitCtx := ctx
 	if o.timeout > 0 {
 		var cancel context.CancelFunc
 		waitCtx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
-	task, err := c.awaitWithProgress(waitCtx, client, sub.ID)
+	task, err := c.awaitWithProgress(waitCtx, tasks, id)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return fmt.Errorf("gave up waiting for task %s after %s; it is still there: see 'stint tasks show %s'", sub.ID, o.timeout, sub.ID)
+			return fmt.Errorf("gave up waiting for task %s after %s; it is still there: see 'stint tasks show %s'", id, o.timeout, id)
 		}
 		if errors.Is(err, api.ErrNotFound) {
-			return fmt.Errorf("task %s was removed while waiting for it", sub.ID)
+			return fmt.Errorf("task %s was removed while waiting for it", id)
 		}
-		return fmt.Errorf("wait for task %s: %w", sub.ID, err)
+		return fmt.Errorf("wait for task %s: %w", id, err)
 	}
 	if o.json {
 		c.reg.RedactTask(&task)
