@@ -41,6 +41,18 @@ func ingestError(verb string, id string, err error) error {
 	if errors.Is(err, api.ErrNotFound) {
 		return fmt.Errorf("%s %s: not found", verb, id)
 	}
+	if errors.Is(err, api.ErrConflict) {
+		// The sentinels' words ("task state does not allow this: illegal
+		// state transition") add nothing to the reason that follows them.
+		msg := err.Error()
+		for _, sentinel := range []error{api.ErrConflict, ingest.ErrIllegalTransition} {
+			msg = strings.ReplaceAll(msg, sentinel.Error()+": ", "")
+		}
+		if !strings.HasPrefix(msg, verb+" ") { // else it names the action and id itself
+			msg = fmt.Sprintf("%s %s: %s", verb, id, msg)
+		}
+		return &exitError{code: exitFailure, err: errors.New(msg)}
+	}
 	return fmt.Errorf("%s %s: %w", verb, id, schemaHint(err))
 }
 

@@ -76,6 +76,11 @@ func TestIngestSubmitAndBatchesShow(t *testing.T) {
 	requireOK(t, r)
 	require.Contains(t, r.stdout, sub.ID)
 
+	// An action the batch's state does not allow says why, once.
+	r = runCLI(ctx, "ingest", "requeue", sub.ID, "--db", dsn)
+	require.Equal(t, exitFailure, r.code, r.stderr)
+	require.Equal(t, "stint: error: requeue of batch "+sub.ID+" that is Completed, not Failed\n", r.stderr)
+
 	// A failed batch names its failed jobs' errors and where to see more.
 	wrong := filepath.Join(t.TempDir(), "wrong.checkm")
 	require.NoError(t, os.WriteFile(wrong, fmt.Appendf(nil, "%s/a.txt | sha256 | %s | 5 | a.txt | obj-1\n",
