@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -88,9 +91,11 @@ func TestProgramWithItsOwnBehavior(t *testing.T) {
 		code   int
 	}
 	done := make(chan result, 1)
+	var srvOut, srvErr lockedBuffer
 	go func() {
-		_, stderr, code := run(srvCtx, reg, "server", "--db", dsn, "--behaviors", "demo.greet")
-		done <- result{stderr, code}
+		args := []string{"server", "--db", dsn, "--behaviors", "demo.greet", "--http", "127.0.0.1:0", "--insecure-no-auth"}
+		code := cli.Run(srvCtx, args, reg, strings.NewReader(""), &srvOut, &srvErr)
+		done <- result{srvErr.String(), code}
 	}()
 
 	stdout, stderr, code := run(ctx, reg, "submit", "demo.greet", "--params", `{"name":"Ada"}`, "--wait", "--db", dsn)
@@ -101,6 +106,24 @@ func TestProgramWithItsOwnBehavior(t *testing.T) {
 	_, stderr, code = run(ctx, reg, "submit", "demo.greet", "--params", `{}`, "--db", dsn)
 	require.Equal(t, 2, code, stderr)
 	require.Contains(t, stderr, "name")
+
+	// The server's HTTP API (the dashboard's) knows the behavior too.
+	dashboard := regexp.MustCompile(`dashboard: (http://\S+)/`)
+	for deadline := time.Now().Add(time.Minute); !dashboard.MatchString(srvOut.String()); {
+		require.True(t, time.Now().Before(deadline), "the HTTP server did not start: %s", srvErr.String())
+		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
+	}
+	base := dashboard.FindStringSubmatch(srvOut.String())[1]
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/v1/tasks",
+		strings.NewReader(`{"behavior":"demo.greet","params":{"name":"Bob"}}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
 
 	stop()
 	select {
