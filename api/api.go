@@ -109,6 +109,13 @@ func (t Task) Finished() bool {
 	return (t.Status == StatusSuccess || t.Status == StatusFailure) && t.ScheduleNotBefore == nil && !t.Resubmit
 }
 
+// Retrying reports whether the task's last run failed and it runs again:
+// its status is failure and it is due again at ScheduleNotBefore. Such a
+// task has not failed for good; show it apart from a final failure.
+func (t Task) Retrying() bool {
+	return t.Status == StatusFailure && t.ScheduleNotBefore != nil
+}
+
 // SubmitRequest asks for a task to be run.
 type SubmitRequest struct {
 	// Behavior is the behavior to run. Required.

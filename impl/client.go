@@ -95,8 +95,13 @@ func (c *Client) Stats() ClientStats {
 	return ClientStats{Notifications: c.kick.sent.Load()}
 }
 
-// Close stops the client's listener.
-func (c *Client) Close() { c.hub.close() }
+// Close sends the due notifications still pending (a trailing one waits
+// out its window of a few milliseconds) and stops the client's listener.
+// Close the client before its store.
+func (c *Client) Close() {
+	c.kick.flush()
+	c.hub.close()
+}
 
 // Limits on the free-form fields of a submit.
 

@@ -167,6 +167,9 @@ type kicker struct {
 	pending bool
 	local   func()
 	sent    atomic.Int64
+	// sending counts the trailing notifications not sent yet, which
+	// Client.Close awaits: sent after the store's pool closed, they fail.
+	sending sync.WaitGroup
 }
 
 func newKicker(st store.Store, log *slog.Logger) *kicker {
@@ -204,7 +207,9 @@ func (k *kicker) kick(led bool) {
 	if local != nil {
 		local()
 	}
+	k.sending.Add(1)
 	send := func() {
+		defer k.sending.Done()
 		k.mu.Lock()
 		k.pending = false
 		k.last = time.Now()
@@ -222,3 +227,7 @@ func (k *kicker) kick(led bool) {
 	}
 	time.AfterFunc(wait, send)
 }
+
+// flush waits for the trailing notifications to go out: at most a window
+// and a notification's round trip.
+func (k *kicker) flush() { k.sending.Wait() }

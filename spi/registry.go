@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"sort"
 	"strings"
@@ -99,6 +100,15 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 			reg.Schedules = append(reg.Schedules, sc)
 		}
 	}
+	if rd, ok := b.(Redactor[P]); ok {
+		reg.redact = func(raw json.RawMessage) (json.RawMessage, error) {
+			p, err := reg.decode(raw)
+			if err != nil {
+				return nil, err
+			}
+			return json.Marshal(rd.RedactParams(p.(P)))
+		}
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -114,6 +124,27 @@ func MustRegister[P, R any](r *Registry, b Behavior[P, R]) {
 	if err := Register(r, b); err != nil {
 		panic(err)
 	}
+}
+
+// Merge adds every behavior of from to r, as registered there. It fails,
+// adding none, when one of them is registered in r already.
+func (r *Registry) Merge(from *Registry) error {
+	if r == from {
+		return errors.New("merge behaviors: a registry cannot merge itself")
+	}
+	from.mu.RLock()
+	defer from.mu.RUnlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range from.m {
+		if _, dup := r.m[id]; dup {
+			return fmt.Errorf("register behavior %s: already registered", id)
+		}
+	}
+	for id, reg := range from.m {
+		r.m[id] = reg
+	}
+	return nil
 }
 
 // Lookup returns the behavior registered under id.
@@ -156,6 +187,7 @@ type Registration struct {
 	retry       func(p any, te *api.TaskError, failures int) (time.Duration, bool)
 	customRetry bool
 	starter     Starter
+	redact      func(json.RawMessage) (json.RawMessage, error)
 }
 
 // Start calls the behavior's Starter, if it has one.
@@ -201,6 +233,15 @@ func (r *Registration) GroupKey(p any) string {
 		return ""
 	}
 	return r.groupKey(p)
+}
+
+// MaxAttempts returns how many runs a failing task of the behavior gets,
+// or 0 when the behavior decides its retries itself (FailureRescheduler).
+func (r *Registration) MaxAttempts() int {
+	if r.customRetry {
+		return 0
+	}
+	return r.Policy.MaxAttempts
 }
 
 // Combines reports whether the behavior merges params of resubmits.
@@ -360,6 +401,8 @@ func structHasRules(t reflect.Type, seen map[reflect.Type]bool) bool {
 	return false
 }
 
+// jsonError words a decoding error of params in JSON's terms, naming the
+// field, without Go's type names.
 func jsonError(err error) error {
 	// A params type that checks itself in UnmarshalJSON knows best which
 	// field is wrong.
@@ -368,13 +411,135 @@ func jsonError(err error) error {
 		return ie
 	}
 	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		return api.Invalid("params."+te.Field, "want %s, got JSON %s", te.Type, te.Value)
+	if errors.As(err, &te) {
+		got := te.Value
+		if strings.HasPrefix(got, "number ") {
+			got = "the number " + strings.TrimPrefix(got, "number ")
+		} else {
+			got = withArticle(got)
+		}
+		if te.Field == "" {
+			return api.Invalid("params", "must be %s, got %s", jsonKind(te.Type), got)
+		}
+		return api.Invalid("params."+te.Field, "must be %s, got %s", jsonKind(te.Type), got)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return api.Invalid("params", "not valid JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return api.Invalid("params", "not valid JSON: it ends too early")
 	}
 	if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
 		return api.Invalid("params."+strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`), "unknown field")
 	}
-	return api.Invalid("params", "bad JSON: %v", err)
+	// What is left comes from the params type's own UnmarshalJSON: the JSON
+	// was fine, its check was not.
+	return api.Invalid("params", "%s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// jsonKind names what JSON value Go type t decodes from, with its article.
+func jsonKind(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "a JSON value"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "a non-negative integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "a JSON object"
+	}
+	return "a JSON value of another type"
+}
+
+// withArticle returns a JSON kind ("array", "object") with its article.
+func withArticle(kind string) string {
+	switch kind {
+	case "":
+		return "another value"
+	case "array", "object":
+		return "an " + kind
+	case "bool":
+		return "true or false"
+	case "null":
+		return "null"
+	}
+	return "a " + kind
+}
+
+// ruleReason words a failed validation rule as what the value must be.
+func ruleReason(fe validator.FieldError) string {
+	param := fe.Param()
+	var unit string
+	switch fe.Kind() {
+	case reflect.String:
+		unit = " characters long"
+	case reflect.Slice, reflect.Array, reflect.Map:
+		unit = " items"
+	}
+	switch fe.Tag() {
+	case "required", "required_if", "required_unless", "required_with", "required_without":
+		return "is required"
+	case "min", "gte":
+		if unit == " characters long" {
+			return "must be at least " + param + unit
+		}
+		if unit != "" {
+			return "must have at least " + param + unit
+		}
+		return "must be at least " + param
+	case "max", "lte":
+		if unit == " characters long" {
+			return "must be at most " + param + unit
+		}
+		if unit != "" {
+			return "must have at most " + param + unit
+		}
+		return "must be at most " + param
+	case "gt":
+		return "must be greater than " + param
+	case "lt":
+		return "must be less than " + param
+	case "len":
+		if unit == " characters long" {
+			return "must be exactly " + param + unit
+		}
+		if unit != "" {
+			return "must have exactly " + param + unit
+		}
+		return "must be " + param
+	case "oneof":
+		return "must be one of: " + strings.Join(strings.Fields(param), ", ")
+	case "url", "http_url", "uri":
+		return "must be a URL"
+	case "email":
+		return "must be an email address"
+	case "uuid", "uuid4":
+		return "must be a UUID"
+	case "hostname", "hostname_rfc1123":
+		return "must be a host name"
+	case "excluded_with", "excluded_unless", "excluded_if":
+		return "must not be given here"
+	case "required_without_all":
+		return "is required unless one of the others is given"
+	}
+	if param != "" {
+		return fmt.Sprintf("does not satisfy the rule %s=%s", fe.Tag(), param)
+	}
+	return "does not satisfy the rule " + fe.Tag()
 }
 
 func validateParams(p any) error {
@@ -392,11 +557,7 @@ func validateParams(p any) error {
 		// The namespace starts with the struct's type name; the field path
 		// that follows uses the JSON names.
 		_, path, _ := strings.Cut(fe.Namespace(), ".")
-		reason := "fails " + fe.Tag()
-		if fe.Param() != "" {
-			reason += "=" + fe.Param()
-		}
-		return api.Invalid("params."+path, "%s", reason)
+		return api.Invalid("params."+path, "%s", ruleReason(fe))
 	}
 	if err != nil {
 		return api.Invalid("params", "%v", err)

@@ -256,3 +256,70 @@ func TestSleepEndsWithItsContext(t *testing.T) {
 	cancel(cause)
 	require.ErrorIs(t, spi.Sleep(ctx, time.Hour), cause, "a cancelled context ends the wait with its cause")
 }
+
+// worded has fields of each JSON kind and the common rules.
+type worded struct {
+	Text  string   `json:"text" validate:"required,max=10"`
+	Delay int      `json:"delay_ms" validate:"gte=0,lte=60000"`
+	Tags  []string `json:"tags" validate:"max=2"`
+	Mode  string   `json:"mode" validate:"omitempty,oneof=fast slow"`
+	On    bool     `json:"on"`
+	Ratio float64  `json:"ratio"`
+	Inner struct {
+		N uint `json:"n"`
+	} `json:"inner"`
+}
+
+// TestDecodeMessagesSayWhatIsWrong checks the whole message of each kind
+// of bad params: in JSON's and the rules' terms, without Go type names or
+// validator tags.
+func TestDecodeMessagesSayWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	reg := spi.NewRegistry()
+	spi.MustRegister[worded, string](reg, paramsKind[worded]{id: "test.worded"})
+	r, _ := reg.Lookup("test.worded")
+	for _, tc := range []struct{ raw, msg string }{
+		{`{}`, "invalid params.text: is required"},
+		{`{"text":"01234567890"}`, "invalid params.text: must be at most 10 characters long"},
+		{`{"text":"a","delay_ms":60001}`, "invalid params.delay_ms: must be at most 60000"},
+		{`{"text":"a","delay_ms":-1}`, "invalid params.delay_ms: must be at least 0"},
+		{`{"text":"a","tags":["x","y","z"]}`, "invalid params.tags: must have at most 2 items"},
+		{`{"text":"a","mode":"medium"}`, "invalid params.mode: must be one of: fast, slow"},
+		{`{"text":["a"]}`, "invalid params.text: must be a string, got an array"},
+		{`{"text":"a","delay_ms":"5"}`, "invalid params.delay_ms: must be an integer, got a string"},
+		{`{"text":"a","delay_ms":1.5}`, "invalid params.delay_ms: must be an integer, got the number 1.5"},
+		{`{"text":"a","on":"yes"}`, "invalid params.on: must be true or false, got a string"},
+		{`{"text":"a","ratio":{}}`, "invalid params.ratio: must be a number, got an object"},
+		{`{"text":"a","tags":"x"}`, "invalid params.tags: must be an array, got a string"},
+		{`{"text":"a","inner":{"n":-1}}`, "invalid params.inner.n: must be a non-negative integer, got the number -1"},
+		{`{"text":"a","inner":3}`, "invalid params.inner: must be a JSON object, got a number"},
+		{`[1]`, "invalid params: must be a JSON object, got an array"},
+		{`"a"`, "invalid params: must be a JSON object, got a string"},
+		{`{"text":"a","x":1}`, "invalid params.x: unknown field"},
+		{`{"text":`, "invalid params: not valid JSON: it ends too early"},
+		{`{"text":"a"}{}`, "invalid params: unexpected data after the JSON value"},
+		{`{"text" "a"}`, "invalid params: not valid JSON at byte 9: invalid character '\"' after object key"},
+	} {
+		_, err := r.Decode([]byte(tc.raw))
+		require.EqualError(t, err, tc.msg, tc.raw)
+		require.ErrorIs(t, err, api.ErrInvalid, tc.raw)
+	}
+}
+
+func TestRedactParamsHidesPasswords(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ raw, want string }{
+		{`{"text":"hi"}`, `{"text":"hi"}`},
+		{`{"dsn":"postgres://u:pw@h:5432/db?sslmode=disable"}`, `{"dsn":"postgres://u:xxxxx@h:5432/db?sslmode=disable"}`},
+		{`{"dsn":"postgres://u@h/db?password=pw&sslmode=disable"}`, `{"dsn":"postgres://u@h/db?password=xxxxx&sslmode=disable"}`},
+		{`{"dsn":"host=h password=pw dbname=d"}`, `{"dsn":"host=h password=xxxxx dbname=d"}`},
+		{`{"dsn":"host=h password='p w' dbname=d"}`, `{"dsn":"host=h password=xxxxx dbname=d"}`},
+		{`{"a":{"b":["https://x:y@example.com/"]}}`, `{"a":{"b":["https://x:xxxxx@example.com/"]}}`},
+		{`{"db_password":"pw","api_secret":"s","n":1}`, `{"api_secret":"xxxxx","db_password":"xxxxx","n":1}`},
+		{`{"url":"https://example.com/a?b=c"}`, `{"url":"https://example.com/a?b=c"}`},
+		{`not json`, `not json`},
+	} {
+		got := (*spi.Registry)(nil).RedactParams("test.kind", []byte(tc.raw))
+		require.Equal(t, tc.want, string(got), tc.raw)
+	}
+}

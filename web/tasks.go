@@ -94,6 +94,7 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("list tasks: %w", err)
 	}
+	h.cfg.Registry.RedactTasks(page.Tasks) // no password is ever shown
 	WriteJSON(w, http.StatusOK, page)
 	return nil
 }
@@ -104,6 +105,7 @@ func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return taskError(id, "get", err)
 	}
+	h.cfg.Registry.RedactTask(&t) // no password is ever shown
 	WriteJSON(w, http.StatusOK, t)
 	return nil
 }

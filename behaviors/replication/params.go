@@ -71,8 +71,9 @@ type Params struct {
 // Endpoint is a table in a PostgreSQL database.
 type Endpoint struct {
 	// DSN is the database's connection string (URL or key=value). It is
-	// stored in the task's params as given, password included; the ids
-	// and the monitoring output use it without the password.
+	// stored in the task's params as given, password included, for the
+	// runs; the ids, the monitoring output and every reader of the task
+	// (Behavior.RedactParams) see it without the password.
 	DSN string `json:"dsn"`
 	// Table is the table's name, optionally schema-qualified
 	// ("schema.table"). Names are used as written (quoted), so they are
@@ -260,6 +261,14 @@ func RedactDSN(dsn string) string {
 	return strings.Join(fields, " ")
 }
 
+// RedactParams returns p with the passwords of both endpoints' DSNs
+// blanked: the params as readers of the task see them (spi.Redactor).
+func (b *Behavior) RedactParams(p Params) Params {
+	p.Source.DSN = RedactDSN(p.Source.DSN)
+	p.Target.DSN = RedactDSN(p.Target.DSN)
+	return p
+}
+
 // redactError returns err's message with any password of dsn blanked.
 func redactError(err error, dsn string) string {
 	msg := err.Error()
@@ -306,3 +315,5 @@ func ReplicationID(p Params, keys []string, continuous bool) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
+
+var _ spi.Redactor[Params] = (*Behavior)(nil)

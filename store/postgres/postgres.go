@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,12 +64,17 @@ func ListenDSN(dsn string) Option { return func(o *options) { o.listenDSN = dsn 
 // For PgBouncer in transaction mode when no direct connection is possible.
 func PollOnly() Option { return func(o *options) { o.noListen = true } }
 
-// Open connects to the database at dsn.
+// Open connects to the database at dsn, a postgres:// URL or key=value
+// connection string. An empty dsn is an error (rather than libpq's
+// defaults, which hide a missing setting until the first query).
 //
 // Behind PgBouncer in transaction mode, add default_query_exec_mode=exec
 // or simple_protocol to dsn (PgBouncer before 1.21 cannot keep prepared
 // statements across transactions) and use ListenDSN or PollOnly.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
+	if strings.TrimSpace(dsn) == "" {
+		return nil, errors.New("open store: the database URL is empty: want postgres://user@host/db or key=value settings")
+	}
 	o := options{maxConns: 20}
 	for _, opt := range opts {
 		opt(&o)

@@ -1,25 +1,17 @@
-package main
+package cli
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/stinthq/stint/api"
@@ -29,118 +21,14 @@ import (
 	"github.com/stinthq/stint/store/postgres"
 )
 
-// Environment variables that configure the ingest behaviors of a server.
-const (
-	// envIngestDir is the directory of the ingest working directories
-	// (DIR/work) and object storage (DIR/storage).
-	envIngestDir = "STINT_INGEST_DIR"
-	// envIngestProfiles is a JSON file of profiles:
-	// {"NAME": {"callback_url": "https://..."}}.
-	envIngestProfiles = "STINT_INGEST_PROFILES"
-)
-
-// ingestSettings configure the ingest behaviors that registry() registers.
-// The hooks below set them before a server is built: openStore records its
-// database, dev its data directory, pool and demo profile.
-var ingestSettings struct {
-	mu       sync.Mutex
-	dir      string
-	dsn      string
-	pool     *pgxpool.Pool
-	profiles map[string]ingest.Profile
-	log      *slog.Logger
-}
-
-// setIngestDatabase records the database a command opened: the ingest
-// behaviors keep their inventory there.
-func setIngestDatabase(dsn string) {
-	ingestSettings.mu.Lock()
-	defer ingestSettings.mu.Unlock()
-	ingestSettings.dsn = dsn
-}
-
-// registerIngest registers ingest.batch and ingest.job with the current
-// settings. The inventory lives in the server's database (serverPool);
-// without one, its pool is opened on first use from the database the
-// command opened (or $STINT_DATABASE_URL).
-func registerIngest(reg *spi.Registry, serverPool *pgxpool.Pool) error {
-	s := &ingestSettings
-	s.mu.Lock()
-	dir, dsn, pool, log := s.dir, s.dsn, s.pool, s.log
-	profiles := s.profiles
-	s.mu.Unlock()
-	if serverPool != nil {
-		pool = serverPool
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	if dir == "" {
-		dir = os.Getenv(envIngestDir)
-	}
-	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "stint-ingest")
-	}
-	if profiles == nil {
-		profiles = readIngestProfiles(log)
-	}
-	cfg := ingest.Config{
-		WorkDir:    filepath.Join(dir, "work"),
-		StorageDir: filepath.Join(dir, "storage"),
-		Pool:       pool,
-		Profiles:   profiles,
-		Logger:     log,
-		OpenPool: func(ctx context.Context) (*pgxpool.Pool, error) {
-			url := dsn
-			if url == "" {
-				url = os.Getenv(envDatabaseURL)
-			}
-			if url == "" {
-				return nil, fmt.Errorf("no database for the ingest inventory: pass --db or set %s", envDatabaseURL)
-			}
-			p, err := pgxpool.New(ctx, url)
-			if err != nil {
-				return nil, fmt.Errorf("open the ingest inventory pool: %w", err)
-			}
-			return p, nil
-		},
-	}
-	return ingest.Register(reg, cfg)
-}
-
-// readIngestProfiles reads $STINT_INGEST_PROFILES. A file that cannot be
-// used is logged and ignored: registry() must not fail.
-func readIngestProfiles(log *slog.Logger) map[string]ingest.Profile {
-	path := os.Getenv(envIngestProfiles)
-	if path == "" {
-		return nil
-	}
-	raw, err := os.ReadFile(path)
-	var profiles map[string]ingest.Profile
-	if err == nil {
-		err = json.Unmarshal(raw, &profiles)
-	}
-	if err != nil {
-		log.Error("stint: ignoring the ingest profiles: callbacks are off", "file", path, "err", err)
-		return nil
-	}
-	for name, p := range profiles {
-		if u := strings.ToLower(p.CallbackURL); u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-			log.Error("stint: ignoring an ingest profile: its callback is not an http(s) URL", "profile", name)
-			delete(profiles, name)
-		}
-	}
-	return profiles
-}
-
 // openIngestAdmin opens the store, a client and the ingest admin actions on
 // the database db names. close releases them.
 func (c *cli) openIngestAdmin(ctx context.Context, db *dbFlag) (*ingest.Admin, *impl.Client, func(), error) {
-	st, err := openStore(ctx, db, postgres.MaxConns(4))
+	st, err := c.openStore(ctx, db, postgres.MaxConns(4))
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	client, err := impl.NewClient(st, impl.ClientConfig{Registry: registry(), Logger: c.log})
+	client, err := impl.NewClient(st, impl.ClientConfig{Registry: c.reg, Logger: c.log})
 	if err != nil {
 		st.Close()
 		return nil, nil, nil, fmt.Errorf("create client: %w", err)
@@ -152,6 +40,18 @@ func (c *cli) openIngestAdmin(ctx context.Context, db *dbFlag) (*ingest.Admin, *
 func ingestError(verb string, id string, err error) error {
 	if errors.Is(err, api.ErrNotFound) {
 		return fmt.Errorf("%s %s: not found", verb, id)
+	}
+	if errors.Is(err, api.ErrConflict) {
+		// The sentinels' words ("task state does not allow this: illegal
+		// state transition") add nothing to the reason that follows them.
+		msg := err.Error()
+		for _, sentinel := range []error{api.ErrConflict, ingest.ErrIllegalTransition} {
+			msg = strings.ReplaceAll(msg, sentinel.Error()+": ", "")
+		}
+		if !strings.HasPrefix(msg, verb+" ") { // else it names the action and id itself
+			msg = fmt.Sprintf("%s %s: %s", verb, id, msg)
+		}
+		return &exitError{code: exitFailure, err: errors.New(msg)}
 	}
 	return fmt.Errorf("%s %s: %w", verb, id, schemaHint(err))
 }
@@ -174,6 +74,14 @@ See 'stint batches' to inspect batches.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(c.newIngestSubmitCmd())
+	cmd.AddCommand(c.newIngestActionCmds()...)
+	cmd.AddCommand(c.newIngestQueueCmds()...)
+	return cmd
+}
+
+// newIngestActionCmds returns the operator actions of `stint ingest` on
+// one collection, batch or job.
+func (c *cli) newIngestActionCmds() []*cobra.Command {
 	type action struct {
 		use, arg, short, done string
 		do                    func(context.Context, *ingest.Admin, string) (string, error)
@@ -212,6 +120,7 @@ See 'stint batches' to inspect batches.`,
 				return "", a.Release(ctx, api.TaskID(id))
 			}},
 	}
+	var cmds []*cobra.Command
 	for _, a := range actions {
 		sub := &cobra.Command{Use: a.use + " " + a.arg, Short: a.short, Args: exactArgs(1, a.arg)}
 		db := addDBFlag(sub)
@@ -234,8 +143,14 @@ See 'stint batches' to inspect batches.`,
 			fmt.Fprintf(c.stdout, "%s %s%s\n", args[0], a.done, more)
 			return nil
 		}
-		cmd.AddCommand(sub)
+		cmds = append(cmds, sub)
 	}
+	return cmds
+}
+
+// newIngestQueueCmds returns `stint ingest pause` and `resume`.
+func (c *cli) newIngestQueueCmds() []*cobra.Command {
+	var cmds []*cobra.Command
 	for _, pause := range []bool{true, false} {
 		use, short, done := "pause", "Pause the ingest queue: nothing new is picked up", "paused"
 		if !pause {
@@ -261,9 +176,9 @@ See 'stint batches' to inspect batches.`,
 			fmt.Fprintf(c.stdout, "ingest queue %s\n", done)
 			return nil
 		}
-		cmd.AddCommand(sub)
+		cmds = append(cmds, sub)
 	}
-	return cmd
+	return cmds
 }
 
 // ingestSubmitOptions are the flags of stint ingest submit.
@@ -343,8 +258,8 @@ func (c *cli) runIngestSubmit(cmd *cobra.Command, o *ingestSubmitOptions) error 
 	if err != nil {
 		return fmt.Errorf("encode the batch: %w", err)
 	}
-	if err := precheck(api.SubmitRequest{Behavior: ingest.BatchBehavior, Params: raw}); err != nil {
-		return err
+	if err := c.precheck(api.SubmitRequest{Behavior: ingest.BatchBehavior, Params: raw}); err != nil {
+		return ingestInputError(err)
 	}
 	client, closeClient, err := c.openClient(ctx, o.db)
 	if err != nil {
@@ -370,6 +285,7 @@ func (c *cli) runIngestSubmit(cmd *cobra.Command, o *ingestSubmitOptions) error 
 		return fmt.Errorf("await batch %s: %w", f.ID(), err)
 	}
 	if o.json {
+		c.reg.RedactTask(&t)
 		if err := writeJSONLine(c.stdout, t); err != nil {
 			return err
 		}
@@ -377,9 +293,59 @@ func (c *cli) runIngestSubmit(cmd *cobra.Command, o *ingestSubmitOptions) error 
 		printOutcome(c.stdout, t)
 	}
 	if t.Status != api.StatusSuccess {
+		if !o.json {
+			c.printFailedJobs(ctx, client, t.ID)
+		}
 		return silentExit(exitFailure)
 	}
 	return nil
+}
+
+// shownFailedJobs is how many failed jobs a failed batch's outcome lists.
+const shownFailedJobs = 5
+
+// printFailedJobs prints the errors of the first failed jobs of batch id
+// and where to see the rest.
+func (c *cli) printFailedJobs(ctx context.Context, tasks api.Tasks, id api.TaskID) {
+	page, err := tasks.List(ctx, api.Filter{ParentID: id, Status: api.StatusFailure, Limit: shownFailedJobs + 1})
+	if err != nil {
+		c.log.Warn("stint: cannot list the failed jobs", "batch", id, "err", err)
+	}
+	for i, j := range page.Tasks {
+		if i == shownFailedJobs {
+			fmt.Fprintln(c.stdout, "  ...")
+			break
+		}
+		msg := "(no error recorded)"
+		if j.Error != nil {
+			msg = j.Error.Error()
+		}
+		fmt.Fprintf(c.stdout, "  job %s: %s\n", j.ID, msg)
+	}
+	fmt.Fprintf(c.stdout, "see every job: stint batches show %s\n", id)
+}
+
+// ingestFlags are the flags of ingest submit by the batch params' fields.
+var ingestFlags = map[string]string{
+	"payload_url": "--url", "manifest": "--manifest", "profile": "--profile", "submitter": "--submitter",
+	"title": "--title", "creator": "--creator", "date": "--date", "priority": "--priority",
+}
+
+// ingestFieldWord matches a field name of the batch params in a message.
+var ingestFieldWord = regexp.MustCompile(`\b(payload_url|manifest|profile|submitter|title|creator|date|priority)\b`)
+
+// ingestInputError words an error about the batch params in the terms of
+// the command line: it names the flags, not the JSON fields they fill.
+func ingestInputError(err error) error {
+	var ie *api.InvalidError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	if flag, ok := ingestFlags[strings.TrimPrefix(ie.Field, "params.")]; ok {
+		return &api.InvalidError{Field: flag, Reason: ie.Reason, Err: ie.Err}
+	}
+	reason := ingestFieldWord.ReplaceAllStringFunc(ie.Reason, func(name string) string { return ingestFlags[name] })
+	return &api.InvalidError{Field: "batch", Reason: reason, Err: ie.Err}
 }
 
 // mustObjects returns the objects of checked batch params.
@@ -575,114 +541,4 @@ func joinIDs(ids []api.TaskID) string {
 		s[i] = string(id)
 	}
 	return strings.Join(s, " ")
-}
-
-// ingestDemo is the demo batch of stint dev: a few objects served by a
-// file server on 127.0.0.1 that dev starts itself, with a callback.
-type ingestDemo struct {
-	srv      *http.Server
-	base     string
-	files    map[string][]byte // read-only once the server runs
-	manifest string
-	err      error
-}
-
-// demoProfile is the profile of the demo batch.
-const demoProfile = "demo"
-
-// prepareIngestDemo starts the demo's file server and configures the
-// ingest behaviors of dev: storage under dataDir/ingest, the inventory in
-// pool, and the demo profile's callback. Call it before building the
-// registry.
-func (c *cli) prepareIngestDemo(dataDir string, pool *pgxpool.Pool) *ingestDemo {
-	d := &ingestDemo{files: map[string][]byte{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	profiles := map[string]ingest.Profile{}
-	if err != nil {
-		d.err = fmt.Errorf("start the demo file server: %w", err)
-	} else {
-		d.base = "http://" + ln.Addr().String()
-		profiles[demoProfile] = ingest.Profile{CallbackURL: d.base + "/callback"}
-		d.manifest = d.makeFiles()
-		d.srv = &http.Server{Handler: http.HandlerFunc(d.serve), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = d.srv.Serve(ln) }()
-	}
-	s := &ingestSettings
-	s.mu.Lock()
-	s.dir, s.pool, s.profiles, s.log = filepath.Join(dataDir, "ingest"), pool, profiles, c.log
-	s.mu.Unlock()
-	return d
-}
-
-// makeFiles makes the demo's files (three objects, one of two files) and
-// returns their manifest.
-func (d *ingestDemo) makeFiles() string {
-	var lines []string
-	for i, obj := range []struct {
-		local string
-		files []string
-	}{
-		{"demo-letter", []string{"letter.txt"}},
-		{"demo-photos", []string{"photo-1.txt", "photo-2.txt"}},
-		{"demo-notes", []string{"notes.txt"}},
-	} {
-		for _, name := range obj.files {
-			data := []byte(fmt.Sprintf("stint dev demo object %d, file %s\n", i+1, name))
-			path := "/" + obj.local + "/" + name
-			d.files[path] = data
-			sum := sha256.Sum256(data)
-			lines = append(lines, fmt.Sprintf("%s%s | sha256 | %s | %d | %s | %s", d.base, path,
-				hex.EncodeToString(sum[:]), len(data), name, obj.local))
-		}
-	}
-	return "#%checkm_0.7\n" + strings.Join(lines, "\n") + "\n"
-}
-
-// serve serves the demo files and accepts callbacks.
-func (d *ingestDemo) serve(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/callback" {
-		_, _ = io.Copy(io.Discard, r.Body)
-		return
-	}
-	data, ok := d.files[r.URL.Path]
-	if !ok {
-		http.NotFound(w, r)
-		return
-	}
-	http.ServeContent(w, r, r.URL.Path, time.Time{}, strings.NewReader(string(data)))
-}
-
-// run submits the demo batch, waits for its report and logs it; it stops
-// the file server when ctx ends.
-func (d *ingestDemo) run(ctx context.Context, c *cli, tasks api.Tasks) {
-	defer func() {
-		if d.srv != nil {
-			<-ctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = d.srv.Shutdown(sctx)
-		}
-	}()
-	if d.err != nil {
-		c.log.Error("stint dev: no demo batch", "err", d.err)
-		return
-	}
-	f, err := ingest.SubmitBatch(ctx, tasks, ingest.BatchParams{Submitter: "stint dev", Profile: demoProfile,
-		Title: "stint dev demo", Manifest: d.manifest})
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Error("stint dev: submit the demo batch", "err", err)
-		}
-		return
-	}
-	c.log.Info("stint dev: submitted a demo ingest batch", "behavior", ingest.BatchBehavior, "id", f.ID(), "objects", 3)
-	res, err := f.Await(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Error("stint dev: the demo batch failed", "id", f.ID(), "err", err)
-		}
-		return
-	}
-	c.log.Info("stint dev: the demo batch completed: see 'stint batches show "+string(f.ID())+"'",
-		"id", f.ID(), "status", res.Status, "succeeded", len(res.Report.Succeeded), "failed", len(res.Report.Failed))
 }

@@ -1,7 +1,8 @@
-package main
+package cli
 
 import (
 	"encoding/json"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -146,8 +147,13 @@ func TestTaskActions(t *testing.T) {
 	require.Equal(t, exitFailure, r.code, "holding a held task conflicts")
 	require.Contains(t, r.stderr, "it is held")
 
+	r = runCLI(ctx, "tasks", "hold", "task-act", "--db", dsn)
+	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, "stint: error: hold task task-act: it is held\n", r.stderr, "the error names the action once")
+
 	r = runCLI(ctx, "tasks", "release", "task-act", "--db", dsn)
 	requireOK(t, r)
+	require.Empty(t, r.stderr, "the release's notification goes out before the command closes its pool")
 	require.Equal(t, "scheduled", status())
 
 	r = runCLI(ctx, "tasks", "retry", "task-act", "--db", dsn)
@@ -168,7 +174,12 @@ func TestTasksWaitAndStats(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	dsn := pgtest.New(t)
 
-	r := runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"waited","delay_ms":200}`, "--id", "task-waited", "--db", dsn)
+	r := runCLI(ctx, "stats", "--db", dsn)
+	requireOK(t, r)
+	require.Empty(t, r.stdout, "no empty tables")
+	require.Equal(t, "no tasks\n", r.stderr)
+
+	r = runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"waited","delay_ms":200}`, "--id", "task-waited", "--db", dsn)
 	requireOK(t, r)
 	r = runCLI(ctx, "stats", "--db", dsn)
 	requireOK(t, r)
@@ -193,4 +204,47 @@ func TestTasksWaitAndStats(t *testing.T) {
 	r = runCLI(ctx, "stats", "--json", "--db", dsn)
 	requireOK(t, r)
 	require.Contains(t, r.stdout, `"counts"`)
+}
+
+func TestRetryingTaskIsShownApartFromAFailure(t *testing.T) {
+	t.Parallel()
+	c, err := newCLI(io.Discard, io.Discard, nil)
+	require.NoError(t, err)
+	next := time.Date(2030, 1, 2, 3, 4, 5, 0, time.Local)
+	retrying := api.Task{ID: "task-r", Behavior: "demo.echo", Status: api.StatusFailure, Attempt: 2, Errors: 2,
+		ScheduleNotBefore: &next, Error: &api.TaskError{Retryable: true, Message: "connection refused"}}
+	require.True(t, retrying.Retrying())
+	want := "retrying (attempt 2 of 10, next at 2030-01-02 03:04:05): connection refused"
+	require.Equal(t, want, c.statusText(retrying))
+	require.Equal(t, "waiting for task task-r: "+want, c.progressLine(retrying))
+	require.Equal(t, "retrying", shortStatus(retrying))
+
+	failed := retrying
+	failed.ScheduleNotBefore = nil
+	require.False(t, failed.Retrying())
+	require.Equal(t, "failure", c.statusText(failed))
+	require.Equal(t, "failure", shortStatus(failed))
+}
+
+// TestJSONListsAreObjects: every list command's --json is an object with a
+// named array, as the HTTP API's lists are, empty lists included.
+func TestJSONListsAreObjects(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, time.Minute)
+	dsn := pgtest.New(t)
+	for _, tc := range []struct {
+		args []string
+		key  string
+	}{
+		{[]string{"tasks", "ls"}, "tasks"},
+		{[]string{"nodes", "ls"}, "nodes"},
+		{[]string{"replications", "ls"}, "replications"},
+		{[]string{"batches", "ls"}, "batches"},
+	} {
+		r := runCLI(ctx, append(tc.args, "--json", "--db", dsn)...)
+		requireOK(t, r)
+		var obj map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &obj), "%v: %s", tc.args, r.stdout)
+		require.Equal(t, "[]", string(obj[tc.key]), "%v: %s", tc.args, r.stdout)
+	}
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -98,7 +98,7 @@ func (c *cli) runSubmit(cmd *cobra.Command, o *submitOptions, behavior string) e
 		return err
 	}
 	req.Params = params
-	if err := precheck(req); err != nil {
+	if err := c.precheck(req); err != nil {
 		return err
 	}
 
@@ -127,23 +127,30 @@ func (c *cli) runSubmit(cmd *cobra.Command, o *submitOptions, behavior string) e
 		return nil
 	}
 
+	return c.waitAndPrint(ctx, client, sub.ID, o)
+}
+
+// waitAndPrint awaits task id for `submit --wait`, showing its progress,
+// and prints how it ended. A task that failed is exit code 1.
+func (c *cli) waitAndPrint(ctx context.Context, tasks api.Tasks, id api.TaskID, o *submitOptions) error {
 	waitCtx := ctx
 	if o.timeout > 0 {
 		var cancel context.CancelFunc
 		waitCtx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
-	task, err := c.awaitWithProgress(waitCtx, client, sub.ID)
+	task, err := c.awaitWithProgress(waitCtx, tasks, id)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return fmt.Errorf("gave up waiting for task %s after %s; it is still there: see 'stint tasks show %s'", sub.ID, o.timeout, sub.ID)
+			return fmt.Errorf("gave up waiting for task %s after %s; it is still there: see 'stint tasks show %s'", id, o.timeout, id)
 		}
 		if errors.Is(err, api.ErrNotFound) {
-			return fmt.Errorf("task %s was removed while waiting for it", sub.ID)
+			return fmt.Errorf("task %s was removed while waiting for it", id)
 		}
-		return fmt.Errorf("wait for task %s: %w", sub.ID, err)
+		return fmt.Errorf("wait for task %s: %w", id, err)
 	}
 	if o.json {
+		c.reg.RedactTask(&task)
 		if err := writeJSONLine(c.stdout, task); err != nil {
 			return err
 		}
@@ -186,14 +193,14 @@ func readParams(s string, r io.Reader) (json.RawMessage, error) {
 // precheck validates the behavior, params and id of req before any
 // database is involved, so that bad input is reported even when the
 // database cannot be reached. The client validates everything again.
-func precheck(req api.SubmitRequest) error {
-	reg, ok := registry().Lookup(req.Behavior)
+func (c *cli) precheck(req api.SubmitRequest) error {
+	reg, ok := c.reg.Lookup(req.Behavior)
 	if !ok {
 		if err := spi.CheckBehaviorID(req.Behavior); err != nil {
 			return err
 		}
 		return &api.InvalidError{Field: "behavior", Err: api.ErrUnknownBehavior,
-			Reason: fmt.Sprintf("%q is not registered; known behaviors: %s", req.Behavior, knownBehaviors())}
+			Reason: fmt.Sprintf("%q is not registered; known behaviors: %s", req.Behavior, c.knownBehaviors())}
 	}
 	if _, err := reg.Decode(req.Params); err != nil {
 		return err
@@ -207,8 +214,8 @@ func precheck(req api.SubmitRequest) error {
 }
 
 // knownBehaviors lists the registered behaviors for error messages.
-func knownBehaviors() string {
-	ids := registry().IDs()
+func (c *cli) knownBehaviors() string {
+	ids := c.reg.IDs()
 	names := make([]string, len(ids))
 	for i, id := range ids {
 		names[i] = string(id)
@@ -244,7 +251,7 @@ func (c *cli) showProgress(ctx context.Context, tasks api.Tasks, id api.TaskID) 
 	for {
 		task, err := tasks.Get(ctx, id)
 		if err == nil && !task.Finished() {
-			line := progressLine(task)
+			line := c.progressLine(task)
 			switch {
 			case terminal:
 				fmt.Fprintf(c.stderr, "\r\033[K%s [%s]", line, time.Since(start).Round(time.Second))
@@ -266,9 +273,14 @@ func (c *cli) showProgress(ctx context.Context, tasks api.Tasks, id api.TaskID) 
 }
 
 // progressLine describes a task that has not finished yet.
-func progressLine(t api.Task) string {
+func (c *cli) progressLine(t api.Task) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "waiting for task %s: %s", t.ID, t.Status)
+	fmt.Fprintf(&b, "waiting for task %s: ", t.ID)
+	if t.Retrying() {
+		b.WriteString(c.statusText(t))
+		return b.String()
+	}
+	b.WriteString(string(t.Status))
 	if t.Attempt > 0 {
 		fmt.Fprintf(&b, ", attempt %d", t.Attempt)
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,13 +27,12 @@ type devRun struct {
 func startDev(ctx context.Context, dir string) *devRun {
 	ctx, stop := context.WithCancel(ctx)
 	d := &devRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}, stop: stop, done: make(chan int, 1)}
-	root := newRootCmd(d.stdout, d.stderr)
-	root.SetArgs([]string{"dev", "--data", dir, "--workers", "8"})
-	go func() { d.done <- execute(ctx, root, d.stderr) }()
+	args := []string{"dev", "--data", dir, "--workers", "8"}
+	go func() { d.done <- Run(ctx, args, nil, strings.NewReader(""), d.stdout, d.stderr) }()
 	return d
 }
 
-var dsnLine = regexp.MustCompile(`(?m)^dsn: (\S+)$`)
+var dsnLine = regexp.MustCompile(`(?m)^url: (\S+)$`)
 
 // waitReady waits until dev has printed its ready line and returns the DSN.
 func (d *devRun) waitReady(t *testing.T) string {
@@ -68,26 +68,8 @@ func (d *devRun) shutdown(t *testing.T) {
 	}
 }
 
-// keepIngestSettings restores the ingest settings when the test ends: dev
-// points them at its own data directory (and pool), which the servers of
-// later tests must not use.
-func keepIngestSettings(t *testing.T) {
-	s := &ingestSettings
-	s.mu.Lock()
-	dir, dsn, pool, profiles, log := s.dir, s.dsn, s.pool, s.profiles, s.log
-	s.mu.Unlock()
-	t.Cleanup(func() {
-		s.mu.Lock()
-		s.dir, s.dsn, s.pool, s.profiles, s.log = dir, dsn, pool, profiles, log
-		s.mu.Unlock()
-	})
-}
-
-// TestDevRoundTripAndRestart does not run in parallel: dev changes the
-// process's ingest settings, and the servers of tests running meanwhile
-// would store their ingest objects in dev's data directory.
 func TestDevRoundTripAndRestart(t *testing.T) {
-	keepIngestSettings(t)
+	t.Parallel()
 	ctx := testContext(t, 4*time.Minute)
 	// PostgreSQL runs as an unprivileged user when the tests run as root:
 	// the directory that holds pgdata must be searchable by that user.
@@ -98,7 +80,12 @@ func TestDevRoundTripAndRestart(t *testing.T) {
 	dev := startDev(ctx, dir)
 	t.Cleanup(dev.stop) // on failure: stops dev, which stops PostgreSQL
 	dsn := dev.waitReady(t)
-	require.Contains(t, dev.stdout.String(), `stint submit demo.echo --params '{"text":"hi"}' --wait --db '`+dsn+`'`)
+	require.Contains(t, dev.stdout.String(), "  URL='"+dsn+"'\n")
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	tryLine := regexp.MustCompile(`(?m)^  (go run \S+ submit .*)$`).FindStringSubmatch(dev.stdout.String())
+	require.NotNil(t, tryLine, dev.stdout.String())
+	require.Contains(t, string(readme), "\n"+tryLine[1]+"\n", "dev suggests the README's command")
 
 	r := runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"hi"}`, "--wait", "--db", dsn)
 	requireOK(t, r)

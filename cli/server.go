@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -47,7 +47,7 @@ finish, release the rest to other nodes, and deregister.`,
 	f := cmd.Flags()
 	f.StringVar(&o.node, "node", "", "node id (default host-pid-random)")
 	f.IntVar(&o.workers, "workers", 0, "most tasks run at once (default 1000)")
-	f.StringSliceVar(&o.behaviors, "behaviors", nil, "comma-separated behaviors to run (default all: "+knownBehaviors()+")")
+	f.StringSliceVar(&o.behaviors, "behaviors", nil, "comma-separated behaviors to run (default all: "+c.knownBehaviors()+")")
 	addHTTPFlags(cmd, &o.http, "")
 	return cmd
 }
@@ -57,7 +57,7 @@ func (c *cli) runServer(ctx context.Context, o *serverOptions) error {
 	if o.workers < 0 {
 		return usageErrorf("--workers %d is negative", o.workers)
 	}
-	behaviors, err := parseBehaviors(o.behaviors)
+	behaviors, err := c.parseBehaviors(o.behaviors)
 	if err != nil {
 		return err
 	}
@@ -65,14 +65,18 @@ func (c *cli) runServer(ctx context.Context, o *serverOptions) error {
 	if err != nil {
 		return err
 	}
-	st, err := openStore(ctx, o.db, postgres.Migrate())
+	st, err := c.openStore(ctx, o.db, postgres.Migrate())
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	reg, err := c.serverRegistry(st)
+	if err != nil {
+		return err
+	}
 	srv, err := impl.NewServer(st, impl.ServerConfig{
 		Node:       o.node,
-		Registry:   serverRegistry(st),
+		Registry:   reg,
 		Behaviors:  behaviors,
 		MaxWorkers: o.workers,
 		Logger:     c.log,
@@ -84,7 +88,7 @@ func (c *cli) runServer(ctx context.Context, o *serverOptions) error {
 		return err
 	}
 	c.log.Info("stint server: running; send SIGINT or SIGTERM to stop", "node", srv.Node())
-	if err := httpSrv.start(srv.Client, st); err != nil {
+	if err := httpSrv.start(srv.Client, st, reg); err != nil {
 		return errors.Join(err, c.stopServer(srv, serverStopTimeout))
 	}
 	<-ctx.Done()
@@ -104,9 +108,9 @@ func (c *cli) stopServer(srv *impl.Server, timeout time.Duration) error {
 }
 
 // parseBehaviors checks the values of a --behaviors flag against the
-// built-in behaviors.
-func parseBehaviors(names []string) ([]api.BehaviorID, error) {
-	reg := registry()
+// registered behaviors.
+func (c *cli) parseBehaviors(names []string) ([]api.BehaviorID, error) {
+	reg := c.reg
 	var ids []api.BehaviorID
 	for _, name := range names {
 		name = strings.TrimSpace(name)
@@ -114,7 +118,7 @@ func parseBehaviors(names []string) ([]api.BehaviorID, error) {
 			continue
 		}
 		if _, ok := reg.Lookup(api.BehaviorID(name)); !ok {
-			return nil, usageErrorf("--behaviors: unknown behavior %q; known behaviors: %s", name, knownBehaviors())
+			return nil, usageErrorf("--behaviors: unknown behavior %q; known behaviors: %s", name, c.knownBehaviors())
 		}
 		ids = append(ids, api.BehaviorID(name))
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func (c *cli) newStatsCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the statistics as JSON")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
-		st, err := openStore(ctx, db, postgres.MaxConns(2))
+		st, err := c.openStore(ctx, db, postgres.MaxConns(2))
 		if err != nil {
 			return err
 		}
@@ -38,21 +38,38 @@ func (c *cli) newStatsCmd() *cobra.Command {
 		if asJSON {
 			return writeJSON(c.stdout, stats)
 		}
+		if len(stats.Counts) == 0 && len(stats.Due) == 0 && len(stats.Running) == 0 {
+			fmt.Fprintln(c.stderr, "no tasks")
+			return nil
+		}
+		// Each table is printed only when it has rows: no empty headers.
 		tw := newTable(c.stdout)
-		fmt.Fprintln(tw, "BEHAVIOR\tSTATUS\tTASKS")
-		for _, n := range stats.Counts {
+		first := true
+		section := func(header string, rows int, row func(i int)) {
+			if rows == 0 {
+				return
+			}
+			if !first {
+				fmt.Fprintln(tw)
+			}
+			first = false
+			fmt.Fprintln(tw, header)
+			for i := range rows {
+				row(i)
+			}
+		}
+		section("BEHAVIOR\tSTATUS\tTASKS", len(stats.Counts), func(i int) {
+			n := stats.Counts[i]
 			fmt.Fprintf(tw, "%s\t%s\t%d\n", n.Behavior, n.Status, n.Count)
-		}
-		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "BEHAVIOR\tDUE NOW\tOLDEST DUE")
-		for _, d := range stats.Due {
+		})
+		section("BEHAVIOR\tDUE NOW\tOLDEST DUE", len(stats.Due), func(i int) {
+			d := stats.Due[i]
 			fmt.Fprintf(tw, "%s\t%d\t%s\n", d.Behavior, d.Count, formatAge(d.OldestAge))
-		}
-		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "NODE\tRUNNING\tLEASE EXPIRED")
-		for _, n := range stats.Running {
+		})
+		section("NODE\tRUNNING\tLEASE EXPIRED", len(stats.Running), func(i int) {
+			n := stats.Running[i]
 			fmt.Fprintf(tw, "%s\t%d\t%d\n", orDash(n.Node), n.Running, n.Expired)
-		}
+		})
 		if err := tw.Flush(); err != nil {
 			return fmt.Errorf("write table: %w", err)
 		}
@@ -103,6 +120,7 @@ func (c *cli) newTasksWaitCmd() *cobra.Command {
 			return fmt.Errorf("wait for task %s: %w", id, err)
 		}
 		if asJSON {
+			c.reg.RedactTask(&t)
 			if err := writeJSON(c.stdout, t); err != nil {
 				return err
 			}

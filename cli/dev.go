@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -144,9 +144,13 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 		return err
 	}
 	defer st.Close()
-	ingestDemo := c.prepareIngestDemo(dir, st.Pool()) // before registry(): configures the ingest behaviors
+	ingestDemo := c.prepareIngestDemo(dir, st.Pool()) // before serverRegistry: configures the ingest behaviors
+	reg, err := c.serverRegistry(st)
+	if err != nil {
+		return err
+	}
 	srv, err := impl.NewServer(st, impl.ServerConfig{
-		Registry:   serverRegistry(st),
+		Registry:   reg,
 		MaxWorkers: o.workers,
 		Logger:     c.log,
 	})
@@ -156,14 +160,16 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
-	if err := httpSrv.start(srv.Client, st); err != nil {
+	if err := httpSrv.start(srv.Client, st, reg); err != nil {
 		return errors.Join(err, c.stopServer(srv, devStopTimeout))
 	}
 
 	fmt.Fprintf(c.stdout, "stint dev: PostgreSQL data in %s (server log: %s)\n", cluster.DataDir(), cluster.LogFile())
-	fmt.Fprintf(c.stdout, "dsn: %s\n", dsn)
-	fmt.Fprintf(c.stdout, "ready: node %s runs %s; press Ctrl-C to stop. Try:\n", srv.Node(), knownBehaviors())
-	fmt.Fprintf(c.stdout, "  stint submit demo.echo --params '{\"text\":\"hi\"}' --wait --db '%s'\n", dsn)
+	// The try-it lines are the README's quickstart, word for word.
+	fmt.Fprintf(c.stdout, "url: %s\n", dsn)
+	fmt.Fprintf(c.stdout, "ready: node %s runs %s; press Ctrl-C to stop. In another terminal, try:\n", srv.Node(), c.knownBehaviors())
+	fmt.Fprintf(c.stdout, "  URL='%s'\n", dsn)
+	fmt.Fprintf(c.stdout, "  go run ./cmd/stint submit demo.echo --params '{\"text\":\"hi\"}' --wait --db \"$URL\"\n")
 
 	var demoDone sync.WaitGroup
 	demoDone.Go(func() { c.demoRoundTrip(ctx, srv) })

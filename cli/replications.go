@@ -1,120 +1,19 @@
-package main
+package cli
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
-	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/stinthq/stint/api"
-	"github.com/stinthq/stint/behaviors/cleanup"
 	"github.com/stinthq/stint/behaviors/replication"
 	"github.com/stinthq/stint/impl"
-	"github.com/stinthq/stint/spi"
-	"github.com/stinthq/stint/store"
 	"github.com/stinthq/stint/store/postgres"
 )
-
-// builtinStores are the stores the cleanup and replication behaviors of
-// this process use beyond the task API (deletes of old tasks, the
-// replication definitions), by URL. registry() is built before a command
-// opens its database, so the store is opened on first use, from the
-// database the command opened: the URL openStore recorded, or the pool of
-// `stint dev` (both kept in ingestSettings), else $STINT_DATABASE_URL. The
-// stores live as long as the process.
-var builtinStores struct {
-	mu sync.Mutex
-	m  map[string]*postgres.Store
-}
-
-// openBuiltinStore returns the store of the database the command opened,
-// opening it on first use.
-func openBuiltinStore(ctx context.Context) (*postgres.Store, error) {
-	ingestSettings.mu.Lock()
-	dsn, pool := ingestSettings.dsn, ingestSettings.pool
-	ingestSettings.mu.Unlock()
-	if dsn == "" && pool != nil {
-		dsn = pool.Config().ConnString()
-	}
-	if dsn == "" {
-		dsn = os.Getenv(envDatabaseURL)
-	}
-	if dsn == "" {
-		return nil, fmt.Errorf("no stint database for the cleanup and replication behaviors: pass --db or set %s", envDatabaseURL)
-	}
-	builtinStores.mu.Lock()
-	defer builtinStores.mu.Unlock()
-	if st := builtinStores.m[dsn]; st != nil {
-		return st, nil
-	}
-	st, err := postgres.Open(ctx, dsn, postgres.MaxConns(4), postgres.PollOnly())
-	if err != nil {
-		return nil, fmt.Errorf("open the stint database for the cleanup and replication behaviors: %w", err)
-	}
-	if builtinStores.m == nil {
-		builtinStores.m = map[string]*postgres.Store{}
-	}
-	builtinStores.m[dsn] = st
-	return st, nil
-}
-
-// registerReplication registers replication and replication.continuous,
-// working on the server's database (serverPool); without one, it is opened
-// on first use from the database the command recorded.
-func registerReplication(reg *spi.Registry, serverPool *pgxpool.Pool) error {
-	return replication.Register(reg, replication.Config{
-		OpenDB: func(ctx context.Context) (*pgxpool.Pool, error) {
-			if serverPool != nil {
-				return serverPool, nil
-			}
-			st, err := openBuiltinStore(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return st.Pool(), nil
-		},
-	})
-}
-
-// registerCleanup registers the cleanup behavior for the behaviors of reg,
-// working on st, the server's store; with a nil st (a registry for
-// submitting only) its store is opened on first use.
-func registerCleanup(reg *spi.Registry, st *postgres.Store) error {
-	if st == nil {
-		return cleanup.Register(reg, lazyCleanupStore{}, cleanup.Config{})
-	}
-	return cleanup.Register(reg, st, cleanup.Config{})
-}
-
-// lazyCleanupStore is the cleanup behavior's store when the registry is not
-// a server's (see serverRegistry): opened on first use, from the database
-// the command opened.
-type lazyCleanupStore struct{}
-
-// DeleteFinished deletes a batch of old finished tasks; see store.Store.
-func (lazyCleanupStore) DeleteFinished(ctx context.Context, p store.DeleteFinishedParams) (int, error) {
-	st, err := openBuiltinStore(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return st.DeleteFinished(ctx, p)
-}
-
-// Maintain drops dead feed consumers and nodes and trims the feed; see
-// store.Store.
-func (lazyCleanupStore) Maintain(ctx context.Context, p store.MaintainParams) (store.MaintainResult, error) {
-	st, err := openBuiltinStore(ctx)
-	if err != nil {
-		return store.MaintainResult{}, err
-	}
-	return st.Maintain(ctx, p)
-}
 
 // newReplicationsCmd returns `stint replications` and its subcommands.
 func (c *cli) newReplicationsCmd() *cobra.Command {
@@ -137,11 +36,11 @@ penalty), completed (a one-shot replication that caught up), failed.`,
 // openReplications opens the store and a client on the database db names.
 // close releases both.
 func (c *cli) openReplications(ctx context.Context, db *dbFlag) (*postgres.Store, *impl.Client, func(), error) {
-	st, err := openStore(ctx, db, postgres.MaxConns(4), postgres.PollOnly())
+	st, err := c.openStore(ctx, db, postgres.MaxConns(4), postgres.PollOnly())
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	client, err := impl.NewClient(st, impl.ClientConfig{Registry: registry(), Logger: c.log})
+	client, err := impl.NewClient(st, impl.ClientConfig{Registry: c.reg, Logger: c.log})
 	if err != nil {
 		st.Close()
 		return nil, nil, nil, fmt.Errorf("create client: %w", err)
@@ -200,7 +99,9 @@ count (reset after a healthy run), the node and the tables.`,
 			if out == nil {
 				out = []replication.Info{}
 			}
-			return writeJSON(c.stdout, out)
+			return writeJSON(c.stdout, struct {
+				Replications []replication.Info `json:"replications"`
+			}{out})
 		}
 		if len(out) == 0 {
 			fmt.Fprintln(c.stderr, "no replications")

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/stinthq/stint/behaviors/ingest"
 	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store/postgres"
 	"github.com/stinthq/stint/web"
 )
@@ -166,14 +167,13 @@ func listenAddr(v string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-// start serves the API and dashboard for client and st until stop. It
-// returns once the address is bound.
-func (s *httpServer) start(client *impl.Client, st *postgres.Store) error {
+// start serves the API and dashboard for client and st, with the
+// behaviors of reg, until stop. It returns once the address is bound.
+func (s *httpServer) start(client *impl.Client, st *postgres.Store, reg *spi.Registry) error {
 	if s == nil {
 		return nil
 	}
 	log := s.c.log
-	reg := registry()
 	cfg := web.Config{
 		Client:         client,
 		Store:          st,

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -28,7 +28,9 @@ func TestServerCommandRunsTasksAndStopsCleanly(t *testing.T) {
 	waitFor(t, 30*time.Second, "the node to register", func() bool {
 		r := runCLI(ctx, "nodes", "ls", "--json", "--db", dsn)
 		requireOK(t, r)
-		require.NoError(t, json.Unmarshal([]byte(r.stdout), &nodes))
+		var page struct{ Nodes []nodeJSON }
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+		nodes = page.Nodes
 		return len(nodes) == 1
 	})
 	require.Equal(t, "cli-node", nodes[0].ID)

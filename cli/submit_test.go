@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -91,11 +91,11 @@ func TestSubmitBadInputStoresNothing(t *testing.T) {
 		{"missing params file", []string{"demo.echo", "--params", "@missing-file"}, "--params @missing-file: cannot read the params"},
 		{"unknown behavior", []string{"demo.nope", "--params", `{"text":"x"}`}, `invalid behavior: "demo.nope" is not registered; known behaviors: cleanup, demo.echo,`},
 		{"malformed behavior", []string{"Demo!", "--params", `{"text":"x"}`}, "invalid behavior"},
-		{"missing required param", []string{"demo.echo", "--params", `{}`}, "invalid params.text: fails required"},
-		{"no params", []string{"demo.echo"}, "invalid params.text: fails required"},
+		{"missing required param", []string{"demo.echo", "--params", `{}`}, "invalid params.text: is required"},
+		{"no params", []string{"demo.echo"}, "invalid params.text: is required"},
 		{"unknown param", []string{"demo.echo", "--params", `{"text":"x","bogus":1}`}, "invalid params.bogus: unknown field"},
-		{"wrong param type", []string{"demo.echo", "--params", `{"text":5}`}, "invalid params.text"},
-		{"param out of range", []string{"demo.echo", "--params", `{"text":"x","delay_ms":-1}`}, "invalid params.delay_ms: fails gte=0"},
+		{"wrong param type", []string{"demo.echo", "--params", `{"text":5}`}, "invalid params.text: must be a string, got a number"},
+		{"param out of range", []string{"demo.echo", "--params", `{"text":"x","delay_ms":-1}`}, "invalid params.delay_ms: must be at least 0"},
 		{"bad id", []string{"demo.echo", "--params", `{"text":"x"}`, "--id", "a"}, `invalid id: "a" must be 3 to 128 characters`},
 		{"negative delay", []string{"demo.echo", "--params", `{"text":"x"}`, "--delay=-5s"}, "--delay -5s is negative"},
 		{"malformed delay", []string{"demo.echo", "--params", `{"text":"x"}`, "--delay", "soon"}, `invalid argument "soon" for "--delay"`},
@@ -119,10 +119,8 @@ func TestSubmitParamsFromStdin(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	dsn := pgtest.New(t)
 	var stdout, stderr syncBuffer
-	root := newRootCmd(&stdout, &stderr)
-	root.SetIn(strings.NewReader(`{"text":"piped"}`))
-	root.SetArgs([]string{"submit", "demo.echo", "--params", "@-", "--json", "--db", dsn})
-	require.Equal(t, exitOK, execute(ctx, root, &stderr), stderr.String())
+	args := []string{"submit", "demo.echo", "--params", "@-", "--json", "--db", dsn}
+	require.Equal(t, exitOK, Run(ctx, args, nil, strings.NewReader(`{"text":"piped"}`), &stdout, &stderr), stderr.String())
 	var sub api.Submission
 	require.NoError(t, json.Unmarshal([]byte(stdout.String()), &sub))
 	require.True(t, sub.Created)

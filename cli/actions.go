@@ -1,9 +1,10 @@
-package main
+package cli
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -48,8 +49,13 @@ func (c *cli) newTaskActionCmds() []*cobra.Command {
 			switch {
 			case errors.Is(err, api.ErrNotFound):
 				return fmt.Errorf("task %s not found", id)
+			case errors.Is(err, api.ErrConflict):
+				// The store's error names the action, the task and its
+				// state; the sentinel's words add nothing to them.
+				return &exitError{code: exitFailure, err: errors.New(strings.TrimSuffix(err.Error(), ": "+api.ErrConflict.Error()))}
 			case err != nil:
-				return fmt.Errorf("%s task %s: %w", a.use, id, schemaHint(err))
+				// The store's error names the action and the task.
+				return schemaHint(err)
 			}
 			fmt.Fprintf(c.stdout, "task %s %s\n", id, a.done)
 			return nil

@@ -1,11 +1,13 @@
-package main
+package cli
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/store/postgres"
@@ -66,9 +69,7 @@ type result struct {
 // runCLI runs the stint command line with args in-process.
 func runCLI(ctx context.Context, args ...string) result {
 	var stdout, stderr syncBuffer
-	root := newRootCmd(&stdout, &stderr)
-	root.SetArgs(args)
-	code := execute(ctx, root, &stderr)
+	code := Run(ctx, args, nil, strings.NewReader(""), &stdout, &stderr)
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }
 
@@ -93,12 +94,15 @@ func startServer(t *testing.T, ctx context.Context, dsn, node string) *impl.Serv
 	st, err := postgres.Open(ctx, dsn)
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	reg, err := (&builtins{log: log}).registry(st, nil)
+	require.NoError(t, err)
 	srv, err := impl.NewServer(st, impl.ServerConfig{
 		Node:              node,
-		Registry:          serverRegistry(st),
+		Registry:          reg,
 		PollInterval:      100 * time.Millisecond,
 		AwaitPollInterval: 100 * time.Millisecond,
-		Logger:            slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Logger:            log,
 	})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(ctx))
@@ -136,8 +140,12 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 func TestRegistryHoldsBuiltInBehaviors(t *testing.T) {
 	t.Parallel()
-	_, ok := registry().Lookup("demo.echo")
-	require.True(t, ok)
+	c, err := newCLI(io.Discard, io.Discard, nil)
+	require.NoError(t, err)
+	for _, id := range []api.BehaviorID{"demo.echo", "ingest.batch", "replication", "cleanup"} {
+		_, ok := c.reg.Lookup(id)
+		require.True(t, ok, id)
+	}
 }
 
 func TestUsageErrorsExitTwo(t *testing.T) {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -49,7 +49,7 @@ older than its heartbeat interval (5s by default) has probably died.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the nodes as JSON")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
-		st, err := openStore(ctx, db, postgres.MaxConns(2))
+		st, err := c.openStore(ctx, db, postgres.MaxConns(2))
 		if err != nil {
 			return err
 		}
@@ -67,7 +67,9 @@ older than its heartbeat interval (5s by default) has probably died.`,
 			for i, n := range nodes {
 				out[i] = nodeJSON{Node: n, HeartbeatAgeMS: now.Sub(n.HeartbeatAt).Milliseconds()}
 			}
-			return writeJSON(c.stdout, out)
+			return writeJSON(c.stdout, struct {
+				Nodes []nodeJSON `json:"nodes"`
+			}{out})
 		}
 		if len(nodes) == 0 {
 			fmt.Fprintln(c.stderr, "no nodes registered")

@@ -1,9 +1,10 @@
-package main
+package cli
 
 import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -100,6 +101,7 @@ func (c *cli) runTasksLs(cmd *cobra.Command, o *tasksLsOptions) error {
 	if err != nil {
 		return fmt.Errorf("list tasks: %w", schemaHint(err))
 	}
+	c.reg.RedactTasks(page.Tasks) // no password is ever printed
 	if o.json {
 		if page.Tasks == nil {
 			page.Tasks = []api.Task{}
@@ -114,7 +116,7 @@ func (c *cli) runTasksLs(cmd *cobra.Command, o *tasksLsOptions) error {
 	fmt.Fprintln(tw, "ID\tBEHAVIOR\tSTATUS\tPRIORITY\tATTEMPT\tNODE\tUPDATED")
 	for _, t := range page.Tasks {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
-			t.ID, t.Behavior, t.Status, t.Priority, t.Attempt, orDash(t.Node), formatTime(&t.UpdatedAt))
+			t.ID, t.Behavior, shortStatus(t), t.Priority, t.Attempt, orDash(t.Node), formatTime(&t.UpdatedAt))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write table: %w", err)
@@ -153,6 +155,7 @@ func (c *cli) newTasksShowCmd() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("get task %s: %w", id, schemaHint(err))
 		}
+		c.reg.RedactTask(&t) // no password is ever printed
 		if asJSON {
 			return writeJSON(c.stdout, t)
 		}
@@ -167,7 +170,7 @@ func (c *cli) printTask(t api.Task) error {
 	row := func(name, value string) { fmt.Fprintf(tw, "%s:\t%s\n", name, value) }
 	row("id", string(t.ID))
 	row("behavior", string(t.Behavior))
-	row("status", string(t.Status))
+	row("status", c.statusText(t))
 	row("finished", strconv.FormatBool(t.Finished()))
 	row("priority", strconv.Itoa(t.Priority))
 	row("attempt", strconv.Itoa(t.Attempt))
@@ -207,4 +210,32 @@ func (c *cli) printTask(t api.Task) error {
 		fmt.Fprintf(c.stdout, "%s: %s\n", f.name, prettyJSON(f.raw, ""))
 	}
 	return nil
+}
+
+// shortStatus is t's status for a table column: "retrying" for a task
+// whose last run failed and that runs again, else its status.
+func shortStatus(t api.Task) string {
+	if t.Retrying() {
+		return "retrying"
+	}
+	return string(t.Status)
+}
+
+// statusText describes t's status: a task whose last run failed and that
+// runs again as "retrying (attempt n of m, next at t): error", apart from a
+// final failure.
+func (c *cli) statusText(t api.Task) string {
+	if !t.Retrying() {
+		return string(t.Status)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "retrying (attempt %d", t.Attempt)
+	if reg, ok := c.reg.Lookup(t.Behavior); ok && reg.MaxAttempts() > 0 {
+		fmt.Fprintf(&b, " of %d", reg.MaxAttempts())
+	}
+	fmt.Fprintf(&b, ", next at %s)", formatTime(t.ScheduleNotBefore))
+	if t.Error != nil {
+		fmt.Fprintf(&b, ": %s", t.Error.Error())
+	}
+	return b.String()
 }

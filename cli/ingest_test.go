@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"crypto/sha256"
@@ -75,7 +75,45 @@ func TestIngestSubmitAndBatchesShow(t *testing.T) {
 	r = runCLI(ctx, "batches", "ls", "--db", dsn)
 	requireOK(t, r)
 	require.Contains(t, r.stdout, sub.ID)
+
+	// An action the batch's state does not allow says why, once.
+	r = runCLI(ctx, "ingest", "requeue", sub.ID, "--db", dsn)
+	require.Equal(t, exitFailure, r.code, r.stderr)
+	require.Equal(t, "stint: error: requeue of batch "+sub.ID+" that is Completed, not Failed\n", r.stderr)
+
+	// A failed batch names its failed jobs' errors and where to see more.
+	wrong := filepath.Join(t.TempDir(), "wrong.checkm")
+	require.NoError(t, os.WriteFile(wrong, fmt.Appendf(nil, "%s/a.txt | sha256 | %s | 5 | a.txt | obj-1\n",
+		fs.URL, sum("not alpha")), 0o644))
+	r = runCLI(ctx, "ingest", "submit", "--profile", "p1", "--submitter", "me", "--manifest", wrong, "--wait", "--db", dsn)
+	require.Equal(t, exitFailure, r.code, r.stderr)
+	require.Regexp(t, `(?m)^  job \S+/j00000: .*digest_mismatch.*a\.txt`, r.stdout)
+	require.Regexp(t, `(?m)^see every job: stint batches show \S+$`, r.stdout)
 	r = runCLI(ctx, "batches", "ls", "--json", "--db", dsn)
 	requireOK(t, r)
 	require.Contains(t, r.stdout, `"p1"`)
+}
+
+// TestIngestSubmitBadFlagsNameTheFlags: bad batch input is reported in the
+// command line's terms (flags, not the JSON fields they fill) before any
+// database is involved.
+func TestIngestSubmitBadFlagsNameTheFlags(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, time.Minute)
+	const db = "postgres://nobody@127.0.0.1:1/none"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--profile", "p", "--submitter", "me"}, "stint: error: invalid batch: --url or --manifest: one of them is required\n"},
+		{[]string{"--submitter", "me", "--url", "http://x/y"}, `stint: error: invalid batch: --profile "": want 1 to 128 characters`},
+		{[]string{"--profile", "p", "--submitter", "me", "--url", "ftp://x"}, `stint: error: invalid batch: --url: URL "ftp://x": scheme "ftp" is not allowed`},
+		{[]string{"--profile", "p", "--url", "http://x/y"}, "stint: error: invalid --submitter: is required\n"},
+		{[]string{"--profile", "p", "--submitter", "me", "--url", "http://x/y", "--priority", "40000"}, "stint: error: invalid --priority: must be at most 32767\n"},
+	} {
+		r := runCLI(ctx, append(append([]string{"ingest", "submit"}, tc.args...), "--db", db)...)
+		require.Equal(t, exitUsage, r.code, r.stderr)
+		require.True(t, strings.HasPrefix(r.stderr, tc.want), "%v: got %q", tc.args, r.stderr)
+		require.NotContains(t, r.stderr, "JSON")
+	}
 }

@@ -1,9 +1,19 @@
-// Command stint is the command-line interface of stint, the task framework on
-// PostgreSQL.
+// Package cli is the command line of stint, the task framework on
+// PostgreSQL: the stint command, and the same commands for a program with
+// behaviors of its own.
 //
 // It runs a development setup with an embedded PostgreSQL (dev), a server
-// node (server), applies the schema (migrate), submits tasks and awaits their
-// results (submit), and inspects tasks (tasks) and server nodes (nodes).
+// node with the HTTP API and dashboard (server), applies the schema
+// (migrate), submits tasks and awaits their results (submit), and inspects
+// tasks (tasks), server nodes (nodes), ingest batches and replications.
+// cmd/stint is Main with the built-in behaviors; a program registers its
+// own behaviors and calls Main with them:
+//
+//	func main() {
+//		reg := spi.NewRegistry()
+//		spi.MustRegister(reg, greet{})
+//		cli.Main(reg)
+//	}
 //
 // Every command except dev takes the database as --db URL, defaulting to the
 // environment variable STINT_DATABASE_URL.
@@ -12,7 +22,7 @@
 // be reached, a task that was awaited failed, a task was not found); 2 for
 // bad input (an unknown flag, a malformed flag value, invalid params, an
 // unknown behavior), in which case nothing was stored.
-package main
+package cli
 
 import (
 	"bytes"
@@ -31,12 +41,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/stinthq/stint/api"
-	"github.com/stinthq/stint/behaviors/demo"
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store/postgres"
@@ -52,7 +60,14 @@ const (
 	exitUsage   = 2
 )
 
-func main() {
+// Main runs the stint command line on os.Args with the behaviors of reg in
+// addition to stint's built-in ones, and exits with its code: 0 on success,
+// 1 on failure, 2 for bad input. A program that defines its own behaviors
+// calls it from its main to get every stint command (server, dev, submit,
+// tasks, the HTTP API and dashboard, ...) for them. reg may be nil; a
+// behavior with a built-in's id is an error. SIGINT and SIGTERM stop the
+// command gracefully; a second one ends the process at once.
+func Main(reg *spi.Registry) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// After the first signal, restore the default behavior so that a
@@ -65,8 +80,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "stint: error:", err)
 		os.Exit(exitFailure)
 	}
-	root := newRootCmd(os.Stdout, os.Stderr)
-	code := execute(ctx, root, os.Stderr)
+	code := Run(ctx, os.Args[1:], reg, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = shutdownTelemetry(flushCtx)
@@ -74,33 +88,22 @@ func main() {
 	os.Exit(code)
 }
 
-// registry returns a registry holding every built-in behavior, for
-// commands that submit and inspect but run nothing.
-func registry() *spi.Registry { return serverRegistry(nil) }
-
-// serverRegistry returns a registry holding every built-in behavior, wired
-// to st, the store a server runs on (nil for submit-only use: the behaviors
-// then open the database the command recorded, on first use). It is the one
-// place where built-in behaviors are wired into the CLI: add new ones here.
-func serverRegistry(st *postgres.Store) *spi.Registry {
-	var pool *pgxpool.Pool
-	if st != nil {
-		pool = st.Pool()
+// Run runs the stint command line with args (the program name left out)
+// and the behaviors of reg in addition to the built-in ones, reading stdin
+// and writing to stdout and stderr, until it is done or ctx ends. It
+// returns the exit code: 0 on success, 1 on failure, 2 for bad input. It
+// sets up no signal handling or telemetry: Main does.
+func Run(ctx context.Context, args []string, reg *spi.Registry, stdin io.Reader, stdout, stderr io.Writer) int {
+	c, err := newCLI(stdout, stderr, reg)
+	if err != nil {
+		fmt.Fprintf(stderr, "stint: error: %v\n", err)
+		return exitFailure
 	}
-	reg := spi.NewRegistry()
-	for _, register := range []func(*spi.Registry) error{
-		demo.Register,
-		func(reg *spi.Registry) error { return registerIngest(reg, pool) },
-		func(reg *spi.Registry) error { return registerReplication(reg, pool) },
-		func(reg *spi.Registry) error { return registerCleanup(reg, st) },
-	} {
-		if err := register(reg); err != nil {
-			// A built-in behavior that does not register is a programming
-			// error, caught by any test of this package.
-			panic(fmt.Sprintf("stint: register built-in behaviors: %v", err))
-		}
-	}
-	return reg
+	defer c.builtins.close()
+	root := c.newRootCmd()
+	root.SetIn(stdin)
+	root.SetArgs(args)
+	return execute(ctx, root, stderr)
 }
 
 // exitError is an error together with the exit code it ends the process
@@ -182,19 +185,43 @@ func execute(ctx context.Context, root *cobra.Command, stderr io.Writer) int {
 	return code
 }
 
-// cli holds what every command shares: the outputs and the logger.
+// cli holds what every command shares: the outputs, the logger and the
+// behaviors.
 type cli struct {
 	stdout, stderr io.Writer
 	level          *slog.LevelVar
 	log            *slog.Logger
+	// behaviors are the program's own behaviors, nil for none.
+	behaviors *spi.Registry
+	// builtins wires the built-in behaviors for this run.
+	builtins *builtins
+	// reg holds every behavior, for commands that submit and inspect but
+	// run nothing; servers build their own (see serverRegistry).
+	reg *spi.Registry
 }
 
-// newRootCmd returns the stint command tree writing to stdout and stderr.
-// Errors returned by its commands carry their exit code (see exitCode).
-func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
-	c := &cli{stdout: stdout, stderr: stderr, level: new(slog.LevelVar)}
+// newCLI returns the shared state of one run of the command line, with
+// the program's behaviors (nil for none) besides the built-in ones.
+func newCLI(stdout, stderr io.Writer, behaviors *spi.Registry) (*cli, error) {
+	c := &cli{stdout: stdout, stderr: stderr, level: new(slog.LevelVar), behaviors: behaviors}
 	c.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.level}))
+	c.builtins = &builtins{log: c.log}
+	reg, err := c.builtins.registry(nil, behaviors)
+	if err != nil {
+		return nil, err
+	}
+	c.reg = reg
+	return c, nil
+}
 
+// serverRegistry returns a registry of every behavior for a server on st.
+func (c *cli) serverRegistry(st *postgres.Store) (*spi.Registry, error) {
+	return c.builtins.registry(st, c.behaviors)
+}
+
+// newRootCmd returns the stint command tree. Errors returned by its
+// commands carry their exit code (see exitCode).
+func (c *cli) newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "stint",
 		Short: "stint runs durable tasks on PostgreSQL",
@@ -212,8 +239,8 @@ Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
 			return cmd.Help()
 		},
 	}
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetOut(c.stdout)
+	root.SetErr(c.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err}
 	})
@@ -296,23 +323,23 @@ func (f *dbFlag) URL() (string, error) {
 }
 
 // openStore opens the store at the database db names, with opts.
-func openStore(ctx context.Context, db *dbFlag, opts ...postgres.Option) (*postgres.Store, error) {
+func (c *cli) openStore(ctx context.Context, db *dbFlag, opts ...postgres.Option) (*postgres.Store, error) {
 	dsn, err := db.URL()
 	if err != nil {
 		return nil, err
 	}
-	setIngestDatabase(dsn) // the ingest behaviors keep their inventory there
+	c.builtins.setDatabase(dsn) // the built-in behaviors work on it too
 	return postgres.Open(ctx, dsn, opts...)
 }
 
 // openClient opens the store at the database db names and a client-only
 // api.Tasks on it with every built-in behavior. close releases both.
 func (c *cli) openClient(ctx context.Context, db *dbFlag) (client *impl.Client, close func(), err error) {
-	st, err := openStore(ctx, db, postgres.MaxConns(4))
+	st, err := c.openStore(ctx, db, postgres.MaxConns(4))
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err = impl.NewClient(st, impl.ClientConfig{Registry: registry(), Logger: c.log})
+	client, err = impl.NewClient(st, impl.ClientConfig{Registry: c.reg, Logger: c.log})
 	if err != nil {
 		st.Close()
 		return nil, nil, fmt.Errorf("create client: %w", err)
