@@ -269,7 +269,8 @@ func (s *Store) Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event,
 		rows, err := s.pool.Query(ctx, `
 			WITH a AS (SELECT snap FROM stint_feed_tick WHERE tick = $1),
 			     b AS (SELECT snap FROM stint_feed_tick WHERE tick = $2)
-			SELECT c.seq, u.task_id, u.behavior, u.status, coalesce(u.parent_id, ''), u.final, c.at
+			SELECT c.seq, u.task_id, u.behavior, u.status, coalesce(u.parent_id, ''), u.final, c.at,
+			    c.progresses[u.pos]
 			FROM stint_change c CROSS JOIN b LEFT JOIN a ON true,
 			     unnest(c.task_ids, c.behaviors, c.statuses, c.parent_ids, c.finals) WITH ORDINALITY
 			         AS u(task_id, behavior, status, parent_id, final, pos)
@@ -283,7 +284,9 @@ func (s *Store) Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event,
 			return nil, cursor, fmt.Errorf("read changes: %w", err)
 		}
 		var e api.Event
-		if _, err := pgx.ForEachRow(rows, []any{&e.Seq, &e.TaskID, &e.Behavior, &e.Status, &e.ParentID, &e.Final, &e.At}, func() error {
+		var progress []byte
+		if _, err := pgx.ForEachRow(rows, []any{&e.Seq, &e.TaskID, &e.Behavior, &e.Status, &e.ParentID, &e.Final, &e.At, &progress}, func() error {
+			e.Progress = progress
 			out = append(out, e)
 			return nil
 		}); err != nil {

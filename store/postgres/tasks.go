@@ -855,24 +855,38 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok map[a
 	return nil
 }
 
+// checkpointSQL stores a run's progress and records a progress event in
+// the change feed, carrying the progress, unless the task had one less than
+// a second ago: a fast checkpointer costs the feed at most one row per task
+// and second. The event is the first of a burst; a reader that wants the
+// latest progress reads the task.
+const checkpointSQL = `
+WITH u AS (
+    UPDATE stint_task SET progress = $3::jsonb, updated_at = now(),
+        progress_event_at = CASE WHEN progress_event_at > statement_timestamp() - interval '1 second'
+            THEN progress_event_at ELSE statement_timestamp() END
+    WHERE id = $1 AND lease = $2 AND status = 'running'
+    RETURNING id, behavior, parent_id, progress, progress_event_at = statement_timestamp() AS announce
+), feed AS (
+    INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals, progresses)
+    SELECT ARRAY[id], ARRAY[behavior], ARRAY['running'], ARRAY[parent_id], ARRAY[false], ARRAY[progress]
+    FROM u WHERE announce
+)
+SELECT count(*) FROM u`
+
 // Checkpoint stores progress; see store.Store. It leaves the lease row
 // alone: inside a caller's transaction a write to it would hold up the
 // renewals of every run of the same claim until that transaction ends.
 func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.LeaseRef, progress json.RawMessage) error {
-	const q = `UPDATE stint_task SET progress = $3::jsonb, updated_at = now()
-		WHERE id = $1 AND lease = $2 AND status = 'running'`
-	args := []any{string(r.ID), uuid(r.Lease), string(progress)}
-	var tag interface{ RowsAffected() int64 }
-	var err error
+	var q querier = s.pool
 	if tx != nil {
-		tag, err = tx.Exec(ctx, q, args...)
-	} else {
-		tag, err = s.pool.Exec(ctx, q, args...)
+		q = tx
 	}
-	if err != nil {
+	var n int
+	if err := q.QueryRow(ctx, checkpointSQL, string(r.ID), uuid(r.Lease), string(progress)).Scan(&n); err != nil {
 		return fmt.Errorf("checkpoint task %s: %w", r.ID, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("checkpoint task %s: %w", r.ID, api.ErrHalt)
 	}
 	return nil
