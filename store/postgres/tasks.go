@@ -411,13 +411,19 @@ FROM claimed`
 }
 
 // perGroupCandidatesSQL locks the first claim hints of one behavior for a
-// claim with a cap per group key; the caller picks among them.
-const perGroupCandidatesSQL = `
-SELECT c.ctid, c.id, coalesce(c.group_key, '') FROM stint_due c
+// claim with a cap per group key, leaving out the keys $4 (found at their
+// cap) and the hints $5 (seen already); the caller picks among them. live
+// tells whether the hint still stands for its task.
+var perGroupCandidatesSQL = `
+SELECT c.ctid, c.id, coalesce(c.group_key, ''),
+    EXISTS (SELECT 1 FROM stint_task t WHERE ` + hintMatches("t", "c") + `) AS live
+FROM stint_due c
 WHERE c.behavior = $1
   AND c.due <= now() + $2 * interval '1 microsecond'
   AND NOT EXISTS (SELECT 1 FROM stint_behavior b WHERE b.behavior = $1 AND b.paused)
-  AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
+  AND (c.group_key IS NULL OR (c.group_key <> ALL($4::text[])
+       AND NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key)))
+  AND c.ctid <> ALL($5::tid[])
 ORDER BY c.priority, c.due
 LIMIT $3
 FOR UPDATE SKIP LOCKED`
@@ -441,84 +447,167 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 
 // claimPerGroup claims tasks of one behavior, at most req.PerGroup running
 // per group key across all nodes. A transaction-scoped advisory lock per
-// key, taken in key order, serializes the claimers of a key, so that each
-// counts the running tasks after the previous claimer committed.
+// key serializes the claimers of a key, so that each counts the running
+// tasks after the previous claimer committed.
+//
+// It reads the hints in pickup order a window at a time. A key found at its
+// cap is left out of the scans that follow, so a group with a long backlog
+// at its cap never hides the groups behind it; the hints it passed that no
+// longer stand for their task are dropped. The first window's keys are
+// locked in key order, waiting for other claimers; keys found later are
+// only tried (a key another claimer holds counts as capped for this claim),
+// so that two claimers never wait on each other.
 func (s *Store) claimPerGroup(ctx context.Context, req store.ClaimRequest, behaviors []string, leases []int64) ([]store.Claimed, error) {
 	if len(behaviors) != 1 {
 		return nil, fmt.Errorf("claim tasks: a claim capped per group must name one behavior, not %d", len(behaviors))
 	}
 	var out []store.Claimed
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, perGroupCandidatesSQL, behaviors[0], req.LookAhead.Microseconds(), req.Limit*4)
-		if err != nil {
-			return err
-		}
-		type candidate struct {
-			hint    pgtype.TID
-			id, key string
-		}
-		var cands []candidate
-		var c candidate
-		if _, err := pgx.ForEachRow(rows, []any{&c.hint, &c.id, &c.key}, func() error { cands = append(cands, c); return nil }); err != nil {
-			return err
-		}
-		var keys []string
-		for _, c := range cands {
-			if c.key != "" && !slices.Contains(keys, c.key) {
-				keys = append(keys, c.key)
-			}
-		}
-		slices.Sort(keys)
-		running := map[string]int{}
-		if len(keys) > 0 {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('stint.group:' || k, 0))
-				FROM unnest($1::text[]) AS k ORDER BY k`, keys); err != nil {
-				return err
-			}
-			rows, err := tx.Query(ctx, `SELECT group_key, count(*) FROM stint_task
-				WHERE behavior = $1 AND group_key = ANY($2) AND status = 'running'
-				GROUP BY group_key`, behaviors[0], keys)
+		g := groupClaim{tx: tx, behavior: behaviors[0], cap: req.PerGroup,
+			running: map[string]int{}, taken: map[string]bool{}}
+		window := req.Limit * 4
+		for round := 0; round < maxGroupRounds && len(g.hints) < req.Limit; round++ {
+			n, err := g.scan(ctx, req, window, round == 0)
 			if err != nil {
 				return err
 			}
-			var k string
-			var n int
-			if _, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { running[k] = n; return nil }); err != nil {
+			if n < window {
+				break
+			}
+		}
+		if len(g.stale) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM stint_due WHERE ctid = ANY($1)`, g.stale); err != nil {
 				return err
 			}
 		}
-		var hints []pgtype.TID
-		taken := map[string]bool{} // a task may have several hints
-		for _, c := range cands {
-			if len(hints) == req.Limit {
-				break
-			}
-			if taken[c.id] {
-				continue
-			}
-			if c.key != "" {
-				if running[c.key] >= req.PerGroup {
-					continue
-				}
-				running[c.key]++
-			}
-			taken[c.id] = true
-			hints = append(hints, c.hint)
-		}
-		if len(hints) == 0 {
+		if len(g.hints) == 0 {
 			return nil
 		}
-		rows, err = tx.Query(ctx, claimHintsSQL, req.Node, behaviors, leases, hints, int64(0))
+		rows, err := tx.Query(ctx, claimHintsSQL, req.Node, behaviors, leases, g.hints, int64(0))
 		if err != nil {
 			return err
 		}
-		out, err = scanClaimed(rows, len(hints))
+		out, err = scanClaimed(rows, len(g.hints))
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	return out, nil
+}
+
+// maxGroupRounds bounds the windows of hints one capped claim reads: each
+// round leaves out the keys the ones before found at their cap.
+const maxGroupRounds = 8
+
+// groupClaim is the state of a claim capped per group key.
+type groupClaim struct {
+	tx       pgx.Tx
+	behavior string
+	cap      int
+	running  map[string]int  // running tasks of the locked keys, picks included
+	capped   []string        // keys at their cap, or locked by another claimer
+	seen     []pgtype.TID    // hints read so far
+	hints    []pgtype.TID    // hints picked to claim
+	stale    []pgtype.TID    // hints that no longer stand for their task
+	taken    map[string]bool // picked task ids: a task may have several hints
+}
+
+// scan reads the next window of hints, locks and counts their new keys
+// (waiting for the lock when wait is set) and picks hints up to the limit.
+// It returns how many hints it read.
+func (g *groupClaim) scan(ctx context.Context, req store.ClaimRequest, window int, wait bool) (int, error) {
+	type candidate struct {
+		hint    pgtype.TID
+		id, key string
+		live    bool
+	}
+	capped, seen := g.capped, g.seen
+	if capped == nil {
+		capped = []string{}
+	}
+	if seen == nil {
+		seen = []pgtype.TID{}
+	}
+	rows, err := g.tx.Query(ctx, perGroupCandidatesSQL, g.behavior, req.LookAhead.Microseconds(), window, capped, seen)
+	if err != nil {
+		return 0, err
+	}
+	var cands []candidate
+	var c candidate
+	if _, err := pgx.ForEachRow(rows, []any{&c.hint, &c.id, &c.key, &c.live}, func() error { cands = append(cands, c); return nil }); err != nil {
+		return 0, err
+	}
+	var keys []string
+	for _, c := range cands {
+		g.seen = append(g.seen, c.hint)
+		if !c.live {
+			g.stale = append(g.stale, c.hint)
+			continue
+		}
+		if _, counted := g.running[c.key]; c.key != "" && !counted && !slices.Contains(keys, c.key) && !slices.Contains(g.capped, c.key) {
+			keys = append(keys, c.key)
+		}
+	}
+	if err := g.lockAndCount(ctx, keys, wait); err != nil {
+		return 0, err
+	}
+	for _, c := range cands {
+		if len(g.hints) == req.Limit {
+			break
+		}
+		if !c.live || g.taken[c.id] {
+			continue
+		}
+		if c.key != "" {
+			n, counted := g.running[c.key]
+			if !counted || n >= g.cap {
+				if !slices.Contains(g.capped, c.key) {
+					g.capped = append(g.capped, c.key)
+				}
+				continue
+			}
+			g.running[c.key]++
+		}
+		g.taken[c.id] = true
+		g.hints = append(g.hints, c.hint)
+	}
+	return len(cands), nil
+}
+
+// lockAndCount takes the advisory locks of keys in key order, waiting when
+// wait is set and else only trying (a key it cannot lock stays uncounted,
+// and so capped), and counts the running tasks of the keys it locked.
+func (g *groupClaim) lockAndCount(ctx context.Context, keys []string, wait bool) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	lock := `SELECT k FROM unnest($1::text[]) AS k WHERE pg_try_advisory_xact_lock(hashtextextended('stint.group:' || k, 0)) ORDER BY k`
+	if wait {
+		lock = `SELECT k FROM unnest($1::text[]) AS k, pg_advisory_xact_lock(hashtextextended('stint.group:' || k, 0)) ORDER BY k`
+	}
+	rows, err := g.tx.Query(ctx, lock, keys)
+	if err != nil {
+		return err
+	}
+	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(locked) == 0 {
+		return err
+	}
+	for _, k := range locked {
+		g.running[k] = 0
+	}
+	rows, err = g.tx.Query(ctx, `SELECT group_key, count(*) FROM stint_task
+		WHERE behavior = $1 AND group_key = ANY($2) AND status = 'running'
+		GROUP BY group_key`, g.behavior, locked)
+	if err != nil {
+		return err
+	}
+	var k string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&k, &n}, func() error { g.running[k] = n; return nil })
+	return err
 }
 
 // uuid wraps a lease for pgx. A pgtype.UUID names its type, which the exec
