@@ -21,3 +21,12 @@ UPDATE stint_task SET waiting_children = false WHERE status = 'held' AND waiting
 -- Progress events carry the progress they announce, at their array
 -- position; other rows of the feed leave it NULL.
 ALTER TABLE stint_change ADD COLUMN progresses jsonb[];
+
+-- A submit sets resubmit_due and a hold held_due, as they set the due time.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'stint_client') THEN
+        GRANT UPDATE (resubmit_due, held_due) ON stint_task TO stint_client;
+    END IF;
+END
+$$;
