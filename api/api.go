@@ -232,4 +232,8 @@ type Event struct {
 	// removed.
 	Final bool      `json:"final"`
 	At    time.Time `json:"at"`
+	// Progress is set on the progress events of a running task: the
+	// progress its checkpoint stored. Checkpoints are coalesced: at most
+	// one progress event per task and second.
+	Progress json.RawMessage `json:"progress,omitempty"`
 }

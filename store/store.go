@@ -96,6 +96,9 @@ type Claimed struct {
 	ParentID      api.TaskID
 	GroupKey      string
 	Trace         string
+	// Resubmitted tells that the run is one a submit asked for while the
+	// task was running (the resubmit flag of the run before).
+	Resubmitted bool
 }
 
 // Renewal extends a run's lease by Duration from the database's now().
@@ -172,7 +175,9 @@ type Store interface {
 	// tasks it took over.
 	Takeover(ctx context.Context, limit int) (leases, tasks int, err error)
 	// Finish records completions in one statement and returns, for each,
-	// whether its lease still held (false: api.ErrHalt for that run).
+	// whether its lease still held (false: api.ErrHalt for that run). A
+	// completion whose row cannot be written is reported false too, and
+	// never keeps the others of its batch from being recorded.
 	Finish(ctx context.Context, cs []Completion) ([]bool, error)
 	// Checkpoint stores a run's progress. With a non-nil tx it runs inside
 	// it. It returns api.ErrHalt when the lease no longer holds.

@@ -122,21 +122,27 @@ func (s *Store) transition(ctx context.Context, verb string, id api.TaskID, quer
 	return fmt.Errorf("%s task %s: it is %s: %w", verb, id, status, api.ErrConflict)
 }
 
-// Hold keeps a scheduled (or retrying) task from being claimed.
+// Hold keeps a scheduled (or retrying) task from being claimed. It keeps
+// the task's due time for Release. A parent that waits for its children
+// keeps waiting while held.
 func (s *Store) Hold(ctx context.Context, id api.TaskID) error {
 	return s.transition(ctx, "hold", id, `
 		WITH u AS (
-		    UPDATE stint_task SET status = 'held', schedule_not_before = NULL, executed_at = NULL, updated_at = now()
+		    UPDATE stint_task SET status = 'held', held_due = schedule_not_before, schedule_not_before = NULL,
+		        executed_at = NULL, updated_at = now()
 		    WHERE id = $1 AND (status = 'scheduled' OR (status IN ('success', 'failure') AND schedule_not_before IS NOT NULL))
 		    RETURNING id, behavior, parent_id)
 		`+feedInsert("u", "'held'::text", "false"))
 }
 
-// Release makes a held task due at once.
+// Release makes a held task due at the due time it had when it was held,
+// or at the time its last child ended while it was held: at once if that
+// time has passed.
 func (s *Store) Release(ctx context.Context, id api.TaskID) error {
 	return s.transition(ctx, "release", id, `
 		WITH u AS (
-		    UPDATE stint_task SET status = 'scheduled', schedule_not_before = now(), updated_at = now()
+		    UPDATE stint_task SET status = 'scheduled', schedule_not_before = coalesce(held_due, now()), held_due = NULL,
+		        updated_at = now()
 		    WHERE id = $1 AND status = 'held'
 		    RETURNING id, behavior, parent_id, priority, schedule_not_before, group_key, status
 		), due AS (`+dueInsert("u")+`)
@@ -270,7 +276,8 @@ func (s *Store) Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event,
 		rows, err := s.pool.Query(ctx, `
 			WITH a AS (SELECT snap FROM stint_feed_tick WHERE tick = $1),
 			     b AS (SELECT snap FROM stint_feed_tick WHERE tick = $2)
-			SELECT c.seq, u.task_id, u.behavior, u.status, coalesce(u.parent_id, ''), u.final, c.at
+			SELECT c.seq, u.task_id, u.behavior, u.status, coalesce(u.parent_id, ''), u.final, c.at,
+			    c.progresses[u.pos]
 			FROM stint_change c CROSS JOIN b LEFT JOIN a ON true,
 			     unnest(c.task_ids, c.behaviors, c.statuses, c.parent_ids, c.finals) WITH ORDINALITY
 			         AS u(task_id, behavior, status, parent_id, final, pos)
@@ -284,7 +291,9 @@ func (s *Store) Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event,
 			return nil, cursor, fmt.Errorf("read changes: %w", err)
 		}
 		var e api.Event
-		if _, err := pgx.ForEachRow(rows, []any{&e.Seq, &e.TaskID, &e.Behavior, &e.Status, &e.ParentID, &e.Final, &e.At}, func() error {
+		var progress []byte
+		if _, err := pgx.ForEachRow(rows, []any{&e.Seq, &e.TaskID, &e.Behavior, &e.Status, &e.ParentID, &e.Final, &e.At, &progress}, func() error {
+			e.Progress = progress
 			out = append(out, e)
 			return nil
 		}); err != nil {

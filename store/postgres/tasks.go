@@ -3,11 +3,13 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stinthq/stint/api"
@@ -72,9 +74,14 @@ func formatUUID(u [16]byte) string {
 
 // submitSQL inserts tasks or merges them into existing ones, following
 // couch_jobs' add: a scheduled task keeps its params and takes the new due
-// time, a running task is flagged to run again when it ends (params kept), a
-// finished task is scheduled again with the new params. A held task stays
-// held. $10 replaces the params of a scheduled task (after a Combine).
+// time, a running task is flagged to run again when it ends (params kept,
+// the new due time kept for then), a finished task is scheduled again with
+// the new params. A task that waits to run again after a run (a retry or a
+// reschedule) is a scheduled task, not a finished one: it keeps its
+// attempts, errors and last outcome, so resubmits cannot defeat the
+// attempt limit; a retry keeps its backoff (the later of the two due
+// times). A held task stays held. $10 replaces the params of a scheduled
+// task (after a Combine).
 var submitSQL = `
 WITH s AS (
 INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited)
@@ -83,21 +90,28 @@ SELECT r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * inter
 FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[])
      AS r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited)
 ON CONFLICT (id) DO UPDATE SET
-    status = CASE WHEN t.status IN ('success', 'failure') THEN 'scheduled' ELSE t.status END,
-    params = CASE WHEN t.status IN ('success', 'failure') OR (t.status = 'scheduled' AND $10) THEN excluded.params ELSE t.params END,
+    status = CASE WHEN ` + finishedForGood + ` THEN 'scheduled' ELSE t.status END,
+    params = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $10) THEN excluded.params ELSE t.params END,
     priority = CASE WHEN t.status = 'running' THEN t.priority ELSE excluded.priority END,
-    schedule_not_before = CASE WHEN t.status IN ('running', 'held') THEN t.schedule_not_before ELSE excluded.schedule_not_before END,
+    schedule_not_before = CASE WHEN t.status IN ('running', 'held') THEN t.schedule_not_before
+        WHEN t.status = 'failure' AND t.schedule_not_before IS NOT NULL THEN greatest(t.schedule_not_before, excluded.schedule_not_before)
+        ELSE excluded.schedule_not_before END,
     resubmit = t.resubmit OR t.status = 'running',
+    resubmit_due = CASE WHEN t.status = 'running' THEN excluded.schedule_not_before ELSE t.resubmit_due END,
     awaited = t.awaited OR excluded.awaited,
-    attempt = CASE WHEN t.status IN ('success', 'failure') THEN 0 ELSE t.attempt END,
-    errors = CASE WHEN t.status IN ('success', 'failure') THEN 0 ELSE t.errors END,
-    result = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.result END,
-    error = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.error END,
-    executed_at = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.executed_at END,
-    finished_at = CASE WHEN t.status IN ('success', 'failure') THEN NULL ELSE t.finished_at END,
+    attempt = CASE WHEN ` + finishedForGood + ` THEN 0 ELSE t.attempt END,
+    errors = CASE WHEN ` + finishedForGood + ` THEN 0 ELSE t.errors END,
+    result = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.result END,
+    error = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.error END,
+    executed_at = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.executed_at END,
+    finished_at = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.finished_at END,
     updated_at = now()
 RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key
 )` + recordSubmitChanges("$11")
+
+// finishedForGood is the condition under which the existing task t of a
+// submit finished for good: it has an outcome and waits for no next run.
+const finishedForGood = `(t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL)`
 
 // shareSQL inserts tasks and leaves existing ones as they are.
 var shareSQL = `
@@ -401,28 +415,36 @@ WITH cfg AS MATERIALIZED (
         executed_at = now(),
         lost_not_before = now() + cfg.lease_us * interval '1 microsecond',
         waiting_children = false,
+        resubmitted = t.resubmit,
+        resubmit = false,
         updated_at = now()
     FROM hint h, cfg
     WHERE ` + hintMatches("t", "h") + ` AND t.behavior = cfg.behavior
     RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
-        t.parent_id, t.group_key, t.trace, cfg.lease_us
+        t.parent_id, t.group_key, t.trace, cfg.lease_us, t.resubmitted
 ), leases AS (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids)
     SELECT lease, $1, now() + max(lease_us) * interval '1 microsecond', array_agg(id) FROM claimed GROUP BY lease
 ), feed AS (` + feedInsert("claimed", "'running'::text", "false") + `)
 SELECT id, lease, behavior, params, progress, attempt, errors, priority,
-    coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us
+    coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us, resubmitted
 FROM claimed`
 }
 
 // perGroupCandidatesSQL locks the first claim hints of one behavior for a
-// claim with a cap per group key; the caller picks among them.
-const perGroupCandidatesSQL = `
-SELECT c.ctid, c.id, coalesce(c.group_key, '') FROM stint_due c
+// claim with a cap per group key, leaving out the keys $4 (found at their
+// cap) and the hints $5 (seen already); the caller picks among them. live
+// tells whether the hint still stands for its task.
+var perGroupCandidatesSQL = `
+SELECT c.ctid, c.id, coalesce(c.group_key, ''),
+    EXISTS (SELECT 1 FROM stint_task t WHERE ` + hintMatches("t", "c") + `) AS live
+FROM stint_due c
 WHERE c.behavior = $1
   AND c.due <= now() + $2 * interval '1 microsecond'
   AND NOT EXISTS (SELECT 1 FROM stint_behavior b WHERE b.behavior = $1 AND b.paused)
-  AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
+  AND (c.group_key IS NULL OR (c.group_key <> ALL($4::text[])
+       AND NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key)))
+  AND c.ctid <> ALL($5::tid[])
 ORDER BY c.priority, c.due
 LIMIT $3
 FOR UPDATE SKIP LOCKED`
@@ -446,84 +468,167 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 
 // claimPerGroup claims tasks of one behavior, at most req.PerGroup running
 // per group key across all nodes. A transaction-scoped advisory lock per
-// key, taken in key order, serializes the claimers of a key, so that each
-// counts the running tasks after the previous claimer committed.
+// key serializes the claimers of a key, so that each counts the running
+// tasks after the previous claimer committed.
+//
+// It reads the hints in pickup order a window at a time. A key found at its
+// cap is left out of the scans that follow, so a group with a long backlog
+// at its cap never hides the groups behind it; the hints it passed that no
+// longer stand for their task are dropped. The first window's keys are
+// locked in key order, waiting for other claimers; keys found later are
+// only tried (a key another claimer holds counts as capped for this claim),
+// so that two claimers never wait on each other.
 func (s *Store) claimPerGroup(ctx context.Context, req store.ClaimRequest, behaviors []string, leases []int64) ([]store.Claimed, error) {
 	if len(behaviors) != 1 {
 		return nil, fmt.Errorf("claim tasks: a claim capped per group must name one behavior, not %d", len(behaviors))
 	}
 	var out []store.Claimed
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, perGroupCandidatesSQL, behaviors[0], req.LookAhead.Microseconds(), req.Limit*4)
-		if err != nil {
-			return err
-		}
-		type candidate struct {
-			hint    pgtype.TID
-			id, key string
-		}
-		var cands []candidate
-		var c candidate
-		if _, err := pgx.ForEachRow(rows, []any{&c.hint, &c.id, &c.key}, func() error { cands = append(cands, c); return nil }); err != nil {
-			return err
-		}
-		var keys []string
-		for _, c := range cands {
-			if c.key != "" && !slices.Contains(keys, c.key) {
-				keys = append(keys, c.key)
-			}
-		}
-		slices.Sort(keys)
-		running := map[string]int{}
-		if len(keys) > 0 {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('stint.group:' || k, 0))
-				FROM unnest($1::text[]) AS k ORDER BY k`, keys); err != nil {
-				return err
-			}
-			rows, err := tx.Query(ctx, `SELECT group_key, count(*) FROM stint_task
-				WHERE behavior = $1 AND group_key = ANY($2) AND status = 'running'
-				GROUP BY group_key`, behaviors[0], keys)
+		g := groupClaim{tx: tx, behavior: behaviors[0], cap: req.PerGroup,
+			running: map[string]int{}, taken: map[string]bool{}}
+		window := req.Limit * 4
+		for round := 0; round < maxGroupRounds && len(g.hints) < req.Limit; round++ {
+			n, err := g.scan(ctx, req, window, round == 0)
 			if err != nil {
 				return err
 			}
-			var k string
-			var n int
-			if _, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { running[k] = n; return nil }); err != nil {
+			if n < window {
+				break
+			}
+		}
+		if len(g.stale) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM stint_due WHERE ctid = ANY($1)`, g.stale); err != nil {
 				return err
 			}
 		}
-		var hints []pgtype.TID
-		taken := map[string]bool{} // a task may have several hints
-		for _, c := range cands {
-			if len(hints) == req.Limit {
-				break
-			}
-			if taken[c.id] {
-				continue
-			}
-			if c.key != "" {
-				if running[c.key] >= req.PerGroup {
-					continue
-				}
-				running[c.key]++
-			}
-			taken[c.id] = true
-			hints = append(hints, c.hint)
-		}
-		if len(hints) == 0 {
+		if len(g.hints) == 0 {
 			return nil
 		}
-		rows, err = tx.Query(ctx, claimHintsSQL, req.Node, behaviors, leases, hints, int64(0))
+		rows, err := tx.Query(ctx, claimHintsSQL, req.Node, behaviors, leases, g.hints, int64(0))
 		if err != nil {
 			return err
 		}
-		out, err = scanClaimed(rows, len(hints))
+		out, err = scanClaimed(rows, len(g.hints))
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	return out, nil
+}
+
+// maxGroupRounds bounds the windows of hints one capped claim reads: each
+// round leaves out the keys the ones before found at their cap.
+const maxGroupRounds = 8
+
+// groupClaim is the state of a claim capped per group key.
+type groupClaim struct {
+	tx       pgx.Tx
+	behavior string
+	cap      int
+	running  map[string]int  // running tasks of the locked keys, picks included
+	capped   []string        // keys at their cap, or locked by another claimer
+	seen     []pgtype.TID    // hints read so far
+	hints    []pgtype.TID    // hints picked to claim
+	stale    []pgtype.TID    // hints that no longer stand for their task
+	taken    map[string]bool // picked task ids: a task may have several hints
+}
+
+// scan reads the next window of hints, locks and counts their new keys
+// (waiting for the lock when wait is set) and picks hints up to the limit.
+// It returns how many hints it read.
+func (g *groupClaim) scan(ctx context.Context, req store.ClaimRequest, window int, wait bool) (int, error) {
+	type candidate struct {
+		hint    pgtype.TID
+		id, key string
+		live    bool
+	}
+	capped, seen := g.capped, g.seen
+	if capped == nil {
+		capped = []string{}
+	}
+	if seen == nil {
+		seen = []pgtype.TID{}
+	}
+	rows, err := g.tx.Query(ctx, perGroupCandidatesSQL, g.behavior, req.LookAhead.Microseconds(), window, capped, seen)
+	if err != nil {
+		return 0, err
+	}
+	var cands []candidate
+	var c candidate
+	if _, err := pgx.ForEachRow(rows, []any{&c.hint, &c.id, &c.key, &c.live}, func() error { cands = append(cands, c); return nil }); err != nil {
+		return 0, err
+	}
+	var keys []string
+	for _, c := range cands {
+		g.seen = append(g.seen, c.hint)
+		if !c.live {
+			g.stale = append(g.stale, c.hint)
+			continue
+		}
+		if _, counted := g.running[c.key]; c.key != "" && !counted && !slices.Contains(keys, c.key) && !slices.Contains(g.capped, c.key) {
+			keys = append(keys, c.key)
+		}
+	}
+	if err := g.lockAndCount(ctx, keys, wait); err != nil {
+		return 0, err
+	}
+	for _, c := range cands {
+		if len(g.hints) == req.Limit {
+			break
+		}
+		if !c.live || g.taken[c.id] {
+			continue
+		}
+		if c.key != "" {
+			n, counted := g.running[c.key]
+			if !counted || n >= g.cap {
+				if !slices.Contains(g.capped, c.key) {
+					g.capped = append(g.capped, c.key)
+				}
+				continue
+			}
+			g.running[c.key]++
+		}
+		g.taken[c.id] = true
+		g.hints = append(g.hints, c.hint)
+	}
+	return len(cands), nil
+}
+
+// lockAndCount takes the advisory locks of keys in key order, waiting when
+// wait is set and else only trying (a key it cannot lock stays uncounted,
+// and so capped), and counts the running tasks of the keys it locked.
+func (g *groupClaim) lockAndCount(ctx context.Context, keys []string, wait bool) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	lock := `SELECT k FROM unnest($1::text[]) AS k WHERE pg_try_advisory_xact_lock(hashtextextended('stint.group:' || k, 0)) ORDER BY k`
+	if wait {
+		lock = `SELECT k FROM unnest($1::text[]) AS k, pg_advisory_xact_lock(hashtextextended('stint.group:' || k, 0)) ORDER BY k`
+	}
+	rows, err := g.tx.Query(ctx, lock, keys)
+	if err != nil {
+		return err
+	}
+	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(locked) == 0 {
+		return err
+	}
+	for _, k := range locked {
+		g.running[k] = 0
+	}
+	rows, err = g.tx.Query(ctx, `SELECT group_key, count(*) FROM stint_task
+		WHERE behavior = $1 AND group_key = ANY($2) AND status = 'running'
+		GROUP BY group_key`, g.behavior, locked)
+	if err != nil {
+		return err
+	}
+	var k string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&k, &n}, func() error { g.running[k] = n; return nil })
+	return err
 }
 
 // uuid wraps a lease for pgx. A pgtype.UUID names its type, which the exec
@@ -573,7 +678,7 @@ func scanClaimed(rows pgx.Rows, capacity int) ([]store.Claimed, error) {
 	var params, progress []byte
 	var leaseUS int64
 	_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Lease, &c.Behavior, &params, &progress, &c.Attempt, &c.Errors,
-		&c.Priority, &c.ParentID, &c.GroupKey, &c.Trace, &leaseUS}, func() error {
+		&c.Priority, &c.ParentID, &c.GroupKey, &c.Trace, &leaseUS, &c.Resubmitted}, func() error {
 		c.LeaseDuration = time.Duration(leaseUS) * time.Microsecond
 		// pgx scans jsonb into a fresh slice for each row.
 		c.Params, c.Progress = params, progress
@@ -636,7 +741,9 @@ func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
 // for longer than the lease. A lost task is due at the time it was due when
 // claimed, so that it goes back to its place in the queue rather than
 // behind every task that became due while it ran. The lost run counts as an
-// attempt (the next claim increments it), as a lost Polaris task does.
+// attempt (the next claim increments it), as a lost Polaris task does. A
+// submit that came during the lost run asks for no run of its own: the
+// re-run covers it, and is reported as a resubmitted run.
 var takeoverSQL = `
 WITH expired AS (
     DELETE FROM stint_lease WHERE lease = ANY(ARRAY(
@@ -645,7 +752,7 @@ WITH expired AS (
     RETURNING lease, task_ids
 ), lost AS (
     UPDATE stint_task t SET status = 'scheduled', schedule_not_before = least(t.schedule_not_before, now()), lost_not_before = NULL,
-        executed_at = NULL, updated_at = now()
+        executed_at = NULL, resubmit = t.resubmit OR t.resubmitted, resubmit_due = NULL, updated_at = now()
     FROM expired e, unnest(e.task_ids) AS u(id)
     WHERE t.id = u.id AND t.lease = e.lease AND t.status = 'running'
     RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
@@ -665,7 +772,9 @@ func (s *Store) Takeover(ctx context.Context, limit int) (leases, tasks int, err
 }
 
 // finishSQL records a batch of completions, each fenced by its lease. A task
-// flagged for resubmit is scheduled again at once; a snooze ($3 =
+// flagged for resubmit is scheduled again at the due time that submit asked
+// for (at once if it passed), flagged so that its next claim reports a
+// resubmitted run; a snooze ($3 =
 // 'scheduled') does not count as an attempt; a parent waiting for children
 // ($7) is due at once if none is pending, else after the fallback delay.
 // Awaited tasks are notified in the same transaction, so a woken awaiter
@@ -683,14 +792,15 @@ WITH c AS (
         errors = CASE c.status WHEN 'failure' THEN t.errors + 1 WHEN 'success' THEN 0 ELSE t.errors END,
         attempt = CASE WHEN c.status = 'scheduled' THEN t.attempt - 1 ELSE t.attempt END,
         schedule_not_before = CASE
-            WHEN t.resubmit THEN now()
+            WHEN t.resubmit THEN greatest(t.resubmit_due, now())
             WHEN c.wait_children AND t.children_pending <= 0 THEN now()
             WHEN c.again_us >= 0 THEN now() + c.again_us * interval '1 microsecond' END,
         waiting_children = c.wait_children AND t.children_pending > 0,
         lost_not_before = NULL,
         executed_at = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN NULL ELSE t.executed_at END,
         finished_at = CASE WHEN c.status = 'scheduled' THEN t.finished_at ELSE now() END,
-        resubmit = false,
+        resubmit = t.resubmit,
+        resubmit_due = NULL,
         updated_at = now()
     FROM c
     WHERE t.id = c.id AND t.lease = c.lease AND t.status = 'running'
@@ -707,13 +817,17 @@ SELECT done.id, coalesce(done.parent_id, ''), done.final FROM done, notified`
 
 // childrenEndedSQL counts children that finished for good off their
 // parents; the one that brings a waiting parent's count to zero makes it due
-// and wakes the claimers. The parent row's lock serializes concurrent
-// finishes of siblings, so exactly one of them wakes the parent.
+// and wakes the claimers. A held parent stays held and is due from then
+// on once released. The parent row's lock serializes concurrent finishes of
+// siblings, so exactly one of them wakes the parent.
 var childrenEndedSQL = `
 WITH woken AS (
     UPDATE stint_task p SET
         children_pending = greatest(p.children_pending - e.n, 0),
-        schedule_not_before = CASE WHEN p.waiting_children AND p.children_pending - e.n <= 0 THEN now() ELSE p.schedule_not_before END,
+        schedule_not_before = CASE WHEN p.status <> 'held' AND p.waiting_children AND p.children_pending - e.n <= 0
+            THEN now() ELSE p.schedule_not_before END,
+        held_due = CASE WHEN p.status = 'held' AND p.waiting_children AND p.children_pending - e.n <= 0
+            THEN now() ELSE p.held_due END,
         waiting_children = p.waiting_children AND p.children_pending - e.n > 0
     FROM (SELECT parent, count(*) AS n FROM unnest($1::text[]) AS parent GROUP BY parent) e
     WHERE p.id = e.parent
@@ -723,16 +837,72 @@ WITH woken AS (
 )
 SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM woken WHERE woke LIMIT 1) w`
 
-// Finish records completions; see store.Store.
+// Finish records completions; see store.Store. A batch is one statement
+// (two in a transaction when children end), so one row that cannot be
+// written would fail them all: on such an error the batch is split in
+// halves, each retried on its own, until the row is alone; it is then
+// reported as not held (its run halts and the task is taken over when its
+// lease expires) and every other completion is recorded. A batch that
+// fails on nothing costs nothing more.
 func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, error) {
+	ok := make(map[api.TaskID]bool, len(cs))
+	if err := s.finishIsolating(ctx, cs, ok); err != nil {
+		return nil, fmt.Errorf("finish tasks: %w", err)
+	}
+	out := make([]bool, len(cs))
+	for i, c := range cs {
+		out[i] = ok[c.ID]
+	}
+	return out, nil
+}
+
+// finishIsolating records cs, splitting the batch around rows that cannot
+// be written.
+func (s *Store) finishIsolating(ctx context.Context, cs []store.Completion, ok map[api.TaskID]bool) error {
+	err := s.finishBatch(ctx, cs, ok)
+	if err == nil || !rowError(err) {
+		return err
+	}
+	if len(cs) == 1 {
+		ok[cs[0].ID] = false
+		return nil
+	}
+	half := len(cs) / 2
+	if err := s.finishIsolating(ctx, cs[:half], ok); err != nil {
+		return err
+	}
+	return s.finishIsolating(ctx, cs[half:], ok)
+}
+
+// rowError reports whether err is one a row of a statement can cause (a
+// broken constraint, bad data, an exception raised by a trigger), rather
+// than one of the connection, the server or the privileges, which splitting
+// the batch would only repeat.
+func rowError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "P0":
+		return true
+	}
+	return false
+}
+
+// finishBatch records cs in one statement, and the ends of their children
+// in the same transaction. It sets ok for the completions whose lease held.
+func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok map[api.TaskID]bool) error {
 	n := len(cs)
 	ids, statuses := make([]string, n), make([]string, n)
 	leases := make([]pgtype.UUID, n)
 	results, errs := make([]*string, n), make([]*string, n)
 	again := make([]int64, n)
 	waits := make([]bool, n)
+	hasParent := false
 	for i, c := range cs {
 		ids[i], leases[i], statuses[i], waits[i] = string(c.ID), uuid(c.Lease), string(c.Status), c.WaitChildren
+		hasParent = hasParent || c.HasParent
 		if c.Result != nil {
 			r := string(c.Result)
 			results[i] = &r
@@ -740,7 +910,7 @@ func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, erro
 		if c.Error != nil {
 			b, err := json.Marshal(c.Error)
 			if err != nil {
-				return nil, fmt.Errorf("finish task %s: encode error: %w", c.ID, err)
+				return fmt.Errorf("task %s: encode error: %w", c.ID, err)
 			}
 			e := string(b)
 			errs[i] = &e
@@ -750,17 +920,13 @@ func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, erro
 			again[i] = max(c.Delay, 0).Microseconds()
 		}
 	}
-	ok := make(map[string]bool, n)
 	// A batch without children is one statement; with children, the
 	// parents' counts change in the same transaction.
-	hasParent := false
-	for _, c := range cs {
-		hasParent = hasParent || c.HasParent
-	}
 	run := func(ctx context.Context, fn func(pgx.Tx) error) error { return fn(nil) }
 	if hasParent {
 		run = func(ctx context.Context, fn func(pgx.Tx) error) error { return pgx.BeginFunc(ctx, s.pool, fn) }
 	}
+	done := make(map[api.TaskID]bool, n)
 	err := run(ctx, func(tx pgx.Tx) error {
 		var q querier = s.pool
 		if tx != nil {
@@ -774,7 +940,7 @@ func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, erro
 		var final bool
 		var parents []string
 		if _, err := pgx.ForEachRow(rows, []any{&id, &parent, &final}, func() error {
-			ok[id] = true
+			done[api.TaskID(id)] = true
 			if final && parent != "" {
 				parents = append(parents, parent)
 			}
@@ -791,39 +957,53 @@ func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, erro
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("finish tasks: %w", err)
+		return err
 	}
-	out := make([]bool, n)
-	for i := range cs {
-		out[i] = ok[ids[i]]
+	for id := range done {
+		ok[id] = true
 	}
-	return out, nil
+	return nil
 }
+
+// checkpointSQL stores a run's progress and records a progress event in
+// the change feed, carrying the progress, unless the task had one less than
+// a second ago: a fast checkpointer costs the feed at most one row per task
+// and second. The event is the first of a burst; a reader that wants the
+// latest progress reads the task.
+const checkpointSQL = `
+WITH u AS (
+    UPDATE stint_task SET progress = $3::jsonb, updated_at = now(),
+        progress_event_at = CASE WHEN progress_event_at > statement_timestamp() - interval '1 second'
+            THEN progress_event_at ELSE statement_timestamp() END
+    WHERE id = $1 AND lease = $2 AND status = 'running'
+    RETURNING id, behavior, parent_id, progress, progress_event_at = statement_timestamp() AS announce
+), feed AS (
+    INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals, progresses)
+    SELECT ARRAY[id], ARRAY[behavior], ARRAY['running'], ARRAY[parent_id], ARRAY[false], ARRAY[progress]
+    FROM u WHERE announce
+)
+SELECT count(*) FROM u`
 
 // Checkpoint stores progress; see store.Store. It leaves the lease row
 // alone: inside a caller's transaction a write to it would hold up the
 // renewals of every run of the same claim until that transaction ends.
 func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.LeaseRef, progress json.RawMessage) error {
-	const q = `UPDATE stint_task SET progress = $3::jsonb, updated_at = now()
-		WHERE id = $1 AND lease = $2 AND status = 'running'`
-	args := []any{string(r.ID), uuid(r.Lease), string(progress)}
-	var tag interface{ RowsAffected() int64 }
-	var err error
+	var q querier = s.pool
 	if tx != nil {
-		tag, err = tx.Exec(ctx, q, args...)
-	} else {
-		tag, err = s.pool.Exec(ctx, q, args...)
+		q = tx
 	}
-	if err != nil {
+	var n int
+	if err := q.QueryRow(ctx, checkpointSQL, string(r.ID), uuid(r.Lease), string(progress)).Scan(&n); err != nil {
 		return fmt.Errorf("checkpoint task %s: %w", r.ID, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("checkpoint task %s: %w", r.ID, api.ErrHalt)
 	}
 	return nil
 }
 
-// Unclaim gives running tasks back, due at once; see store.Store.
+// Unclaim gives running tasks back, due at once; see store.Store. As in
+// a takeover, the next run covers a resubmit that came during this one.
 func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {
 	ids := make([]string, len(refs))
 	leases := make([]pgtype.UUID, len(refs))
@@ -833,7 +1013,8 @@ func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {
 	_, err := s.pool.Exec(ctx, `
 		WITH u AS (
 		    UPDATE stint_task t SET status = 'scheduled', schedule_not_before = now(), lost_not_before = NULL,
-		        executed_at = NULL, attempt = t.attempt - 1, updated_at = now()
+		        executed_at = NULL, attempt = t.attempt - 1, resubmit = t.resubmit OR t.resubmitted, resubmit_due = NULL,
+		        updated_at = now()
 		    FROM unnest($1::text[], $2::uuid[]) AS r(id, lease)
 		    WHERE t.id = r.id AND t.lease = r.lease AND t.status = 'running'
 		    RETURNING t.id, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.status

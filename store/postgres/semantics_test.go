@@ -1,0 +1,298 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/store"
+	"github.com/stinthq/stint/store/postgres"
+)
+
+const semBehavior = "sem.work"
+
+var semLease = []store.BehaviorLease{{Behavior: semBehavior, Lease: time.Minute}}
+
+// openT opens a store on a fresh database.
+func openT(t *testing.T) (context.Context, *postgres.Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	st, err := postgres.Open(ctx, pgtest.New(t))
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	return ctx, st
+}
+
+func submitT(t *testing.T, ctx context.Context, st *postgres.Store, tasks ...store.NewTask) {
+	t.Helper()
+	for i := range tasks {
+		if tasks[i].Behavior == "" {
+			tasks[i].Behavior = semBehavior
+		}
+		if tasks[i].Priority == 0 {
+			tasks[i].Priority = 5
+		}
+	}
+	_, err := st.Submit(ctx, tasks)
+	require.NoError(t, err)
+}
+
+func claimT(t *testing.T, ctx context.Context, st *postgres.Store, limit, perGroup int) []store.Claimed {
+	t.Helper()
+	cl, err := st.Claim(ctx, store.ClaimRequest{Node: "n1", Behaviors: semLease, Limit: limit, PerGroup: perGroup})
+	require.NoError(t, err)
+	return cl
+}
+
+func success(c store.Claimed) store.Completion {
+	return store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{}`), HasParent: c.ParentID != ""}
+}
+
+// A held parent that waits for its children stays held when the last one
+// ends, and the child's finish does not take the unrelated completions of
+// its batch down with it; released, the parent runs.
+func TestHeldWaitingParentDoesNotPoisonCompletions(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "parent"})
+	cl := claimT(t, ctx, st, 1, 0)
+	require.Len(t, cl, 1)
+	_, err := st.Spawn(ctx, cl[0].LeaseRef, []store.NewTask{{ID: "child", Behavior: semBehavior, Priority: 5}})
+	require.NoError(t, err)
+	ok, err := st.Finish(ctx, []store.Completion{{LeaseRef: cl[0].LeaseRef, Status: api.StatusScheduled,
+		WaitChildren: true, Delay: time.Hour}})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, ok)
+	require.NoError(t, st.Hold(ctx, "parent"))
+
+	var others []store.NewTask
+	for i := range 20 {
+		others = append(others, store.NewTask{ID: api.TaskID(fmt.Sprintf("other-%02d", i))})
+	}
+	submitT(t, ctx, st, others...)
+	cl = claimT(t, ctx, st, 100, 0)
+	require.Len(t, cl, 21)
+	var cs []store.Completion
+	for _, c := range cl {
+		cs = append(cs, success(c))
+	}
+	ok, err = st.Finish(ctx, cs)
+	require.NoError(t, err)
+	for i, c := range cl {
+		require.True(t, ok[i], c.ID)
+		got, err := st.Get(ctx, c.ID)
+		require.NoError(t, err)
+		require.Equal(t, api.StatusSuccess, got.Status, c.ID)
+	}
+	parent, err := st.Get(ctx, "parent")
+	require.NoError(t, err)
+	require.Equal(t, api.StatusHeld, parent.Status)
+	require.Empty(t, claimT(t, ctx, st, 10, 0))
+
+	require.NoError(t, st.Release(ctx, "parent"))
+	cl = claimT(t, ctx, st, 10, 0)
+	require.Len(t, cl, 1)
+	require.Equal(t, api.TaskID("parent"), cl[0].ID)
+}
+
+// A completion batch isolates a row that cannot be written: the others
+// are recorded and the bad one reports an error of its own.
+func TestFinishIsolatesARowThatCannotBeWritten(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	var tasks []store.NewTask
+	for i := range 10 {
+		tasks = append(tasks, store.NewTask{ID: api.TaskID(fmt.Sprintf("t-%02d", i))})
+	}
+	submitT(t, ctx, st, tasks...)
+	cl := claimT(t, ctx, st, 10, 0)
+	require.Len(t, cl, 10)
+	// A trigger makes one row unwritable, as a broken invariant would.
+	_, err := st.Pool().Exec(ctx, `
+		CREATE FUNCTION sem_reject() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.id = 't-03' AND NEW.status <> 'running' THEN RAISE EXCEPTION 'rejected'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER sem_reject BEFORE UPDATE ON stint_task FOR EACH ROW EXECUTE FUNCTION sem_reject()`)
+	require.NoError(t, err)
+	var cs []store.Completion
+	for _, c := range cl {
+		cs = append(cs, success(c))
+	}
+	ok, err := st.Finish(ctx, cs)
+	require.NoError(t, err)
+	for i, c := range cl {
+		got, err := st.Get(ctx, c.ID)
+		require.NoError(t, err)
+		if c.ID == "t-03" {
+			require.False(t, ok[i])
+			require.Equal(t, api.StatusRunning, got.Status)
+			continue
+		}
+		require.True(t, ok[i], c.ID)
+		require.Equal(t, api.StatusSuccess, got.Status, c.ID)
+	}
+}
+
+// Release restores the due time a task had when it was held.
+func TestReleaseRestoresDueTime(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "later", Delay: time.Hour}, store.NewTask{ID: "now"})
+	before, err := st.Get(ctx, "later")
+	require.NoError(t, err)
+	require.NoError(t, st.Hold(ctx, "later"))
+	require.NoError(t, st.Hold(ctx, "now"))
+	require.NoError(t, st.Release(ctx, "later"))
+	require.NoError(t, st.Release(ctx, "now"))
+	after, err := st.Get(ctx, "later")
+	require.NoError(t, err)
+	require.Equal(t, api.StatusScheduled, after.Status)
+	require.NotNil(t, after.ScheduleNotBefore)
+	require.WithinDuration(t, *before.ScheduleNotBefore, *after.ScheduleNotBefore, time.Millisecond)
+	cl := claimT(t, ctx, st, 10, 0)
+	require.Len(t, cl, 1)
+	require.Equal(t, api.TaskID("now"), cl[0].ID)
+}
+
+// A resubmit of a task that waits to retry keeps its attempts and errors.
+func TestResubmitKeepsPendingRetry(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "flaky"})
+	cl := claimT(t, ctx, st, 1, 0)
+	require.Len(t, cl, 1)
+	_, err := st.Finish(ctx, []store.Completion{{LeaseRef: cl[0].LeaseRef, Status: api.StatusFailure,
+		Error: &api.TaskError{Message: "boom"}, Again: true, Delay: time.Hour}})
+	require.NoError(t, err)
+	submitT(t, ctx, st, store.NewTask{ID: "flaky"})
+	got, err := st.Get(ctx, "flaky")
+	require.NoError(t, err)
+	require.Equal(t, 1, got.Attempt)
+	require.Equal(t, 1, got.Errors)
+	require.NotNil(t, got.Error)
+	// The backoff holds: the task is not due before its retry time.
+	require.Empty(t, claimT(t, ctx, st, 1, 0))
+}
+
+// A takeover of a resubmitted run clears the resubmit flag: the re-run
+// covers the resubmit, so the task runs once more, not twice.
+func TestTakeoverAndUnclaimClearResubmit(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "lost"}, store.NewTask{ID: "stopped"})
+	cl := claimT(t, ctx, st, 2, 0)
+	require.Len(t, cl, 2)
+	submitT(t, ctx, st, store.NewTask{ID: "lost"}, store.NewTask{ID: "stopped"})
+	_, err := st.Pool().Exec(ctx, `UPDATE stint_lease SET expires_at = now() - interval '1 second'
+		WHERE $1 = ANY(task_ids)`, "lost")
+	require.NoError(t, err)
+	var stopped store.LeaseRef
+	for _, c := range cl {
+		if c.ID == "stopped" {
+			stopped = c.LeaseRef
+		}
+	}
+	require.NoError(t, st.Unclaim(ctx, []store.LeaseRef{stopped}))
+	_, _, err = st.Takeover(ctx, 10)
+	require.NoError(t, err)
+	cl = claimT(t, ctx, st, 10, 0)
+	require.Len(t, cl, 2)
+	for _, c := range cl {
+		require.True(t, c.Resubmitted, c.ID)
+	}
+	var cs []store.Completion
+	for _, c := range cl {
+		cs = append(cs, success(c))
+	}
+	_, err = st.Finish(ctx, cs)
+	require.NoError(t, err)
+	for _, id := range []api.TaskID{"lost", "stopped"} {
+		got, err := st.Get(ctx, id)
+		require.NoError(t, err)
+		require.True(t, got.Finished(), "%s: %s", id, got.Status)
+	}
+}
+
+// A resubmit's requested due time applies when the run ends.
+func TestResubmitDueTimeHonoredAtFinish(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "resub"})
+	cl := claimT(t, ctx, st, 1, 0)
+	require.Len(t, cl, 1)
+	require.False(t, cl[0].Resubmitted)
+	submitT(t, ctx, st, store.NewTask{ID: "resub", Delay: time.Hour})
+	_, err := st.Finish(ctx, []store.Completion{success(cl[0])})
+	require.NoError(t, err)
+	got, err := st.Get(ctx, "resub")
+	require.NoError(t, err)
+	require.Equal(t, api.StatusScheduled, got.Status)
+	require.NotNil(t, got.ScheduleNotBefore)
+	require.Greater(t, time.Until(*got.ScheduleNotBefore), 50*time.Minute)
+	require.Empty(t, claimT(t, ctx, st, 1, 0))
+}
+
+// A group at its cap does not keep other groups from starting.
+func TestCappedGroupDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	var tasks []store.NewTask
+	for i := range 40 {
+		tasks = append(tasks, store.NewTask{ID: api.TaskID(fmt.Sprintf("a-%02d", i)), GroupKey: "A"})
+	}
+	submitT(t, ctx, st, tasks...)
+	tasks = nil
+	for i := range 3 {
+		tasks = append(tasks, store.NewTask{ID: api.TaskID(fmt.Sprintf("b-%02d", i)), GroupKey: "B"})
+	}
+	submitT(t, ctx, st, tasks...)
+	// One claim cycle of a node with one free slot at a time.
+	first := claimT(t, ctx, st, 1, 1)
+	require.Len(t, first, 1)
+	require.Equal(t, "A", first[0].GroupKey)
+	second := claimT(t, ctx, st, 1, 1)
+	require.Len(t, second, 1)
+	require.Equal(t, "B", second[0].GroupKey)
+	require.Empty(t, claimT(t, ctx, st, 1, 1))
+
+	// Stale hints it passes are dropped: a task removed while A is capped
+	// leaves no hint behind.
+	_, err := st.Remove(ctx, "a-05")
+	require.NoError(t, err)
+	require.NoError(t, st.Hold(ctx, "a-06"))
+	require.Empty(t, claimT(t, ctx, st, 5, 1))
+	var stale int
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM stint_due WHERE id IN ('a-05', 'a-06')`).Scan(&stale))
+	require.Zero(t, stale)
+}
+
+// A checkpoint of a running task sends a progress event carrying the
+// progress, and rapid checkpoints are coalesced.
+func TestCheckpointSendsCoalescedProgressEvents(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "prog"})
+	cl := claimT(t, ctx, st, 1, 0)
+	require.Len(t, cl, 1)
+	head, err := st.FeedHead(ctx)
+	require.NoError(t, err)
+	require.NoError(t, st.Checkpoint(ctx, nil, cl[0].LeaseRef, json.RawMessage(`{"done":1}`)))
+	events, cursor, err := st.Changes(ctx, store.ChangeFilter{Since: head, TaskID: "prog"})
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+	require.Equal(t, api.StatusRunning, events[0].Status)
+	require.JSONEq(t, `{"done":1}`, string(events[0].Progress))
+
+	for i := range 1000 {
+		require.NoError(t, st.Checkpoint(ctx, nil, cl[0].LeaseRef, json.RawMessage(fmt.Sprintf(`{"done":%d}`, i+2))))
+	}
+	events, _, err = st.Changes(ctx, store.ChangeFilter{Since: cursor, TaskID: "prog", Limit: 100000})
+	require.NoError(t, err)
+	require.Less(t, len(events), 100)
+}
