@@ -219,11 +219,16 @@ func (s *Server) Start(ctx context.Context) error {
 	s.mu.Unlock()
 
 	if err := s.register(ctx); err != nil {
+		// Nothing started: Stop has nothing to stop, and Start may be
+		// tried again.
+		s.mu.Lock()
+		s.started = false
+		s.mu.Unlock()
 		return fmt.Errorf("start server: %w", err)
 	}
 	s.hub.setOnDue(s.wakeClaimer)
 	s.hub.setOnRemoved(s.cancelRemoved)
-	s.kick.local = s.wakeClaimer
+	s.kick.setLocal(s.wakeClaimer)
 	s.hub.start()
 
 	s.runCtx, s.runCancel = context.WithCancelCause(context.Background())
@@ -278,7 +283,9 @@ func (s *Server) behaviorIDs() []api.BehaviorID {
 
 // Stop stops claiming and waits for running tasks to finish until ctx is
 // done; the runs still going then are cancelled and released, due again at
-// once on any node. Then the node deregisters.
+// once on any node. Then the node deregisters. Stop is safe to call when
+// Start failed or never ran (it only closes the client then) and more than
+// once, so that `defer srv.Stop(ctx)` may follow NewServer.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.started || s.stopped {
