@@ -46,7 +46,13 @@ func (s *Server) startRun(c store.Claimed, sent time.Time) {
 	r.ctx, r.cancel = context.WithCancelCause(s.runCtx)
 	r.rc = runContext{s: s, r: r}
 	s.mu.Lock()
-	s.running[c.ID] = r // its slot (and churn) was reserved by the claim
+	s.running[c.LeaseRef] = r // its slot was reserved by the claim
+	// An older run of the task on this node lost its lease (the task was
+	// taken over and claimed again here): it must not go on beside this one.
+	if old := s.latest[c.ID]; old != nil {
+		old.cancel(fmt.Errorf("task %s: a newer run of it started: %w", c.ID, api.ErrHalt))
+	}
+	s.latest[c.ID] = r
 	l := s.leases[c.Lease]
 	l.runs++
 	s.leases[c.Lease] = l
@@ -110,8 +116,9 @@ func (s *Server) freeSlot(r *run) {
 func (s *Server) endRun(r *run, settled bool) {
 	r.cancel(context.Canceled)
 	s.mu.Lock()
-	if s.running[r.claimed.ID] == r {
-		delete(s.running, r.claimed.ID)
+	delete(s.running, r.claimed.LeaseRef)
+	if s.latest[r.claimed.ID] == r {
+		delete(s.latest, r.claimed.ID)
 	}
 	l := s.leases[r.claimed.Lease]
 	l.runs--

@@ -110,13 +110,14 @@ type Server struct {
 	workersDone chan struct{} // closed by Stop: idle workers exit
 
 	mu       sync.Mutex
-	running  map[api.TaskID]*run    // runs until their end is recorded
-	slots    int                    // slots taken: reserved by claims, or running a behavior
-	reserved int                    // slots reserved by claims in flight
-	perBehav map[api.BehaviorID]int // slots taken per behavior
-	churn    map[api.BehaviorID]int // starts and stops in this rotation interval
-	leases   map[[16]byte]leaseRuns // this node's leases (one per claim statement and behavior)
-	released [][16]byte             // leases whose runs all ended, to drop
+	running  map[store.LeaseRef]*run // runs until their end is recorded
+	latest   map[api.TaskID]*run     // the newest run of each task in running
+	slots    int                     // slots taken: reserved by claims, or running a behavior
+	reserved int                     // slots reserved by claims in flight
+	perBehav map[api.BehaviorID]int  // slots taken per behavior
+	churn    map[api.BehaviorID]int  // starts and stops in this rotation interval
+	leases   map[[16]byte]leaseRuns  // this node's leases (one per claim statement and behavior)
+	released [][16]byte              // leases whose runs all ended, to drop
 	started  bool
 	stopped  bool
 
@@ -179,7 +180,8 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		slotFreed:   make(chan struct{}, 1),
 		work:        make(chan *run),
 		workersDone: make(chan struct{}),
-		running:     map[api.TaskID]*run{},
+		running:     map[store.LeaseRef]*run{},
+		latest:      map[api.TaskID]*run{},
 		perBehav:    map[api.BehaviorID]int{},
 		leases:      map[[16]byte]leaseRuns{},
 		churn:       map[api.BehaviorID]int{},
@@ -339,7 +341,7 @@ func (s *Server) wakeClaimer() {
 // writes are fenced out either way.
 func (s *Server) cancelRemoved(id api.TaskID) {
 	s.mu.Lock()
-	r := s.running[id]
+	r := s.latest[id] // older runs were cancelled when it started
 	s.mu.Unlock()
 	if r != nil {
 		r.cancel(fmt.Errorf("task %s was removed: %w", id, api.ErrHalt))
