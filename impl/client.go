@@ -1,11 +1,14 @@
 // Package impl is stint's engine: the Client, which submits, inspects and
 // awaits tasks, and the Server, which also claims and runs them.
 //
-// A Server runs four loops besides its runs: the claimer takes due tasks in
-// batches sized to its free worker slots, the lease keeper renews all of the
-// node's leases in one statement and cancels runs whose lease is lost, the
-// completer records finished runs in batches, and the listener turns
-// PostgreSQL notifications into wake-ups (with polling as the fallback).
+// A Server runs these loops besides its runs: the claimer takes due tasks
+// in batches sized to its free worker slots, the lease keeper renews all of
+// the node's leases in one statement and cancels runs whose lease is lost,
+// the expiry loop cancels runs whose lease ran out locally or whose
+// activity timed out (without touching the database), the takeover loop
+// makes the tasks of other nodes' expired leases due again, the completer
+// records finished runs in batches, and the listener turns PostgreSQL
+// notifications into wake-ups (with polling as the fallback).
 package impl
 
 import (

@@ -31,9 +31,6 @@ type run struct {
 	progress json.RawMessage // the last checkpoint
 }
 
-// errLeaseExpired cancels a run whose lease could not be renewed in time.
-var errLeaseExpired = fmt.Errorf("lease expired before it could be renewed: %w", api.ErrHalt)
-
 // startRun takes a slot for c and runs it in its own goroutine. sent is when
 // the claim was sent: the lease runs from no earlier than that.
 func (s *Server) startRun(c store.Claimed, sent time.Time) {
@@ -160,8 +157,10 @@ func (s *Server) execute(r *run) {
 			s.log.Warn("stint: unclaim failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
 		}
 		// Only now: a rotation must not start the next task while the
-		// stopped one still shows as running.
+		// stopped one still shows as running. Then start the next one: a
+		// claimer that found no free slot waits for a wake-up.
 		s.freeSlot(r)
+		s.wakeClaimer()
 		span.SetAttributes(attribute.String("stint.released", context.Cause(r.ctx).Error()))
 		span.End()
 		s.endRun(r, err == nil)
@@ -293,132 +292,4 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 
 func (rc *runContext) renewal() store.Renewal {
 	return store.Renewal{LeaseRef: rc.r.claimed.LeaseRef, Duration: rc.r.lease}
-}
-
-// leaseLoop renews the leases of this node's runs in one statement once a
-// third of a lease has passed, cancels runs whose lease was lost or could
-// not be renewed in time, and renews the node's heartbeat.
-func (s *Server) leaseLoop(ctx context.Context) {
-	// Short ticks: an operator may lower a behavior's lease at runtime
-	// (to 1 s at least), and a tick only scans this node's runs.
-	tick := min(max(s.minLease/6, 50*time.Millisecond), 250*time.Millisecond)
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	lastBeat := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.renewLeases(ctx)
-		s.releaseLeases(ctx)
-		s.takeOver(ctx)
-		if time.Since(lastBeat) >= s.cfg.NodeHeartbeat {
-			lastBeat = time.Now()
-			err := s.st.HeartbeatNode(ctx, s.cfg.Node)
-			if errors.Is(err, api.ErrNotFound) {
-				// Dropped as dead while it was paused or cut off: register
-				// again, so that operators see it.
-				err = s.register(ctx)
-			}
-			if err != nil && ctx.Err() == nil {
-				s.log.Warn("stint: node heartbeat failed", "err", err)
-			}
-
-		}
-	}
-}
-
-func (s *Server) renewLeases(ctx context.Context) {
-	now := time.Now()
-	var due []store.Renewal
-	var runs []*run
-	earliest := now.Add(time.Hour)
-	s.mu.Lock()
-	for _, r := range s.running {
-		lease := r.lease
-		switch left := r.deadline.Sub(now); {
-		case left <= 0:
-			r.cancel(errLeaseExpired)
-		case left < lease*2/3:
-			due = append(due, store.Renewal{LeaseRef: r.claimed.LeaseRef, Duration: lease})
-			runs = append(runs, r)
-			earliest = minTime(earliest, r.deadline)
-		}
-	}
-	s.mu.Unlock()
-	if len(due) == 0 {
-		return
-	}
-	// A renewal that returns after the earliest deadline is useless for
-	// that run: bound the wait.
-	rctx, cancel := context.WithDeadline(ctx, earliest)
-	defer cancel()
-	sent := time.Now()
-	held, err := s.st.Renew(rctx, due)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("stint: lease renewal failed", "tasks", len(due), "err", err)
-		}
-		return
-	}
-	s.tel.renewals.Add(ctx, int64(len(held)))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range runs {
-		if held[r.claimed.ID] {
-			r.deadline = sent.Add(r.lease)
-		} else {
-			r.cancel(fmt.Errorf("task %s: %w", r.claimed.ID, api.ErrHalt))
-		}
-	}
-}
-
-// releaseLeases drops the leases whose runs all ended, so that their rows
-// do not wait for their expiry and a takeover that finds nothing to do.
-func (s *Server) releaseLeases(ctx context.Context) {
-	s.mu.Lock()
-	released := s.released
-	s.released = nil
-	s.mu.Unlock()
-	if len(released) == 0 {
-		return
-	}
-	if err := s.st.ReleaseLeases(ctx, released); err != nil && ctx.Err() == nil {
-		// Harmless: the rows expire and a takeover drops them.
-		s.log.Warn("stint: releasing leases failed", "leases", len(released), "err", err)
-	}
-}
-
-// takeoverBatch caps the expired leases one takeover statement handles.
-const takeoverBatch = 100
-
-// takeOver makes the tasks of expired leases (of nodes that died, stalled
-// or lost the database for longer than a lease) due again. Every node
-// does it on every lease tick: the statement costs one index probe when
-// nothing expired, and nodes skip each other's locked leases.
-func (s *Server) takeOver(ctx context.Context) {
-	for {
-		leases, tasks, err := s.st.Takeover(ctx, takeoverBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("stint: taking over expired leases failed", "err", err)
-			}
-			return
-		}
-		if tasks > 0 {
-			s.log.Info("stint: took over the tasks of expired leases", "leases", leases, "tasks", tasks)
-		}
-		if leases < takeoverBatch {
-			return
-		}
-	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }

@@ -115,7 +115,6 @@ type Server struct {
 	slots    int                     // slots taken: reserved by claims, or running a behavior
 	reserved int                     // slots reserved by claims in flight
 	perBehav map[api.BehaviorID]int  // slots taken per behavior
-	churn    map[api.BehaviorID]int  // starts and stops in this rotation interval
 	leases   map[[16]byte]leaseRuns  // this node's leases (one per claim statement and behavior)
 	released [][16]byte              // leases whose runs all ended, to drop
 	started  bool
@@ -184,7 +183,6 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		latest:      map[api.TaskID]*run{},
 		perBehav:    map[api.BehaviorID]int{},
 		leases:      map[[16]byte]leaseRuns{},
-		churn:       map[api.BehaviorID]int{},
 	}
 	for _, id := range ids {
 		reg, ok := cfg.Registry.Lookup(id)
@@ -240,9 +238,11 @@ func (s *Server) Start(ctx context.Context) error {
 	s.completer = newCompleter(s.st, s.log)
 	s.claimDone = make(chan struct{})
 
-	s.bgDone.Add(3)
+	s.bgDone.Add(5)
 	go func() { defer s.bgDone.Done(); s.completer.loop(bgCtx) }()
+	go func() { defer s.bgDone.Done(); s.expiryLoop(bgCtx) }()
 	go func() { defer s.bgDone.Done(); s.leaseLoop(bgCtx) }()
+	go func() { defer s.bgDone.Done(); s.takeoverLoop(bgCtx) }()
 	go func() { defer s.bgDone.Done(); s.maintainLoop(bgCtx) }()
 	for _, b := range s.behaviors {
 		if b.Policy.Rotation != nil {
@@ -476,7 +476,7 @@ func (s *Server) claimGroups() []claimGroup {
 			left, capped = b.Policy.MaxConcurrency-s.perBehav[b.ID], true
 		}
 		if r := b.Policy.Rotation; r != nil {
-			left, capped = min(left, r.MaxRunning-s.perBehav[b.ID], r.MaxChurn-s.churn[b.ID]), true
+			left, capped = min(left, r.MaxRunning-s.perBehav[b.ID]), true
 		}
 		switch {
 		case left <= 0:
@@ -508,7 +508,7 @@ func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
 			g.limit = min(g.limit, c-s.perBehav[b])
 		}
 		if r := reg.Policy.Rotation; r != nil {
-			g.limit = min(g.limit, r.MaxRunning-s.perBehav[b], r.MaxChurn-s.churn[b])
+			g.limit = min(g.limit, r.MaxRunning-s.perBehav[b])
 		}
 	}
 	if g.limit <= 0 {
@@ -518,7 +518,6 @@ func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
 	s.reserved += g.limit
 	for _, b := range g.capped {
 		s.perBehav[b] += g.limit
-		s.churn[b] += g.limit // only rotated behaviors read their churn
 	}
 	return g, true
 }
@@ -537,7 +536,6 @@ func (s *Server) unreserve(g claimGroup, claimed []store.Claimed) {
 			}
 		}
 		s.perBehav[b] -= g.limit - n
-		s.churn[b] -= g.limit - n
 	}
 }
 

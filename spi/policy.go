@@ -66,16 +66,21 @@ type Policy struct {
 // Rotation shares a node's slots among more long-running tasks than it
 // can run at once. Every Interval (plus up to a third of it as jitter) the
 // node stops the oldest runs that ran at least MinRunTime, as many as
-// tasks wait (due and unclaimed) beyond its free slots, within MaxChurn
-// stops and starts per interval. A stopped run's context is cancelled with
-// a cause matching ErrPreempted; its task is due again at once, without an
+// tasks wait (due and unclaimed) beyond its free slots and at most
+// MaxChurn, and starts as many waiting tasks in their place as soon as the
+// stopped runs returned: the node keeps MaxRunning tasks running, and at
+// most MaxChurn of its slots are between a stop and a start (free slots
+// count as such). Free slots are filled at once, whatever the interval. A
+// stopped run's context is cancelled with a cause matching ErrPreempted;
+// its task is due again at once, behind the tasks that waited, without an
 // attempt counted, and resumes from its last checkpoint. Zero fields take
 // the replicator's defaults.
 type Rotation struct {
 	// MaxRunning caps the running tasks of the behavior per node.
 	// Defaults to 500 (max_jobs).
 	MaxRunning int
-	// MaxChurn caps the starts and stops per interval. Defaults to 100.
+	// MaxChurn caps the runs stopped per interval, each of which is
+	// replaced by a waiting task. Defaults to 100.
 	MaxChurn int
 	// Interval is the time between rotations. Defaults to 15 seconds.
 	Interval time.Duration
