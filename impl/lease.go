@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
 )
 
@@ -180,13 +181,36 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// expireRuns cancels the runs whose lease ran out by now.
+// expireRuns cancels the runs whose lease ran out by now, and those that
+// showed no activity for their behavior's ActivityTimeout: their tasks are
+// given back (by a statement of their own, so that this loop waits for
+// nothing), due at once for any node.
 func (s *Server) expireRuns(now time.Time) {
+	var inactive []store.LeaseRef
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, r := range s.running {
-		if !r.deadline.After(now) {
+		switch {
+		case r.ctx.Err() != nil:
+		case !r.deadline.After(now):
 			r.cancel(errLeaseExpired)
+		case r.reg.Policy.ActivityTimeout > 0 && now.Sub(r.active) >= r.reg.Policy.ActivityTimeout:
+			r.cancel(fmt.Errorf("task %s: %w for %s: %w", r.claimed.ID, spi.ErrInactive, r.reg.Policy.ActivityTimeout, api.ErrHalt))
+			inactive = append(inactive, r.claimed.LeaseRef)
 		}
+	}
+	s.mu.Unlock()
+	if len(inactive) > 0 {
+		s.log.Info("stint: gave up runs without activity; their tasks are due again", "tasks", len(inactive))
+		go s.unclaim(inactive)
+	}
+}
+
+// unclaim gives tasks back, due at once. On failure their leases expire
+// and a takeover finds them.
+func (s *Server) unclaim(refs []store.LeaseRef) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.st.Unclaim(ctx, refs); err != nil {
+		s.log.Warn("stint: unclaim failed; the tasks are taken over after their lease", "tasks", len(refs), "err", err)
 	}
 }

@@ -29,6 +29,7 @@ type run struct {
 	// Guarded by Server.mu.
 	deadline time.Time       // local lease expiry: the send time of the last renewal + lease
 	progress json.RawMessage // the last checkpoint
+	active   time.Time       // the run's start or its last checkpoint or heartbeat
 }
 
 // startRun takes a slot for c and runs it in its own goroutine. sent is when
@@ -39,8 +40,8 @@ func (s *Server) startRun(c store.Claimed, sent time.Time) {
 	if lease <= 0 {
 		lease = reg.Policy.Lease
 	}
-	r := &run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress}
-	r.ctx, r.cancel = context.WithCancelCause(s.runCtx)
+	r := &run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress, active: sent}
+	r.ctx, r.cancel = runCtx(s.runCtx, reg.Policy.Timeout)
 	r.rc = runContext{s: s, r: r}
 	s.mu.Lock()
 	s.running[c.LeaseRef] = r // its slot was reserved by the claim
@@ -59,6 +60,20 @@ func (s *Server) startRun(c store.Claimed, sent time.Time) {
 	case s.work <- r: // an idle worker takes it
 	default:
 		go s.worker(r)
+	}
+}
+
+// runCtx returns the context of a run and its cancel function: with a
+// deadline timeout from now (cause spi.ErrTimeout) unless timeout is zero.
+func runCtx(parent context.Context, timeout time.Duration) (context.Context, context.CancelCauseFunc) {
+	if timeout <= 0 {
+		return context.WithCancelCause(parent)
+	}
+	timed, stop := context.WithTimeoutCause(parent, timeout, spi.ErrTimeout)
+	ctx, cancel := context.WithCancelCause(timed)
+	return ctx, func(cause error) {
+		cancel(cause)
+		stop() // releases the timer; ctx keeps the cause it ended with
 	}
 }
 
@@ -148,8 +163,13 @@ func (s *Server) execute(r *run) {
 		out = spi.Outcome{Err: &api.TaskError{Code: "invalid_params", Message: err.Error()}}
 	} else {
 		out = r.reg.Execute(ctx, &r.rc, p, r.claimed.Errors)
+		if out.Result == nil && errors.Is(context.Cause(r.ctx), spi.ErrTimeout) {
+			out = r.reg.Fail(p, &api.TaskError{Retryable: true, Code: "timeout",
+				Message: fmt.Sprintf("run timed out after %s (the behavior's Policy.Timeout)", r.reg.Policy.Timeout)},
+				&r.rc, r.claimed.Errors)
+		}
 	}
-	if cause := context.Cause(r.ctx); errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) {
+	if cause := context.Cause(r.ctx); errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) || errors.Is(cause, spi.ErrInactive) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err := s.st.Unclaim(ctx, []store.LeaseRef{r.claimed.LeaseRef})
@@ -204,8 +224,9 @@ type runContext struct {
 	r *run
 }
 
-func (rc *runContext) TaskID() api.TaskID { return rc.r.claimed.ID }
-func (rc *runContext) Attempt() int       { return rc.r.claimed.Attempt }
+func (rc *runContext) TaskID() api.TaskID  { return rc.r.claimed.ID }
+func (rc *runContext) Attempt() int        { return rc.r.claimed.Attempt }
+func (rc *runContext) IsResubmitted() bool { return rc.r.claimed.Resubmitted }
 
 func (rc *runContext) Progress(v any) (bool, error) {
 	rc.s.mu.Lock()
@@ -245,6 +266,7 @@ func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) e
 	}
 	rc.s.mu.Lock()
 	rc.r.progress = raw
+	rc.r.active = time.Now()
 	rc.s.mu.Unlock()
 	return nil
 }
@@ -262,6 +284,7 @@ func (rc *runContext) Heartbeat(ctx context.Context) error {
 	}
 	rc.s.mu.Lock()
 	rc.r.deadline = sent.Add(rc.r.lease)
+	rc.r.active = time.Now()
 	rc.s.mu.Unlock()
 	return nil
 }

@@ -96,6 +96,8 @@ type Claimed struct {
 	ParentID      api.TaskID
 	GroupKey      string
 	Trace         string
+	// Resubmitted is the task's resubmit flag as of the claim.
+	Resubmitted bool
 }
 
 // Renewal extends a run's lease by Duration from the database's now().
