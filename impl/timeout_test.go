@@ -61,8 +61,10 @@ func TestRunTimeoutIsARetryableFailure(t *testing.T) {
 		policy: spi.Policy{Timeout: 200 * time.Millisecond, MaxAttempts: 2, BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond}}
 	srv := e.blockerServer("node", b)
 	ids := e.submitKeys(srv, b.kind.ID, "slow")
-	task, err := srv.Await(e.ctx, ids[0])
-	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	task, err := srv.Await(ctx, ids[0])
+	require.NoError(t, err, "the runs must time out")
 	require.Equal(t, api.StatusFailure, task.Status)
 	require.Equal(t, 2, task.Attempt, "each timed-out run is an attempt")
 	require.Equal(t, 2, task.Errors)
