@@ -94,8 +94,12 @@ func (s *Server) renewLeases(ctx context.Context) {
 	for _, r := range s.running {
 		lease := r.lease
 		// Runs past their deadline are expiryLoop's to cancel; a renewal
-		// could not save them.
-		if left := r.deadline.Sub(now); left > 0 && left < lease*2/3 && r.ctx.Err() == nil {
+		// could not save them. A run that was cancelled and did not return
+		// (it ignores its ctx) is not renewed: its task is taken over
+		// after the lease. A run that returned keeps its lease until its
+		// end is recorded.
+		live := r.ctx.Err() == nil || r.returned
+		if left := r.deadline.Sub(now); live && left > 0 && left < lease*2/3 {
 			due = append(due, store.Renewal{LeaseRef: r.claimed.LeaseRef, Duration: lease})
 			runs = append(runs, r)
 			earliest = minTime(earliest, r.deadline)

@@ -30,6 +30,7 @@ type run struct {
 	deadline time.Time       // local lease expiry: the send time of the last renewal + lease
 	progress json.RawMessage // the last checkpoint
 	active   time.Time       // the run's start or its last checkpoint or heartbeat
+	returned bool            // the behavior returned; its end may not be recorded yet
 }
 
 // startRun takes a slot for c and runs it in its own goroutine. sent is when
@@ -116,6 +117,7 @@ func (s *Server) freeSlot(r *run) {
 	s.mu.Lock()
 	s.slots--
 	s.perBehav[r.claimed.Behavior]--
+	r.returned = true
 	s.mu.Unlock()
 	signal(s.slotFreed)
 }

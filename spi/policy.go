@@ -61,7 +61,9 @@ type Policy struct {
 	// anything but a result fails with a retryable api.TaskError of code
 	// "timeout", counted as an attempt and retried with backoff like any
 	// failure (a result returned after the deadline is kept: the work was
-	// done). Zero, the default, sets no limit: replications and other
+	// done). A run that does not return once its ctx ended is no longer
+	// renewed: its task is taken over after the lease. Zero, the default,
+	// sets no limit: replications and other
 	// long-running tasks run for days, and a run that hangs is better
 	// caught by ActivityTimeout, which does not depend on how long the work
 	// takes.
