@@ -173,7 +173,7 @@ func TestRotationKeepsEverySlotBusy(t *testing.T) {
 func TestTakeoverSkipsTasksLockedByAStalledNode(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	const lease = time.Second
+	const lease = 2 * time.Second
 	srv := e.server("healthy", lease, func(cfg *impl.ServerConfig) { cfg.Behaviors = []api.BehaviorID{workKind.ID} })
 	own, err := srv.Submit(e.ctx, workReq(workKind, WorkParams{Key: "own", BlockFirst: true}))
 	require.NoError(t, err)
@@ -184,7 +184,7 @@ func TestTakeoverSkipsTasksLockedByAStalledNode(t *testing.T) {
 	refs := make([]store.LeaseRef, len(lost))
 	for i := range lost {
 		claimed, err := e.st.Claim(e.ctx, store.ClaimRequest{Node: "stalled", Limit: 1,
-			Behaviors: []store.BehaviorLease{{Behavior: shareKind.ID, Lease: lease}}})
+			Behaviors: []store.BehaviorLease{{Behavior: shareKind.ID, Lease: time.Hour}}})
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		refs[i] = claimed[0].LeaseRef
@@ -194,6 +194,9 @@ func TestTakeoverSkipsTasksLockedByAStalledNode(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	_, err = tx.Exec(e.ctx, `SELECT 1 FROM stint_task WHERE id = $1 FOR UPDATE`, string(locked))
+	require.NoError(t, err)
+	// Only now do the stalled node's leases expire.
+	_, err = e.pool.Exec(e.ctx, `UPDATE stint_lease SET expires_at = now() WHERE node = 'stalled'`)
 	require.NoError(t, err)
 
 	status := func(id api.TaskID) api.Status {
@@ -222,6 +225,10 @@ func TestTakeoverSkipsTasksLockedByAStalledNode(t *testing.T) {
 	require.NoError(t, tx.Rollback(e.ctx))
 	waitFor(t, 10*lease, "the formerly locked task to be taken over", func() bool { return status(locked) == api.StatusScheduled })
 	require.Zero(t, e.count(`SELECT count(*) FROM stint_lease WHERE node = 'stalled'`), "the stalled node's leases are dropped")
+	// Its own run blocks until cancelled: do not wait for it.
+	ctx, cancel := context.WithTimeout(e.ctx, 100*time.Millisecond)
+	defer cancel()
+	require.NoError(t, srv.Stop(ctx))
 }
 
 func (e *env) submitKeysAs(tasks api.Tasks, kind api.Kind[WorkParams, WorkResult], keys ...string) []api.TaskID {
