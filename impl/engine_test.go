@@ -152,7 +152,7 @@ func TestRotationKeepsEverySlotBusy(t *testing.T) {
 			b.log.read(func(l *runLog) { n = len(l.ends) })
 			return n > stops
 		})
-		waitFor(t, rot.Interval, "the stopped runs' slots to be filled again", full)
+		waitFor(t, 10*rot.Interval, "the stopped runs' slots to be filled again", full)
 		b.log.read(func(l *runLog) { stops = len(l.ends) })
 	}
 	b.log.read(func(l *runLog) {
