@@ -189,7 +189,8 @@ type Tasks interface {
 	// Await waits until the task is finished (see Task.Finished) and returns
 	// it. It works in any process, whichever node runs the task, and returns
 	// only committed state. It returns ErrNotFound if the task does not exist
-	// or is removed while awaited.
+	// or is removed while awaited. A lost database connection is not an
+	// answer: Await retries until ctx ends.
 	Await(ctx context.Context, id TaskID) (Task, error)
 	// List returns tasks matching f in id order, a page at a time.
 	List(ctx context.Context, f Filter) (Page, error)

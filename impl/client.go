@@ -1,11 +1,14 @@
 // Package impl is stint's engine: the Client, which submits, inspects and
 // awaits tasks, and the Server, which also claims and runs them.
 //
-// A Server runs four loops besides its runs: the claimer takes due tasks in
-// batches sized to its free worker slots, the lease keeper renews all of the
-// node's leases in one statement and cancels runs whose lease is lost, the
-// completer records finished runs in batches, and the listener turns
-// PostgreSQL notifications into wake-ups (with polling as the fallback).
+// A Server runs these loops besides its runs: the claimer takes due tasks
+// in batches sized to its free worker slots, the lease keeper renews all of
+// the node's leases in one statement and cancels runs whose lease is lost,
+// the expiry loop cancels runs whose lease ran out locally or whose
+// activity timed out (without touching the database), the takeover loop
+// makes the tasks of other nodes' expired leases due again, the completer
+// records finished runs in batches, and the listener turns PostgreSQL
+// notifications into wake-ups (with polling as the fallback).
 package impl
 
 import (
@@ -369,36 +372,54 @@ func (c *Client) List(ctx context.Context, f api.Filter) (api.Page, error) {
 
 // Await waits until the task is finished; see api.Tasks. It wakes on the
 // finish notification and re-reads the task every PollInterval in case a
-// notification was lost.
+// notification was lost. It rides through a lost database connection (a
+// terminated backend, a PostgreSQL restart, a failover): transient errors
+// are retried with backoff (from PollInterval up to 5 seconds) until ctx
+// ends; only api.ErrNotFound, ctx's error and errors that a retry cannot
+// cure (such as a missing privilege) are returned.
 func (c *Client) Await(ctx context.Context, id api.TaskID) (api.Task, error) {
 	if err := spi.CheckTaskID("id", id); err != nil {
 		return api.Task{}, err
 	}
 	wake, stop := c.hub.wait(id)
 	defer stop()
-	t, err := c.st.Get(ctx, id)
-	if err != nil || t.Finished() {
-		return t, err
-	}
-	// Set the awaited flag so the finish notifies, unless the submit did.
-	// The write serializes with a concurrent finish: either we see the
-	// finished row, or the finish sees the flag.
-	if !t.Notify {
-		if t, err = c.st.MarkAwaited(ctx, id); err != nil || t.Finished() {
-			return t, err
-		}
-	}
+	marked := false
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
+	failures := 0
 	for {
-		select {
-		case <-ctx.Done():
-			return api.Task{}, fmt.Errorf("await task %s: %w", id, ctx.Err())
-		case <-wake:
-		case <-poll.C:
+		var t api.Task
+		var err error
+		// Set the awaited flag so the finish notifies, unless the submit
+		// did. The write serializes with a concurrent finish: either we
+		// see the finished row, or the finish sees the flag.
+		if t, err = c.st.Get(ctx, id); err == nil && !t.Finished() && !t.Notify && !marked {
+			t, err = c.st.MarkAwaited(ctx, id)
+			marked = err == nil
 		}
-		if t, err = c.st.Get(ctx, id); err != nil || t.Finished() {
+		switch {
+		case err == nil && t.Finished():
+			return t, nil
+		case err == nil:
+			failures = 0
+			select {
+			case <-ctx.Done():
+				return api.Task{}, fmt.Errorf("await task %s: %w", id, ctx.Err())
+			case <-wake:
+			case <-poll.C:
+			}
+		case ctx.Err() != nil:
+			return api.Task{}, fmt.Errorf("await task %s: %w", id, ctx.Err())
+		case !transient(err):
 			return t, err
+		default:
+			failures++
+			if failures == 1 || failures%10 == 0 {
+				c.log.Warn("stint: await: reading the task failed; retrying", "task", id, "failures", failures, "err", err)
+			}
+			if err := spi.Sleep(ctx, spi.Backoff(c.cfg.PollInterval, 5*time.Second, failures)); err != nil {
+				return api.Task{}, fmt.Errorf("await task %s: %w", id, ctx.Err())
+			}
 		}
 	}
 }

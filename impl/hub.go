@@ -165,7 +165,7 @@ type kicker struct {
 	mu      sync.Mutex
 	last    time.Time
 	pending bool
-	local   func()
+	local   func() // wakes the local claimers; set by Server.Start
 	sent    atomic.Int64
 	// sending counts the trailing notifications not sent yet, which
 	// Client.Close awaits: sent after the store's pool closed, they fail.
@@ -187,6 +187,13 @@ func (k *kicker) lead() bool {
 	k.last = time.Now()
 	k.sent.Add(1)
 	return true
+}
+
+// setLocal sets the function that wakes this process's own claimers.
+func (k *kicker) setLocal(fn func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.local = fn
 }
 
 // kick follows a submit: it wakes the local claimer, and unless the submit

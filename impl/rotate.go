@@ -9,10 +9,14 @@ import (
 	"github.com/stinthq/stint/spi"
 )
 
-// rotateLoop runs the rotation of a preemptible behavior (spi.Rotation):
-// each interval it resets the churn budget, then stops the oldest runs
-// that ran long enough, as many as tasks wait beyond the free slots. The
-// claimer starts waiting tasks within what is left of the budget.
+// rotateLoop runs the rotation of a preemptible behavior (spi.Rotation),
+// by the CouchDB replicator's rule: each interval it stops the oldest runs
+// that ran long enough, as many as tasks wait beyond the free slots and at
+// most MaxChurn, and the claimer starts as many waiting tasks in their
+// place as soon as their slots are given back. Stops are paired with
+// starts, so the node keeps MaxRunning tasks running: free slots (and
+// stops whose replacement has not started yet) count against the budget,
+// so that the node never has more than MaxChurn slots in transition.
 func (s *Server) rotateLoop(ctx context.Context, b *spi.Registration) {
 	rot := *b.Policy.Rotation
 	for {
@@ -28,25 +32,30 @@ func (s *Server) rotateLoop(ctx context.Context, b *spi.Registration) {
 			continue
 		}
 		s.mu.Lock()
-		s.churn[b.ID] = 0
-		free := rot.MaxRunning - s.perBehav[b.ID]
+		free := max(min(rot.MaxRunning-s.perBehav[b.ID], s.cfg.MaxWorkers-s.slots), 0)
+		if c := b.Policy.MaxConcurrency; c > 0 {
+			free = max(min(free, c-s.perBehav[b.ID]), 0)
+		}
 		var old []*run
+		stopping := 0 // cancelled, slot not given back yet
 		now := time.Now()
 		for _, r := range s.running {
-			if r.reg == b && now.Sub(r.started) >= rot.MinRunTime {
+			switch {
+			case r.reg != b:
+			case r.ctx.Err() != nil:
+				stopping++
+			case now.Sub(r.started) >= rot.MinRunTime:
 				old = append(old, r)
 			}
 		}
 		slices.SortFunc(old, func(a, b *run) int { return a.started.Compare(b.started) })
-		stop := min(pending-free, rot.MaxChurn, len(old))
-		for _, r := range old[:max(stop, 0)] {
+		stop := max(min(pending-free, rot.MaxChurn-free-stopping, len(old)), 0)
+		for _, r := range old[:stop] {
 			r.cancel(spi.ErrPreempted)
-			s.churn[b.ID]++
 		}
 		s.mu.Unlock()
 		if stop > 0 {
 			s.log.Info("stint: rotation stopped runs for waiting tasks", "behavior", b.ID, "stopped", stop, "waiting", pending)
-			s.wakeClaimer()
 		}
 	}
 }

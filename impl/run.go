@@ -29,10 +29,9 @@ type run struct {
 	// Guarded by Server.mu.
 	deadline time.Time       // local lease expiry: the send time of the last renewal + lease
 	progress json.RawMessage // the last checkpoint
+	active   time.Time       // the run's start or its last checkpoint or heartbeat
+	returned bool            // the behavior returned; its end may not be recorded yet
 }
-
-// errLeaseExpired cancels a run whose lease could not be renewed in time.
-var errLeaseExpired = fmt.Errorf("lease expired before it could be renewed: %w", api.ErrHalt)
 
 // startRun takes a slot for c and runs it in its own goroutine. sent is when
 // the claim was sent: the lease runs from no earlier than that.
@@ -42,11 +41,17 @@ func (s *Server) startRun(c store.Claimed, sent time.Time) {
 	if lease <= 0 {
 		lease = reg.Policy.Lease
 	}
-	r := &run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress}
-	r.ctx, r.cancel = context.WithCancelCause(s.runCtx)
+	r := &run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress, active: sent}
+	r.ctx, r.cancel = runCtx(s.runCtx, reg.Policy.Timeout)
 	r.rc = runContext{s: s, r: r}
 	s.mu.Lock()
-	s.running[c.ID] = r // its slot (and churn) was reserved by the claim
+	s.running[c.LeaseRef] = r // its slot was reserved by the claim
+	// An older run of the task on this node lost its lease (the task was
+	// taken over and claimed again here): it must not go on beside this one.
+	if old := s.latest[c.ID]; old != nil {
+		old.cancel(fmt.Errorf("task %s: a newer run of it started: %w", c.ID, api.ErrHalt))
+	}
+	s.latest[c.ID] = r
 	l := s.leases[c.Lease]
 	l.runs++
 	s.leases[c.Lease] = l
@@ -56,6 +61,20 @@ func (s *Server) startRun(c store.Claimed, sent time.Time) {
 	case s.work <- r: // an idle worker takes it
 	default:
 		go s.worker(r)
+	}
+}
+
+// runCtx returns the context of a run and its cancel function: with a
+// deadline timeout from now (cause spi.ErrTimeout) unless timeout is zero.
+func runCtx(parent context.Context, timeout time.Duration) (context.Context, context.CancelCauseFunc) {
+	if timeout <= 0 {
+		return context.WithCancelCause(parent)
+	}
+	timed, stop := context.WithTimeoutCause(parent, timeout, spi.ErrTimeout)
+	ctx, cancel := context.WithCancelCause(timed)
+	return ctx, func(cause error) {
+		cancel(cause)
+		stop() // releases the timer; ctx keeps the cause it ended with
 	}
 }
 
@@ -98,6 +117,7 @@ func (s *Server) freeSlot(r *run) {
 	s.mu.Lock()
 	s.slots--
 	s.perBehav[r.claimed.Behavior]--
+	r.returned = true
 	s.mu.Unlock()
 	signal(s.slotFreed)
 }
@@ -110,8 +130,9 @@ func (s *Server) freeSlot(r *run) {
 func (s *Server) endRun(r *run, settled bool) {
 	r.cancel(context.Canceled)
 	s.mu.Lock()
-	if s.running[r.claimed.ID] == r {
-		delete(s.running, r.claimed.ID)
+	delete(s.running, r.claimed.LeaseRef)
+	if s.latest[r.claimed.ID] == r {
+		delete(s.latest, r.claimed.ID)
 	}
 	l := s.leases[r.claimed.Lease]
 	l.runs--
@@ -144,8 +165,13 @@ func (s *Server) execute(r *run) {
 		out = spi.Outcome{Err: &api.TaskError{Code: "invalid_params", Message: err.Error()}}
 	} else {
 		out = r.reg.Execute(ctx, &r.rc, p, r.claimed.Errors)
+		if out.Result == nil && errors.Is(context.Cause(r.ctx), spi.ErrTimeout) {
+			out = r.reg.Fail(p, &api.TaskError{Retryable: true, Code: "timeout",
+				Message: fmt.Sprintf("run timed out after %s (the behavior's Policy.Timeout)", r.reg.Policy.Timeout)},
+				&r.rc, r.claimed.Errors)
+		}
 	}
-	if cause := context.Cause(r.ctx); errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) {
+	if cause := context.Cause(r.ctx); errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) || errors.Is(cause, spi.ErrInactive) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err := s.st.Unclaim(ctx, []store.LeaseRef{r.claimed.LeaseRef})
@@ -153,8 +179,10 @@ func (s *Server) execute(r *run) {
 			s.log.Warn("stint: unclaim failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
 		}
 		// Only now: a rotation must not start the next task while the
-		// stopped one still shows as running.
+		// stopped one still shows as running. Then start the next one: a
+		// claimer that found no free slot waits for a wake-up.
 		s.freeSlot(r)
+		s.wakeClaimer()
 		span.SetAttributes(attribute.String("stint.released", context.Cause(r.ctx).Error()))
 		span.End()
 		s.endRun(r, err == nil)
@@ -198,8 +226,9 @@ type runContext struct {
 	r *run
 }
 
-func (rc *runContext) TaskID() api.TaskID { return rc.r.claimed.ID }
-func (rc *runContext) Attempt() int       { return rc.r.claimed.Attempt }
+func (rc *runContext) TaskID() api.TaskID  { return rc.r.claimed.ID }
+func (rc *runContext) Attempt() int        { return rc.r.claimed.Attempt }
+func (rc *runContext) IsResubmitted() bool { return rc.r.claimed.Resubmitted }
 
 func (rc *runContext) Progress(v any) (bool, error) {
 	rc.s.mu.Lock()
@@ -239,6 +268,7 @@ func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) e
 	}
 	rc.s.mu.Lock()
 	rc.r.progress = raw
+	rc.r.active = time.Now()
 	rc.s.mu.Unlock()
 	return nil
 }
@@ -256,6 +286,7 @@ func (rc *runContext) Heartbeat(ctx context.Context) error {
 	}
 	rc.s.mu.Lock()
 	rc.r.deadline = sent.Add(rc.r.lease)
+	rc.r.active = time.Now()
 	rc.s.mu.Unlock()
 	return nil
 }
@@ -286,133 +317,4 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 
 func (rc *runContext) renewal() store.Renewal {
 	return store.Renewal{LeaseRef: rc.r.claimed.LeaseRef, Duration: rc.r.lease}
-}
-
-// leaseLoop renews the leases of this node's runs in one statement once a
-// third of a lease has passed, cancels runs whose lease was lost or could
-// not be renewed in time, and renews the node's heartbeat.
-func (s *Server) leaseLoop(ctx context.Context) {
-	// Short ticks: an operator may lower a behavior's lease at runtime
-	// (to 1 s at least), and a tick only scans this node's runs.
-	tick := min(max(s.minLease/6, 50*time.Millisecond), 250*time.Millisecond)
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	lastBeat := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.renewLeases(ctx)
-		s.releaseLeases(ctx)
-		s.takeOver(ctx)
-		if time.Since(lastBeat) >= s.cfg.NodeHeartbeat {
-			lastBeat = time.Now()
-			err := s.st.HeartbeatNode(ctx, s.cfg.Node)
-			if errors.Is(err, api.ErrNotFound) {
-				// Dropped as dead while it was paused or cut off: register
-				// again, so that operators see it.
-				err = s.register(ctx)
-			}
-			if err != nil && ctx.Err() == nil {
-				s.log.Warn("stint: node heartbeat failed", "err", err)
-			}
-
-		}
-	}
-}
-
-func (s *Server) renewLeases(ctx context.Context) {
-	now := time.Now()
-	var due []store.Renewal
-	var runs []*run
-	earliest := now.Add(time.Hour)
-	s.mu.Lock()
-	for _, r := range s.running {
-		lease := r.lease
-		switch left := r.deadline.Sub(now); {
-		case left <= 0:
-			r.cancel(errLeaseExpired)
-		case left < lease*2/3:
-			due = append(due, store.Renewal{LeaseRef: r.claimed.LeaseRef, Duration: lease})
-			runs = append(runs, r)
-			earliest = minTime(earliest, r.deadline)
-		}
-	}
-	s.mu.Unlock()
-	if len(due) == 0 {
-		return
-	}
-	// A renewal that returns after the earliest deadline is useless for
-	// that run: bound the wait.
-	rctx, cancel := context.WithDeadline(ctx, earliest)
-	defer cancel()
-	sent := time.Now()
-	held, err := s.st.Renew(rctx, due)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("stint: lease renewal failed", "tasks", len(due), "err", err)
-		}
-		return
-	}
-	s.tel.renewals.Add(ctx, int64(len(held)))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range runs {
-		if held[r.claimed.ID] {
-			r.deadline = sent.Add(r.lease)
-		} else {
-			r.cancel(fmt.Errorf("task %s: %w", r.claimed.ID, api.ErrHalt))
-		}
-	}
-}
-
-// releaseLeases drops the leases whose runs all ended, so that their rows
-// do not wait for their expiry and a takeover that finds nothing to do.
-func (s *Server) releaseLeases(ctx context.Context) {
-	s.mu.Lock()
-	released := s.released
-	s.released = nil
-	s.mu.Unlock()
-	if len(released) == 0 {
-		return
-	}
-	if err := s.st.ReleaseLeases(ctx, released); err != nil && ctx.Err() == nil {
-		// Harmless: the rows expire and a takeover drops them.
-		s.log.Warn("stint: releasing leases failed", "leases", len(released), "err", err)
-	}
-}
-
-// takeoverBatch caps the expired leases one takeover statement handles.
-const takeoverBatch = 100
-
-// takeOver makes the tasks of expired leases (of nodes that died, stalled
-// or lost the database for longer than a lease) due again. Every node
-// does it on every lease tick: the statement costs one index probe when
-// nothing expired, and nodes skip each other's locked leases.
-func (s *Server) takeOver(ctx context.Context) {
-	for {
-		leases, tasks, err := s.st.Takeover(ctx, takeoverBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("stint: taking over expired leases failed", "err", err)
-			}
-			return
-		}
-		s.tel.tookOver(ctx, tasks)
-		if tasks > 0 {
-			s.log.Info("stint: took over the tasks of expired leases", "leases", leases, "tasks", tasks)
-		}
-		if leases < takeoverBatch {
-			return
-		}
-	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }

@@ -121,13 +121,13 @@ type Server struct {
 	workersDone chan struct{} // closed by Stop: idle workers exit
 
 	mu       sync.Mutex
-	running  map[api.TaskID]*run    // runs until their end is recorded
-	slots    int                    // slots taken: reserved by claims, or running a behavior
-	reserved int                    // slots reserved by claims in flight
-	perBehav map[api.BehaviorID]int // slots taken per behavior
-	churn    map[api.BehaviorID]int // starts and stops in this rotation interval
-	leases   map[[16]byte]leaseRuns // this node's leases (one per claim statement and behavior)
-	released [][16]byte             // leases whose runs all ended, to drop
+	running  map[store.LeaseRef]*run // runs until their end is recorded
+	latest   map[api.TaskID]*run     // the newest run of each task in running
+	slots    int                     // slots taken: reserved by claims, or running a behavior
+	reserved int                     // slots reserved by claims in flight
+	perBehav map[api.BehaviorID]int  // slots taken per behavior
+	leases   map[[16]byte]leaseRuns  // this node's leases (one per claim statement and behavior)
+	released [][16]byte              // leases whose runs all ended, to drop
 	started  bool
 	stopped  bool
 
@@ -193,10 +193,10 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		slotFreed:   make(chan struct{}, 1),
 		work:        make(chan *run),
 		workersDone: make(chan struct{}),
-		running:     map[api.TaskID]*run{},
+		running:     map[store.LeaseRef]*run{},
+		latest:      map[api.TaskID]*run{},
 		perBehav:    map[api.BehaviorID]int{},
 		leases:      map[[16]byte]leaseRuns{},
-		churn:       map[api.BehaviorID]int{},
 	}
 	for _, id := range ids {
 		reg, ok := cfg.Registry.Lookup(id)
@@ -235,15 +235,21 @@ func (s *Server) Start(ctx context.Context) error {
 	s.started = true
 	s.mu.Unlock()
 
-	if err := s.register(ctx); err != nil {
-		return fmt.Errorf("start server: %w", err)
+	err := s.register(ctx)
+	if err == nil {
+		err = s.st.PutSchedules(ctx, s.schedules, true)
 	}
-	if err := s.st.PutSchedules(ctx, s.schedules, true); err != nil {
+	if err != nil {
+		// Nothing started: Stop has nothing to stop, and Start may be
+		// tried again.
+		s.mu.Lock()
+		s.started = false
+		s.mu.Unlock()
 		return fmt.Errorf("start server: %w", err)
 	}
 	s.hub.setOnDue(s.wakeClaimer)
 	s.hub.setOnRemoved(s.cancelRemoved)
-	s.kick.local = s.wakeClaimer
+	s.kick.setLocal(s.wakeClaimer)
 	s.hub.start()
 
 	s.runCtx, s.runCancel = context.WithCancelCause(context.Background())
@@ -253,9 +259,11 @@ func (s *Server) Start(ctx context.Context) error {
 	s.completer = newCompleter(s.st, s.log)
 	s.claimDone = make(chan struct{})
 
-	s.bgDone.Add(3)
+	s.bgDone.Add(5)
 	go func() { defer s.bgDone.Done(); s.completer.loop(bgCtx) }()
+	go func() { defer s.bgDone.Done(); s.expiryLoop(bgCtx) }()
 	go func() { defer s.bgDone.Done(); s.leaseLoop(bgCtx) }()
+	go func() { defer s.bgDone.Done(); s.takeoverLoop(bgCtx) }()
 	go func() { defer s.bgDone.Done(); s.maintainLoop(bgCtx) }()
 	s.bgDone.Add(1)
 	go func() { defer s.bgDone.Done(); s.scheduleLoop(bgCtx) }()
@@ -302,7 +310,9 @@ func (s *Server) behaviorIDs() []api.BehaviorID {
 // done; the runs still going then are cancelled and released, due again at
 // once on any node. Runs of preemptible behaviors (with a Rotation) are
 // stopped and released at once, without waiting. Then the node
-// deregisters.
+// deregisters. Stop is safe to call when Start failed or never ran (it
+// only closes the client then) and more than once, so that
+// `defer srv.Stop(ctx)` may follow NewServer.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.started || s.stopped {
@@ -372,7 +382,7 @@ func (s *Server) wakeClaimer() {
 // writes are fenced out either way.
 func (s *Server) cancelRemoved(id api.TaskID) {
 	s.mu.Lock()
-	r := s.running[id]
+	r := s.latest[id] // older runs were cancelled when it started
 	s.mu.Unlock()
 	if r != nil {
 		r.cancel(fmt.Errorf("task %s was removed: %w", id, api.ErrHalt))
@@ -520,7 +530,7 @@ func (s *Server) claimGroups() []claimGroup {
 			left, capped = b.Policy.MaxConcurrency-s.perBehav[b.ID], true
 		}
 		if r := b.Policy.Rotation; r != nil {
-			left, capped = min(left, r.MaxRunning-s.perBehav[b.ID], r.MaxChurn-s.churn[b.ID]), true
+			left, capped = min(left, r.MaxRunning-s.perBehav[b.ID]), true
 		}
 		switch {
 		case left <= 0:
@@ -552,7 +562,7 @@ func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
 			g.limit = min(g.limit, c-s.perBehav[b])
 		}
 		if r := reg.Policy.Rotation; r != nil {
-			g.limit = min(g.limit, r.MaxRunning-s.perBehav[b], r.MaxChurn-s.churn[b])
+			g.limit = min(g.limit, r.MaxRunning-s.perBehav[b])
 		}
 	}
 	if g.limit <= 0 {
@@ -562,7 +572,6 @@ func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
 	s.reserved += g.limit
 	for _, b := range g.capped {
 		s.perBehav[b] += g.limit
-		s.churn[b] += g.limit // only rotated behaviors read their churn
 	}
 	return g, true
 }
@@ -581,7 +590,6 @@ func (s *Server) unreserve(g claimGroup, claimed []store.Claimed) {
 			}
 		}
 		s.perBehav[b] -= g.limit - n
-		s.churn[b] -= g.limit - n
 	}
 }
 

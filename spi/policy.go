@@ -56,6 +56,30 @@ type Policy struct {
 	// FailureRetention is how long a task that failed for good is kept.
 	// Defaults to 30 days.
 	FailureRetention time.Duration
+	// Timeout bounds a run: its ctx is cancelled, with a cause matching
+	// ErrTimeout, this long after the run started. A run that then returns
+	// anything but a result fails with a retryable api.TaskError of code
+	// "timeout", counted as an attempt and retried with backoff like any
+	// failure (a result returned after the deadline is kept: the work was
+	// done). A run that does not return once its ctx ended is no longer
+	// renewed: its task is taken over after the lease. Zero, the default,
+	// sets no limit: replications and other
+	// long-running tasks run for days, and a run that hangs is better
+	// caught by ActivityTimeout, which does not depend on how long the work
+	// takes.
+	Timeout time.Duration
+	// ActivityTimeout takes the task away from a run that shows no sign of
+	// progress (no Checkpoint, CheckpointTx or Heartbeat) for this long
+	// since it started or last did (couch_jobs' activity timeout): the
+	// node stops renewing the run's lease and gives the task back, due at
+	// once for any node and resuming from its last checkpoint, and cancels
+	// the run's ctx with a cause matching ErrInactive (and api.ErrHalt).
+	// Like a rotation stop, it records no failure and does not count the
+	// attempt; set Timeout too to bound a run that hangs every time. The
+	// node's slot is given back when Run returns. Zero, the default, turns
+	// it off: behaviors that do not checkpoint would lose every run that
+	// takes longer than the timeout.
+	ActivityTimeout time.Duration
 	// Rotation, when set, makes the behavior's tasks preemptible: each node
 	// runs at most Rotation.MaxRunning of them and, while others wait,
 	// stops the longest-running ones in turn (the CouchDB replicator's
@@ -66,16 +90,21 @@ type Policy struct {
 // Rotation shares a node's slots among more long-running tasks than it
 // can run at once. Every Interval (plus up to a third of it as jitter) the
 // node stops the oldest runs that ran at least MinRunTime, as many as
-// tasks wait (due and unclaimed) beyond its free slots, within MaxChurn
-// stops and starts per interval. A stopped run's context is cancelled with
-// a cause matching ErrPreempted; its task is due again at once, without an
+// tasks wait (due and unclaimed) beyond its free slots and at most
+// MaxChurn, and starts as many waiting tasks in their place as soon as the
+// stopped runs returned: the node keeps MaxRunning tasks running, and at
+// most MaxChurn of its slots are between a stop and a start (free slots
+// count as such). Free slots are filled at once, whatever the interval. A
+// stopped run's context is cancelled with a cause matching ErrPreempted;
+// its task is due again at once, behind the tasks that waited, without an
 // attempt counted, and resumes from its last checkpoint. Zero fields take
 // the replicator's defaults.
 type Rotation struct {
 	// MaxRunning caps the running tasks of the behavior per node.
 	// Defaults to 500 (max_jobs).
 	MaxRunning int
-	// MaxChurn caps the starts and stops per interval. Defaults to 100.
+	// MaxChurn caps the runs stopped per interval, each of which is
+	// replaced by a waiting task. Defaults to 100.
 	MaxChurn int
 	// Interval is the time between rotations. Defaults to 15 seconds.
 	Interval time.Duration
@@ -86,6 +115,13 @@ type Rotation struct {
 
 // ErrPreempted is the cause of a run's context cancelled by rotation.
 var ErrPreempted = errors.New("stint: preempted by rotation")
+
+// ErrTimeout is the cause of a run's context cancelled by Policy.Timeout.
+var ErrTimeout = errors.New("stint: run timed out")
+
+// ErrInactive is the cause of a run's context cancelled by
+// Policy.ActivityTimeout; the cause matches api.ErrHalt too.
+var ErrInactive = errors.New("stint: no activity within the activity timeout")
 
 // WithDefaults returns r with zero fields set to their defaults.
 func (r Rotation) WithDefaults() Rotation {
@@ -146,6 +182,8 @@ func (p Policy) WithDefaults() Policy {
 	if p.FailureRetention <= 0 {
 		p.FailureRetention = 30 * 24 * time.Hour
 	}
+	p.Timeout = max(p.Timeout, 0)
+	p.ActivityTimeout = max(p.ActivityTimeout, 0)
 	if p.Rotation != nil {
 		r := p.Rotation.WithDefaults()
 		p.Rotation = &r

@@ -272,6 +272,13 @@ func (r *Registration) Execute(ctx context.Context, rc RunContext, p any, failur
 	return r.execute(ctx, rc, p, failures)
 }
 
+// Fail returns the outcome of a run that failed with te, whatever the
+// behavior returned: the retry decision applied as for a failure Run
+// returned (the engine uses it for a run past its Policy.Timeout).
+func (r *Registration) Fail(p any, te *api.TaskError, rc RunContext, failures int) Outcome {
+	return r.failure(p, te, rc, failures)
+}
+
 // failure applies the retry decision to a failed run.
 func (r *Registration) failure(p any, te *api.TaskError, rc RunContext, failures int) Outcome {
 	n := failures + 1

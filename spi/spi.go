@@ -33,7 +33,8 @@ type Behavior[P, R any] interface {
 	// Run does the work. Return a *api.TaskError to say whether a failure
 	// may be retried (any other error is retryable), or Snooze(d) to run
 	// again later without counting a failure. ctx is cancelled when the
-	// lease is lost, the task is removed, or the server stops.
+	// lease is lost, the task is removed, the server stops, or the run
+	// passes its Policy.Timeout or ActivityTimeout.
 	Run(ctx context.Context, rc RunContext, p P) (R, error)
 }
 
@@ -92,6 +93,11 @@ type RunContext interface {
 	TaskID() api.TaskID
 	// Attempt counts the runs of this task, this one included.
 	Attempt() int
+	// IsResubmitted reports whether the task's resubmit flag was set as of
+	// this run's claim (couch_jobs' is_resubmitted): a submit of its id
+	// came in while it was running (DedupResubmit), and the task runs once
+	// more after the run it came in during.
+	IsResubmitted() bool
 	// Progress decodes the last checkpoint into v and reports whether there
 	// was one. A retried or taken-over run resumes from it.
 	Progress(v any) (bool, error)

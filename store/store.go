@@ -172,7 +172,9 @@ type Store interface {
 	ReleaseLeases(ctx context.Context, leases [][16]byte) error
 	// Takeover drops up to limit expired leases and makes their tasks
 	// that still run under them due again. It returns how many leases and
-	// tasks it took over.
+	// tasks it took over. It never waits for a lock: a task whose row
+	// another transaction holds is skipped, and its lease kept for a later
+	// call.
 	Takeover(ctx context.Context, limit int) (leases, tasks int, err error)
 	// Finish records completions in one statement and returns, for each,
 	// whether its lease still held (false: api.ErrHalt for that run). A

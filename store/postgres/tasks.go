@@ -736,32 +736,46 @@ func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
 	return nil
 }
 
-// takeoverSQL deletes up to $1 expired leases and makes their tasks that
-// still run under them due again: their node died, stalled or was cut off
-// for longer than the lease. A lost task is due at the time it was due when
-// claimed, so that it goes back to its place in the queue rather than
-// behind every task that became due while it ran. The lost run counts as an
-// attempt (the next claim increments it), as a lost Polaris task does. A
-// submit that came during the lost run asks for no run of its own: the
-// re-run covers it, and is reported as a resubmitted run.
+// takeoverSQL takes over up to $1 expired leases: it makes their tasks that
+// still run under them due again (their node died, stalled or was cut off
+// for longer than the lease) and deletes the leases. It never waits for a
+// lock: it skips leases another takeover holds, and tasks whose row another
+// transaction locked (a stalled node inside its own transaction after
+// CheckpointTx); a lease with such a task is kept, so that a later takeover
+// finds that task once the lock is gone. A lost task is due at the time it
+// was due when claimed, so that it goes back to its place in the queue
+// rather than behind every task that became due while it ran. The lost run
+// counts as an attempt (the next claim increments it), as a lost Polaris
+// task does. A submit that came during the lost run asks for no run of its
+// own: the re-run covers it, and is reported as a resubmitted run.
 var takeoverSQL = `
-WITH expired AS (
-    DELETE FROM stint_lease WHERE lease = ANY(ARRAY(
-        SELECT lease FROM stint_lease WHERE expires_at <= now()
-        ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED))
-    RETURNING lease, task_ids
+WITH expired AS MATERIALIZED (
+    SELECT lease, task_ids FROM stint_lease WHERE expires_at <= now()
+    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+), owned AS MATERIALIZED (
+    SELECT t.id, e.lease FROM expired e CROSS JOIN unnest(e.task_ids) AS u(id)
+    JOIN stint_task t ON t.id = u.id AND t.lease = e.lease AND t.status = 'running'
+), free AS MATERIALIZED (
+    SELECT t.id, t.lease FROM stint_task t
+    WHERE t.id IN (SELECT id FROM owned) AND t.status = 'running' AND t.lease IN (SELECT lease FROM expired)
+    FOR UPDATE SKIP LOCKED
+), dropped AS (
+    DELETE FROM stint_lease l USING expired e
+    WHERE l.lease = e.lease AND NOT EXISTS (
+        SELECT 1 FROM owned o WHERE o.lease = e.lease AND NOT EXISTS (SELECT 1 FROM free f WHERE f.id = o.id AND f.lease = o.lease))
+    RETURNING l.lease
 ), lost AS (
     UPDATE stint_task t SET status = 'scheduled', schedule_not_before = least(t.schedule_not_before, now()), lost_not_before = NULL,
         executed_at = NULL, resubmit = t.resubmit OR t.resubmitted, resubmit_due = NULL, updated_at = now()
-    FROM expired e, unnest(e.task_ids) AS u(id)
-    WHERE t.id = u.id AND t.lease = e.lease AND t.status = 'running'
+    FROM free f
+    WHERE t.id = f.id AND t.lease = f.lease AND t.status = 'running'
     RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
 ), due AS (` + dueInsert("lost") + `
 ), feed AS (` + feedInsert("lost", "'scheduled'::text", "false") + `
 ), wake AS MATERIALIZED (
     SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM lost LIMIT 1) l
 )
-SELECT (SELECT count(*) FROM expired), (SELECT count(*) FROM lost) FROM (SELECT count(*) FROM wake) w`
+SELECT (SELECT count(*) FROM dropped), (SELECT count(*) FROM lost) FROM (SELECT count(*) FROM wake) w`
 
 // Takeover makes the tasks of expired leases due again; see store.Store.
 func (s *Store) Takeover(ctx context.Context, limit int) (leases, tasks int, err error) {
