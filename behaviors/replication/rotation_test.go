@@ -109,17 +109,14 @@ func TestRotationGivesEveryContinuousReplicationItsTurn(t *testing.T) {
 	for i := range jobs {
 		ids = append(ids, submit(t, e.ctx, srv, e.params(fmt.Sprint("items_", i)), true).ID())
 	}
-	// A turn that the rotation ends before the run checkpoints (a busy
-	// machine slows the copy, not the rotation's clock) moves nothing, so
-	// the wait is for progress, not for a number of turns: every
-	// replication gets three turns or more, and a later one resumes past
-	// where its second began.
-	waitFor(t, 90*time.Second, "every replication to get three turns and resume from progress made on one", func() bool {
+	// Turns first: on a busy machine a turn may end before its run copied
+	// anything (the copy slows, the rotation's clock does not), so turns
+	// and progress are waited for one after the other.
+	waitFor(t, 90*time.Second, "every replication to get three turns", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range ids {
-			seqs := resumed[id]
-			if len(seqs) < 3 || seqs[len(seqs)-1] <= seqs[1] {
+			if len(resumed[id]) < 3 {
 				return false
 			}
 		}
@@ -132,6 +129,18 @@ func TestRotationGivesEveryContinuousReplicationItsTurn(t *testing.T) {
 		for i := range jobs {
 			table := fmt.Sprint("items_", i)
 			if !e.equal(table, "", table) {
+				return false
+			}
+		}
+		return true
+	})
+	// The rotation goes on: each replication's next turn resumes from the
+	// progress its earlier turns checkpointed, past where its second began.
+	waitFor(t, 90*time.Second, "every replication to resume from progress made on its turns", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			if seqs := resumed[id]; seqs[len(seqs)-1] <= seqs[1] {
 				return false
 			}
 		}
