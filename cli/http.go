@@ -183,8 +183,8 @@ func (s *httpServer) start(client *impl.Client, st *postgres.Store, reg *spi.Reg
 		Logger:         log,
 	}
 	if _, ok := reg.Lookup(ingest.BatchBehavior); ok {
-		cfg.Routes = append(cfg.Routes, web.BatchRoutes(ingest.NewAdmin(client))...)
-		cfg.Features = append(cfg.Features, web.FeatureBatches)
+		cfg.Routes = append(cfg.Routes, ingest.Routes(ingest.NewAdmin(client))...)
+		cfg.Features = append(cfg.Features, ingest.Feature)
 	}
 	h, err := web.New(cfg)
 	if err != nil {

@@ -28,12 +28,12 @@ func TestBatchEndpoints(t *testing.T) {
 		Features []string `json:"features"`
 	}
 	e.json(http.MethodGet, "/api/v1/whoami", readToken, nil, http.StatusOK, &who)
-	require.Equal(t, []string{web.FeatureBatches}, who.Features)
+	require.Equal(t, []string{ingest.Feature}, who.Features)
 
 	a := e.submitBatch("coll-a", "alice")
 	b := e.submitBatch("coll-b", "bob")
 
-	var page web.BatchesResponse
+	var page ingest.BatchesResponse
 	e.json(http.MethodGet, "/api/v1/batches", readToken, nil, http.StatusOK, &page)
 	require.Len(t, page.Batches, 2)
 	e.json(http.MethodGet, "/api/v1/batches?profile=coll-b", readToken, nil, http.StatusOK, &page)
@@ -47,7 +47,7 @@ func TestBatchEndpoints(t *testing.T) {
 	var ids []api.TaskID
 	after := ""
 	for range 3 {
-		page = web.BatchesResponse{} // "next" is absent on the last page
+		page = ingest.BatchesResponse{} // "next" is absent on the last page
 		e.json(http.MethodGet, "/api/v1/batches?limit=1&after="+after, readToken, nil, http.StatusOK, &page)
 		for _, v := range page.Batches {
 			ids = append(ids, v.ID)

@@ -103,7 +103,7 @@ func (h *Handler) subscribeStream(w http.ResponseWriter, r *http.Request, f api.
 	ch, err := h.cfg.Client.Subscribe(ctx, f)
 	if err != nil {
 		if f.ID != "" {
-			return taskError(f.ID, "subscribe to", err)
+			return TaskError(f.ID, "subscribe to", err)
 		}
 		return fmt.Errorf("subscribe: %w", err)
 	}

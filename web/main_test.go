@@ -124,8 +124,8 @@ func newEnv(t *testing.T, configure ...func(*web.Config)) *testEnv {
 		Store:    st,
 		Registry: reg,
 		Tokens:   tokens,
-		Routes:   web.BatchRoutes(ingest.NewAdmin(srv.Client)),
-		Features: []string{web.FeatureBatches},
+		Routes:   ingest.Routes(ingest.NewAdmin(srv.Client)),
+		Features: []string{ingest.Feature},
 		FeedPoll: 50 * time.Millisecond,
 		Logger:   log,
 	}

@@ -11,7 +11,7 @@ import (
 
 // openAPIDocument is the OpenAPI 3 description of the API, served at
 // GET /api/v1/openapi.json. It describes every endpoint of New and of
-// BatchRoutes; a test checks it against the routes registered.
+// ingest.Routes; a test checks it against the routes registered.
 //
 //go:embed openapi.json
 var openAPIDocument []byte

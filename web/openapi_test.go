@@ -61,7 +61,7 @@ func TestOpenAPIMatchesTheRoutes(t *testing.T) {
 	raw, err := os.ReadFile("openapi.json")
 	require.NoError(t, err)
 	file, fileOps := operations(t, raw)
-	require.Equal(t, routes, file, "openapi.json describes exactly the routes of New and BatchRoutes")
+	require.Equal(t, routes, file, "openapi.json describes exactly the routes of New and ingest.Routes")
 	for _, k := range served {
 		require.Equal(t, fileOps[k], ops[k], "%s is served as described", k)
 		require.NotEmpty(t, fileOps[k].(map[string]any)["summary"], "%s has a summary", k)

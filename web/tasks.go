@@ -103,16 +103,18 @@ func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {
 	id := api.TaskID(r.PathValue("id"))
 	t, err := h.cfg.Client.Get(r.Context(), id)
 	if err != nil {
-		return taskError(id, "get", err)
+		return TaskError(id, "get", err)
 	}
 	h.cfg.Registry.RedactTask(&t) // no password is ever shown
 	WriteJSON(w, http.StatusOK, t)
 	return nil
 }
 
-// taskError wraps the error of an action on task id, naming the task in a
-// 404.
-func taskError(id api.TaskID, verb string, err error) error {
+// TaskError wraps the error of an action on task id for a handler to
+// return: a 404 names the task, invalid input and conflicts pass as they
+// are (their messages name it), anything else gets the verb and the id.
+// Routes of other packages use it as the API's own do.
+func TaskError(id api.TaskID, verb string, err error) error {
 	switch errorFor(err).Code {
 	case CodeNotFound:
 		return notFound("task %s not found", id)
@@ -170,7 +172,7 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 func (h *Handler) removeTask(w http.ResponseWriter, r *http.Request) error {
 	id := api.TaskID(r.PathValue("id"))
 	if err := h.cfg.Client.Remove(r.Context(), id); err != nil {
-		return taskError(id, "remove", err)
+		return TaskError(id, "remove", err)
 	}
 	h.invalidateStats()
 	w.WriteHeader(http.StatusNoContent)
@@ -183,12 +185,12 @@ func (h *Handler) taskAction(verb string, do func(context.Context, api.TaskID) e
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id := api.TaskID(r.PathValue("id"))
 		if err := do(r.Context(), id); err != nil {
-			return taskError(id, verb, err)
+			return TaskError(id, verb, err)
 		}
 		h.invalidateStats()
 		t, err := h.cfg.Client.Get(r.Context(), id)
 		if err != nil {
-			return taskError(id, "get", err)
+			return TaskError(id, "get", err)
 		}
 		WriteJSON(w, http.StatusOK, t)
 		return nil

@@ -28,7 +28,7 @@
 //	POST   /api/v1/groups/{key}/hold        admin   also release
 //	POST   /api/v1/behaviors/{id}/pause     admin   also resume
 //
-// Endpoints of other parts are added as Config.Routes; BatchRoutes has those
+// Endpoints of other parts are added as Config.Routes; ingest.Routes is one
 // of the ingest batches (GET /api/v1/batches, /batches/{id}, /jobs/{id}, and
 // the admin actions requeue, hold, release and delete of batches and jobs).
 // GET /api/v1/openapi.json describes the endpoints a server has.
@@ -105,10 +105,10 @@ type Config struct {
 	// InsecureNoAuth serves every request as admin, without a token. Only
 	// for a server that nobody else can reach.
 	InsecureNoAuth bool
-	// Routes are extra endpoints under /api/v1/, such as BatchRoutes.
+	// Routes are extra endpoints under /api/v1/, such as ingest.Routes.
 	Routes []Route
 	// Features name the optional pages the dashboard shows, for the
-	// endpoints of Routes: FeatureBatches.
+	// endpoints of Routes, such as ingest.Feature.
 	Features []string
 	// NodeHeartbeat is the servers' heartbeat interval, by which nodes
 	// are judged: late after 3 missed heartbeats, dead after 10 (when

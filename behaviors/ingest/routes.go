@@ -1,4 +1,4 @@
-package web
+package ingest
 
 import (
 	"context"
@@ -7,24 +7,25 @@ import (
 	"strconv"
 
 	"github.com/stinthq/stint/api"
-	"github.com/stinthq/stint/behaviors/ingest"
 	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/web"
 )
 
-// FeatureBatches is the feature of BatchRoutes: with it in
-// Config.Features, the dashboard shows its batch pages.
-const FeatureBatches = "batches"
+// Feature is the dashboard feature of Routes: with it in
+// web.Config.Features, the dashboard shows its batch pages.
+const Feature = "batches"
 
 // BatchesResponse is the answer of GET /api/v1/batches.
 type BatchesResponse struct {
 	// Batches have their counts of jobs by Merritt state, not the jobs.
-	Batches []ingest.BatchView `json:"batches"`
+	Batches []BatchView `json:"batches"`
 	// Next is the cursor of the next page (after=Next); empty on the last.
 	Next api.TaskID `json:"next,omitempty"`
 }
 
-// BatchRoutes returns the endpoints of the ingest batches and jobs, for
-// Config.Routes (with FeatureBatches in Config.Features):
+// Routes returns the endpoints of the ingest batches and jobs, for
+// web.Config.Routes (with Feature in web.Config.Features): the dashboard
+// learns of a behavior's views through them, and web imports no behavior.
 //
 //	GET /api/v1/batches        read  ?profile=P&after=ID&limit=N: a page of batches in id order
 //	GET /api/v1/batches/{id}   read  a batch with its jobs, their counts by state, its report and history
@@ -39,10 +40,10 @@ type BatchesResponse struct {
 //
 // and the same under /api/v1/jobs/{id} for one job. Holds of a whole
 // profile are the group endpoints'.
-func BatchRoutes(admin *ingest.Admin) []Route {
-	routes := []Route{
-		{Pattern: "GET /batches", Role: RoleRead, Handle: func(w http.ResponseWriter, r *http.Request) error {
-			q, err := Query(r, "profile", "after", "limit")
+func Routes(admin *Admin) []web.Route {
+	routes := []web.Route{
+		{Pattern: "GET /batches", Role: web.RoleRead, Handle: func(w http.ResponseWriter, r *http.Request) error {
+			q, err := web.Query(r, "profile", "after", "limit")
 			if err != nil {
 				return err
 			}
@@ -60,37 +61,37 @@ func BatchRoutes(admin *ingest.Admin) []Route {
 			limit := 50
 			if s := q.Get("limit"); s != "" {
 				if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > 1000 {
-					return invalid("limit", "%q is not a number from 1 to 1000", s)
+					return api.Invalid("limit", "%q is not a number from 1 to 1000", s)
 				}
 			}
 			batches, next, err := admin.Batches(r.Context(), profile, after, limit)
 			if err != nil {
 				return fmt.Errorf("list batches: %w", err)
 			}
-			WriteJSON(w, http.StatusOK, BatchesResponse{Batches: batches, Next: next})
+			web.WriteJSON(w, http.StatusOK, BatchesResponse{Batches: batches, Next: next})
 			return nil
 		}},
-		{Pattern: "GET /batches/{id}", Role: RoleRead, Handle: func(w http.ResponseWriter, r *http.Request) error {
+		{Pattern: "GET /batches/{id}", Role: web.RoleRead, Handle: func(w http.ResponseWriter, r *http.Request) error {
 			id := api.TaskID(r.PathValue("id"))
 			v, err := admin.Batch(r.Context(), id)
 			if err != nil {
-				return taskError(id, "get batch", err)
+				return web.TaskError(id, "get batch", err)
 			}
-			WriteJSON(w, http.StatusOK, v)
+			web.WriteJSON(w, http.StatusOK, v)
 			return nil
 		}},
-		{Pattern: "GET /jobs/{id}", Role: RoleRead, Handle: func(w http.ResponseWriter, r *http.Request) error {
+		{Pattern: "GET /jobs/{id}", Role: web.RoleRead, Handle: func(w http.ResponseWriter, r *http.Request) error {
 			id := api.TaskID(r.PathValue("id"))
 			v, err := admin.Job(r.Context(), id)
 			if err != nil {
-				return taskError(id, "get job", err)
+				return web.TaskError(id, "get job", err)
 			}
-			WriteJSON(w, http.StatusOK, v)
+			web.WriteJSON(w, http.StatusOK, v)
 			return nil
 		}},
 	}
 	for _, kind := range []string{"batch", "job"} {
-		routes = append(routes, batchActionRoutes(admin, kind)...)
+		routes = append(routes, actionRoutes(admin, kind)...)
 	}
 	return routes
 }
@@ -105,7 +106,7 @@ type RequeueResponse struct {
 // batchActionRoutes returns the admin actions on a batch or a job (kind
 // "batch" or "job"). Hold and release answer with the batch or job after
 // the action.
-func batchActionRoutes(admin *ingest.Admin, kind string) []Route {
+func actionRoutes(admin *Admin, kind string) []web.Route {
 	base := "/" + kind + "es/{id}"
 	get := func(ctx context.Context, id api.TaskID) (any, error) { return admin.Batch(ctx, id) }
 	if kind == "job" {
@@ -117,7 +118,7 @@ func batchActionRoutes(admin *ingest.Admin, kind string) []Route {
 	check := func(r *http.Request) (api.TaskID, error) {
 		id := api.TaskID(r.PathValue("id"))
 		if _, err := get(r.Context(), id); err != nil {
-			return id, taskError(id, "get "+kind, err)
+			return id, web.TaskError(id, "get "+kind, err)
 		}
 		return id, nil
 	}
@@ -128,41 +129,41 @@ func batchActionRoutes(admin *ingest.Admin, kind string) []Route {
 				return err
 			}
 			if err := do(r.Context(), id); err != nil {
-				return taskError(id, verb+" "+kind, err)
+				return web.TaskError(id, verb+" "+kind, err)
 			}
 			v, err := get(r.Context(), id)
 			if err != nil {
-				return taskError(id, "get "+kind, err)
+				return web.TaskError(id, "get "+kind, err)
 			}
-			WriteJSON(w, http.StatusOK, v)
+			web.WriteJSON(w, http.StatusOK, v)
 			return nil
 		}
 	}
-	return []Route{
-		{Pattern: "POST " + base + "/requeue", Role: RoleAdmin, Handle: func(w http.ResponseWriter, r *http.Request) error {
+	return []web.Route{
+		{Pattern: "POST " + base + "/requeue", Role: web.RoleAdmin, Handle: func(w http.ResponseWriter, r *http.Request) error {
 			id, err := check(r)
 			if err != nil {
 				return err
 			}
 			requeued, err := admin.Requeue(r.Context(), id)
 			if err != nil {
-				return taskError(id, "requeue "+kind, err)
+				return web.TaskError(id, "requeue "+kind, err)
 			}
 			if requeued == nil {
 				requeued = []api.TaskID{}
 			}
-			WriteJSON(w, http.StatusOK, RequeueResponse{Requeued: requeued})
+			web.WriteJSON(w, http.StatusOK, RequeueResponse{Requeued: requeued})
 			return nil
 		}},
-		{Pattern: "POST " + base + "/hold", Role: RoleAdmin, Handle: state("hold", admin.Hold)},
-		{Pattern: "POST " + base + "/release", Role: RoleAdmin, Handle: state("release", admin.Release)},
-		{Pattern: "DELETE " + base, Role: RoleAdmin, Handle: func(w http.ResponseWriter, r *http.Request) error {
+		{Pattern: "POST " + base + "/hold", Role: web.RoleAdmin, Handle: state("hold", admin.Hold)},
+		{Pattern: "POST " + base + "/release", Role: web.RoleAdmin, Handle: state("release", admin.Release)},
+		{Pattern: "DELETE " + base, Role: web.RoleAdmin, Handle: func(w http.ResponseWriter, r *http.Request) error {
 			id, err := check(r)
 			if err != nil {
 				return err
 			}
 			if err := admin.Delete(r.Context(), id); err != nil {
-				return taskError(id, "delete "+kind, err)
+				return web.TaskError(id, "delete "+kind, err)
 			}
 			w.WriteHeader(http.StatusNoContent)
 			return nil
