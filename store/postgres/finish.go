@@ -1,0 +1,270 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/store"
+)
+
+// finishSQL records a batch of completions, each fenced by its lease. A task
+// flagged for resubmit is scheduled again at the due time that submit asked
+// for (at once if it passed), flagged so that its next claim reports a
+// resubmitted run; a snooze ($3 =
+// 'scheduled') does not count as an attempt; a parent waiting for children
+// ($7) is due at once if none is pending, else after the fallback delay.
+// Awaited tasks are notified in the same transaction, so a woken awaiter
+// sees the result; ids go in chunks of 50 to stay under the 8,000-byte
+// payload limit.
+var finishSQL = `
+WITH c AS (
+    SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bool[])
+        AS c(id, lease, status, result, error, again_us, wait_children)
+), done AS (
+    UPDATE stint_task t SET
+        status = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN 'scheduled' ELSE c.status END,
+        result = CASE WHEN c.status = 'success' THEN c.result::jsonb ELSE t.result END,
+        error = CASE WHEN c.status = 'failure' THEN c.error::jsonb WHEN c.status = 'success' THEN NULL ELSE t.error END,
+        errors = CASE c.status WHEN 'failure' THEN t.errors + 1 WHEN 'success' THEN 0 ELSE t.errors END,
+        attempt = CASE WHEN c.status = 'scheduled' THEN t.attempt - 1 ELSE t.attempt END,
+        schedule_not_before = CASE
+            WHEN t.resubmit THEN greatest(t.resubmit_due, now())
+            WHEN c.wait_children AND t.children_pending <= 0 THEN now()
+            WHEN c.again_us >= 0 THEN now() + c.again_us * interval '1 microsecond' END,
+        waiting_children = c.wait_children AND t.children_pending > 0,
+        lost_not_before = NULL,
+        executed_at = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN NULL ELSE t.executed_at END,
+        finished_at = CASE WHEN c.status = 'scheduled' THEN t.finished_at ELSE now() END,
+        resubmit = t.resubmit,
+        resubmit_due = NULL,
+        updated_at = now()
+    FROM c
+    WHERE t.id = c.id AND t.lease = c.lease AND t.status = 'running'
+    RETURNING t.id, t.behavior, t.status, t.parent_id, t.awaited, t.priority, t.schedule_not_before, t.group_key,
+        t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AS final
+), due AS (` + dueInsert("done") + `
+), feed AS (` + feedInsert("done", "status", "final") + `), notified AS (
+    SELECT count(pg_notify('` + store.ChannelFinished + `', ids)) AS n FROM (
+        SELECT string_agg(id, ',') AS ids FROM (
+            SELECT id, (row_number() OVER ()) / 50 AS chunk FROM done WHERE awaited) a
+        GROUP BY chunk) b
+)
+SELECT done.id, coalesce(done.parent_id, ''), done.final FROM done, notified`
+
+// childrenEndedSQL counts children that finished for good off their
+// parents; the one that brings a waiting parent's count to zero makes it due
+// and wakes the claimers. A held parent stays held and is due from then
+// on once released. The parent row's lock serializes concurrent finishes of
+// siblings, so exactly one of them wakes the parent.
+var childrenEndedSQL = `
+WITH woken AS (
+    UPDATE stint_task p SET
+        children_pending = greatest(p.children_pending - e.n, 0),
+        schedule_not_before = CASE WHEN p.status <> 'held' AND p.waiting_children AND p.children_pending - e.n <= 0
+            THEN now() ELSE p.schedule_not_before END,
+        held_due = CASE WHEN p.status = 'held' AND p.waiting_children AND p.children_pending - e.n <= 0
+            THEN now() ELSE p.held_due END,
+        waiting_children = p.waiting_children AND p.children_pending - e.n > 0
+    FROM (SELECT parent, count(*) AS n FROM unnest($1::text[]) AS parent GROUP BY parent) e
+    WHERE p.id = e.parent
+    RETURNING p.id, p.behavior, p.priority, p.schedule_not_before, p.group_key, p.status,
+        p.status = 'scheduled' AND p.schedule_not_before = now() AS woke
+), due AS (` + dueInsert("(SELECT * FROM woken WHERE woke) w") + `
+)
+SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM woken WHERE woke LIMIT 1) w`
+
+// Finish records completions; see store.Store. A batch is one statement
+// (two in a transaction when children end), so one row that cannot be
+// written would fail them all: on such an error the batch is split in
+// halves, each retried on its own, until the row is alone; it is then
+// reported as not held (its run halts and the task is taken over when its
+// lease expires) and every other completion is recorded. A batch that
+// fails on nothing costs nothing more.
+func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, error) {
+	ok := make(map[api.TaskID]bool, len(cs))
+	if err := s.finishIsolating(ctx, cs, ok); err != nil {
+		return nil, fmt.Errorf("finish tasks: %w", err)
+	}
+	out := make([]bool, len(cs))
+	for i, c := range cs {
+		out[i] = ok[c.ID]
+	}
+	return out, nil
+}
+
+// finishIsolating records cs, splitting the batch around rows that cannot
+// be written.
+func (s *Store) finishIsolating(ctx context.Context, cs []store.Completion, ok map[api.TaskID]bool) error {
+	err := s.finishBatch(ctx, cs, ok)
+	if err == nil || !rowError(err) {
+		return err
+	}
+	if len(cs) == 1 {
+		ok[cs[0].ID] = false
+		return nil
+	}
+	half := len(cs) / 2
+	if err := s.finishIsolating(ctx, cs[:half], ok); err != nil {
+		return err
+	}
+	return s.finishIsolating(ctx, cs[half:], ok)
+}
+
+// rowError reports whether err is one a row of a statement can cause (a
+// broken constraint, bad data, an exception raised by a trigger), rather
+// than one of the connection, the server or the privileges, which splitting
+// the batch would only repeat.
+func rowError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "P0":
+		return true
+	}
+	return false
+}
+
+// finishBatch records cs in one statement, and the ends of their children
+// in the same transaction. It sets ok for the completions whose lease held.
+func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok map[api.TaskID]bool) error {
+	n := len(cs)
+	ids, statuses := make([]string, n), make([]string, n)
+	leases := make([]pgtype.UUID, n)
+	results, errs := make([]*string, n), make([]*string, n)
+	again := make([]int64, n)
+	waits := make([]bool, n)
+	hasParent := false
+	for i, c := range cs {
+		ids[i], leases[i], statuses[i], waits[i] = string(c.ID), uuid(c.Lease), string(c.Status), c.WaitChildren
+		hasParent = hasParent || c.HasParent
+		if c.Result != nil {
+			r := string(c.Result)
+			results[i] = &r
+		}
+		if c.Error != nil {
+			b, err := json.Marshal(c.Error)
+			if err != nil {
+				return fmt.Errorf("task %s: encode error: %w", c.ID, err)
+			}
+			e := string(b)
+			errs[i] = &e
+		}
+		again[i] = -1
+		if c.Again || c.WaitChildren {
+			again[i] = max(c.Delay, 0).Microseconds()
+		}
+	}
+	// A batch without children is one statement; with children, the
+	// parents' counts change in the same transaction.
+	run := func(ctx context.Context, fn func(pgx.Tx) error) error { return fn(nil) }
+	if hasParent {
+		run = func(ctx context.Context, fn func(pgx.Tx) error) error { return pgx.BeginFunc(ctx, s.pool, fn) }
+	}
+	done := make(map[api.TaskID]bool, n)
+	err := run(ctx, func(tx pgx.Tx) error {
+		var q querier = s.pool
+		if tx != nil {
+			q = tx
+		}
+		rows, err := q.Query(ctx, finishSQL, ids, leases, statuses, results, errs, again, waits)
+		if err != nil {
+			return err
+		}
+		var id, parent string
+		var final bool
+		var parents []string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &parent, &final}, func() error {
+			done[api.TaskID(id)] = true
+			if final && parent != "" {
+				parents = append(parents, parent)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if len(parents) > 0 {
+			if tx == nil {
+				return fmt.Errorf("tasks with parents were finished outside a transaction: set Completion.HasParent")
+			}
+			_, err = tx.Exec(ctx, childrenEndedSQL, parents)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for id := range done {
+		ok[id] = true
+	}
+	return nil
+}
+
+// checkpointSQL stores a run's progress and records a progress event in
+// the change feed, carrying the progress, unless the task had one less than
+// a second ago: a fast checkpointer costs the feed at most one row per task
+// and second. The event is the first of a burst; a reader that wants the
+// latest progress reads the task.
+const checkpointSQL = `
+WITH u AS (
+    UPDATE stint_task SET progress = $3::jsonb, updated_at = now(),
+        progress_event_at = CASE WHEN progress_event_at > statement_timestamp() - interval '1 second'
+            THEN progress_event_at ELSE statement_timestamp() END
+    WHERE id = $1 AND lease = $2 AND status = 'running'
+    RETURNING id, behavior, parent_id, progress, progress_event_at = statement_timestamp() AS announce
+), feed AS (
+    INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals, progresses)
+    SELECT ARRAY[id], ARRAY[behavior], ARRAY['running'], ARRAY[parent_id], ARRAY[false], ARRAY[progress]
+    FROM u WHERE announce
+)
+SELECT count(*) FROM u`
+
+// Checkpoint stores progress; see store.Store. It leaves the lease row
+// alone: inside a caller's transaction a write to it would hold up the
+// renewals of every run of the same claim until that transaction ends.
+func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.LeaseRef, progress json.RawMessage) error {
+	var q querier = s.pool
+	if tx != nil {
+		q = tx
+	}
+	var n int
+	if err := q.QueryRow(ctx, checkpointSQL, string(r.ID), uuid(r.Lease), string(progress)).Scan(&n); err != nil {
+		return fmt.Errorf("checkpoint task %s: %w", r.ID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("checkpoint task %s: %w", r.ID, api.ErrHalt)
+	}
+	return nil
+}
+
+// Unclaim gives running tasks back, due at once; see store.Store. As in
+// a takeover, the next run covers a resubmit that came during this one.
+func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {
+	ids := make([]string, len(refs))
+	leases := make([]pgtype.UUID, len(refs))
+	for i, r := range refs {
+		ids[i], leases[i] = string(r.ID), uuid(r.Lease)
+	}
+	_, err := s.pool.Exec(ctx, `
+		WITH u AS (
+		    UPDATE stint_task t SET status = 'scheduled', schedule_not_before = now(), lost_not_before = NULL,
+		        executed_at = NULL, attempt = t.attempt - 1, resubmit = t.resubmit OR t.resubmitted, resubmit_due = NULL,
+		        updated_at = now()
+		    FROM unnest($1::text[], $2::uuid[]) AS r(id, lease)
+		    WHERE t.id = r.id AND t.lease = r.lease AND t.status = 'running'
+		    RETURNING t.id, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.status
+		), due AS (`+dueInsert("u")+`)
+		`+feedInsert("u", "'scheduled'::text", "false"), ids, leases)
+	if err != nil {
+		return fmt.Errorf("unclaim tasks: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,106 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/store"
+)
+
+// Renew extends leases; see store.Store. Runs share the lease row of
+// their claim: the statement renews each lease row once, and reports a run
+// as held only if its task still runs under that lease.
+func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]bool, error) {
+	ids := make([]string, len(rs))
+	leases := make([]pgtype.UUID, len(rs))
+	durs := make([]int64, len(rs))
+	for i, r := range rs {
+		ids[i], leases[i], durs[i] = string(r.ID), uuid(r.Lease), r.Duration.Microseconds()
+	}
+	rows, err := s.pool.Query(ctx, `
+		WITH r AS (
+		    SELECT lease, max(us) AS us FROM unnest($2::uuid[], $3::bigint[]) AS r(lease, us) GROUP BY lease
+		), renewed AS (
+		    UPDATE stint_lease l SET expires_at = now() + r.us * interval '1 microsecond'
+		    FROM r WHERE l.lease = r.lease
+		    RETURNING l.lease
+		)
+		SELECT t.id FROM stint_task t
+		JOIN unnest($1::text[], $2::uuid[]) AS x(id, lease) ON t.id = x.id AND t.lease = x.lease
+		WHERE t.status = 'running' AND x.lease IN (SELECT lease FROM renewed)`, ids, leases, durs)
+	if err != nil {
+		return nil, fmt.Errorf("renew leases: %w", err)
+	}
+	held := make(map[api.TaskID]bool, len(rs))
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { held[api.TaskID(id)] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("renew leases: %w", err)
+	}
+	return held, nil
+}
+
+// ReleaseLeases deletes lease rows none of whose runs is left; see
+// store.Store.
+func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
+	ls := make([]pgtype.UUID, len(leases))
+	for i, l := range leases {
+		ls[i] = uuid(l)
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM stint_lease WHERE lease = ANY($1)`, ls); err != nil {
+		return fmt.Errorf("release leases: %w", err)
+	}
+	return nil
+}
+
+// takeoverSQL takes over up to $1 expired leases: it makes their tasks that
+// still run under them due again (their node died, stalled or was cut off
+// for longer than the lease) and deletes the leases. It never waits for a
+// lock: it skips leases another takeover holds, and tasks whose row another
+// transaction locked (a stalled node inside its own transaction after
+// CheckpointTx); a lease with such a task is kept, so that a later takeover
+// finds that task once the lock is gone. A lost task is due at the time it
+// was due when claimed, so that it goes back to its place in the queue
+// rather than behind every task that became due while it ran. The lost run
+// counts as an attempt (the next claim increments it), as a lost Polaris
+// task does. A submit that came during the lost run asks for no run of its
+// own: the re-run covers it, and is reported as a resubmitted run.
+var takeoverSQL = `
+WITH expired AS MATERIALIZED (
+    SELECT lease, task_ids FROM stint_lease WHERE expires_at <= now()
+    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+), owned AS MATERIALIZED (
+    SELECT t.id, e.lease FROM expired e CROSS JOIN unnest(e.task_ids) AS u(id)
+    JOIN stint_task t ON t.id = u.id AND t.lease = e.lease AND t.status = 'running'
+), free AS MATERIALIZED (
+    SELECT t.id, t.lease FROM stint_task t
+    WHERE t.id IN (SELECT id FROM owned) AND t.status = 'running' AND t.lease IN (SELECT lease FROM expired)
+    FOR UPDATE SKIP LOCKED
+), dropped AS (
+    DELETE FROM stint_lease l USING expired e
+    WHERE l.lease = e.lease AND NOT EXISTS (
+        SELECT 1 FROM owned o WHERE o.lease = e.lease AND NOT EXISTS (SELECT 1 FROM free f WHERE f.id = o.id AND f.lease = o.lease))
+    RETURNING l.lease
+), lost AS (
+    UPDATE stint_task t SET status = 'scheduled', schedule_not_before = least(t.schedule_not_before, now()), lost_not_before = NULL,
+        executed_at = NULL, resubmit = t.resubmit OR t.resubmitted, resubmit_due = NULL, updated_at = now()
+    FROM free f
+    WHERE t.id = f.id AND t.lease = f.lease AND t.status = 'running'
+    RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
+), due AS (` + dueInsert("lost") + `
+), feed AS (` + feedInsert("lost", "'scheduled'::text", "false") + `
+), wake AS MATERIALIZED (
+    SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM lost LIMIT 1) l
+)
+SELECT (SELECT count(*) FROM dropped), (SELECT count(*) FROM lost) FROM (SELECT count(*) FROM wake) w`
+
+// Takeover makes the tasks of expired leases due again; see store.Store.
+func (s *Store) Takeover(ctx context.Context, limit int) (leases, tasks int, err error) {
+	if err := s.pool.QueryRow(ctx, takeoverSQL, limit).Scan(&leases, &tasks); err != nil {
+		return 0, 0, fmt.Errorf("take over expired leases: %w", err)
+	}
+	return leases, tasks, nil
+}

@@ -1,0 +1,72 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/store"
+)
+
+// RegisterNode records a node as started.
+func (s *Store) RegisterNode(ctx context.Context, n store.Node) error {
+	behaviors := make([]string, len(n.Behaviors))
+	for i, b := range n.Behaviors {
+		behaviors[i] = string(b)
+	}
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO stint_node (id, host, pid, behaviors, max_workers) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (id) DO UPDATE SET host = $2, pid = $3, behaviors = $4, max_workers = $5,
+		    started_at = now(), heartbeat_at = now()`,
+		n.ID, n.Host, n.PID, behaviors, n.MaxWorkers)
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+// HeartbeatNode renews a node's heartbeat.
+func (s *Store) HeartbeatNode(ctx context.Context, id string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE stint_node SET heartbeat_at = now() WHERE id = $1`, id)
+	if err != nil {
+		return fmt.Errorf("heartbeat node %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("heartbeat node %s: %w", id, api.ErrNotFound)
+	}
+	return nil
+}
+
+// DeregisterNode removes a node.
+func (s *Store) DeregisterNode(ctx context.Context, id string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM stint_node WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("deregister node %s: %w", id, err)
+	}
+	return nil
+}
+
+// Nodes lists registered nodes, oldest first.
+func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, host, pid, behaviors, max_workers, started_at, heartbeat_at
+		FROM stint_node ORDER BY started_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var out []store.Node
+	var n store.Node
+	var behaviors []string
+	_, err = pgx.ForEachRow(rows, []any{&n.ID, &n.Host, &n.PID, &behaviors, &n.MaxWorkers, &n.StartedAt, &n.HeartbeatAt}, func() error {
+		n.Behaviors = make([]api.BehaviorID, len(behaviors))
+		for i, b := range behaviors {
+			n.Behaviors[i] = api.BehaviorID(b)
+		}
+		out = append(out, n)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return out, nil
+}
