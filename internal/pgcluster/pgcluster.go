@@ -15,7 +15,6 @@
 package pgcluster
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -25,9 +24,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,12 +87,6 @@ type Cluster struct {
 	child   *exec.Cmd     // the server process when this process started it, else nil
 	exited  chan struct{} // closed when child has exited
 	waitErr error         // child's exit status, valid once exited is closed
-}
-
-// serverUser is the unprivileged account the server runs as when this process runs as root.
-type serverUser struct {
-	name     string
-	uid, gid uint32
 }
 
 // Start starts a PostgreSQL server in opts.DataDir, running initdb first if the directory holds no
@@ -244,58 +235,6 @@ func (c *Cluster) Restart(ctx context.Context) error {
 // errPortInUse marks a start that failed because another process listens on the port.
 var errPortInUse = errors.New("port already in use")
 
-// lookupServerUser returns the account to run PostgreSQL as, or nil when this process is not root.
-func lookupServerUser() (*serverUser, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	var errs []error
-	for _, name := range []string{"postgres", "nobody"} {
-		u, err := user.Lookup(name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		uid, err := strconv.ParseUint(u.Uid, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("parse uid %q of user %s: %w", u.Uid, name, err)
-		}
-		gid, err := strconv.ParseUint(u.Gid, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("parse gid %q of user %s: %w", u.Gid, name, err)
-		}
-		return &serverUser{name: name, uid: uint32(uid), gid: uint32(gid)}, nil
-	}
-	return nil, fmt.Errorf("running as root, and PostgreSQL refuses to run as root, but there is no unprivileged user to run it as: %w",
-		errors.Join(errs...))
-}
-
-// command returns a command for the server binary name that runs as the server user, in the data
-// directory, with an environment free of libpq variables.
-func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
-	cmd.Dir = c.dataDir
-	cmd.Env = serverEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{}
-	if c.user != nil {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.user.uid, Gid: c.user.gid, Groups: []uint32{}}
-	}
-	return cmd
-}
-
-// serverEnv returns this process's environment without PG* variables, which could otherwise change how
-// initdb and the server behave, and with a C locale for predictable messages.
-func serverEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "LC_") || strings.HasPrefix(kv, "LANG=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, "LC_ALL=C")
-}
-
 // prepareDataDir creates the data directory, gives it to the server user and runs initdb if the
 // directory holds no cluster yet.
 func (c *Cluster) prepareDataDir(ctx context.Context) error {
@@ -335,30 +274,6 @@ func (c *Cluster) prepareDataDir(ctx context.Context) error {
 		return fmt.Errorf("pgcluster: initdb in %s failed: %w\n%s", c.dataDir, err, tail(out.Bytes(), 4096))
 	}
 	return nil
-}
-
-// checkSearchable returns an error if u cannot traverse dir and each of its ancestors. The server user
-// runs without supplementary groups, so only its primary group counts.
-func checkSearchable(dir string, u *serverUser) error {
-	for p := dir; ; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return fmt.Errorf("inspect %s: %w", p, err)
-		}
-		perm := fi.Mode().Perm()
-		ok := perm&0o001 != 0
-		if st, isStat := fi.Sys().(*syscall.Stat_t); isStat {
-			ok = ok || (st.Uid == u.uid && perm&0o100 != 0) || (st.Gid == u.gid && perm&0o010 != 0)
-		}
-		if !ok {
-			return fmt.Errorf("PostgreSQL runs as user %s (since this process is root), which cannot enter %s (mode %v); "+
-				"put the data directory under a directory that user can search, e.g. one made with os.MkdirTemp and chowned to it",
-				u.name, p, perm)
-		}
-		if parent := filepath.Dir(p); parent == p {
-			return nil
-		}
-	}
 }
 
 // startServer starts the postgres process on c.port and waits until it accepts connections.
@@ -511,115 +426,6 @@ func serverDataDir(ctx context.Context, dsn string) (string, error) {
 	return dir, nil
 }
 
-// stopLocked implements Stop; the caller holds c.mu.
-func (c *Cluster) stopLocked() error {
-	if !c.running {
-		return nil
-	}
-	if c.child != nil {
-		if err := c.stopChild(); err != nil {
-			return err
-		}
-	} else if err := c.stopByPIDFile(); err != nil {
-		return err
-	}
-	c.running = false
-	return nil
-}
-
-// stopChild stops the server process this process started, escalating to an immediate shutdown and
-// then to SIGKILL if it does not exit in time.
-func (c *Cluster) stopChild() error {
-	cmd, exited := c.child, c.exited
-	defer func() { c.child, c.exited = nil, nil }()
-	for _, step := range []struct {
-		sig     syscall.Signal
-		timeout time.Duration
-	}{
-		{syscall.SIGINT, stopTimeout},       // fast shutdown
-		{syscall.SIGQUIT, 10 * time.Second}, // immediate shutdown
-		{syscall.SIGKILL, 10 * time.Second},
-	} {
-		if err := cmd.Process.Signal(step.sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			return fmt.Errorf("pgcluster: signal postgres (pid %d): %w", cmd.Process.Pid, err)
-		}
-		select {
-		case <-exited:
-			return nil
-		case <-time.After(step.timeout):
-		}
-	}
-	return fmt.Errorf("pgcluster: postgres (pid %d) in %s did not exit after SIGKILL", cmd.Process.Pid, c.dataDir)
-}
-
-// stopByPIDFile stops a server this process did not start, found through postmaster.pid, and polls
-// until it has exited.
-func (c *Cluster) stopByPIDFile() error {
-	pid, _, ok := readPostmasterPID(c.dataDir)
-	if !ok || !postgresAlive(pid) {
-		return nil
-	}
-	if err := syscall.Kill(pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("pgcluster: signal postgres (pid %d): %w", pid, err)
-	}
-	deadline := time.Now().Add(stopTimeout)
-	for time.Now().Before(deadline) {
-		if p, _, ok := readPostmasterPID(c.dataDir); !ok || p != pid || !postgresAlive(pid) {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
-	}
-	return fmt.Errorf("pgcluster: postgres (pid %d) in %s did not shut down within %v", pid, c.dataDir, stopTimeout)
-}
-
-// Running reports whether a PostgreSQL server is running in dataDir, according to its postmaster.pid.
-func Running(dataDir string) bool {
-	pid, _, ok := readPostmasterPID(dataDir)
-	return ok && postgresAlive(pid)
-}
-
-// readPostmasterPID returns the pid and port recorded in dataDir/postmaster.pid.
-func readPostmasterPID(dataDir string) (pid, port int, ok bool) {
-	f, err := os.Open(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		return 0, 0, false
-	}
-	defer f.Close()
-	var lines []string
-	s := bufio.NewScanner(f)
-	for s.Scan() && len(lines) < 4 {
-		lines = append(lines, strings.TrimSpace(s.Text()))
-	}
-	if len(lines) < 4 {
-		return 0, 0, false
-	}
-	pid, err1 := strconv.Atoi(lines[0])
-	port, err2 := strconv.Atoi(lines[3])
-	if err1 != nil || err2 != nil || pid <= 0 {
-		return 0, 0, false
-	}
-	return pid, port, true
-}
-
-// postgresAlive reports whether process pid exists and, where /proc tells, is a PostgreSQL server
-// rather than an unrelated process that reuses a stale pid.
-func postgresAlive(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return false
-	}
-	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
-		name := strings.TrimSpace(string(comm))
-		return strings.HasPrefix(name, "postgres") || strings.HasPrefix(name, "postmaster")
-	}
-	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		// A zombie has exited; it only waits for its parent to reap it.
-		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-			return false
-		}
-	}
-	return true
-}
-
 // minScratchFree is the free space /dev/shm needs for ScratchDir to choose it.
 const minScratchFree = 1 << 30
 
@@ -711,28 +517,4 @@ type ignoreErrors struct{ w io.Writer }
 func (w ignoreErrors) Write(p []byte) (int, error) {
 	_, _ = w.w.Write(p)
 	return len(p), nil
-}
-
-// forkRequests carries process starts to a goroutine locked to one OS thread for the life of the
-// process. Pdeathsig fires when the thread that forked the child exits, not the process, so children
-// must be forked from a thread that never exits.
-var (
-	forkRequests   chan func()
-	forkThreadOnce sync.Once
-)
-
-// startOnLockedThread starts cmd from the process-lifetime forking thread.
-func startOnLockedThread(cmd *exec.Cmd) error {
-	forkThreadOnce.Do(func() {
-		forkRequests = make(chan func())
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
-			for f := range forkRequests {
-				f()
-			}
-		}()
-	})
-	errc := make(chan error, 1)
-	forkRequests <- func() { errc <- cmd.Start() }
-	return <-errc
 }
