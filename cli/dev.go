@@ -37,10 +37,6 @@ const (
 // it stops.
 const devStopTimeout = 10 * time.Second
 
-// postgresBinDir finds the PostgreSQL server binaries, installing them
-// where it can; tests replace it.
-var postgresBinDir = pgcluster.EnsureBinDir
-
 // devOptions are the flags of stint dev.
 type devOptions struct {
 	data    string
@@ -93,7 +89,7 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	if _, err := postgresBinDir(ctx); err != nil {
+	if _, err := c.postgresBinDir(ctx); err != nil {
 		// The error says how to install PostgreSQL.
 		return err
 	}

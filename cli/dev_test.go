@@ -111,17 +111,18 @@ func TestDevRoundTripAndRestart(t *testing.T) {
 	require.False(t, pgcluster.Running(pgdata))
 }
 
-// TestDevWithoutPostgres replaces the package variable postgresBinDir, so
-// it does not run in parallel.
+// TestDevWithoutPostgres runs dev where no PostgreSQL can be found or
+// installed.
 func TestDevWithoutPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t, time.Minute)
-	old := postgresBinDir
-	t.Cleanup(func() { postgresBinDir = old })
-	postgresBinDir = func(context.Context) (string, error) {
-		return "", fmt.Errorf("%w: install the PostgreSQL server (Debian/Ubuntu: `apt-get install postgresql`)", pgcluster.ErrNoPostgres)
+	noPostgres := func(c *cli) {
+		c.postgresBinDir = func(context.Context) (string, error) {
+			return "", fmt.Errorf("%w: install the PostgreSQL server (Debian/Ubuntu: `apt-get install postgresql`)", pgcluster.ErrNoPostgres)
+		}
 	}
 	dir := t.TempDir()
-	r := runCLI(ctx, "dev", "--data", filepath.Join(dir, "data"))
+	r := runCLIWith(ctx, noPostgres, "dev", "--data", filepath.Join(dir, "data"))
 	require.Equal(t, exitFailure, r.code)
 	require.Contains(t, r.stderr, "stint: error: PostgreSQL server binaries (initdb, pg_ctl, postgres) not found: install the PostgreSQL server")
 	require.NoDirExists(t, filepath.Join(dir, "data"), "nothing is created without PostgreSQL")

@@ -46,6 +46,7 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/pgcluster"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store/postgres"
 )
@@ -198,12 +199,16 @@ type cli struct {
 	// reg holds every behavior, for commands that submit and inspect but
 	// run nothing; servers build their own (see serverRegistry).
 	reg *spi.Registry
+	// postgresBinDir finds the PostgreSQL server binaries for dev,
+	// installing them where it can: pgcluster.EnsureBinDir.
+	postgresBinDir func(context.Context) (string, error)
 }
 
 // newCLI returns the shared state of one run of the command line, with
 // the program's behaviors (nil for none) besides the built-in ones.
 func newCLI(stdout, stderr io.Writer, behaviors *spi.Registry) (*cli, error) {
-	c := &cli{stdout: stdout, stderr: stderr, level: new(slog.LevelVar), behaviors: behaviors}
+	c := &cli{stdout: stdout, stderr: stderr, level: new(slog.LevelVar), behaviors: behaviors,
+		postgresBinDir: pgcluster.EnsureBinDir}
 	c.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.level}))
 	c.builtins = &builtins{log: c.log}
 	reg, err := c.builtins.registry(nil, behaviors)

@@ -73,6 +73,22 @@ func runCLI(ctx context.Context, args ...string) result {
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }
 
+// runCLIWith is runCLI with the run's state changed by mod first.
+func runCLIWith(ctx context.Context, mod func(*cli), args ...string) result {
+	var stdout, stderr syncBuffer
+	c, err := newCLI(&stdout, &stderr, nil)
+	if err != nil {
+		return result{stderr: err.Error(), code: exitFailure}
+	}
+	defer c.builtins.close()
+	mod(c)
+	root := c.newRootCmd()
+	root.SetIn(strings.NewReader(""))
+	root.SetArgs(args)
+	code := execute(ctx, root, &stderr)
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+}
+
 // requireOK fails the test unless r exited with code 0.
 func requireOK(t *testing.T, r result) {
 	t.Helper()
