@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
@@ -110,8 +111,12 @@ count (reset after a healthy run), the node and the tables.`,
 		tw := newTable(c.stdout)
 		fmt.Fprintln(tw, "ID\tDEFINITION\tMODE\tSTATE\tSEQ\tLAG\tERRORS\tNODE\tSOURCE\tTARGET\tUPDATED")
 		for _, r := range out {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n",
-				orDash(string(r.TaskID)), orDash(r.Definition), mode(r.Continuous), r.State, r.Seq, r.Lag, r.Errors,
+			lag := "unknown"
+			if r.LagKnown {
+				lag = strconv.FormatInt(r.Lag, 10)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n",
+				orDash(string(r.TaskID)), orDash(r.Definition), mode(r.Continuous), r.State, r.Seq, lag, r.Errors,
 				orDash(r.Node), r.Source.Table, r.Target.Table, formatTime(&r.UpdatedAt))
 		}
 		if err := tw.Flush(); err != nil {
@@ -167,7 +172,7 @@ func (c *cli) newReplicationsShowCmd() *cobra.Command {
 		row("source", info.Source.Table+" in "+info.Source.DSN)
 		row("target", info.Target.Table+" in "+info.Target.DSN)
 		row("last sequence", strconv.FormatInt(info.Seq, 10))
-		row("lag", strconv.FormatInt(info.Lag, 10))
+		row("lag", info.LagText(time.Now()))
 		row("errors", strconv.Itoa(info.Errors))
 		row("last error", orDash(info.LastError))
 		row("node", orDash(info.Node))
