@@ -15,7 +15,8 @@ import (
 // couch_jobs' add: a scheduled task keeps its params and takes the new due
 // time, a running task is flagged to run again when it ends (params kept,
 // the new due time kept for then), a finished task is scheduled again with
-// the new params. A task that waits to run again after a run (a retry or a
+// the new params, keeping the result or error of its last run until its
+// next run ends (a client may not write them). A task that waits to run again after a run (a retry or a
 // reschedule) is a scheduled task, not a finished one: it keeps its
 // attempts, errors and last outcome, so resubmits cannot defeat the
 // attempt limit; a retry keeps its backoff (the later of the two due
@@ -40,8 +41,6 @@ ON CONFLICT (id) DO UPDATE SET
     awaited = t.awaited OR excluded.awaited,
     attempt = CASE WHEN ` + finishedForGood + ` THEN 0 ELSE t.attempt END,
     errors = CASE WHEN ` + finishedForGood + ` THEN 0 ELSE t.errors END,
-    result = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.result END,
-    error = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.error END,
     executed_at = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.executed_at END,
     finished_at = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.finished_at END,
     updated_at = now()
