@@ -157,6 +157,11 @@ func (s *Store) Retry(ctx context.Context, id api.TaskID) error {
 		        finished_at = NULL, attempt = 0, errors = 0, updated_at = now()
 		    WHERE id = $1 AND status = 'failure' AND schedule_not_before IS NULL
 		    RETURNING id, behavior, parent_id, priority, schedule_not_before, group_key, status
+		), pending AS (
+		    -- The child's end was counted off its parent: it is pending
+		    -- again, so that the parent waits for it once more.
+		    UPDATE stint_task p SET children_pending = p.children_pending + 1
+		    FROM u WHERE p.id = u.parent_id
 		), due AS (`+dueInsert("u")+`)
 		`+feedInsert("u", "'scheduled'::text", "false"))
 }

@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ExpiredLeaseIsTakenOver", testTakeover},
 		{"UnclaimDoesNotCountTheAttempt", testUnclaim},
 		{"SpawnIsFenced", testSpawn},
+		{"RetriedChildIsPendingAgain", testRetriedChild},
 		{"ChangesAreInOrder", testChanges},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -291,4 +292,28 @@ func testChanges(s *suite) {
 	require.Equal(s.t, []api.Status{api.StatusScheduled, api.StatusRunning, api.StatusSuccess}, statuses)
 	require.True(s.t, events[len(events)-1].Final)
 	require.True(s.t, slices.IsSortedFunc(events, func(a, b api.Event) int { return int(a.Seq - b.Seq) }))
+}
+
+func testRetriedChild(s *suite) {
+	s.submit("parent")
+	p := s.claim(1, time.Minute)[0]
+	child := store.NewTask{ID: "child", Behavior: behavior, Params: json.RawMessage(`{}`), Priority: 5, ParentID: "parent"}
+	_, err := s.st.Spawn(s.ctx, p.LeaseRef, []store.NewTask{child})
+	require.NoError(s.t, err)
+	require.True(s.t, s.finish(store.Completion{LeaseRef: p.LeaseRef, Status: api.StatusScheduled, WaitChildren: true, Delay: time.Hour}))
+	c := s.claim(1, time.Minute)[0]
+	require.Equal(s.t, api.TaskID("child"), c.ID)
+	require.True(s.t, s.finish(store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusFailure, HasParent: true,
+		Error: &api.TaskError{Code: "boom", Message: "it broke"}}))
+	require.Zero(s.t, s.get("parent").ChildrenPending, "the child's end was counted off its parent")
+
+	require.NoError(s.t, s.st.Retry(s.ctx, "child"))
+	require.Equal(s.t, 1, s.get("parent").ChildrenPending, "a retried child is pending again")
+	// The parent was woken by the child's first end; it runs again with
+	// the retried child, and a wait for children now waits for it.
+	both := s.claim(2, time.Minute)
+	require.ElementsMatch(s.t, []api.TaskID{"parent", "child"}, ids(both))
+	c = both[slices.IndexFunc(both, func(c store.Claimed) bool { return c.ID == "child" })]
+	require.True(s.t, s.finish(store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusSuccess, Result: json.RawMessage(`1`), HasParent: true}))
+	require.Zero(s.t, s.get("parent").ChildrenPending)
 }
