@@ -17,7 +17,7 @@ BEGIN
     END IF;
     REVOKE UPDATE (result, error) ON stint_task FROM stint_client;
     GRANT DELETE ON stint_task TO stint_client;
-    GRANT UPDATE (children_pending, waiting_children, progress) ON stint_task TO stint_client;
+    GRANT UPDATE (children_pending, waiting_children, progress, parent_id) ON stint_task TO stint_client;
     GRANT INSERT, DELETE ON stint_hold TO stint_client;
     GRANT INSERT, UPDATE ON stint_behavior TO stint_client;
 

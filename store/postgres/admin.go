@@ -83,6 +83,11 @@ func (s *Store) Remove(ctx context.Context, id api.TaskID) (api.Task, error) {
 				return err
 			}
 		}
+		// Its children are orphans now: their ends must not be counted off
+		// a task submitted later under the same id.
+		if _, err := tx.Exec(ctx, `UPDATE stint_task SET parent_id = NULL WHERE parent_id = $1`, string(id)); err != nil {
+			return err
+		}
 		// Wake awaiters (they find the task gone) and the running node.
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, store.ChannelFinished, string(id)); err != nil {
 			return err

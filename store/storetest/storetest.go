@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"UnclaimDoesNotCountTheAttempt", testUnclaim},
 		{"SpawnIsFenced", testSpawn},
 		{"RetriedChildIsPendingAgain", testRetriedChild},
+		{"RemovedParentsChildrenAreOrphans", testOrphans},
 		{"ChangesAreInOrder", testChanges},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -316,4 +317,33 @@ func testRetriedChild(s *suite) {
 	c = both[slices.IndexFunc(both, func(c store.Claimed) bool { return c.ID == "child" })]
 	require.True(s.t, s.finish(store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusSuccess, Result: json.RawMessage(`1`), HasParent: true}))
 	require.Zero(s.t, s.get("parent").ChildrenPending)
+}
+
+func testOrphans(s *suite) {
+	s.submit("parent")
+	p := s.claim(1, time.Minute)[0]
+	child := store.NewTask{ID: "child-1", Behavior: behavior, Params: json.RawMessage(`{}`), Priority: 5, ParentID: "parent"}
+	_, err := s.st.Spawn(s.ctx, p.LeaseRef, []store.NewTask{child})
+	require.NoError(s.t, err)
+	_, err = s.st.Remove(s.ctx, "parent")
+	require.NoError(s.t, err)
+	require.Empty(s.t, s.get("child-1").ParentID, "the removed parent's child is an orphan")
+
+	// A new task under the parent's id, waiting for a child of its own:
+	// the orphan's end is not counted off it.
+	s.submit("parent")
+	var np, orphan store.Claimed
+	for _, c := range s.claim(2, time.Minute) {
+		if c.ID == "parent" {
+			np = c
+		} else {
+			orphan = c
+		}
+	}
+	require.Equal(s.t, api.TaskID("parent"), np.ID)
+	require.Equal(s.t, api.TaskID("child-1"), orphan.ID)
+	_, err = s.st.Spawn(s.ctx, np.LeaseRef, []store.NewTask{{ID: "child-2", Behavior: behavior, Params: json.RawMessage(`{}`), Priority: 5, ParentID: "parent"}})
+	require.NoError(s.t, err)
+	require.True(s.t, s.finish(store.Completion{LeaseRef: orphan.LeaseRef, Status: api.StatusSuccess, Result: json.RawMessage(`1`), HasParent: true}))
+	require.Equal(s.t, 1, s.get("parent").ChildrenPending, "the new parent waits for its own child only")
 }
