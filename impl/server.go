@@ -483,8 +483,15 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 			continue
 		}
 		sent := time.Now()
-		claimed, err := s.st.Claim(ctx, store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: g.limit,
+		// The statement is not cancelled with the claimer: a cancel that
+		// reaches the database after the claim committed would leave its
+		// tasks claimed with no run, until their lease expired. Stop waits
+		// for the claimers, so the runs of a claim that completes start
+		// and are stopped as every other run.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.minLease, 5*time.Second))
+		claimed, err := s.st.Claim(cctx, store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: g.limit,
 			LookAhead: s.cfg.LookAhead, PerGroup: g.perGroup})
+		cancel()
 		s.unreserve(g, claimed)
 		if err != nil {
 			return n, false, err
