@@ -29,7 +29,7 @@ const (
 	// or completion is a few statements. Twice a lease plus ten polls
 	// leaves room for a busy machine without hiding a task that waits
 	// for a lease to expire.
-	settleBound = 2*lease + 10*pollInterval
+	settleBound  = 2*lease + 10*pollInterval
 	shortBackoff = 10 * time.Millisecond
 )
 

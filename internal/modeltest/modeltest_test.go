@@ -22,7 +22,7 @@ var (
 	flagNodes    = flag.Int("model.nodes", 2, "TestModelReplay: the nodes to start")
 	flagLong     = flag.Bool("model.long", false, "run sequences for -model.duration (default 20m) instead of a few")
 	flagDuration = flag.Duration("model.duration", 0, "run sequences for this long")
-	flagSeqs     = flag.Int("model.seqs", 3, "sequences to run (without -model.long or -model.duration)")
+	flagSeqs     = flag.Int("model.seqs", 5, "sequences to run (without -model.long or -model.duration)")
 	flagSteps    = flag.Int("model.steps", 40, "operations per sequence")
 	flagDefects  = flag.String("model.defects", strings.Join(allDefects, ","),
 		"known defects whose operations the generator leaves out, comma-separated; 'none' for none")
@@ -50,7 +50,7 @@ func defects(t *testing.T) map[string]bool {
 func TestModel(t *testing.T) {
 	def := defects(t)
 	if *flagSeed != 0 {
-		runSequence(t, *flagSeed, *flagSteps, def, nil)
+		runSequence(t, *flagSeed, *flagSteps, def, nil, &stats{})
 		return
 	}
 	base := rand.Uint64()
@@ -66,8 +66,8 @@ func TestModel(t *testing.T) {
 			break
 		}
 		seed := base + i
-		var st stats
-		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { st = runSequence(t, seed, *flagSteps, def, nil) })
+		st := stats{excluded: map[string]int{}}
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runSequence(t, seed, *flagSteps, def, nil, &st) })
 		seqs++
 		ops += st.ops
 		for k, v := range st.excluded {
@@ -90,7 +90,7 @@ func TestModelReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSequence(t, 0, len(ops), nil, ops)
+	runSequence(t, 0, len(ops), nil, ops, &stats{})
 }
 
 // stats are what a sequence did.
@@ -111,8 +111,9 @@ type sequence struct {
 	children int // children spawned, for their ids
 }
 
-// runSequence runs steps operations drawn from seed, or the given ops.
-func runSequence(t *testing.T, seed uint64, steps int, def map[string]bool, replay []op) stats {
+// runSequence runs steps operations drawn from seed, or the given ops,
+// and counts them in st (also when it fails).
+func runSequence(t *testing.T, seed uint64, steps int, def map[string]bool, replay []op, st *stats) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var verbose *os.File
@@ -127,6 +128,10 @@ func runSequence(t *testing.T, seed uint64, steps int, def map[string]bool, repl
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	g := &generator{rng: rng, defects: def, maxNodes: 3, excluded: map[string]int{}}
 	s := &sequence{t: t, ctx: ctx, h: h, m: newModel(maxWorkers), seed: seed}
+	defer func() {
+		st.ops = len(s.done)
+		st.excluded = g.excluded
+	}()
 	nodes := 2 + rng.IntN(2)
 	if replay != nil {
 		nodes = *flagNodes
@@ -145,7 +150,6 @@ func runSequence(t *testing.T, seed uint64, steps int, def map[string]bool, repl
 		s.step(o)
 	}
 	s.drain()
-	return stats{ops: len(s.done), excluded: g.excluded}
 }
 
 // fail reports a divergence with everything needed to replay it, and
@@ -159,7 +163,6 @@ func (s *sequence) fail(format string, args ...any) {
 	s.t.Fatalf("%s\n\nmodel:\n%s\nseed %d; replay with\n  go test ./internal/modeltest -run 'TestModel$' -model.seed=%d -model.steps=%d\nor, exactly these operations,\n  go test ./internal/modeltest -run TestModelReplay -model.nodes=%d -model.ops='%s'",
 		fmt.Sprintf(format, args...), s.m.dump(), s.seed, s.seed, *flagSteps, s.nodes0, strings.Join(ops, "; "))
 }
-
 
 func (s *sequence) startNode() {
 	name, err := s.h.startNode()
