@@ -279,6 +279,14 @@ func (m *model) lost(id api.TaskID) {
 	t.attempt--
 }
 
+// takenOver applies a run whose node died: its task is taken over once
+// the lease expires, due again at once. The lost run counts as an
+// attempt; a resubmit during it is covered by the next run.
+func (m *model) takenOver(id api.TaskID) {
+	t := m.tasks[id]
+	t.phase, t.due, t.node, t.resubmit = phaseWaiting, dueNow, "", false
+}
+
 // claimable reports whether t may be claimed now, caps aside.
 func (m *model) claimable(t *mtask) bool {
 	return t.phase == phaseWaiting && t.due == dueNow && !m.paused[t.behavior] && (t.group == "" || !m.heldGroups[t.group])

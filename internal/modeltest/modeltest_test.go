@@ -26,10 +26,17 @@ var (
 	flagSteps    = flag.Int("model.steps", 40, "operations per sequence")
 	flagDefects  = flag.String("model.defects", strings.Join(allDefects, ","),
 		"known defects whose operations the generator leaves out, comma-separated; 'none' for none")
+	flagProcs   = flag.Bool("model.procs", true, "also run nodes in child processes and kill them with SIGKILL")
 	flagVerbose = flag.Bool("model.verbose", false, "log the nodes and every step")
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(envChildDSN) != "" {
+		runChild()
+		return
+	}
+	pgtest.Main(m)
+}
 
 func defects(t *testing.T) map[string]bool {
 	out := map[string]bool{}
@@ -126,7 +133,7 @@ func runSequence(t *testing.T, seed uint64, steps int, def map[string]bool, repl
 	}
 	defer h.close()
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	g := &generator{rng: rng, defects: def, maxNodes: 3, excluded: map[string]int{}}
+	g := &generator{rng: rng, defects: def, maxNodes: 3, excluded: map[string]int{}, children: *flagProcs}
 	s := &sequence{t: t, ctx: ctx, h: h, m: newModel(maxWorkers), seed: seed}
 	defer func() {
 		st.ops = len(s.done)
@@ -172,6 +179,13 @@ func (s *sequence) startNode() {
 	s.m.nodes = append(s.m.nodes, name)
 }
 
+// keepNodes starts an in-process node while fewer than two run.
+func (s *sequence) keepNodes() {
+	for len(s.m.nodes) < 2 {
+		s.startNode()
+	}
+}
+
 // expect checks an api call's error against the model's.
 func (s *sequence) expect(o op, got, want error) {
 	s.t.Helper()
@@ -199,7 +213,6 @@ func (s *sequence) step(o op) {
 		if o.delay {
 			delay, d = time.Hour, dueFuture
 		}
-		h.setGroup(o.id, o.group)
 		sub, err := h.client.Submit(ctx, api.SubmitRequest{Behavior: o.behavior, ID: o.id, GroupKey: o.group, Delay: delay})
 		s.expect(o, err, nil)
 		if created := m.submit(o.behavior, o.id, o.group, d); created != sub.Created {
@@ -243,15 +256,16 @@ func (s *sequence) step(o op) {
 			s.children++
 			children = append(children, api.TaskID(fmt.Sprintf("ch-%d", s.children)))
 		}
-		lr := h.ctl.snapshot()[runKey{id: t.id, attempt: t.attempt, node: t.node}]
-		if lr == nil {
-			s.fail("%s: no run of %s is waiting", o, t)
+		open, err := h.openRuns(ctx)
+		if err != nil {
+			s.fail("read open runs: %v", err)
 		}
-		lr.in <- instruction{kind: o.run, children: children}
-		select {
-		case <-lr.done:
-		case <-time.After(settleBound):
-			s.fail("%s: the run did not return within %s", o, settleBound)
+		runs := open[runKey{id: t.id, attempt: t.attempt, node: t.node}]
+		if len(runs) != 1 {
+			s.fail("%s: %d runs of %s wait, want 1", o, len(runs), t)
+		}
+		if err := h.instruct(ctx, runs[0], o.run, children); err != nil {
+			s.fail("%s: %v", o, err)
 		}
 		m.finish(o.id, o.run, children)
 	case opStopNode:
@@ -268,9 +282,26 @@ func (s *sequence) step(o op) {
 				m.lost(id)
 			}
 		}
-		s.startNode()
+		s.keepNodes()
 	case opStartNode:
 		s.startNode()
+	case opStartChild:
+		s.m.nodes = append(s.m.nodes, h.startChild(s.t))
+	case opKillNode:
+		if _, ok := h.procs[o.node]; !ok {
+			s.t.Logf("replay: %s does not apply (no such child node); skipped", o)
+			return
+		}
+		if err := h.killChild(o.node); err != nil {
+			s.fail("%s: %v", o, err)
+		}
+		m.nodes = slices.DeleteFunc(m.nodes, func(n string) bool { return n == o.node })
+		for _, id := range m.sortedIDs() {
+			if t := m.tasks[id]; t.phase == phaseRunning && t.node == o.node {
+				m.takenOver(id)
+			}
+		}
+		s.keepNodes()
 	default:
 		s.fail("unknown operation %q", o.kind)
 	}
@@ -306,13 +337,14 @@ func (s *sequence) settled() (bool, string) {
 	if err != nil {
 		return false, "list tasks: " + err.Error()
 	}
-	runs := s.h.ctl.snapshot()
+	runs, err := s.h.openRuns(s.ctx)
+	if err != nil {
+		return false, "read open runs: " + err.Error()
+	}
 	for _, id := range sortedKeys(stored) {
 		t := stored[id]
-		if t.Status == api.StatusRunning {
-			if runs[runKey{id: t.ID, attempt: t.Attempt, node: t.Node}] == nil {
-				return false, fmt.Sprintf("task %s runs (attempt %d on %s) but no run of it waits", t.ID, t.Attempt, t.Node)
-			}
+		if t.Status == api.StatusRunning && len(runs[runKey{id: t.ID, attempt: t.Attempt, node: t.Node}]) == 0 {
+			return false, fmt.Sprintf("task %s runs (attempt %d on %s) but no run of it waits", t.ID, t.Attempt, t.Node)
 		}
 	}
 	for k := range runs {
@@ -435,6 +467,13 @@ func (s *sequence) checkRunLog(o op) {
 	// Overlap of two runs: each started before the other ended.
 	const overlap = `a.id < b.id AND a.started < coalesce(b.ended, 'infinity') AND b.started < coalesce(a.ended, 'infinity')`
 	var what string
+	err = s.h.pool.QueryRow(s.ctx, `
+		SELECT format('runs %s (attempt %s on %s) and %s (attempt %s on %s) of task %s overlap', a.id, a.attempt, a.node, b.id, b.attempt, b.node, a.task_id)
+		FROM model_run a JOIN model_run b ON a.task_id = b.task_id AND `+overlap+`
+		WHERE NOT a.removed AND NOT b.removed LIMIT 1`).Scan(&what)
+	if err == nil {
+		s.fail("after %s: a task ran twice at once: %s", o, what)
+	}
 	err = s.h.pool.QueryRow(s.ctx, `
 		SELECT format('runs %s and %s of group %s overlap (cap %s)', a.id, b.id, a.group_key, $2::int) FROM model_run a JOIN model_run b
 		ON a.behavior = b.behavior AND a.group_key = b.group_key AND `+overlap+`

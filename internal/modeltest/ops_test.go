@@ -23,9 +23,11 @@ const (
 	opResume       opKind = "resume"
 	opRemove       opKind = "remove"
 	opRetry        opKind = "retry"
-	opFinish       opKind = "finish"    // end a waiting run
-	opStopNode     opKind = "stopnode"  // abandon a node (its runs are cancelled and given back) and start another
-	opStartNode    opKind = "startnode" // start one more node
+	opFinish       opKind = "finish"     // end a waiting run
+	opStopNode     opKind = "stopnode"   // abandon a node (its runs are cancelled and given back)
+	opStartNode    opKind = "startnode"  // start one more node
+	opStartChild   opKind = "startchild" // start a node in a child process
+	opKillNode     opKind = "killnode"   // SIGKILL a child node
 )
 
 // op is one step of a sequence. Its text form (String, parseOp) is what a
@@ -160,6 +162,8 @@ type generator struct {
 	maxNodes int
 	// excluded counts the operations left out per defect switch.
 	excluded map[string]int
+	// children allows nodes in child processes (killed with SIGKILL).
+	children bool
 }
 
 func (g *generator) pick(n int) int { return g.rng.IntN(n) }
@@ -252,7 +256,7 @@ func (g *generator) try(m *model) (op, bool) {
 			id = t.id
 		}
 		return op{kind: opRetry, id: id}, true
-	case w < 97:
+	case w < 94:
 		t := g.anyTask(m, func(t *mtask) bool { return t.phase == phaseRunning })
 		if t == nil {
 			return op{}, false
@@ -274,15 +278,47 @@ func (g *generator) try(m *model) (op, bool) {
 		}
 		return o, true
 	default:
-		if len(m.nodes) < g.maxNodes && g.pick(2) == 0 {
-			return op{kind: opStartNode}, true
+		var procs []string
+		for _, n := range m.nodes {
+			if strings.HasPrefix(n, "proc") {
+				procs = append(procs, n)
+			}
 		}
-		n := m.nodes[g.pick(len(m.nodes))]
-		for _, t := range m.tasks {
-			if t.node == n && t.resubmit && g.exclude(defectLostRunKeepsResubmit) {
+		switch r := g.pick(4); {
+		case r == 0 && len(m.nodes) < g.maxNodes:
+			return op{kind: opStartNode}, true
+		case r == 1 && len(m.nodes) < g.maxNodes && len(procs) == 0 && g.children:
+			return op{kind: opStartChild}, true
+		case r == 2 && len(procs) > 0:
+			n := procs[g.pick(len(procs))]
+			if g.resubmitOn(m, n) && g.exclude(defectLostRunKeepsResubmit) {
 				return op{}, false
 			}
+			return op{kind: opKillNode, node: n}, true
+		}
+		var inproc []string
+		for _, n := range m.nodes {
+			if !strings.HasPrefix(n, "proc") {
+				inproc = append(inproc, n)
+			}
+		}
+		if len(inproc) == 0 {
+			return op{kind: opStartNode}, true
+		}
+		n := inproc[g.pick(len(inproc))]
+		if g.resubmitOn(m, n) && g.exclude(defectLostRunKeepsResubmit) {
+			return op{}, false
 		}
 		return op{kind: opStopNode, node: n}, true
 	}
+}
+
+// resubmitOn reports whether a task running on node was resubmitted.
+func (g *generator) resubmitOn(m *model, node string) bool {
+	for _, t := range m.tasks {
+		if t.node == node && t.resubmit {
+			return true
+		}
+	}
+	return false
 }
