@@ -175,6 +175,12 @@ func (m *model) retry(id api.TaskID) outcome {
 		return api.ErrConflict
 	}
 	t.phase, t.due, t.attempt, t.errors = phaseWaiting, dueNow, 0, 0
+	if p := m.tasks[t.parent]; p != nil {
+		// A retried child has not ended any more: its parent waits for it
+		// again, and its next end is counted once.
+		p.pending++
+		p.heldChildrenEnded = false
+	}
 	return nil
 }
 

@@ -57,7 +57,7 @@ func defects(t *testing.T) map[string]bool {
 func TestModel(t *testing.T) {
 	def := defects(t)
 	if *flagSeed != 0 {
-		runSequence(t, *flagSeed, *flagSteps, def, nil, &stats{})
+		runSequence(t, *flagSeed, *flagSteps, def, nil, 0, &stats{})
 		return
 	}
 	base := rand.Uint64()
@@ -74,7 +74,7 @@ func TestModel(t *testing.T) {
 		}
 		seed := base + i
 		st := stats{excluded: map[string]int{}}
-		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runSequence(t, seed, *flagSteps, def, nil, &st) })
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runSequence(t, seed, *flagSteps, def, nil, 0, &st) })
 		seqs++
 		ops += st.ops
 		for k, v := range st.excluded {
@@ -97,7 +97,43 @@ func TestModelReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSequence(t, 0, len(ops), nil, ops, &stats{})
+	runSequence(t, 0, len(ops), nil, ops, *flagNodes, &stats{})
+}
+
+// TestDefects replays, for each defect switch, the shortest sequence that
+// reaches the defect. Each case is skipped while its switch is on (the
+// default): run with -model.defects=none, or without the one switch, to
+// see it fail before the fix and pass after.
+func TestDefects(t *testing.T) {
+	def := defects(t)
+	for _, c := range []struct {
+		defect string
+		nodes  int
+		ops    string
+	}{
+		{defectHoldWaitingParent, 2, "submit b=model.plain id=pl-3; finish id=pl-3 run=spawn children=1; hold id=pl-3; " +
+			"finish id=ch-1 run=success; release id=pl-3"},
+		{defectResubmitRetryWait, 2, "submit b=model.slow id=sl-3; finish id=sl-3 run=fail; submit b=model.slow id=sl-3"},
+		{defectReleaseDropsDue, 2, "submit b=model.plain id=pl-3 delay=1h; hold id=pl-3; release id=pl-3"},
+		{defectLostRunKeepsResubmit, 1, "submit b=model.plain id=pl-3; submit b=model.plain id=pl-3; stopnode node=node1; " +
+			"finish id=pl-3 run=success"},
+		// The parent is woken by the retried child's second end while the
+		// child it spawned after the first end still runs.
+		{defectRetriedChildNotPending, 2, "submit b=model.plain id=pl-3; finish id=pl-3 run=spawn children=1; " +
+			"finish id=ch-1 run=failperm; retry id=ch-1; finish id=pl-3 run=spawn children=1; finish id=ch-1 run=success"},
+	} {
+		t.Run(c.defect, func(t *testing.T) {
+			if def[c.defect] {
+				t.Skipf("known defect %s is excluded (-model.defects)", c.defect)
+			}
+			t.Parallel()
+			ops, err := parseOps(c.ops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runSequence(t, 0, len(ops), nil, ops, c.nodes, &stats{})
+		})
+	}
 }
 
 // stats are what a sequence did.
@@ -118,9 +154,10 @@ type sequence struct {
 	children int // children spawned, for their ids
 }
 
-// runSequence runs steps operations drawn from seed, or the given ops,
-// and counts them in st (also when it fails).
-func runSequence(t *testing.T, seed uint64, steps int, def map[string]bool, replay []op, st *stats) {
+// runSequence runs steps operations drawn from seed on 2 or 3 nodes, or
+// the given ops on nodes nodes, and counts them in st (also when it
+// fails).
+func runSequence(t *testing.T, seed uint64, steps int, def map[string]bool, replay []op, nodes int, st *stats) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var verbose *os.File
@@ -139,9 +176,8 @@ func runSequence(t *testing.T, seed uint64, steps int, def map[string]bool, repl
 		st.ops = len(s.done)
 		st.excluded = g.excluded
 	}()
-	nodes := 2 + rng.IntN(2)
-	if replay != nil {
-		nodes = *flagNodes
+	if replay == nil {
+		nodes = 2 + rng.IntN(2)
 	}
 	s.nodes0 = nodes
 	for range nodes {

@@ -136,7 +136,15 @@ const (
 	defectLostRunKeepsResubmit = "lost-run-keeps-resubmit"
 )
 
-var allDefects = []string{defectHoldWaitingParent, defectResubmitRetryWait, defectReleaseDropsDue, defectLostRunKeepsResubmit}
+// defectRetriedChildNotPending (found by this test): a child that failed
+// for good is counted off its parent; Retry runs it again without
+// counting it as pending again, and its next end is counted off the
+// parent once more. The parent is woken while a child it spawned later
+// still runs, or never waits for the retried child at all.
+const defectRetriedChildNotPending = "retried-child-not-pending"
+
+var allDefects = []string{defectHoldWaitingParent, defectResubmitRetryWait, defectReleaseDropsDue, defectLostRunKeepsResubmit,
+	defectRetriedChildNotPending}
 
 // Task ids the generator draws from: few per behavior, so that submits
 // collide. The group key of a pool id is fixed by its number, so that a
@@ -254,6 +262,9 @@ func (g *generator) try(m *model) (op, bool) {
 		id := g.someID(m)
 		if t := g.anyTask(m, func(t *mtask) bool { return t.phase == phaseFailure }); t != nil && g.pick(4) > 0 {
 			id = t.id
+		}
+		if t := m.tasks[id]; t != nil && t.phase == phaseFailure && m.tasks[t.parent] != nil && g.exclude(defectRetriedChildNotPending) {
+			return op{}, false
 		}
 		return op{kind: opRetry, id: id}, true
 	case w < 94:
