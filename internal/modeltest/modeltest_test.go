@@ -282,67 +282,76 @@ func (s *sequence) step(o op) {
 		s.expect(o, h.client.Resume(ctx, o.behavior), nil)
 		delete(m.paused, o.behavior)
 	case opFinish:
-		t := m.tasks[o.id]
-		if t == nil || t.phase != phaseRunning {
-			s.t.Logf("replay: %s does not apply (task not running); skipped", o)
+		if !s.finish(o) {
 			return
 		}
-		var children []api.TaskID
-		for range o.children {
-			s.children++
-			children = append(children, api.TaskID(fmt.Sprintf("ch-%d", s.children)))
-		}
-		open, err := h.openRuns(ctx)
-		if err != nil {
-			s.fail("read open runs: %v", err)
-		}
-		runs := open[runKey{id: t.id, attempt: t.attempt, node: t.node}]
-		if len(runs) != 1 {
-			s.fail("%s: %d runs of %s wait, want 1", o, len(runs), t)
-		}
-		if err := h.instruct(ctx, runs[0], o.run, children); err != nil {
-			s.fail("%s: %v", o, err)
-		}
-		m.finish(o.id, o.run, children)
 	case opStopNode:
-		if !slices.Contains(m.nodes, o.node) {
-			s.t.Logf("replay: %s does not apply (no such node); skipped", o)
+		if !slices.Contains(m.nodes, o.node) || strings.HasPrefix(o.node, "proc") {
+			s.t.Logf("replay: %s does not apply (no such in-process node); skipped", o)
 			return
 		}
-		if err := h.abandonNode(o.node); err != nil {
-			s.fail("%s: %v", o, err)
-		}
-		m.nodes = slices.DeleteFunc(m.nodes, func(n string) bool { return n == o.node })
-		for _, id := range m.sortedIDs() {
-			if t := m.tasks[id]; t.phase == phaseRunning && t.node == o.node {
-				m.lost(id)
-			}
-		}
-		s.keepNodes()
-	case opStartNode:
-		s.startNode()
-	case opStartChild:
-		s.m.nodes = append(s.m.nodes, h.startChild(s.t))
+		s.dropNode(o, h.abandonNode, m.lost)
 	case opKillNode:
 		if _, ok := h.procs[o.node]; !ok {
 			s.t.Logf("replay: %s does not apply (no such child node); skipped", o)
 			return
 		}
-		if err := h.killChild(o.node); err != nil {
-			s.fail("%s: %v", o, err)
-		}
-		m.nodes = slices.DeleteFunc(m.nodes, func(n string) bool { return n == o.node })
-		for _, id := range m.sortedIDs() {
-			if t := m.tasks[id]; t.phase == phaseRunning && t.node == o.node {
-				m.takenOver(id)
-			}
-		}
-		s.keepNodes()
+		s.dropNode(o, h.killChild, m.takenOver)
+	case opStartNode:
+		s.startNode()
+	case opStartChild:
+		s.m.nodes = append(s.m.nodes, h.startChild(s.t))
 	default:
 		s.fail("unknown operation %q", o.kind)
 	}
 	s.settle(o)
 	s.check(o)
+}
+
+// finish tells the run of a running task how to end, waits until it
+// returned, and applies the end to the model. It reports false when the
+// task does not run (a replayed op that no longer applies).
+func (s *sequence) finish(o op) bool {
+	s.t.Helper()
+	t := s.m.tasks[o.id]
+	if t == nil || t.phase != phaseRunning {
+		s.t.Logf("replay: %s does not apply (task not running); skipped", o)
+		return false
+	}
+	var children []api.TaskID
+	for range o.children {
+		s.children++
+		children = append(children, api.TaskID(fmt.Sprintf("ch-%d", s.children)))
+	}
+	open, err := s.h.openRuns(s.ctx)
+	if err != nil {
+		s.fail("read open runs: %v", err)
+	}
+	runs := open[runKey{id: t.id, attempt: t.attempt, node: t.node}]
+	if len(runs) != 1 {
+		s.fail("%s: %d runs of %s wait, want 1", o, len(runs), t)
+	}
+	if err := s.h.instruct(s.ctx, runs[0], o.run, children); err != nil {
+		s.fail("%s: %v", o, err)
+	}
+	s.m.finish(o.id, o.run, children)
+	return true
+}
+
+// dropNode ends node o.node with end and applies lost to the model's
+// tasks that ran there; then it keeps two nodes running.
+func (s *sequence) dropNode(o op, end func(string) error, lost func(api.TaskID)) {
+	s.t.Helper()
+	if err := end(o.node); err != nil {
+		s.fail("%s: %v", o, err)
+	}
+	s.m.nodes = slices.DeleteFunc(s.m.nodes, func(n string) bool { return n == o.node })
+	for _, id := range s.m.sortedIDs() {
+		if t := s.m.tasks[id]; t.phase == phaseRunning && t.node == o.node {
+			lost(id)
+		}
+	}
+	s.keepNodes()
 }
 
 // settle waits until the system reaches a state the model allows after o:
