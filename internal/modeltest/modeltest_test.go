@@ -65,6 +65,12 @@ func TestModel(t *testing.T) {
 	if *flagLong && duration == 0 {
 		duration = 20 * time.Minute
 	}
+	steps := *flagSteps
+	if duration > 0 && !flagSet("model.steps") {
+		// Longer sequences reach states (many stale claim hints, deep
+		// histories of ids) that short ones do not.
+		steps = 100
+	}
 	start := time.Now()
 	seqs, ops := 0, 0
 	excluded := map[string]int{}
@@ -74,7 +80,7 @@ func TestModel(t *testing.T) {
 		}
 		seed := base + i
 		st := stats{excluded: map[string]int{}}
-		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runSequence(t, seed, *flagSteps, def, nil, 0, &st) })
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runSequence(t, seed, steps, def, nil, 0, &st) })
 		seqs++
 		ops += st.ops
 		for k, v := range st.excluded {
@@ -136,6 +142,12 @@ func TestDefects(t *testing.T) {
 	}
 }
 
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // stats are what a sequence did.
 type stats struct {
 	ops      int
@@ -151,6 +163,7 @@ type sequence struct {
 	done     []op // applied so far, for the failure report
 	seed     uint64
 	nodes0   int // nodes started before the first step
+	steps    int
 	children int // children spawned, for their ids
 }
 
@@ -171,7 +184,7 @@ func runSequence(t *testing.T, seed uint64, steps int, def map[string]bool, repl
 	defer h.close()
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	g := &generator{rng: rng, defects: def, maxNodes: 3, excluded: map[string]int{}, children: *flagProcs}
-	s := &sequence{t: t, ctx: ctx, h: h, m: newModel(maxWorkers), seed: seed}
+	s := &sequence{t: t, ctx: ctx, h: h, m: newModel(maxWorkers), seed: seed, steps: steps}
 	defer func() {
 		st.ops = len(s.done)
 		st.excluded = g.excluded
@@ -204,7 +217,7 @@ func (s *sequence) fail(format string, args ...any) {
 		ops = append(ops, o.String())
 	}
 	s.t.Fatalf("%s\n\nmodel:\n%s\nseed %d; replay with\n  go test ./internal/modeltest -run 'TestModel$' -model.seed=%d -model.steps=%d\nor, exactly these operations,\n  go test ./internal/modeltest -run TestModelReplay -model.nodes=%d -model.ops='%s'",
-		fmt.Sprintf(format, args...), s.m.dump(), s.seed, s.seed, *flagSteps, s.nodes0, strings.Join(ops, "; "))
+		fmt.Sprintf(format, args...), s.m.dump(), s.seed, s.seed, s.steps, s.nodes0, strings.Join(ops, "; "))
 }
 
 func (s *sequence) startNode() {
