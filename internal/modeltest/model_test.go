@@ -73,17 +73,20 @@ type mtask struct {
 	behavior api.BehaviorID
 	group    string
 	parent   api.TaskID
-	phase    phase
-	due      due   // of a waiting task
-	dueAlt   []due // when set, the stored due may be any of these (the model adopts it)
-	held     due   // the due time a held task goes back to on release
-	heldAlt  []due // like dueAlt, for held
-	attempt  int
-	errors   int
-	resubmit bool
-	node     string // of a running task
-	pending  int    // children not ended
-	waiting  bool   // waits for its children
+	// life numbers the task's creation (a removed id submitted again is a
+	// new life); parentLife is the life of the parent that spawned it.
+	life, parentLife int
+	phase            phase
+	due              due   // of a waiting task
+	dueAlt           []due // when set, the stored due may be any of these (the model adopts it)
+	held             due   // the due time a held task goes back to on release
+	heldAlt          []due // like dueAlt, for held
+	attempt          int
+	errors           int
+	resubmit         bool
+	node             string // of a running task
+	pending          int    // children not ended
+	waiting          bool   // waits for its children
 	// heldChildrenEnded is set when the last child of a held waiting
 	// parent ended: released, it is due at once.
 	heldChildrenEnded bool
@@ -95,6 +98,7 @@ type model struct {
 	heldGroups map[string]bool
 	paused     map[api.BehaviorID]bool
 	nodes      []string // live nodes
+	lives      int      // tasks created, to number their lives
 	maxWorkers int
 	// starts counts the runs of each task id that started, over all its
 	// lives: the run log must hold exactly as many.
@@ -112,7 +116,8 @@ type outcome = error
 func (m *model) submit(b api.BehaviorID, id api.TaskID, group string, d due) (created bool) {
 	t := m.tasks[id]
 	if t == nil {
-		m.tasks[id] = &mtask{id: id, behavior: b, group: group, phase: phaseWaiting, due: d}
+		m.lives++
+		m.tasks[id] = &mtask{id: id, behavior: b, group: group, phase: phaseWaiting, due: d, life: m.lives}
 		return true
 	}
 	if spec(t.behavior).share {
@@ -175,7 +180,7 @@ func (m *model) retry(id api.TaskID) outcome {
 		return api.ErrConflict
 	}
 	t.phase, t.due, t.attempt, t.errors = phaseWaiting, dueNow, 0, 0
-	if p := m.tasks[t.parent]; p != nil {
+	if p := m.tasks[t.parent]; p != nil && p.life == t.parentLife {
 		// A retried child has not ended any more: its parent waits for it
 		// again, and its next end is counted once.
 		p.pending++
@@ -191,16 +196,17 @@ func (m *model) remove(id api.TaskID) outcome {
 	}
 	delete(m.tasks, id)
 	if t.parent != "" && t.phase != phaseSuccess && t.phase != phaseFailure {
-		m.childEnded(t.parent)
+		m.childEnded(t)
 	}
 	return nil
 }
 
-// childEnded counts the end of a child off its parent, waking it when it
-// waited for its last child.
-func (m *model) childEnded(parent api.TaskID) {
-	p := m.tasks[parent]
-	if p == nil {
+// childEnded counts the end of child c off its parent, waking it when it
+// waited for its last child. A parent that was removed is gone for its
+// children, even when a new task of its id was submitted since.
+func (m *model) childEnded(c *mtask) {
+	p := m.tasks[c.parent]
+	if p == nil || p.life != c.parentLife {
 		return
 	}
 	p.pending = max(p.pending-1, 0)
@@ -253,7 +259,8 @@ func (m *model) finish(id api.TaskID, k runKind, children []api.TaskID) {
 		// A wait for children is neither a failure nor an attempt.
 		t.attempt--
 		for _, c := range children {
-			m.tasks[c] = &mtask{id: c, behavior: behPlain.id, parent: id, phase: phaseWaiting, due: dueNow}
+			m.lives++
+			m.tasks[c] = &mtask{id: c, behavior: behPlain.id, parent: id, parentLife: t.life, phase: phaseWaiting, due: dueNow, life: m.lives}
 		}
 		t.pending += len(children)
 		t.phase, again = phaseWaiting, dueFuture
@@ -271,7 +278,7 @@ func (m *model) finish(id api.TaskID, k runKind, children []api.TaskID) {
 	} else {
 		t.due = dueNone
 		if t.parent != "" {
-			m.childEnded(t.parent)
+			m.childEnded(t)
 		}
 	}
 }

@@ -127,6 +127,8 @@ func TestDefects(t *testing.T) {
 		// child it spawned after the first end still runs.
 		{defectRetriedChildNotPending, 2, "submit b=model.plain id=pl-3; finish id=pl-3 run=spawn children=1; " +
 			"finish id=ch-1 run=failperm; retry id=ch-1; finish id=pl-3 run=spawn children=1; finish id=ch-1 run=success"},
+		{defectOrphanChildCountsOffNewParent, 2, "submit b=model.plain id=pl-3; finish id=pl-3 run=spawn children=1; remove id=pl-3; " +
+			"submit b=model.plain id=pl-3; finish id=pl-3 run=spawn children=1; finish id=ch-1 run=success"},
 	} {
 		t.Run(c.defect, func(t *testing.T) {
 			if def[c.defect] {

@@ -143,8 +143,14 @@ const (
 // still runs, or never waits for the retried child at all.
 const defectRetriedChildNotPending = "retried-child-not-pending"
 
+// defectOrphanChildCountsOffNewParent (found by this test): the end of a
+// child whose parent was removed is counted off a new task submitted
+// since under the parent's id, which may wake it while its own children
+// still run.
+const defectOrphanChildCountsOffNewParent = "orphan-child-counts-off-new-parent"
+
 var allDefects = []string{defectHoldWaitingParent, defectResubmitRetryWait, defectReleaseDropsDue, defectLostRunKeepsResubmit,
-	defectRetriedChildNotPending}
+	defectRetriedChildNotPending, defectOrphanChildCountsOffNewParent}
 
 // Task ids the generator draws from: few per behavior, so that submits
 // collide. The group key of a pool id is fixed by its number, so that a
@@ -221,6 +227,10 @@ func (g *generator) try(m *model) (op, bool) {
 		s := specs[g.pick(len(specs))]
 		ids := pool[s.id]
 		id := ids[g.pick(len(ids))]
+		if m.tasks[id] == nil && g.anyTask(m, func(c *mtask) bool { return c.parent == id }) != nil &&
+			g.exclude(defectOrphanChildCountsOffNewParent) {
+			return op{}, false
+		}
 		if t := m.tasks[id]; t != nil && !s.share {
 			if t.waiting && t.phase != phaseRunning {
 				// What a resubmit of a parent waiting for its children
