@@ -29,10 +29,11 @@ const (
 	// settleBound is how long the system may take to reach the state the
 	// model predicts after a step: a run is claimed within a poll
 	// interval of becoming due (sooner when notified), a removed run sees
-	// its lease gone within a renewal (a third of a lease), and a claim
-	// or completion is a few statements. Twice a lease plus ten polls
-	// leaves room for a busy machine without hiding a task that waits
-	// for a lease to expire.
+	// its lease gone within a renewal (a third of a lease), the tasks of
+	// a killed node are taken over at most a lease after the kill plus a
+	// lease-keeper tick, and a claim or completion is a few statements.
+	// Twice a lease plus ten polls covers the slowest of these with room
+	// for a busy machine.
 	settleBound  = 2*lease + 10*pollInterval
 	shortBackoff = 10 * time.Millisecond
 )
