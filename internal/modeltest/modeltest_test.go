@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/internal/pgtest"
 )
@@ -218,8 +220,8 @@ func (s *sequence) fail(format string, args ...any) {
 	for _, o := range s.done {
 		ops = append(ops, o.String())
 	}
-	s.t.Fatalf("%s\n\nmodel:\n%s\nseed %d; replay with\n  go test ./internal/modeltest -run 'TestModel$' -model.seed=%d -model.steps=%d\nor, exactly these operations,\n  go test ./internal/modeltest -run TestModelReplay -model.nodes=%d -model.ops='%s'",
-		fmt.Sprintf(format, args...), s.m.dump(), s.seed, s.seed, s.steps, s.nodes0, strings.Join(ops, "; "))
+	s.t.Fatalf("%s\n\nmodel:\n%s\nrun log:\n%s\nseed %d; replay with\n  go test ./internal/modeltest -run 'TestModel$' -model.seed=%d -model.steps=%d\nor, exactly these operations,\n  go test ./internal/modeltest -run TestModelReplay -model.nodes=%d -model.ops='%s'",
+		fmt.Sprintf(format, args...), s.m.dump(), s.runLog(), s.seed, s.seed, s.steps, s.nodes0, strings.Join(ops, "; "))
 }
 
 func (s *sequence) startNode() {
@@ -228,6 +230,21 @@ func (s *sequence) startNode() {
 		s.fail("start node: %v", err)
 	}
 	s.m.nodes = append(s.m.nodes, name)
+}
+
+// runLog lists the run log, for failure messages.
+func (s *sequence) runLog() string {
+	rows, err := s.h.pool.Query(context.Background(), `SELECT format('  %s %s attempt %s on %s, %s to %s%s', id, task_id, attempt, node,
+		to_char(started, 'HH24:MI:SS.MS'), coalesce(to_char(ended, 'HH24:MI:SS.MS'), 'now'), CASE WHEN removed THEN ' (removed)' ELSE '' END)
+		FROM model_run ORDER BY id`)
+	if err != nil {
+		return err.Error()
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(lines, "\n") + "\n"
 }
 
 // keepNodes starts an in-process node while fewer than two run.
