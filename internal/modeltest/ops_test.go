@@ -149,8 +149,15 @@ const defectRetriedChildNotPending = "retried-child-not-pending"
 // still run.
 const defectOrphanChildCountsOffNewParent = "orphan-child-counts-off-new-parent"
 
+// defectClaimLostAfterStop (found by this test, cause not yet known): a
+// task submitted just after a node was stopped with its runs abandoned
+// was claimed (attempt 1) without any run starting, and ran only after
+// its lease expired and another node took it over (attempt 2). Seen twice
+// in about 430 sequences; its replays passed.
+const defectClaimLostAfterStop = "claim-lost-after-stop"
+
 var allDefects = []string{defectHoldWaitingParent, defectResubmitRetryWait, defectReleaseDropsDue, defectLostRunKeepsResubmit,
-	defectRetriedChildNotPending, defectOrphanChildCountsOffNewParent}
+	defectRetriedChildNotPending, defectOrphanChildCountsOffNewParent, defectClaimLostAfterStop}
 
 // Task ids the generator draws from: few per behavior, so that submits
 // collide. The group key of a pool id is fixed by its number, so that a
@@ -178,6 +185,7 @@ type generator struct {
 	excluded map[string]int
 	// children allows nodes in child processes (killed with SIGKILL).
 	children bool
+	last     opKind // the previous operation's
 }
 
 func (g *generator) pick(n int) int { return g.rng.IntN(n) }
@@ -185,7 +193,12 @@ func (g *generator) pick(n int) int { return g.rng.IntN(n) }
 // next returns the next operation for model m.
 func (g *generator) next(m *model) op {
 	for {
-		if o, ok := g.try(m); ok {
+		o, ok := g.try(m)
+		if ok && o.kind == opSubmit && g.last == opStopNode && g.exclude(defectClaimLostAfterStop) {
+			continue
+		}
+		if ok {
+			g.last = o.kind
 			return o
 		}
 	}
