@@ -1,0 +1,459 @@
+package modeltest
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/stinthq/stint/api"
+)
+
+// due is a due time as the model knows it: not at all, now (or within a
+// short backoff, which is as good as now), or far in the future (a delay
+// or backoff of about an hour, which no sequence outlives).
+type due int
+
+const (
+	dueNone due = iota
+	dueNow
+	dueFuture
+)
+
+func (d due) String() string { return [...]string{"none", "now", "future"}[d] }
+
+// phase is the part of a task's state the model tracks exactly. A task
+// that waits to run (scheduled, or succeeded or failed with a due time)
+// is phaseWaiting whatever its stored status: the status of a waiting
+// task is what its last run did, which the model keeps in errors.
+type phase int
+
+const (
+	phaseWaiting phase = iota
+	phaseRunning
+	phaseHeld
+	phaseSuccess // finished for good
+	phaseFailure // finished for good
+)
+
+func (p phase) String() string {
+	return [...]string{"waiting", "running", "held", "success", "failure"}[p]
+}
+
+// behaviorSpec is what the model knows of a test behavior's policy.
+type behaviorSpec struct {
+	id          api.BehaviorID
+	share       bool // spi.DedupShare
+	maxAttempts int
+	longBackoff bool // retries wait about an hour
+	groupCap    int  // spi.Policy.GroupConcurrency
+	nodeCap     int  // spi.Policy.MaxConcurrency
+}
+
+// The test behaviors.
+var (
+	behPlain = behaviorSpec{id: "model.plain", maxAttempts: 3}
+	behShare = behaviorSpec{id: "model.share", share: true, maxAttempts: 3, groupCap: 1, nodeCap: 2}
+	behSlow  = behaviorSpec{id: "model.slow", maxAttempts: 2, longBackoff: true}
+	specs    = []behaviorSpec{behPlain, behShare, behSlow}
+)
+
+func spec(b api.BehaviorID) behaviorSpec {
+	for _, s := range specs {
+		if s.id == b {
+			return s
+		}
+	}
+	panic("unknown behavior " + b)
+}
+
+// mtask is the model of one task.
+type mtask struct {
+	id       api.TaskID
+	behavior api.BehaviorID
+	group    string
+	parent   api.TaskID
+	// life numbers the task's creation (a removed id submitted again is a
+	// new life); parentLife is the life of the parent that spawned it.
+	life, parentLife int
+	phase            phase
+	due              due   // of a waiting task
+	dueAlt           []due // when set, the stored due may be any of these (the model adopts it)
+	held             due   // the due time a held task goes back to on release
+	heldAlt          []due // like dueAlt, for held
+	attempt          int
+	errors           int
+	resubmit         bool
+	node             string // of a running task
+	pending          int    // children not ended
+	waiting          bool   // waits for its children
+	// heldChildrenEnded is set when the last child of a held waiting
+	// parent ended: released, it is due at once.
+	heldChildrenEnded bool
+}
+
+// model is the reference state machine.
+type model struct {
+	tasks      map[api.TaskID]*mtask
+	heldGroups map[string]bool
+	paused     map[api.BehaviorID]bool
+	nodes      []string // live nodes
+	lives      int      // tasks created, to number their lives
+	maxWorkers int
+	// starts counts the runs of each task id that started, over all its
+	// lives: the run log must hold exactly as many.
+	starts map[api.TaskID]int
+}
+
+func newModel(maxWorkers int) *model {
+	return &model{tasks: map[api.TaskID]*mtask{}, heldGroups: map[string]bool{}, paused: map[api.BehaviorID]bool{},
+		maxWorkers: maxWorkers, starts: map[api.TaskID]int{}}
+}
+
+// outcome of an api call: nil, api.ErrNotFound or api.ErrConflict.
+type outcome = error
+
+func (m *model) submit(b api.BehaviorID, id api.TaskID, group string, d due) (created bool) {
+	t := m.tasks[id]
+	if t == nil {
+		m.lives++
+		m.tasks[id] = &mtask{id: id, behavior: b, group: group, phase: phaseWaiting, due: d, life: m.lives}
+		return true
+	}
+	if spec(t.behavior).share {
+		return false
+	}
+	switch t.phase {
+	case phaseWaiting:
+		if t.errors > 0 {
+			// Waiting to retry: attempts and errors stay, so that
+			// resubmits cannot defeat MaxAttempts and backoff. The due
+			// time is the submit's or the backoff's.
+			t.dueAlt = []due{t.due, d}
+		}
+		t.due = d
+	case phaseRunning:
+		t.resubmit = true
+	case phaseHeld:
+		t.heldAlt = []due{t.held, d}
+	case phaseSuccess, phaseFailure:
+		t.phase, t.due, t.attempt, t.errors = phaseWaiting, d, 0, 0
+	}
+	return false
+}
+
+func (m *model) hold(id api.TaskID) outcome {
+	t := m.tasks[id]
+	if t == nil {
+		return api.ErrNotFound
+	}
+	if t.phase != phaseWaiting {
+		return api.ErrConflict
+	}
+	t.phase, t.held, t.heldAlt = phaseHeld, t.due, t.dueAlt
+	t.dueAlt = nil
+	return nil
+}
+
+func (m *model) release(id api.TaskID) outcome {
+	t := m.tasks[id]
+	if t == nil {
+		return api.ErrNotFound
+	}
+	if t.phase != phaseHeld {
+		return api.ErrConflict
+	}
+	t.phase, t.due, t.dueAlt = phaseWaiting, t.held, t.heldAlt
+	if t.waiting && (t.pending == 0 || t.heldChildrenEnded) {
+		t.waiting, t.due, t.dueAlt = false, dueNow, nil
+	}
+	t.heldChildrenEnded = false
+	return nil
+}
+
+func (m *model) retry(id api.TaskID) outcome {
+	t := m.tasks[id]
+	if t == nil {
+		return api.ErrNotFound
+	}
+	if t.phase != phaseFailure {
+		return api.ErrConflict
+	}
+	t.phase, t.due, t.attempt, t.errors = phaseWaiting, dueNow, 0, 0
+	if p := m.tasks[t.parent]; p != nil && p.life == t.parentLife {
+		// A retried child has not ended any more: its parent waits for it
+		// again, and its next end is counted once.
+		p.pending++
+		p.heldChildrenEnded = false
+	}
+	return nil
+}
+
+func (m *model) remove(id api.TaskID) outcome {
+	t := m.tasks[id]
+	if t == nil {
+		return api.ErrNotFound
+	}
+	delete(m.tasks, id)
+	if t.parent != "" && t.phase != phaseSuccess && t.phase != phaseFailure {
+		m.childEnded(t)
+	}
+	return nil
+}
+
+// childEnded counts the end of child c off its parent, waking it when it
+// waited for its last child. A parent that was removed is gone for its
+// children, even when a new task of its id was submitted since.
+func (m *model) childEnded(c *mtask) {
+	p := m.tasks[c.parent]
+	if p == nil || p.life != c.parentLife {
+		return
+	}
+	p.pending = max(p.pending-1, 0)
+	if p.pending > 0 || !p.waiting {
+		return
+	}
+	switch p.phase {
+	case phaseWaiting:
+		p.waiting, p.due, p.dueAlt = false, dueNow, nil
+	case phaseHeld:
+		p.heldChildrenEnded = true
+	}
+}
+
+// runKind is how the test ends a run.
+type runKind int
+
+const (
+	runSuccess runKind = iota
+	runFailRetryable
+	runFailPermanent
+	runSpawn // spawn children, then wait for them
+)
+
+var runKindNames = []string{"success", "fail", "failperm", "spawn"}
+
+func (k runKind) String() string { return runKindNames[k] }
+
+// finish applies the end of the running task id's run; children are the
+// ids it spawned (runSpawn).
+func (m *model) finish(id api.TaskID, k runKind, children []api.TaskID) {
+	t := m.tasks[id]
+	s := spec(t.behavior)
+	t.node = ""
+	t.dueAlt = nil
+	again := dueNone
+	switch k {
+	case runSuccess:
+		t.phase, t.errors = phaseSuccess, 0
+	case runFailRetryable, runFailPermanent:
+		t.phase = phaseFailure
+		t.errors++
+		if k == runFailRetryable && t.attempt < s.maxAttempts {
+			again = dueNow
+			if s.longBackoff {
+				again = dueFuture
+			}
+		}
+	case runSpawn:
+		// A wait for children is neither a failure nor an attempt.
+		t.attempt--
+		for _, c := range children {
+			m.lives++
+			m.tasks[c] = &mtask{id: c, behavior: behPlain.id, parent: id, parentLife: t.life, phase: phaseWaiting, due: dueNow, life: m.lives}
+		}
+		t.pending += len(children)
+		t.phase, again = phaseWaiting, dueFuture
+		t.waiting = t.pending > 0
+		if !t.waiting {
+			again = dueNow
+		}
+	}
+	if t.resubmit {
+		t.resubmit, t.waiting = false, false
+		again = dueNow
+	}
+	if again != dueNone {
+		t.phase, t.due = phaseWaiting, again
+	} else {
+		t.due = dueNone
+		if t.parent != "" {
+			m.childEnded(t)
+		}
+	}
+}
+
+// lost applies a run that ended without its end recorded: its node
+// stopped and gave the task back. The run does not count as an attempt,
+// and a resubmit during it is covered by the next run.
+func (m *model) lost(id api.TaskID) {
+	t := m.tasks[id]
+	t.phase, t.due, t.node, t.resubmit = phaseWaiting, dueNow, "", false
+	t.attempt--
+}
+
+// takenOver applies a run whose node died: its task is taken over once
+// the lease expires, due again at once. The lost run counts as an
+// attempt; a resubmit during it is covered by the next run.
+func (m *model) takenOver(id api.TaskID) {
+	t := m.tasks[id]
+	t.phase, t.due, t.node, t.resubmit = phaseWaiting, dueNow, "", false
+}
+
+// claimable reports whether t may be claimed now, caps aside.
+func (m *model) claimable(t *mtask) bool {
+	return t.phase == phaseWaiting && t.due == dueNow && !m.paused[t.behavior] && (t.group == "" || !m.heldGroups[t.group])
+}
+
+// running counts the model's running tasks matching f.
+func (m *model) running(f func(*mtask) bool) int {
+	n := 0
+	for _, t := range m.tasks {
+		if t.phase == phaseRunning && f(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// capBlocked reports whether the caps keep t from running now: on every
+// live node its behavior or the node is full, or its group is full.
+func (m *model) capBlocked(t *mtask) bool {
+	s := spec(t.behavior)
+	if s.groupCap > 0 && t.group != "" &&
+		m.running(func(o *mtask) bool { return o.behavior == t.behavior && o.group == t.group }) >= s.groupCap {
+		return true
+	}
+	for _, n := range m.nodes {
+		if m.running(func(o *mtask) bool { return o.node == n }) >= m.maxWorkers {
+			continue
+		}
+		if s.nodeCap > 0 && m.running(func(o *mtask) bool { return o.node == n && o.behavior == t.behavior }) >= s.nodeCap {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// sortedIDs returns the model's task ids in order.
+func (m *model) sortedIDs() []api.TaskID {
+	ids := make([]api.TaskID, 0, len(m.tasks))
+	for id := range m.tasks {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// dueOf classifies a stored due time.
+func dueOf(at *time.Time, now time.Time) due {
+	switch {
+	case at == nil:
+		return dueNone
+	case at.Before(now.Add(10 * time.Minute)):
+		return dueNow
+	default:
+		return dueFuture
+	}
+}
+
+// compare checks a stored task against the model's and, where the model
+// allows a set of values, adopts the stored one. It returns what differs.
+func (t *mtask) compare(s api.Task, now time.Time) []string {
+	var diffs []string
+	add := func(format string, args ...any) { diffs = append(diffs, fmt.Sprintf(format, args...)) }
+	var ph phase
+	switch {
+	case s.Status == api.StatusRunning:
+		ph = phaseRunning
+	case s.Status == api.StatusHeld:
+		ph = phaseHeld
+	case s.Status == api.StatusScheduled || s.ScheduleNotBefore != nil || s.Resubmit:
+		ph = phaseWaiting
+	case s.Status == api.StatusSuccess:
+		ph = phaseSuccess
+	default:
+		ph = phaseFailure
+	}
+	if ph != t.phase {
+		add("phase %s (status %s), model %s", ph, s.Status, t.phase)
+		return diffs
+	}
+	if ph == phaseWaiting {
+		d := dueOf(s.ScheduleNotBefore, now)
+		switch {
+		case len(t.dueAlt) > 0 && slices.Contains(t.dueAlt, d):
+			t.due, t.dueAlt = d, nil
+		case d != t.due:
+			add("due %s, model %s", d, t.due)
+		}
+	}
+	if ph == phaseRunning && s.Node != t.node {
+		add("node %s, model %s", s.Node, t.node)
+	}
+	if s.Behavior != t.behavior || s.GroupKey != t.group || s.ParentID != t.parent {
+		add("behavior/group/parent %s/%s/%s, model %s/%s/%s", s.Behavior, s.GroupKey, s.ParentID, t.behavior, t.group, t.parent)
+	}
+	if s.Attempt != t.attempt {
+		add("attempt %d, model %d", s.Attempt, t.attempt)
+	}
+	if s.Errors != t.errors {
+		add("errors %d, model %d", s.Errors, t.errors)
+	}
+	if s.Resubmit != t.resubmit {
+		add("resubmit %v, model %v", s.Resubmit, t.resubmit)
+	}
+	if s.ChildrenPending != t.pending {
+		add("children pending %d, model %d", s.ChildrenPending, t.pending)
+	}
+	return diffs
+}
+
+func (t *mtask) String() string {
+	s := fmt.Sprintf("%s[%s g=%q %s", t.id, t.behavior, t.group, t.phase)
+	switch t.phase {
+	case phaseWaiting:
+		s += " due=" + t.due.String()
+	case phaseHeld:
+		s += " held-due=" + t.held.String()
+	case phaseRunning:
+		s += " on " + t.node
+	}
+	s += fmt.Sprintf(" attempt=%d errors=%d", t.attempt, t.errors)
+	if t.resubmit {
+		s += " resubmit"
+	}
+	if t.parent != "" {
+		s += " parent=" + string(t.parent)
+	}
+	if t.pending > 0 || t.waiting {
+		s += fmt.Sprintf(" pending=%d waiting=%v", t.pending, t.waiting)
+	}
+	return s + "]"
+}
+
+// dump lists the model's tasks, for failure messages.
+func (m *model) dump() string {
+	var lines []string
+	for _, id := range m.sortedIDs() {
+		lines = append(lines, "  "+m.tasks[id].String())
+	}
+	sort.Strings(lines)
+	out := fmt.Sprintf("nodes %v, held groups %v, paused %v\n", m.nodes, keys(m.heldGroups), keys(m.paused))
+	for _, l := range lines {
+		out += l + "\n"
+	}
+	return out
+}
+
+func keys[K ~string](m map[K]bool) []K {
+	var out []K
+	for k, v := range m {
+		if v {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
