@@ -84,6 +84,7 @@ type mtask struct {
 	attempt          int
 	errors           int
 	resubmit         bool
+	resubmitDue      due    // the due time the last resubmit during a run asked for
 	node             string // of a running task
 	pending          int    // children not ended
 	waiting          bool   // waits for its children
@@ -133,7 +134,7 @@ func (m *model) submit(b api.BehaviorID, id api.TaskID, group string, d due) (cr
 		}
 		t.due = d
 	case phaseRunning:
-		t.resubmit = true
+		t.resubmit, t.resubmitDue = true, d
 	case phaseHeld:
 		t.heldAlt = []due{t.held, d}
 	case phaseSuccess, phaseFailure:
@@ -197,6 +198,13 @@ func (m *model) remove(id api.TaskID) outcome {
 	delete(m.tasks, id)
 	if t.parent != "" && t.phase != phaseSuccess && t.phase != phaseFailure {
 		m.childEnded(t)
+	}
+	// Its children become orphans: no parent, and their ends are counted
+	// off nobody.
+	for _, c := range m.tasks {
+		if c.parent == id && c.parentLife == t.life {
+			c.parent, c.parentLife = "", 0
+		}
 	}
 	return nil
 }
@@ -270,8 +278,10 @@ func (m *model) finish(id api.TaskID, k runKind, children []api.TaskID) {
 		}
 	}
 	if t.resubmit {
+		// The run again that the resubmit asked for, at the due time it
+		// asked for.
 		t.resubmit, t.waiting = false, false
-		again = dueNow
+		again = t.resubmitDue
 	}
 	if again != dueNone {
 		t.phase, t.due = phaseWaiting, again
@@ -401,7 +411,11 @@ func (t *mtask) compare(s api.Task, now time.Time) []string {
 	if s.Errors != t.errors {
 		add("errors %d, model %d", s.Errors, t.errors)
 	}
-	if s.Resubmit != t.resubmit {
+	// On a running task the flag says a submit came during the run; on a
+	// waiting one the store keeps it to mark the next run as the
+	// resubmitted one (RunContext.IsResubmitted), which the model does
+	// not follow.
+	if ph == phaseRunning && s.Resubmit != t.resubmit {
 		add("resubmit %v, model %v", s.Resubmit, t.resubmit)
 	}
 	if s.ChildrenPending != t.pending {

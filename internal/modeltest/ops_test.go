@@ -115,11 +115,10 @@ func parseOps(s string) ([]op, error) {
 	return out, nil
 }
 
-// Known defects of the engine that other branches fix. While a switch is
-// on, the generator leaves out the operations that reach the defect, so
-// that the test passes on code that still has it; turn a switch off
-// (-model.defects) once its fix is merged. The model always encodes the
-// intended semantics.
+// Defects of the engine this test has known, all fixed now; each has a
+// replay in TestDefects. A switch (-model.defects) leaves out the
+// operations that reach its defect, for the time a new defect is being
+// fixed. The model always encodes the intended semantics.
 const (
 	// defectHoldWaitingParent: holding a parent that waits for its
 	// children makes the finish of its last child fail (the held row must
