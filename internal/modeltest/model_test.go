@@ -279,8 +279,8 @@ func (m *model) finish(id api.TaskID, k runKind, children []api.TaskID) {
 	}
 	if t.resubmit {
 		// The run again that the resubmit asked for, at the due time it
-		// asked for.
-		t.resubmit, t.waiting = false, false
+		// asked for; a wait for children still ends at their end.
+		t.resubmit = false
 		again = t.resubmitDue
 	}
 	if again != dueNone {
