@@ -182,10 +182,11 @@ func (m *model) retry(id api.TaskID) outcome {
 	}
 	t.phase, t.due, t.attempt, t.errors = phaseWaiting, dueNow, 0, 0
 	if p := m.tasks[t.parent]; p != nil && p.life == t.parentLife {
-		// A retried child has not ended any more: its parent waits for it
-		// again, and its next end is counted once.
+		// A retried child has not ended any more: it is pending again, and
+		// its next end is counted once. A parent its first end already
+		// woke (or, held, would wake on release) stays woken; when it waits
+		// for its children again, it waits for this one too.
 		p.pending++
-		p.heldChildrenEnded = false
 	}
 	return nil
 }
