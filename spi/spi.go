@@ -101,7 +101,9 @@ type RunContext interface {
 	// Progress decodes the last checkpoint into v and reports whether there
 	// was one. A retried or taken-over run resumes from it.
 	Progress(v any) (bool, error)
-	// Checkpoint stores progress (JSON-encoded) and renews the lease.
+	// Checkpoint stores progress (JSON-encoded). It does not renew the
+	// lease (the server does that on its own) and counts as activity for
+	// Policy.ActivityTimeout. It returns api.ErrHalt when the lease is lost.
 	Checkpoint(ctx context.Context, progress any) error
 	// CheckpointTx stores progress inside the caller's transaction, so that
 	// the behavior's own writes and the checkpoint commit together or not at

@@ -12,7 +12,7 @@ import (
 	"github.com/stinthq/stint/api"
 )
 
-// Admin holds the operator actions on the ingest queue (FACTS §4): holds
+// Admin holds the operator actions on the ingest queue: holds
 // of collections and of single jobs or batches, requeue, forced fail and
 // delete, and the views of batches and jobs with their Merritt states.
 //
@@ -457,7 +457,7 @@ func (a *Admin) Fail(ctx context.Context, id api.TaskID) error {
 	return a.writeProgress(ctx, id, t.Progress, p, api.StatusScheduled)
 }
 
-// Delete deletes a job or a batch where FACTS §4 allows it: a Held or
+// Delete deletes a job or a batch where Merritt allows it: a Held or
 // Failed one (Merritt's Held -> Deleted and Failed -> Deleted), or a
 // Completed one (the cleanup the upstream tool does too). A batch is
 // deleted with its jobs, none of which may be running. Working

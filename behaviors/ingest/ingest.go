@@ -1,5 +1,5 @@
 // Package ingest holds the built-in behaviors ingest.batch and ingest.job:
-// the Merritt ingest queue (FACTS §4) on stint.
+// the Merritt ingest queue on stint.
 //
 // A depositor submits a batch (ingest.batch): a submitter, a profile (the
 // collection) and a payload, one file URL or a checkm-style manifest listing

@@ -32,7 +32,7 @@ const (
 var JobStates = []JobState{JobPending, JobHeld, JobEstimating, JobProvisioning, JobDownloading, JobProcessing,
 	JobStoring, JobRecording, JobNotify, JobCompleted, JobFailed, JobDeleted}
 
-// jobTransitions is the Merritt job transition table (FACTS §4): the states
+// jobTransitions is the Merritt job transition table: the states
 // each state may move to. Completed and Deleted are terminal.
 var jobTransitions = map[JobState][]JobState{
 	JobPending:      {JobHeld, JobEstimating, JobFailed},
@@ -79,7 +79,8 @@ const (
 var BatchStates = []BatchState{BatchPending, BatchHeld, BatchProcessing, BatchReporting, BatchUpdateReporting,
 	BatchCompleted, BatchFailed, BatchDeleted}
 
-// batchTransitions is the Merritt batch transition table (FACTS §4).
+// batchTransitions is the Merritt batch transition table: the states
+// each state may move to.
 var batchTransitions = map[BatchState][]BatchState{
 	BatchPending:         {BatchHeld, BatchProcessing},
 	BatchHeld:            {BatchPending, BatchDeleted},
@@ -127,7 +128,7 @@ type JobProgress struct {
 	// Status is the Merritt state: the stage to do next (or being done).
 	Status JobState `json:"status"`
 	// LastSuccessfulStatus is the state the job last left for a state
-	// other than Failed or Deleted (FACTS §4). A requeue resumes at its
+	// other than Failed or Deleted. A requeue resumes at its
 	// successor.
 	LastSuccessfulStatus JobState `json:"last_successful_status,omitempty"`
 	// RetryCount counts admin requeues.
@@ -182,8 +183,10 @@ func (p *JobProgress) state() JobState {
 }
 
 // Transition moves the job to state to, keeping last_successful_status and
-// the history as FACTS §4 says. An illegal transition returns an error
-// wrapping ErrIllegalTransition and changes nothing.
+// the history as Merritt does: every move is appended to the history, and
+// a move between two states neither of which is Failed or Deleted records
+// the state it left as the last successful one. An illegal transition
+// returns an error wrapping ErrIllegalTransition and changes nothing.
 func (p *JobProgress) Transition(to JobState, now time.Time) error {
 	from := p.state()
 	if !JobTransitionAllowed(from, to) {

@@ -296,7 +296,8 @@ func TaskID(p Params, continuous bool) api.TaskID {
 }
 
 // ReplicationID returns the hash of everything that could change the result
-// of p (FACTS §3): the source and target databases and tables, the change,
+// of p, as the CouchDB replicator's replication id does: the source and
+// target databases and tables, the change,
 // key, filter and tombstone columns and whether it is continuous; not the
 // owner, the batch size or the definition name. keys are the key columns
 // in effect (the target's primary key when p names none). Two replications

@@ -1,5 +1,5 @@
 // Package replication holds the built-in behaviors replication (one-shot)
-// and replication.continuous: the CouchDB replicator (FACTS §3) for
+// and replication.continuous: the CouchDB replicator for
 // PostgreSQL tables on stint.
 //
 // A replication copies the rows of a source table into a target table of
@@ -193,7 +193,7 @@ type Progress struct {
 }
 
 // Config configures the replication behaviors. Zero fields take the
-// defaults of the CouchDB replicator (FACTS §3).
+// defaults of the CouchDB replicator.
 type Config struct {
 	// DB is the stint database: the definitions of persistent
 	// replications, and the check whether a target is the stint database

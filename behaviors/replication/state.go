@@ -18,8 +18,8 @@ import (
 )
 
 // Penalty returns the backoff penalty after crash number n (1 for the
-// first): min * 2^min(n, log2(max/min)), at most max, jittered to 75-100%
-// (FACTS §3).
+// first): min * 2^min(n, log2(max/min)), at most max, jittered to 75-100%,
+// the CouchDB replicator's penalty for a crashing job.
 func Penalty(lo, hi time.Duration, n int) time.Duration {
 	return time.Duration(float64(FullPenalty(lo, hi, n)) * (0.75 + 0.25*rand.Float64()))
 }
