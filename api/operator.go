@@ -38,6 +38,12 @@ type Operator interface {
 	// CountChildren counts the children of behavior of each parent,
 	// grouped as ChildCount says.
 	CountChildren(ctx context.Context, parents []TaskID, behavior BehaviorID, progressField string) ([]ChildCount, error)
+	// Schedules lists the periodic schedules with their next tick.
+	Schedules(ctx context.Context) ([]ScheduleInfo, error)
+	// AddSchedule stores a schedule, or replaces the added one of its name.
+	AddSchedule(ctx context.Context, s Schedule) error
+	// RemoveSchedule deletes a schedule; ErrNotFound if there is none.
+	RemoveSchedule(ctx context.Context, name string) error
 }
 
 // ChildCount is the number of children of one parent that share a status,

@@ -280,3 +280,23 @@ func (h *Handler) behaviorAction(pause bool) func(http.ResponseWriter, *http.Req
 		return nil
 	}
 }
+
+// SchedulesResponse is the answer of GET /api/v1/schedules.
+type SchedulesResponse struct {
+	Schedules []api.ScheduleInfo `json:"schedules"`
+}
+
+func (h *Handler) schedules(w http.ResponseWriter, r *http.Request) error {
+	if _, err := Query(r); err != nil {
+		return err
+	}
+	list, err := h.cfg.Client.Schedules(r.Context())
+	if err != nil {
+		return fmt.Errorf("list schedules: %w", err)
+	}
+	if list == nil {
+		list = []api.ScheduleInfo{}
+	}
+	WriteJSON(w, http.StatusOK, SchedulesResponse{Schedules: list})
+	return nil
+}

@@ -694,3 +694,25 @@ func TestEventStreamOutlivesServerTimeouts(t *testing.T) {
 	id := e.submit(web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"late"}`)})
 	require.Equal(t, []api.Status{api.StatusScheduled, api.StatusRunning, api.StatusSuccess}, s.statusesUntilFinal(id, nil))
 }
+
+func TestSchedulesList(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var resp web.SchedulesResponse
+	e.json(http.MethodGet, "/api/v1/schedules", readToken, nil, http.StatusOK, &resp)
+	require.NotNil(t, resp.Schedules, "an empty list is [], not null")
+	require.Empty(t, resp.Schedules)
+
+	require.NoError(t, e.srv.AddSchedule(e.ctx, api.Schedule{Name: "nightly-echo", Behavior: demo.Echo.ID, Spec: "30 2 * * *",
+		TimeZone: "Asia/Tokyo", Params: json.RawMessage(`{"text":"night"}`)}))
+	e.json(http.MethodGet, "/api/v1/schedules", readToken, nil, http.StatusOK, &resp)
+	require.Len(t, resp.Schedules, 1)
+	s := resp.Schedules[0]
+	require.Equal(t, "nightly-echo", s.Name)
+	tokyo, err := time.LoadLocation("Asia/Tokyo")
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 30}, []int{s.NextTick.In(tokyo).Hour(), s.NextTick.In(tokyo).Minute()})
+
+	e.requireError(http.MethodGet, "/api/v1/schedules?x=1", readToken, nil, http.StatusBadRequest, web.CodeInvalid, "x")
+	e.requireError(http.MethodGet, "/api/v1/schedules", "", nil, http.StatusUnauthorized, web.CodeUnauthorized, "")
+}

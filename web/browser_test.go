@@ -294,6 +294,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.Equal(t, "browser-form", text("task-id"))
 	require.Contains(t, text("task-result"), `"text": "from the form"`)
 
+	// Schedules have their page, with the next tick.
+	require.NoError(t, e.srv.AddSchedule(e.ctx, api.Schedule{Name: "browser-hourly", Behavior: demo.Echo.ID, Spec: "@hourly",
+		Params: json.RawMessage(`{"text":"tick"}`)}))
+	run("open the schedules", chromedp.Click(css(`a[data-nav="schedules"]`)),
+		chromedp.WaitVisible(css(`#schedules tr[data-schedule="browser-hourly"] td.next-tick time`)))
+
 	// Batches have their pages: a list, and a batch with its jobs.
 	batch := e.submitBatch("coll-browser", "carol")
 	row := css(`tr[data-batch-id="` + string(batch) + `"]`)

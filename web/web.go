@@ -22,6 +22,7 @@
 //	POST   /api/v1/tasks/{id}/hold          admin   also release, retry
 //	DELETE /api/v1/tasks/{id}               admin   204
 //	GET    /api/v1/nodes                    read    with heartbeat age and health
+//	GET    /api/v1/schedules                read    the periodic schedules with their next tick
 //	GET    /api/v1/stats                    read    counts per behavior and status, backlog, queue lag, running per node
 //	GET    /api/v1/changes                  read    the latest changes, newest first; limit (default 50)
 //	GET    /api/v1/events                   read    Server-Sent Events; filters id, behavior, status, parent; since
@@ -213,6 +214,7 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /tasks/{id}/release", RoleAdmin, h.taskAction("release", cfg.Client.Release)},
 		{"POST /tasks/{id}/retry", RoleAdmin, h.taskAction("retry", cfg.Client.Retry)},
 		{"GET /nodes", RoleRead, h.nodes},
+		{"GET /schedules", RoleRead, h.schedules},
 		{"GET /stats", RoleRead, h.stats},
 		{"GET /events", RoleRead, h.events},
 		{"GET /changes", RoleRead, h.recentChanges},

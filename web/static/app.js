@@ -827,6 +827,31 @@
     return { name: 'nodes', el, refresh: load, dispose: () => clearInterval(timer) };
   }
 
+  function schedulesView() {
+    const body = h('div', { class: 'table-wrap' }, h('div', { class: 'empty' }, 'Loading…'));
+    const el = h('div', {}, h('div', { class: 'page-head' }, h('h1', {}, 'Schedules')),
+      panel('Periodic schedules', 'each tick fires one task, once across all nodes', body));
+    async function load() {
+      let r;
+      try { r = await api('GET', '/schedules'); } catch (e) {
+        fill(body, h('p', { class: 'error-text panel-body' }, e.message));
+        return;
+      }
+      fill(body, r.schedules.length === 0 ? h('div', { class: 'empty' }, 'No schedule is defined.')
+        : h('table', { id: 'schedules' },
+          h('thead', {}, h('tr', {}, ['Name', 'Behavior', 'Spec', 'Time zone', 'Origin', 'Last tick', 'Next tick']
+            .map((c) => h('th', {}, c)))),
+          h('tbody', {}, r.schedules.map((s) => h('tr', { dataset: { schedule: s.name } },
+            h('td', { class: 'id' }, s.name), h('td', {}, s.behavior), h('td', {}, h('code', {}, s.spec)),
+            h('td', {}, s.time_zone || 'UTC'), h('td', {}, s.registered ? 'behavior' : 'added'),
+            h('td', {}, s.last_tick ? timeEl(s.last_tick) : '–'),
+            h('td', { class: 'next-tick' }, s.next_tick && !s.next_tick.startsWith('0001-') ? timeEl(s.next_tick) : '–'))))));
+    }
+    const timer = setInterval(load, 5000);
+    load();
+    return { name: 'schedules', el, refresh: load, dispose: () => clearInterval(timer) };
+  }
+
   // ---- ingest batches ----
 
   // The Merritt states of batches and jobs, by the task state whose color
@@ -1007,6 +1032,9 @@
     } else if (path === '/nodes') {
       view = nodesView();
       nav = 'nodes';
+    } else if (path === '/schedules') {
+      view = schedulesView();
+      nav = 'schedules';
     } else {
       view = overviewView();
     }
