@@ -448,7 +448,8 @@ func (s *sequence) settled() (bool, string) {
 		if !m.claimable(mt) {
 			return true, "" // a divergence: check reports it
 		}
-		mt.phase, mt.node, mt.dueAlt = phaseRunning, st.Node, nil
+		// A run ends any wait for children: the run decides again.
+		mt.phase, mt.node, mt.dueAlt, mt.waiting = phaseRunning, st.Node, nil, false
 		mt.attempt++
 		m.starts[id]++
 	}
