@@ -141,11 +141,7 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 		if err != nil {
 			return nil, err
 		}
-		var sub api.Submission
-		if _, err := pgx.ForEachRow(rows, []any{&sub.ID, &sub.Status, &sub.Created}, func() error {
-			got[sub.ID] = sub
-			return nil
-		}); err != nil {
+		if err := collectSubmissions(rows, got); err != nil {
 			return nil, err
 		}
 		if share {
@@ -161,11 +157,7 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 		if err != nil {
 			return nil, err
 		}
-		var sub api.Submission
-		if _, err := pgx.ForEachRow(rows, []any{&sub.ID, &sub.Status, &sub.Created}, func() error {
-			got[sub.ID] = sub
-			return nil
-		}); err != nil {
+		if err := collectSubmissions(rows, got); err != nil {
 			return nil, err
 		}
 	}
@@ -246,4 +238,14 @@ func submitCombinedOn(ctx context.Context, db database, t store.NewTask, combine
 		return api.Submission{}, fmt.Errorf("submit %s: %w", t.ID, err)
 	}
 	return out[0], nil
+}
+
+// collectSubmissions reads rows of (id, status, created) into got.
+func collectSubmissions(rows pgx.Rows, got map[api.TaskID]api.Submission) error {
+	var sub api.Submission
+	_, err := pgx.ForEachRow(rows, []any{&sub.ID, &sub.Status, &sub.Created}, func() error {
+		got[sub.ID] = sub
+		return nil
+	})
+	return err
 }
