@@ -299,6 +299,8 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 		}
 	}
 	subs := make([]api.Submission, len(tasks))
+	// Only tasks due now wake claimers; delayed ones are found when due.
+	anyDue := slices.ContainsFunc(tasks, func(t store.NewTask) bool { return t.Delay == 0 })
 	led := false
 	if len(plain) > 0 {
 		var got []api.Submission
@@ -307,7 +309,7 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 			plain[0].WakeClaimers = slices.ContainsFunc(plain, func(t store.NewTask) bool { return t.Delay == 0 })
 			got, err = c.st.SubmitTx(ctx, tx, plain)
 		} else {
-			plain[0].WakeClaimers = c.kick.lead()
+			plain[0].WakeClaimers = anyDue && c.kick.lead()
 			led = plain[0].WakeClaimers
 			got, err = c.st.Submit(ctx, plain)
 		}
@@ -341,7 +343,7 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 	for b, n := range per {
 		c.tel.submitted.Add(ctx, n, c.tel.behavior(b))
 	}
-	if tx == nil {
+	if tx == nil && anyDue {
 		c.kick.kick(led)
 	}
 	out := make([]api.Submission, len(reqs))

@@ -617,3 +617,24 @@ func TestRotationSharesSlotsAmongWaitingTasks(t *testing.T) {
 	require.Zero(t, e.count(`SELECT count(*) FROM stint_task WHERE behavior = 'test.loop' AND attempt > 1`), "a preempted run is not an attempt")
 	require.Zero(t, e.count(`SELECT count(*) FROM stint_task WHERE status = 'failure'`))
 }
+
+// TestDelayedSubmitsWakeNobody: tasks that are not due yet send no due
+// notification, alone or in a batch; a task due now does.
+func TestDelayedSubmitsWakeNobody(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.client()
+	later := func(key string) api.SubmitRequest {
+		return api.SubmitRequest{Behavior: stepsKind.ID, Params: fmt.Appendf(nil, `{"key":%q}`, key), Delay: time.Hour}
+	}
+	_, err := c.Submit(e.ctx, later("one"))
+	require.NoError(t, err)
+	_, err = c.SubmitMany(e.ctx, []api.SubmitRequest{later("a"), later("b")})
+	require.NoError(t, err)
+	impl.FlushKicks(c)
+	require.Zero(t, c.Stats().Notifications, "delayed submits notified")
+	_, err = c.SubmitMany(e.ctx, []api.SubmitRequest{later("c"), {Behavior: stepsKind.ID, Params: []byte(`{"key":"now"}`)}})
+	require.NoError(t, err)
+	impl.FlushKicks(c)
+	require.NotZero(t, c.Stats().Notifications, "a batch with a task due now did not notify")
+}

@@ -364,3 +364,13 @@ func TestASecondRunOnTheSameNodeCancelsTheFirst(t *testing.T) {
 	_, err = srv.Get(e.ctx, ids[0])
 	require.NoError(t, err)
 }
+
+// TestNewServerNamesTheMissingRegistry: a server without a registry is
+// refused with the name of the field the caller set, not the client's.
+func TestNewServerNamesTheMissingRegistry(t *testing.T) {
+	t.Parallel()
+	_, err := impl.NewServer(nil, impl.ServerConfig{})
+	require.ErrorContains(t, err, "ServerConfig.Registry is required")
+	_, err = impl.NewClient(nil, impl.ClientConfig{})
+	require.ErrorContains(t, err, "ClientConfig.Registry is required")
+}

@@ -6,3 +6,6 @@ import "time"
 // notification (and one more at the window's end), for tests that bound the
 // notifications by the time their submits took.
 func KickWindow(c *Client) time.Duration { return c.kick.window }
+
+// FlushKicks waits for c's trailing due notifications to go out.
+func FlushKicks(c *Client) { c.kick.flush() }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -300,7 +301,9 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 		}
 		tasks[i] = t
 	}
-	led := len(tasks) > 0 && rc.s.kick.lead()
+	// Only children due now wake claimers; delayed ones are found when due.
+	anyDue := slices.ContainsFunc(tasks, func(t store.NewTask) bool { return t.Delay == 0 })
+	led := anyDue && rc.s.kick.lead()
 	if led {
 		tasks[0].WakeClaimers = true
 	}
@@ -311,7 +314,9 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 	if err != nil {
 		return nil, err
 	}
-	rc.s.kick.kick(led)
+	if anyDue {
+		rc.s.kick.kick(led)
+	}
 	return subs, nil
 }
 

@@ -150,6 +150,9 @@ var errStopping = errors.New("stint: server stopping")
 // NewServer returns a server on st. It checks the configuration but touches
 // nothing until Start.
 func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
+	if cfg.Registry == nil {
+		return nil, errors.New("new server: ServerConfig.Registry is required")
+	}
 	client, err := NewClient(st, ClientConfig{Registry: cfg.Registry, PollInterval: cfg.AwaitPollInterval, Logger: cfg.Logger,
 		TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider})
 	if err != nil {

@@ -142,13 +142,19 @@ func (s *Store) Listen(ctx context.Context, channels []string, fn func(channel, 
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	backoff := 100 * time.Millisecond
+	const first = 100 * time.Millisecond
+	backoff := first
 	for {
-		err := s.listenOnce(ctx, channels, fn)
+		listened, err := s.listenOnce(ctx, channels, fn)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err != nil {
+		switch {
+		case listened:
+			// The connection worked until it broke: a new outage starts
+			// its backoff afresh.
+			backoff = first
+		case err != nil:
 			backoff = min(backoff*2, 5*time.Second)
 		}
 		select {
@@ -159,15 +165,17 @@ func (s *Store) Listen(ctx context.Context, channels []string, fn func(channel, 
 	}
 }
 
-func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(channel, payload string)) error {
+// listenOnce listens on one connection until it breaks. listened reports
+// whether it got as far as listening on every channel.
+func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(channel, payload string)) (listened bool, err error) {
 	conn, err := pgx.ConnectConfig(ctx, s.listenConfig)
 	if err != nil {
-		return fmt.Errorf("listen: connect: %w", err)
+		return false, fmt.Errorf("listen: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
 	for _, ch := range channels {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			return fmt.Errorf("listen %s: %w", ch, err)
+			return false, fmt.Errorf("listen %s: %w", ch, err)
 		}
 	}
 	for _, ch := range channels {
@@ -176,7 +184,7 @@ func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(chann
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return fmt.Errorf("listen: %w", err)
+			return true, fmt.Errorf("listen: %w", err)
 		}
 		fn(n.Channel, n.Payload)
 	}
