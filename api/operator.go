@@ -9,9 +9,10 @@ import (
 // Operator is what operators and the built-in tools (the CLI, the HTTP
 // API, behaviors' admin actions) may do beyond Tasks: hold and release
 // group keys, pause and resume behaviors, change a behavior's lease, and
-// change the progress of a task that is not running. Servers and
-// client-only processes implement it alike, so a tool needs only this
-// interface, never the engine.
+// change the progress of a task that is not running; and read what the
+// cluster looks like: nodes, behavior settings, statistics, the change
+// feed. Servers and client-only processes implement it alike, so a tool
+// needs only this interface, never the engine.
 type Operator interface {
 	Tasks
 	// HoldGroup keeps every task of a group key from being claimed, on all
@@ -44,6 +45,26 @@ type Operator interface {
 	AddSchedule(ctx context.Context, s Schedule) error
 	// RemoveSchedule deletes a schedule; ErrNotFound if there is none.
 	RemoveSchedule(ctx context.Context, name string) error
+
+	// Nodes lists the registered server nodes, oldest first.
+	Nodes(ctx context.Context) ([]Node, error)
+	// Behaviors lists the runtime settings (pause, lease) of the behaviors
+	// whose settings were ever changed.
+	Behaviors(ctx context.Context) ([]BehaviorSettings, error)
+	// TaskStats returns a consistent snapshot of the task counts.
+	TaskStats(ctx context.Context) (Stats, error)
+	// QueueLag returns how long the longest-waiting due task (not running,
+	// not held) has been due; zero when none is.
+	QueueLag(ctx context.Context) (time.Duration, error)
+	// ReadFeed reads the change feed after f.Since, in order, keeping the
+	// changes f selects, and returns the cursor to read after them: the
+	// filtered form of Tasks.Changes.
+	ReadFeed(ctx context.Context, f ChangeFilter) ([]Event, int64, error)
+	// FeedHead returns the cursor a new reader starts at: it sees every
+	// change that commits after the call.
+	FeedHead(ctx context.Context) (int64, error)
+	// RecentChanges returns the latest limit changes, newest first.
+	RecentChanges(ctx context.Context, limit int) ([]Event, error)
 }
 
 // ChildCount is the number of children of one parent that share a status,

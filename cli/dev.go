@@ -156,7 +156,7 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
-	if err := httpSrv.start(srv.Client, st, reg); err != nil {
+	if err := httpSrv.start(srv.Client, reg); err != nil {
 		return errors.Join(err, c.stopServer(srv, devStopTimeout))
 	}
 

@@ -17,7 +17,6 @@ import (
 	"github.com/stinthq/stint/behaviors/ingest"
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/spi"
-	"github.com/stinthq/stint/store/postgres"
 	"github.com/stinthq/stint/web"
 )
 
@@ -167,16 +166,15 @@ func listenAddr(v string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-// start serves the API and dashboard for client and st, with the
-// behaviors of reg, until stop. It returns once the address is bound.
-func (s *httpServer) start(client *impl.Client, st *postgres.Store, reg *spi.Registry) error {
+// start serves the API and dashboard for client, with the behaviors of
+// reg, until stop. It returns once the address is bound.
+func (s *httpServer) start(client *impl.Client, reg *spi.Registry) error {
 	if s == nil {
 		return nil
 	}
 	log := s.c.log
 	cfg := web.Config{
 		Client:         client,
-		Store:          st,
 		Registry:       reg,
 		Tokens:         s.tokens,
 		InsecureNoAuth: s.noAuth,

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/stinthq/stint/store"
+	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/store/postgres"
 )
 
@@ -28,7 +28,7 @@ func (c *cli) newNodesCmd() *cobra.Command {
 
 // nodeJSON is a node as `stint nodes ls --json` prints it.
 type nodeJSON struct {
-	store.Node
+	api.Node
 	// HeartbeatAgeMS is how long ago, by the database's clock, the node
 	// last renewed its heartbeat.
 	HeartbeatAgeMS int64 `json:"heartbeat_age_ms"`

@@ -88,7 +88,7 @@ func (c *cli) runServer(ctx context.Context, o *serverOptions) error {
 		return err
 	}
 	c.log.Info("stint server: running; send SIGINT or SIGTERM to stop", "node", srv.Node())
-	if err := httpSrv.start(srv.Client, st, reg); err != nil {
+	if err := httpSrv.start(srv.Client, reg); err != nil {
 		return errors.Join(err, c.stopServer(srv, serverStopTimeout))
 	}
 	<-ctx.Done()

@@ -129,14 +129,53 @@ func (c *Client) PendingCount(ctx context.Context, behavior api.BehaviorID, look
 
 // Changes reads the change feed; see api.Tasks.
 func (c *Client) Changes(ctx context.Context, since int64, limit int) ([]api.Event, int64, error) {
-	if since < 0 {
-		return nil, since, api.Invalid("since", "%d is negative", since)
-	}
-	if limit < 0 || limit > 100000 {
-		return nil, since, api.Invalid("limit", "%d is outside 0..100000", limit)
-	}
-	return c.st.Changes(ctx, store.ChangeFilter{Since: since, Limit: limit})
+	return c.ReadFeed(ctx, api.ChangeFilter{Since: since, Limit: limit})
 }
+
+// ReadFeed reads the change feed with a filter; see api.Operator.
+func (c *Client) ReadFeed(ctx context.Context, f api.ChangeFilter) ([]api.Event, int64, error) {
+	if f.Since < 0 {
+		return nil, f.Since, api.Invalid("since", "%d is negative", f.Since)
+	}
+	if f.Limit < 0 || f.Limit > maxFeedRead {
+		return nil, f.Since, api.Invalid("limit", "%d is outside 0..%d", f.Limit, maxFeedRead)
+	}
+	if f.Status != "" && !f.Status.Valid() {
+		return nil, f.Since, api.Invalid("status", "unknown status %q", f.Status)
+	}
+	return c.st.Changes(ctx, f)
+}
+
+// maxFeedRead bounds one read of the change feed.
+const maxFeedRead = 100000
+
+// FeedHead returns the cursor a new feed reader starts at; see
+// api.Operator.
+func (c *Client) FeedHead(ctx context.Context) (int64, error) { return c.st.FeedHead(ctx) }
+
+// RecentChanges returns the latest limit changes, newest first; limit is
+// 1..maxFeedRead.
+func (c *Client) RecentChanges(ctx context.Context, limit int) ([]api.Event, error) {
+	if limit < 1 || limit > maxFeedRead {
+		return nil, api.Invalid("limit", "%d is outside 1..%d", limit, maxFeedRead)
+	}
+	return c.st.RecentChanges(ctx, limit)
+}
+
+// Nodes lists the registered server nodes; see api.Operator.
+func (c *Client) Nodes(ctx context.Context) ([]api.Node, error) { return c.st.Nodes(ctx) }
+
+// Behaviors lists the behaviors with runtime settings; see api.Operator.
+func (c *Client) Behaviors(ctx context.Context) ([]api.BehaviorSettings, error) {
+	return c.st.Behaviors(ctx)
+}
+
+// TaskStats returns a snapshot of the task counts; see api.Operator.
+func (c *Client) TaskStats(ctx context.Context) (api.Stats, error) { return c.st.Stats(ctx) }
+
+// QueueLag returns how long the longest-waiting due task has been due;
+// see api.Operator.
+func (c *Client) QueueLag(ctx context.Context) (time.Duration, error) { return c.st.QueueLag(ctx) }
 
 // AckChanges records that the named consumer has handled the feed up to
 // cursor, and that it is alive. The feed is kept for the slowest live

@@ -1,49 +1,22 @@
 package store
 
-import (
-	"time"
+import "github.com/stinthq/stint/api"
 
-	"github.com/stinthq/stint/api"
+// The store reads and writes the operator's types of the api package as
+// they are; these names keep its signatures short.
+type (
+	// Node is a registered server node.
+	Node = api.Node
+	// BehaviorSettings are a behavior's runtime settings.
+	BehaviorSettings = api.BehaviorSettings
+	// ChangeFilter selects change-feed entries.
+	ChangeFilter = api.ChangeFilter
+	// Stats is a snapshot of the tasks for operators.
+	Stats = api.Stats
+	// StatusCount is the number of tasks of a behavior in a status.
+	StatusCount = api.StatusCount
+	// DueCount is the backlog of one behavior.
+	DueCount = api.DueCount
+	// NodeRunning counts the running tasks of one node.
+	NodeRunning = api.NodeRunning
 )
-
-// Stats is a snapshot of the tasks for operators, read in one transaction
-// so that its numbers agree with each other, and timed by the database's
-// clock.
-type Stats struct {
-	// Now is the database's clock at the snapshot.
-	Now time.Time `json:"now"`
-	// Counts are the tasks per behavior and status; absent pairs are zero.
-	Counts []StatusCount `json:"counts"`
-	// Due are the tasks per behavior that are due now and waiting for a
-	// worker: not running, not held, not in a held group.
-	Due []DueCount `json:"due"`
-	// Running are the running tasks per node.
-	Running []NodeRunning `json:"running"`
-}
-
-// StatusCount is the number of tasks of a behavior in a status.
-type StatusCount struct {
-	Behavior api.BehaviorID `json:"behavior"`
-	Status   api.Status     `json:"status"`
-	Count    int64          `json:"count"`
-}
-
-// DueCount is the backlog of one behavior.
-type DueCount struct {
-	Behavior api.BehaviorID `json:"behavior"`
-	// Count is the number of tasks due now.
-	Count int64 `json:"count"`
-	// OldestAge is how long the longest-waiting of them has been due: the
-	// queue lag.
-	OldestAge time.Duration `json:"oldest_age"`
-}
-
-// NodeRunning counts the running tasks of one node.
-type NodeRunning struct {
-	Node string `json:"node"`
-	// Running is the number of tasks whose lease the node holds.
-	Running int64 `json:"running"`
-	// Expired is how many of them have an expired lease: tasks of a node
-	// that stopped renewing, waiting to be taken over.
-	Expired int64 `json:"expired"`
-}

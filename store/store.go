@@ -127,17 +127,6 @@ type Completion struct {
 	WaitChildren bool
 }
 
-// Node is a registered server node.
-type Node struct {
-	ID          string           `json:"id"`
-	Host        string           `json:"host"`
-	PID         int              `json:"pid"`
-	Behaviors   []api.BehaviorID `json:"behaviors"`
-	MaxWorkers  int              `json:"max_workers"`
-	StartedAt   time.Time        `json:"started_at"`
-	HeartbeatAt time.Time        `json:"heartbeat_at"`
-}
-
 // Store is what the engine needs from its database. Implementations are
 // safe for concurrent use.
 type Store interface {
@@ -281,28 +270,6 @@ type Store interface {
 	Listen(ctx context.Context, channels []string, fn func(channel, payload string)) error
 	// Notify sends a notification.
 	Notify(ctx context.Context, channel, payload string) error
-}
-
-// BehaviorSettings are a behavior's runtime settings, shared by all nodes.
-type BehaviorSettings struct {
-	Behavior api.BehaviorID `json:"behavior"`
-	// Paused stops claims of the behavior on every node.
-	Paused bool `json:"paused"`
-	// Lease overrides the behavior's policy lease; zero keeps the policy's.
-	Lease time.Duration `json:"lease,omitempty"`
-}
-
-// ChangeFilter selects change-feed entries.
-type ChangeFilter struct {
-	// Since is the cursor to read after; 0 reads from the start.
-	Since int64
-	// Limit stops reading once this many changes were read; the feed is
-	// read in whole batches, so a call may return more. Defaults to 1,000.
-	Limit    int
-	TaskID   api.TaskID
-	Behavior api.BehaviorID
-	ParentID api.TaskID
-	Status   api.Status
 }
 
 // FeedConsumer is a named reader of the change feed.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/spi"
-	"github.com/stinthq/stint/store"
 )
 
 // The states counted per behavior, in the order the dashboard shows them.
@@ -63,8 +62,8 @@ type NodeRunning struct {
 
 // snapshot is what the statistics endpoints read, cached for StatsMaxAge.
 type snapshot struct {
-	stats      store.Stats
-	settings   []store.BehaviorSettings
+	stats      api.Stats
+	settings   []api.BehaviorSettings
 	heldGroups []string
 	queueLag   time.Duration
 	// at is when it was read, on this process's monotonic clock: the
@@ -82,16 +81,16 @@ func (h *Handler) snapshot(ctx context.Context) (snapshot, error) {
 	}
 	var s snapshot
 	var err error
-	if s.stats, err = h.cfg.Store.Stats(ctx); err != nil {
+	if s.stats, err = h.cfg.Client.TaskStats(ctx); err != nil {
 		return s, err
 	}
-	if s.settings, err = h.cfg.Store.Behaviors(ctx); err != nil {
+	if s.settings, err = h.cfg.Client.Behaviors(ctx); err != nil {
 		return s, err
 	}
 	if s.heldGroups, err = h.cfg.Client.HeldGroups(ctx); err != nil {
 		return s, err
 	}
-	if s.queueLag, err = h.cfg.Store.QueueLag(ctx); err != nil {
+	if s.queueLag, err = h.cfg.Client.QueueLag(ctx); err != nil {
 		return s, err
 	}
 	s.at = time.Now()
@@ -184,7 +183,7 @@ const (
 
 // NodeStatus is a node as GET /api/v1/nodes shows it.
 type NodeStatus struct {
-	store.Node
+	api.Node
 	// HeartbeatAgeMS is how long ago, by the database's clock, the node
 	// renewed its heartbeat.
 	HeartbeatAgeMS int64 `json:"heartbeat_age_ms"`
@@ -209,7 +208,7 @@ func (h *Handler) nodes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}
-	nodes, err := h.cfg.Store.Nodes(r.Context())
+	nodes, err := h.cfg.Client.Nodes(r.Context())
 	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/stinthq/stint/api"
-	"github.com/stinthq/stint/store"
 )
 
 // feedBatch is how many changes an event stream with a cursor reads at a
@@ -55,7 +54,7 @@ func (h *Handler) recentChanges(w http.ResponseWriter, r *http.Request) error {
 			return invalid("limit", "%q is not a number from 1 to 1000", s)
 		}
 	}
-	changes, err := h.cfg.Store.RecentChanges(r.Context(), limit)
+	changes, err := h.cfg.Client.RecentChanges(r.Context(), limit)
 	if err != nil {
 		return fmt.Errorf("read recent changes: %w", err)
 	}
@@ -140,7 +139,7 @@ func (h *Handler) feedStream(w http.ResponseWriter, r *http.Request, f api.Filte
 	ctx := r.Context()
 	var cursor int64
 	if since == "now" {
-		head, err := h.cfg.Store.FeedHead(ctx)
+		head, err := h.cfg.Client.FeedHead(ctx)
 		if err != nil {
 			return fmt.Errorf("read the feed head: %w", err)
 		}
@@ -152,10 +151,10 @@ func (h *Handler) feedStream(w http.ResponseWriter, r *http.Request, f api.Filte
 		}
 		cursor = n
 	}
-	filter := store.ChangeFilter{Since: cursor, Limit: feedBatch, TaskID: f.ID, Behavior: f.Behavior, ParentID: f.ParentID, Status: f.Status}
+	filter := api.ChangeFilter{Since: cursor, Limit: feedBatch, TaskID: f.ID, Behavior: f.Behavior, ParentID: f.ParentID, Status: f.Status}
 	// The first read comes before the response starts, so that a cursor
 	// the feed no longer holds is a 400.
-	events, next, err := h.cfg.Store.Changes(ctx, filter)
+	events, next, err := h.cfg.Client.ReadFeed(ctx, filter)
 	if err != nil {
 		return fmt.Errorf("read changes: %w", err)
 	}
@@ -189,7 +188,7 @@ func (h *Handler) feedStream(w http.ResponseWriter, r *http.Request, f api.Filte
 			}
 		}
 		filter.Since = cursor
-		events, next, err = h.cfg.Store.Changes(ctx, filter)
+		events, next, err = h.cfg.Client.ReadFeed(ctx, filter)
 		switch {
 		case ctx.Err() != nil:
 			return nil

@@ -121,7 +121,6 @@ func newEnv(t *testing.T, configure ...func(*web.Config)) *testEnv {
 	require.NoError(t, tokens.AddText("test", "read:"+readToken+"\nsubmit:"+submitToken+"\nadmin:"+adminToken))
 	cfg := web.Config{
 		Client:   srv.Client,
-		Store:    st,
 		Registry: reg,
 		Tokens:   tokens,
 		Routes:   ingest.Routes(ingest.NewAdmin(srv.Client)),

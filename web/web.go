@@ -72,31 +72,14 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/spi"
-	"github.com/stinthq/stint/store"
 )
-
-// Store is what the API reads from the store besides what the Client
-// offers: nodes, behavior settings, the change feed, statistics and the
-// queue lag.
-// Every store.Store implements it.
-type Store interface {
-	Nodes(ctx context.Context) ([]store.Node, error)
-	Behaviors(ctx context.Context) ([]store.BehaviorSettings, error)
-	FeedHead(ctx context.Context) (int64, error)
-	Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event, int64, error)
-	RecentChanges(ctx context.Context, limit int) ([]api.Event, error)
-	Stats(ctx context.Context) (store.Stats, error)
-	QueueLag(ctx context.Context) (time.Duration, error)
-}
 
 // Config configures the API and the dashboard.
 type Config struct {
-	// Client submits and inspects tasks. A Server's Client will do.
-	// Required.
+	// Client is the one door to the engine: it submits, inspects and acts
+	// on tasks and reads nodes, statistics and the change feed. A Server
+	// or a client-only Client will do. Required.
 	Client api.Operator
-	// Store reads nodes, settings, the change feed and statistics.
-	// Required.
-	Store Store
 	// Registry lists the behaviors that the statistics show even when they
 	// have no tasks, and that the dashboard offers to submit. Optional.
 	Registry *spi.Registry
@@ -170,9 +153,6 @@ type Handler struct {
 func New(cfg Config) (*Handler, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("new web handler: Config.Client is required")
-	}
-	if cfg.Store == nil {
-		return nil, errors.New("new web handler: Config.Store is required")
 	}
 	if cfg.InsecureNoAuth && cfg.Tokens.Len() > 0 {
 		return nil, errors.New("new web handler: tokens and InsecureNoAuth exclude each other")

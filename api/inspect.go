@@ -1,0 +1,82 @@
+package api
+
+import "time"
+
+// The types of what operators read about the cluster as a whole (see the
+// read methods of Operator): nodes, behavior settings, task statistics and
+// change-feed filters.
+
+// Node is a registered server node.
+type Node struct {
+	ID          string       `json:"id"`
+	Host        string       `json:"host"`
+	PID         int          `json:"pid"`
+	Behaviors   []BehaviorID `json:"behaviors"`
+	MaxWorkers  int          `json:"max_workers"`
+	StartedAt   time.Time    `json:"started_at"`
+	HeartbeatAt time.Time    `json:"heartbeat_at"`
+}
+
+// BehaviorSettings are a behavior's runtime settings, shared by all nodes.
+type BehaviorSettings struct {
+	Behavior BehaviorID `json:"behavior"`
+	// Paused stops claims of the behavior on every node.
+	Paused bool `json:"paused"`
+	// Lease overrides the behavior's policy lease; zero keeps the policy's.
+	Lease time.Duration `json:"lease,omitempty"`
+}
+
+// ChangeFilter selects change-feed entries. Zero fields select all.
+type ChangeFilter struct {
+	// Since is the cursor to read after; 0 reads from the start.
+	Since int64
+	// Limit stops reading once this many changes were read; the feed is
+	// read in whole batches, so a call may return more. Defaults to 1,000.
+	Limit    int
+	TaskID   TaskID
+	Behavior BehaviorID
+	ParentID TaskID
+	Status   Status
+}
+
+// Stats is a snapshot of the tasks for operators, read in one transaction
+// so that its numbers agree with each other, and timed by the database's
+// clock.
+type Stats struct {
+	// Now is the database's clock at the snapshot.
+	Now time.Time `json:"now"`
+	// Counts are the tasks per behavior and status; absent pairs are zero.
+	Counts []StatusCount `json:"counts"`
+	// Due are the tasks per behavior that are due now and waiting for a
+	// worker: not running, not held, not in a held group.
+	Due []DueCount `json:"due"`
+	// Running are the running tasks per node.
+	Running []NodeRunning `json:"running"`
+}
+
+// StatusCount is the number of tasks of a behavior in a status.
+type StatusCount struct {
+	Behavior BehaviorID `json:"behavior"`
+	Status   Status     `json:"status"`
+	Count    int64      `json:"count"`
+}
+
+// DueCount is the backlog of one behavior.
+type DueCount struct {
+	Behavior BehaviorID `json:"behavior"`
+	// Count is the number of tasks due now.
+	Count int64 `json:"count"`
+	// OldestAge is how long the longest-waiting of them has been due: the
+	// queue lag.
+	OldestAge time.Duration `json:"oldest_age"`
+}
+
+// NodeRunning counts the running tasks of one node.
+type NodeRunning struct {
+	Node string `json:"node"`
+	// Running is the number of tasks whose lease the node holds.
+	Running int64 `json:"running"`
+	// Expired is how many of them have an expired lease: tasks of a node
+	// that stopped renewing, waiting to be taken over.
+	Expired int64 `json:"expired"`
+}
