@@ -93,24 +93,10 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 		// The error says how to install PostgreSQL.
 		return err
 	}
-	dir, err := filepath.Abs(o.data)
+	dir, pgdata, err := c.devDirs(o.data)
 	if err != nil {
-		return fmt.Errorf("resolve --data %s: %w", o.data, err)
+		return err
 	}
-	// Searchable by all: when stint runs as root, PostgreSQL runs as an
-	// unprivileged user that must reach the data directory inside.
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create the data directory: %w", err)
-	}
-
-	pgdata, moved, err := pgcluster.ReachableDataDir(filepath.Join(dir, devPGData))
-	if err != nil {
-		return fmt.Errorf("place the PostgreSQL data directory: %w", err)
-	}
-	if moved {
-		fmt.Fprintf(c.stdout, "stint dev: PostgreSQL runs as an unprivileged user that cannot enter %s, so its data is in %s\n", dir, pgdata)
-	}
-
 	cluster, err := c.startCluster(ctx, dir, pgdata, o.port)
 	if err != nil {
 		return err
@@ -160,12 +146,7 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 		return errors.Join(err, c.stopServer(srv, devStopTimeout))
 	}
 
-	fmt.Fprintf(c.stdout, "stint dev: PostgreSQL data in %s (server log: %s)\n", cluster.DataDir(), cluster.LogFile())
-	// The try-it lines are the README's quickstart, word for word.
-	fmt.Fprintf(c.stdout, "url: %s\n", dsn)
-	fmt.Fprintf(c.stdout, "ready: node %s runs %s; press Ctrl-C to stop. In another terminal, try:\n", srv.Node(), c.knownBehaviors())
-	fmt.Fprintf(c.stdout, "  URL='%s'\n", dsn)
-	fmt.Fprintf(c.stdout, "  go run ./cmd/stint submit demo.echo --params '{\"text\":\"hi\"}' --wait --db \"$URL\"\n")
+	c.printDevReady(cluster, dsn, srv.Node())
 
 	var demoDone sync.WaitGroup
 	demoDone.Go(func() { c.demoRoundTrip(ctx, srv) })
@@ -175,6 +156,39 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	demoDone.Wait()
 	httpSrv.stop()
 	return c.stopServer(srv, devStopTimeout)
+}
+
+// devDirs creates the data directory of `stint dev` and returns it with
+// the PostgreSQL data directory inside it, or elsewhere when PostgreSQL's
+// unprivileged user could not reach it there.
+func (c *cli) devDirs(data string) (dir, pgdata string, err error) {
+	dir, err = filepath.Abs(data)
+	if err != nil {
+		return "", "", fmt.Errorf("resolve --data %s: %w", data, err)
+	}
+	// Searchable by all: when stint runs as root, PostgreSQL runs as an
+	// unprivileged user that must reach the data directory inside.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", fmt.Errorf("create the data directory: %w", err)
+	}
+	pgdata, moved, err := pgcluster.ReachableDataDir(filepath.Join(dir, devPGData))
+	if err != nil {
+		return "", "", fmt.Errorf("place the PostgreSQL data directory: %w", err)
+	}
+	if moved {
+		fmt.Fprintf(c.stdout, "stint dev: PostgreSQL runs as an unprivileged user that cannot enter %s, so its data is in %s\n", dir, pgdata)
+	}
+	return dir, pgdata, nil
+}
+
+// printDevReady says where things are and what to try. The try-it lines
+// are the README's quickstart, word for word.
+func (c *cli) printDevReady(cluster *pgcluster.Cluster, dsn, node string) {
+	fmt.Fprintf(c.stdout, "stint dev: PostgreSQL data in %s (server log: %s)\n", cluster.DataDir(), cluster.LogFile())
+	fmt.Fprintf(c.stdout, "url: %s\n", dsn)
+	fmt.Fprintf(c.stdout, "ready: node %s runs %s; press Ctrl-C to stop. In another terminal, try:\n", node, c.knownBehaviors())
+	fmt.Fprintf(c.stdout, "  URL='%s'\n", dsn)
+	fmt.Fprintf(c.stdout, "  go run ./cmd/stint submit demo.echo --params '{\"text\":\"hi\"}' --wait --db \"$URL\"\n")
 }
 
 // startCluster starts or reuses the PostgreSQL server in pgdata. With port

@@ -100,98 +100,30 @@ func (r *run) run(ctx context.Context) (Result, error) {
 	if _, err := r.rc.Progress(&r.prog); err != nil {
 		return Result{}, err
 	}
-	persistent := r.params.Definition != ""
 	r.db = r.stintDB(ctx)
-	if persistent && r.db != nil {
-		def, err := loadDefinition(ctx, r.db, r.params.Definition)
-		if errors.Is(err, errNoDefinition) {
-			return Result{}, api.Permanent(codeDefinition, "persistent replication %q is no longer defined", r.params.Definition)
-		}
-		if err != nil {
-			return Result{}, err
-		}
-		if def.TaskID != r.rc.TaskID() {
-			return Result{}, api.Permanent(codeDefinition, "persistent replication %q is now run by task %s", def.Name, def.TaskID)
-		}
-		r.params = def.Params
-		r.prog.Definition, r.prog.Version = def.Name, def.Version
-		if err := clearState(ctx, r.db, def.Name, r.rc.TaskID()); err != nil {
-			return Result{}, err
-		}
+	if err := r.readDefinition(ctx); err != nil {
+		return Result{}, err
 	}
-	p := r.params
-	srcTable, err := parseTable(p.Source.Table)
-	if err != nil {
-		return Result{}, api.Permanent(codeDefinition, "source table: %v", err)
-	}
-	dstTable, err := parseTable(p.Target.Table)
-	if err != nil {
-		return Result{}, api.Permanent(codeDefinition, "target table: %v", err)
-	}
-
-	srcConn, err := connect(ctx, p.Source.DSN, "stint:source", r.cfg.ConnectTimeout)
-	if err != nil {
-		return Result{}, sourceErr(fmt.Errorf("source: %w", err))
-	}
-	r.src = &source{conn: srcConn, waiting: func(n int) { r.hook(ctx, "horizon-wait", int64(n)) }}
-	self := appName(r.rc.TaskID(), persistent)
-	dstConn, err := connect(ctx, p.Target.DSN, self, r.cfg.ConnectTimeout)
-	if err != nil {
-		return Result{}, targetErr(fmt.Errorf("target: %w", err))
-	}
-	r.dst = &target{conn: dstConn, self: self}
-
-	srcInfo, err := describeTable(ctx, srcConn, srcTable, p.ChangeColumn)
-	if err != nil {
-		return Result{}, sourceErr(fmt.Errorf("source: %w", err))
-	}
-	dstInfo, err := describeTable(ctx, dstConn, dstTable, p.ChangeColumn)
-	if err != nil {
-		return Result{}, targetErr(fmt.Errorf("target: %w", err))
-	}
-	pl, err := makePlan(p, srcInfo, dstInfo)
+	pl, err := r.connect(ctx)
 	if err != nil {
 		return Result{}, err
 	}
-	if err := checkNulls(ctx, srcConn, pl); err != nil {
-		return Result{}, sourceErr(err)
-	}
-	for _, w := range pl.warnings {
-		r.cfg.Logger.Warn("stint: replication: "+w, "task", r.rc.TaskID())
-	}
-	r.src.plan, r.dst.plan = pl, pl
-	if err := r.src.prepare(ctx); err != nil {
-		return Result{}, err
-	}
-	if err := r.dst.prepare(ctx); err != nil {
-		return Result{}, targetErr(err)
-	}
-
-	repID := ReplicationID(p, pl.keys, r.continuous)
+	repID := ReplicationID(r.params, pl.keys, r.continuous)
 	if r.prog.ReplicationID != repID {
 		// A new replication id starts from scratch (CouchDB finds no
 		// checkpoint for it); the crash count carries over.
 		r.prog = Progress{Result: Result{ReplicationID: repID}, Errors: r.prog.Errors, LastError: r.prog.LastError,
 			Definition: r.prog.Definition, Version: r.prog.Version}
 	}
-	h, err := r.dst.lock(ctx, repID)
-	if err != nil {
-		return Result{}, targetErr(err)
-	}
-	if h != nil {
-		if h.persistent {
-			return Result{}, api.Permanent(codeCollision,
-				"replication %s is already run by persistent replication task %s: one of them must go", repID, h.task)
-		}
-		return Result{}, &runErr{code: codeCollision,
-			err: fmt.Errorf("duplicate replication running: transient task %s runs replication %s; retrying later", h.task, repID)}
+	if err := r.lock(ctx, repID); err != nil {
+		return Result{}, err
 	}
 	if r.db != nil {
 		stintID, err := r.stintDatabase(ctx)
 		if err != nil {
 			return Result{}, err
 		}
-		dstID, err := databaseIdentity(ctx, dstConn)
+		dstID, err := databaseIdentity(ctx, r.dst.conn)
 		if err != nil {
 			return Result{}, targetErr(err)
 		}
@@ -211,6 +143,98 @@ func (r *run) run(ctx context.Context) (Result, error) {
 	r.forceCP = true
 	r.hook(ctx, "start", r.prog.Seq)
 	return r.replicate(ctx)
+}
+
+// readDefinition reads a persistent replication's definition into the
+// run's params, and fails for good when it is gone or now belongs to
+// another task.
+func (r *run) readDefinition(ctx context.Context) error {
+	if r.params.Definition == "" || r.db == nil {
+		return nil
+	}
+	def, err := loadDefinition(ctx, r.db, r.params.Definition)
+	if errors.Is(err, errNoDefinition) {
+		return api.Permanent(codeDefinition, "persistent replication %q is no longer defined", r.params.Definition)
+	}
+	if err != nil {
+		return err
+	}
+	if def.TaskID != r.rc.TaskID() {
+		return api.Permanent(codeDefinition, "persistent replication %q is now run by task %s", def.Name, def.TaskID)
+	}
+	r.params = def.Params
+	r.prog.Definition, r.prog.Version = def.Name, def.Version
+	return clearState(ctx, r.db, def.Name, r.rc.TaskID())
+}
+
+// connect opens the source and the target, checks their tables and
+// prepares the plan's statements on both.
+func (r *run) connect(ctx context.Context) (*plan, error) {
+	p := r.params
+	srcTable, err := parseTable(p.Source.Table)
+	if err != nil {
+		return nil, api.Permanent(codeDefinition, "source table: %v", err)
+	}
+	dstTable, err := parseTable(p.Target.Table)
+	if err != nil {
+		return nil, api.Permanent(codeDefinition, "target table: %v", err)
+	}
+	srcConn, err := connect(ctx, p.Source.DSN, "stint:source", r.cfg.ConnectTimeout)
+	if err != nil {
+		return nil, sourceErr(fmt.Errorf("source: %w", err))
+	}
+	r.src = &source{conn: srcConn, waiting: func(n int) { r.hook(ctx, "horizon-wait", int64(n)) }}
+	self := appName(r.rc.TaskID(), p.Definition != "")
+	dstConn, err := connect(ctx, p.Target.DSN, self, r.cfg.ConnectTimeout)
+	if err != nil {
+		return nil, targetErr(fmt.Errorf("target: %w", err))
+	}
+	r.dst = &target{conn: dstConn, self: self}
+
+	srcInfo, err := describeTable(ctx, srcConn, srcTable, p.ChangeColumn)
+	if err != nil {
+		return nil, sourceErr(fmt.Errorf("source: %w", err))
+	}
+	dstInfo, err := describeTable(ctx, dstConn, dstTable, p.ChangeColumn)
+	if err != nil {
+		return nil, targetErr(fmt.Errorf("target: %w", err))
+	}
+	pl, err := makePlan(p, srcInfo, dstInfo)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNulls(ctx, srcConn, pl); err != nil {
+		return nil, sourceErr(err)
+	}
+	for _, w := range pl.warnings {
+		r.cfg.Logger.Warn("stint: replication: "+w, "task", r.rc.TaskID())
+	}
+	r.src.plan, r.dst.plan = pl, pl
+	if err := r.src.prepare(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.dst.prepare(ctx); err != nil {
+		return nil, targetErr(err)
+	}
+	return pl, nil
+}
+
+// lock takes the replication's lock on the target: one run of a
+// replication at a time, whichever task runs it.
+func (r *run) lock(ctx context.Context, repID string) error {
+	h, err := r.dst.lock(ctx, repID)
+	if err != nil {
+		return targetErr(err)
+	}
+	if h == nil {
+		return nil
+	}
+	if h.persistent {
+		return api.Permanent(codeCollision,
+			"replication %s is already run by persistent replication task %s: one of them must go", repID, h.task)
+	}
+	return &runErr{code: codeCollision,
+		err: fmt.Errorf("duplicate replication running: transient task %s runs replication %s; retrying later", h.task, repID)}
 }
 
 // stintDatabase returns the identity of the stint database, cached.

@@ -136,6 +136,28 @@ const deletedColumn = "__stint_deleted"
 // statements, which take none, session settings set by parameterized
 // set_config calls.
 func makePlan(p Params, src, dst *tableInfo) (*plan, error) {
+	keys, err := planKeys(p, src, dst)
+	if err != nil {
+		return nil, err
+	}
+	pl := &plan{keys: keys}
+	if pl.columns, err = planColumns(p, src, dst, keys); err != nil {
+		return nil, err
+	}
+	if err := pl.readStatements(p, src); err != nil {
+		return nil, err
+	}
+	pl.writeStatements(p, dst)
+	pl.changeIndexed = src.changeIndexed
+	if !src.changeIndexed {
+		pl.warnings = append(pl.warnings, fmt.Sprintf("source table %s has no index on its change column %q: every batch scans the table (InstallChangeTrigger creates one)", src.ident.Sanitize(), p.ChangeColumn))
+	}
+	return pl, nil
+}
+
+// planKeys checks the change columns and returns the key columns: those
+// named in p, or the target's primary key.
+func planKeys(p Params, src, dst *tableInfo) ([]string, error) {
 	chg, ok := src.column(p.ChangeColumn)
 	if !ok {
 		return nil, &schemaError{fmt.Sprintf("source table %s has no change column %q", src.ident.Sanitize(), p.ChangeColumn)}
@@ -163,7 +185,13 @@ func makePlan(p Params, src, dst *tableInfo) (*plan, error) {
 	if !slices.ContainsFunc(src.uniques, func(u []string) bool { return subset(u, keys) }) {
 		return nil, &schemaError{fmt.Sprintf("source table %s has no primary key or unique index within the key columns %v", src.ident.Sanitize(), keys)}
 	}
-	pl := &plan{keys: slices.Clone(keys), columns: []string{p.ChangeColumn}}
+	return slices.Clone(keys), nil
+}
+
+// planColumns returns the columns to copy: the change column, then every
+// target column that the source has and that is not generated.
+func planColumns(p Params, src, dst *tableInfo, keys []string) ([]string, error) {
+	columns := []string{p.ChangeColumn}
 	for _, c := range dst.columns {
 		if c.generated || c.name == p.ChangeColumn {
 			continue
@@ -173,33 +201,44 @@ func makePlan(p Params, src, dst *tableInfo) (*plan, error) {
 				// Generated source columns are copied as values.
 				return nil, &schemaError{fmt.Sprintf("key column %q of source table %s is generated", c.name, src.ident.Sanitize())}
 			}
-			pl.columns = append(pl.columns, c.name)
+			columns = append(columns, c.name)
 		}
 	}
 	for _, k := range keys {
 		if _, ok := src.column(k); !ok {
 			return nil, &schemaError{fmt.Sprintf("source table %s has no key column %q", src.ident.Sanitize(), k)}
 		}
-		if !slices.Contains(pl.columns, k) {
+		if !slices.Contains(columns, k) {
 			return nil, &schemaError{fmt.Sprintf("key column %q of target table %s is generated or missing", k, dst.ident.Sanitize())}
 		}
 	}
-	q := func(name string) string { return pgx.Identifier{name}.Sanitize() }
-	srcName, dstName := src.ident.Sanitize(), dst.ident.Sanitize()
-	chgQ := q(p.ChangeColumn)
+	return columns, nil
+}
+
+// quoteIdent quotes one identifier.
+func quoteIdent(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// columnList is the plan's columns, quoted and comma-separated.
+func (pl *plan) columnList() string {
 	cols := make([]string, len(pl.columns))
 	for i, c := range pl.columns {
-		cols[i] = q(c)
+		cols[i] = quoteIdent(c)
 	}
-	colList := strings.Join(cols, ", ")
+	return strings.Join(cols, ", ")
+}
 
+// readStatements builds the statements that read the source: the session
+// settings, the batch COPY, the head and the null check.
+func (pl *plan) readStatements(p Params, src *tableInfo) error {
+	q := quoteIdent
+	srcName, chgQ, colList := src.ident.Sanitize(), q(p.ChangeColumn), pl.columnList()
 	// The deleted flag of a row: a true boolean tombstone, or any non-null
 	// value of another type.
 	deleted := "false"
 	if p.TombstoneColumn != "" {
 		tomb, ok := src.column(p.TombstoneColumn)
 		if !ok {
-			return nil, &schemaError{fmt.Sprintf("source table %s has no tombstone column %q", srcName, p.TombstoneColumn)}
+			return &schemaError{fmt.Sprintf("source table %s has no tombstone column %q", srcName, p.TombstoneColumn)}
 		}
 		if tomb.typ == "boolean" {
 			deleted = "coalesce(" + q(tomb.name) + ", false)"
@@ -211,7 +250,7 @@ func makePlan(p Params, src, dst *tableInfo) (*plan, error) {
 	if p.Filter != nil {
 		fc, ok := src.column(p.Filter.Column)
 		if !ok {
-			return nil, &schemaError{fmt.Sprintf("source table %s has no filter column %q", srcName, p.Filter.Column)}
+			return &schemaError{fmt.Sprintf("source table %s has no filter column %q", srcName, p.Filter.Column)}
 		}
 		pl.hasFilter, pl.filterValue = true, p.Filter.Value
 		pl.filterSQL = `SELECT CAST($1::text AS ` + fc.typ + `), set_config('stint.repl_filter', $1, false)`
@@ -223,7 +262,18 @@ func makePlan(p Params, src, dst *tableInfo) (*plan, error) {
 	// first, the tombstone flag last.
 	pl.readSQL = `COPY (SELECT ` + colList + `, ` + deleted + ` FROM ` + srcName + `
 		WHERE ` + where + ` ORDER BY ` + chgQ + ` LIMIT current_setting('stint.repl_limit')::bigint) TO STDOUT`
+	pl.headSQL = headSQL(srcName, chgQ)
+	pl.nullsSQL = `SELECT EXISTS (SELECT 1 FROM ` + srcName + ` WHERE ` + chgQ + ` IS NULL)`
+	return nil
+}
 
+// writeStatements builds the statements that write a batch to the
+// target: through a temporary table, an upsert of the live rows and a
+// delete of the tombstoned ones, each only where the target's row is
+// older.
+func (pl *plan) writeStatements(p Params, dst *tableInfo) {
+	q := quoteIdent
+	dstName, chgQ, colList, keys := dst.ident.Sanitize(), q(p.ChangeColumn), pl.columnList(), pl.keys
 	const batchTable = "pg_temp.stint_repl_batch"
 	pl.tempSQL = `CREATE TEMP TABLE stint_repl_batch ON COMMIT DELETE ROWS AS
 		SELECT ` + colList + `, false AS ` + q(deletedColumn) + ` FROM ` + dstName + ` WITH NO DATA`
@@ -248,13 +298,6 @@ WHERE t.` + chgQ + ` < excluded.` + chgQ
 	pl.deleteSQL = `
 DELETE FROM ` + dstName + ` AS t USING ` + batchTable + ` AS r
 WHERE r.` + q(deletedColumn) + ` AND ` + strings.Join(keyMatch, " AND ") + ` AND t.` + chgQ + ` <= r.` + chgQ
-	pl.headSQL = headSQL(srcName, chgQ)
-	pl.nullsSQL = `SELECT EXISTS (SELECT 1 FROM ` + srcName + ` WHERE ` + chgQ + ` IS NULL)`
-	pl.changeIndexed = src.changeIndexed
-	if !src.changeIndexed {
-		pl.warnings = append(pl.warnings, fmt.Sprintf("source table %s has no index on its change column %q: every batch scans the table (InstallChangeTrigger creates one)", srcName, p.ChangeColumn))
-	}
-	return pl, nil
 }
 
 // subset reports whether every string of a is in b.
