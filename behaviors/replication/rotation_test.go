@@ -111,8 +111,11 @@ func TestRotationGivesEveryContinuousReplicationItsTurn(t *testing.T) {
 	}
 	// Turns first: on a busy machine a turn may end before its run copied
 	// anything (the copy slows, the rotation's clock does not), so turns
-	// and progress are waited for one after the other.
-	waitFor(t, 90*time.Second, "every replication to get three turns", func() bool {
+	// and progress are waited for one after the other. A turn costs two
+	// connections and a look at both catalogs, which a loaded machine
+	// stretches to seconds: the deadline is generous, and a pass does not
+	// wait for it.
+	waitFor(t, 3*time.Minute, "every replication to get three turns", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range ids {
