@@ -16,7 +16,9 @@ func (c *cli) newMigrateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply, revert or list the schema migrations",
-		Long: `Apply, revert or list stint's schema migrations. Migrators take an advisory
+		Long: `Apply, revert or list stint's schema migrations. The schema comes in lines:
+stint's own ("stint") and one per built-in behavior with tables of its own
+("ingest", "replication"), each numbered from 1. Migrators take an advisory
 lock, so running them from several places at once is safe.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -72,7 +74,7 @@ func (c *cli) migrateUp(ctx context.Context, conn *pgx.Conn) error {
 	applied := 0
 	for i, m := range after {
 		if !m.AppliedAt.IsZero() && (i >= len(before) || before[i].AppliedAt.IsZero()) {
-			fmt.Fprintf(c.stdout, "applied %s\n", migrationName(m.Migration))
+			fmt.Fprintf(c.stdout, "applied %s\n", m.Migration.String())
 			applied++
 		}
 	}
@@ -88,9 +90,10 @@ func (c *cli) migrateDown(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return fmt.Errorf("list migrations: %w", err)
 	}
+	// The one Down reverts: applied last, of any line.
 	var newest *migrations.Status
 	for i := range before {
-		if !before[i].AppliedAt.IsZero() {
+		if !before[i].AppliedAt.IsZero() && (newest == nil || !before[i].AppliedAt.Before(newest.AppliedAt)) {
 			newest = &before[i]
 		}
 	}
@@ -101,7 +104,7 @@ func (c *cli) migrateDown(ctx context.Context, conn *pgx.Conn) error {
 	if err := migrations.Down(ctx, conn); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "reverted %s\n", migrationName(newest.Migration))
+	fmt.Fprintf(c.stdout, "reverted %s\n", newest.Migration.String())
 	return nil
 }
 
@@ -112,21 +115,16 @@ func (c *cli) migrateStatus(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("list migrations: %w", err)
 	}
 	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED AT")
+	fmt.Fprintln(tw, "LINE\tVERSION\tNAME\tAPPLIED AT")
 	for _, m := range list {
 		applied := "pending"
 		if !m.AppliedAt.IsZero() {
 			applied = formatTime(&m.AppliedAt)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", strconv.Itoa(m.Version), m.Name, applied)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Line, strconv.Itoa(m.Version), m.Name, applied)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write table: %w", err)
 	}
 	return nil
-}
-
-// migrationName names a migration as its files do, e.g. "0001_tasks".
-func migrationName(m migrations.Migration) string {
-	return fmt.Sprintf("%04d_%s", m.Version, m.Name)
 }

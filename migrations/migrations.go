@@ -1,10 +1,18 @@
 // Package migrations holds stint's versioned SQL schema and applies it.
 //
-// Each migration is a pair of files NNNN_name.up.sql and NNNN_name.down.sql,
-// embedded in the binary. Up and Down hold a session advisory lock while they
-// work, so any number of nodes may start at once and the schema is migrated
-// exactly once. Each migration runs in its own transaction together with the
-// row that records it in stint_migration.
+// The schema comes in lines: the engine's own (CoreLine: the tasks, the
+// leases, the change feed, the roles), and one line per built-in behavior
+// that keeps tables of its own (ingest, replication). Each line numbers its
+// migrations from 1, so that the engine's schema is the engine's alone and
+// a behavior's tables change without renumbering anything else. Each
+// migration is a pair of files NNNN_name.up.sql and NNNN_name.down.sql,
+// embedded in the binary: the core line's in this directory, a behavior
+// line's in the subdirectory named for it.
+//
+// Up and Down hold a session advisory lock while they work, so any number
+// of nodes may start at once and the schema is migrated exactly once.
+// Each migration runs in its own transaction together with the row that
+// records it in stint_migration.
 package migrations
 
 import (
@@ -14,6 +22,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,20 +31,47 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-//go:embed *.sql
+//go:embed *.sql ingest/*.sql replication/*.sql
 var files embed.FS
 
 // lockKey is the advisory lock key that serializes migrators ("stint" in ASCII).
 const lockKey = 0x7374696e74
 
+// CoreLine is the name of the engine's own line of migrations.
+const CoreLine = "stint"
+
+// behaviorLines are the lines of the built-in behaviors, in the order Up
+// applies them (after the core line), each a subdirectory.
+var behaviorLines = []string{"ingest", "replication"}
+
 // Migration is one versioned schema change.
 type Migration struct {
-	// Version orders migrations; it is the number in front of the file name.
+	// Line is the line the migration belongs to: CoreLine or a behavior's
+	// name.
+	Line string
+	// Version orders the migrations of a line; it is the number in front
+	// of the file name.
 	Version int
 	// Name is the file name's middle part, e.g. "tasks".
 	Name string
 	up   string
 	down string
+}
+
+// String names a migration as its files do, e.g. "0001_tasks", with the
+// line in front unless it is the core line: "ingest/0001_inventory".
+func (m Migration) String() string {
+	name := fmt.Sprintf("%04d_%s", m.Version, m.Name)
+	if m.Line != CoreLine {
+		name = m.Line + "/" + name
+	}
+	return name
+}
+
+// key identifies a migration across lines.
+type key struct {
+	line    string
+	version int
 }
 
 // Status is a migration and whether it is applied.
@@ -45,92 +81,118 @@ type Status struct {
 	AppliedAt time.Time
 }
 
-// All returns the embedded migrations in version order.
+// All returns the embedded migrations in the order Up applies them: the
+// core line, then each behavior line, each in version order.
 func All() ([]Migration, error) {
-	entries, err := fs.ReadDir(files, ".")
+	var all []Migration
+	for _, line := range append([]string{CoreLine}, behaviorLines...) {
+		dir := "."
+		if line != CoreLine {
+			dir = line
+		}
+		ms, err := readLine(line, dir)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, ms...)
+	}
+	return all, nil
+}
+
+// readLine reads the migrations of one line from dir.
+func readLine(line, dir string) ([]Migration, error) {
+	entries, err := fs.ReadDir(files, dir)
 	if err != nil {
-		return nil, fmt.Errorf("read migrations: %w", err)
+		return nil, fmt.Errorf("read migrations of line %s: %w", line, err)
 	}
 	byVersion := map[int]*Migration{}
 	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
 		name := e.Name()
-		base, dir, ok := strings.Cut(strings.TrimSuffix(name, ".sql"), ".")
-		if !ok || (dir != "up" && dir != "down") {
+		base, direction, ok := strings.Cut(strings.TrimSuffix(name, ".sql"), ".")
+		if !ok || (direction != "up" && direction != "down") {
 			return nil, fmt.Errorf("migration file %q: want NNNN_name.up.sql or NNNN_name.down.sql", name)
 		}
 		num, label, _ := strings.Cut(base, "_")
 		v, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("migration file %q: bad version: %w", name, err)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("migration file %q: bad version %q", name, num)
 		}
-		body, err := fs.ReadFile(files, path.Clean(name))
+		body, err := fs.ReadFile(files, path.Join(dir, name))
 		if err != nil {
 			return nil, fmt.Errorf("read migration %q: %w", name, err)
 		}
 		m := byVersion[v]
 		if m == nil {
-			m = &Migration{Version: v, Name: label}
+			m = &Migration{Line: line, Version: v, Name: label}
 			byVersion[v] = m
 		}
-		if dir == "up" {
+		if direction == "up" {
 			m.up = string(body)
 		} else {
 			m.down = string(body)
 		}
 	}
-	all := make([]Migration, 0, len(byVersion))
+	ms := make([]Migration, 0, len(byVersion))
 	for _, m := range byVersion {
 		if m.up == "" || m.down == "" {
-			return nil, fmt.Errorf("migration %04d_%s: needs both an up and a down file", m.Version, m.Name)
+			return nil, fmt.Errorf("migration %s: needs both an up and a down file", m)
 		}
-		all = append(all, *m)
+		ms = append(ms, *m)
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].Version < all[j].Version })
-	return all, nil
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
+	return ms, nil
 }
 
-// Up applies every pending migration. It is safe to call from many
-// processes at once.
+// Up applies every pending migration, line by line in the order of All.
+// It is safe to call from many processes at once.
 func Up(ctx context.Context, conn *pgx.Conn) error {
-	return locked(ctx, conn, func(applied map[int]time.Time, all []Migration) error {
+	return locked(ctx, conn, func(applied map[key]time.Time, all []Migration) error {
 		for _, m := range all {
-			if _, ok := applied[m.Version]; ok {
+			if _, ok := applied[key{m.Line, m.Version}]; ok {
 				continue
 			}
 			if err := apply(ctx, conn, m.up,
-				`INSERT INTO stint_migration (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
-				return fmt.Errorf("migrate up %04d_%s: %w", m.Version, m.Name, err)
+				`INSERT INTO stint_migration (line, version, name) VALUES ($1, $2, $3)`, m.Line, m.Version, m.Name); err != nil {
+				return fmt.Errorf("migrate up %s: %w", m, err)
 			}
 		}
 		return nil
 	})
 }
 
-// Down reverts the newest applied migration, or does nothing when none is
-// applied.
+// Down reverts the newest applied migration (the one applied last, of
+// any line), or does nothing when none is applied.
 func Down(ctx context.Context, conn *pgx.Conn) error {
-	return locked(ctx, conn, func(applied map[int]time.Time, all []Migration) error {
-		for i := len(all) - 1; i >= 0; i-- {
-			m := all[i]
-			if _, ok := applied[m.Version]; !ok {
-				continue
+	return locked(ctx, conn, func(applied map[key]time.Time, all []Migration) error {
+		newest := -1
+		for i, m := range all {
+			at, ok := applied[key{m.Line, m.Version}]
+			if ok && (newest < 0 || !at.Before(applied[key{all[newest].Line, all[newest].Version}])) {
+				newest = i
 			}
-			if err := apply(ctx, conn, m.down,
-				`DELETE FROM stint_migration WHERE version = $1`, m.Version); err != nil {
-				return fmt.Errorf("migrate down %04d_%s: %w", m.Version, m.Name, err)
-			}
+		}
+		if newest < 0 {
 			return nil
 		}
+		m := all[newest]
+		if err := apply(ctx, conn, m.down,
+			`DELETE FROM stint_migration WHERE line = $1 AND version = $2`, m.Line, m.Version); err != nil {
+			return fmt.Errorf("migrate down %s: %w", m, err)
+		}
 		return nil
 	})
 }
 
-// List returns every embedded migration with the time it was applied.
+// List returns every embedded migration, in the order of All, with the
+// time it was applied.
 func List(ctx context.Context, conn *pgx.Conn) ([]Status, error) {
 	var out []Status
-	err := locked(ctx, conn, func(applied map[int]time.Time, all []Migration) error {
+	err := locked(ctx, conn, func(applied map[key]time.Time, all []Migration) error {
 		for _, m := range all {
-			out = append(out, Status{Migration: m, AppliedAt: applied[m.Version]})
+			out = append(out, Status{Migration: m, AppliedAt: applied[key{m.Line, m.Version}]})
 		}
 		return nil
 	})
@@ -147,9 +209,9 @@ func apply(ctx context.Context, conn *pgx.Conn, body, record string, args ...any
 	})
 }
 
-// locked runs fn while holding the migration advisory lock, with the applied
-// versions read under that lock.
-func locked(ctx context.Context, conn *pgx.Conn, fn func(applied map[int]time.Time, all []Migration) error) (err error) {
+// locked runs fn while holding the migration advisory lock, with the
+// applied migrations read under that lock.
+func locked(ctx context.Context, conn *pgx.Conn, fn func(applied map[key]time.Time, all []Migration) error) (err error) {
 	all, err := All()
 	if err != nil {
 		return err
@@ -164,35 +226,61 @@ func locked(ctx context.Context, conn *pgx.Conn, fn func(applied map[int]time.Ti
 			err = fmt.Errorf("release migration lock: %w", uerr)
 		}
 	}()
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS stint_migration (
-		version    integer     PRIMARY KEY,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("create stint_migration: %w", err)
+	if err := prepareBookkeeping(ctx, conn); err != nil {
+		return err
 	}
-	rows, err := conn.Query(ctx, `SELECT version, applied_at FROM stint_migration`)
+	rows, err := conn.Query(ctx, `SELECT line, version, applied_at FROM stint_migration`)
 	if err != nil {
 		return fmt.Errorf("read applied migrations: %w", err)
 	}
-	applied := map[int]time.Time{}
-	var v int
+	applied := map[key]time.Time{}
+	var k key
 	var at time.Time
-	if _, err := pgx.ForEachRow(rows, []any{&v, &at}, func() error { applied[v] = at; return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&k.line, &k.version, &at}, func() error { applied[k] = at; return nil }); err != nil {
 		return fmt.Errorf("read applied migrations: %w", err)
 	}
-	for ver := range applied {
-		if !known(all, ver) {
-			return errors.New("database has migration " + strconv.Itoa(ver) + " that this binary does not know: upgrade stint")
+	for k := range applied {
+		if !slices.ContainsFunc(all, func(m Migration) bool { return m.Line == k.line && m.Version == k.version }) {
+			return errors.New("database has migration " + Migration{Line: k.line, Version: k.version, Name: "?"}.String() +
+				" that this binary does not know: upgrade stint")
 		}
 	}
 	return fn(applied, all)
 }
 
-func known(all []Migration, v int) bool {
-	for _, m := range all {
-		if m.Version == v {
-			return true
-		}
+// prepareBookkeeping creates stint_migration, or brings one from before
+// the lines to them: there, the ingest and replication tables were the
+// core line's migrations 3 and 4, and they become the first of their own
+// lines.
+func prepareBookkeeping(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS stint_migration (
+		line       text        NOT NULL DEFAULT 'stint',
+		version    integer     NOT NULL,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+		PRIMARY KEY (line, version))`); err != nil {
+		return fmt.Errorf("create stint_migration: %w", err)
 	}
-	return false
+	var lined bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = 'stint_migration' AND column_name = 'line')`).Scan(&lined); err != nil {
+		return fmt.Errorf("read stint_migration's columns: %w", err)
+	}
+	if lined {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `
+			ALTER TABLE stint_migration DROP CONSTRAINT stint_migration_pkey,
+			    ADD COLUMN line text NOT NULL DEFAULT 'stint',
+			    ALTER COLUMN applied_at SET DEFAULT clock_timestamp();
+			UPDATE stint_migration SET line = 'ingest', version = 1, name = 'inventory' WHERE version = 3 AND name = 'ingest';
+			UPDATE stint_migration SET line = 'replication', version = 1, name = 'definitions' WHERE version = 4 AND name = 'replication';
+			ALTER TABLE stint_migration ADD PRIMARY KEY (line, version)`)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("bring stint_migration to migration lines: %w", err)
+	}
+	return nil
 }

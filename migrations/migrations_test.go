@@ -76,3 +76,63 @@ func TestUnknownAppliedVersionIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, migrations.Up(ctx, conn), "upgrade stint")
 }
+
+// TestBookkeepingFromBeforeTheLines: a database whose stint_migration
+// predates the migration lines (the ingest and replication tables were the
+// core migrations 3 and 4) is brought to the lines without applying or
+// reverting anything, and then goes down and up like any other.
+func TestBookkeepingFromBeforeTheLines(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgtest.New(t))
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, `
+		ALTER TABLE stint_migration DROP CONSTRAINT stint_migration_pkey;
+		UPDATE stint_migration SET version = 3, name = 'ingest' WHERE line = 'ingest';
+		UPDATE stint_migration SET version = 4, name = 'replication' WHERE line = 'replication';
+		ALTER TABLE stint_migration DROP COLUMN line, ADD PRIMARY KEY (version)`)
+	require.NoError(t, err)
+	var before int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM stint_migration`).Scan(&before))
+
+	list, err := migrations.List(ctx, conn)
+	require.NoError(t, err)
+	require.Len(t, list, before, "one row per migration, before and after")
+	for _, s := range list {
+		require.False(t, s.AppliedAt.IsZero(), "migration %s is pending after the bookkeeping moved", s)
+	}
+	require.NoError(t, migrations.Up(ctx, conn), "nothing to apply, nothing applied twice")
+
+	all, err := migrations.All()
+	require.NoError(t, err)
+	for range all {
+		require.NoError(t, migrations.Down(ctx, conn))
+	}
+	var left int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'stint\_%' AND tablename <> 'stint_migration'`).Scan(&left))
+	require.Zero(t, left, "every table is gone after every migration went down")
+	require.NoError(t, migrations.Up(ctx, conn))
+}
+
+// TestBehaviorLinesGrantTheNodeRole: the behavior lines run after the core
+// line created the roles, and grant the node role their tables themselves.
+func TestBehaviorLinesGrantTheNodeRole(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgtest.New(t))
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var roles bool
+	require.NoError(t, conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'stint_node')`).Scan(&roles))
+	if !roles {
+		t.Skip("the test database's user cannot create roles")
+	}
+	for _, table := range []string{"stint_ingest_object", "stint_ingest_file", "stint_replication"} {
+		var ok bool
+		require.NoError(t, conn.QueryRow(ctx, `SELECT has_table_privilege('stint_node', $1, 'SELECT, INSERT, UPDATE, DELETE')`, table).Scan(&ok))
+		require.True(t, ok, "stint_node cannot write %s", table)
+	}
+}

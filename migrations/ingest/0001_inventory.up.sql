@@ -35,3 +35,13 @@ CREATE TABLE stint_ingest_file (
     PRIMARY KEY (identifier, version, name),
     FOREIGN KEY (identifier, version) REFERENCES stint_ingest_object (identifier, version) ON DELETE CASCADE
 );
+
+-- Server nodes run the ingest behaviors (when the roles exist; see the
+-- core migration roles).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'stint_node') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON stint_ingest_object, stint_ingest_file TO stint_node;
+    END IF;
+END
+$$;

@@ -30,3 +30,13 @@ CREATE TABLE stint_replication (
     created_at     timestamptz NOT NULL DEFAULT now(),
     updated_at     timestamptz NOT NULL DEFAULT now()
 );
+
+-- Server nodes run the replication behaviors (when the roles exist; see
+-- the core migration roles).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'stint_node') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON stint_replication TO stint_node;
+    END IF;
+END
+$$;
