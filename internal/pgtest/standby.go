@@ -16,12 +16,13 @@ const standbyTimeout = 5 * time.Minute
 // NewStandby returns the DSN of a fresh database, as New does, and the DSN
 // of the same database on a hot standby of the test binary's cluster that
 // streams its WAL: a copy made with pg_basebackup -R after the database was
-// created, started on a free port, and stopped when the test ends. The
-// standby is the test's own, so the test may pause its replay
+// created, started on a free port, and stopped when the test ends; c is
+// the standby's cluster, for a test that stops it early. The standby is
+// the test's own, so the test may pause its replay
 // (pg_wal_replay_pause) without disturbing other tests. With
 // STINT_TEST_DATABASE_URL set there is no cluster to copy, and the test is
 // skipped.
-func NewStandby(t testing.TB) (primary, standby string) {
+func NewStandby(t testing.TB) (primary, standby string, c *pgcluster.Cluster) {
 	t.Helper()
 	name := newDatabase(t)
 	if cluster == nil {
@@ -42,7 +43,7 @@ func NewStandby(t testing.TB) (primary, standby string) {
 	if err := pgcluster.WaitReplayed(ctx, adminDSN, s.DSN("postgres")); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	return dsnFor(name), s.DSN(name)
+	return dsnFor(name), s.DSN(name), s
 }
 
 // CatchUp waits until the standby at standbyDSN has replayed everything

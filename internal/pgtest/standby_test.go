@@ -12,7 +12,7 @@ import (
 // that it replays what the primary commits, and that pausing its replay
 // keeps it at the old state until it is resumed.
 func TestNewStandby(t *testing.T) {
-	primaryDSN, standbyDSN := NewStandby(t)
+	primaryDSN, standbyDSN, _ := NewStandby(t)
 	primary, standby := connect(t, primaryDSN), connect(t, standbyDSN)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
