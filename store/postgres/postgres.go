@@ -11,6 +11,9 @@
 // stint_task covers a column that a claim or a finish changes. A node's
 // lease keeper renews its lease rows, and every node takes over the tasks
 // of expired ones (Takeover). See migration 0008 for the layout.
+//
+// With ReadDSN, the reads that may lag go to a hot standby, and everything
+// else stays on the primary.
 package postgres
 
 import (
