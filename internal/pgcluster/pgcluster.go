@@ -310,6 +310,11 @@ func (c *Cluster) startServer(ctx context.Context) error {
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=",
 		"-c", "max_connections=300",
+		// Room for many standbys at once (see StartStandby): each copy
+		// takes two WAL senders while it runs, and each standby one sender
+		// and one slot.
+		"-c", "max_wal_senders=40",
+		"-c", "max_replication_slots=40",
 	}
 	if c.fast {
 		args = append(args,
