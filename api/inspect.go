@@ -43,7 +43,8 @@ type ChangeFilter struct {
 // so that its numbers agree with each other, and timed by the database's
 // clock.
 type Stats struct {
-	// Now is the database's clock at the snapshot.
+	// Now is the database's clock at the snapshot; on a standby that lags,
+	// the time its data is as of.
 	Now time.Time `json:"now"`
 	// Counts are the tasks per behavior and status; absent pairs are zero.
 	Counts []StatusCount `json:"counts"`

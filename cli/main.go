@@ -16,7 +16,10 @@
 //	}
 //
 // Every command except dev takes the database as --db URL, defaulting to the
-// environment variable STINT_DATABASE_URL.
+// environment variable STINT_DATABASE_URL. server, submit, stats and the
+// tasks commands ls, show and wait also take --read-db URL, defaulting to
+// STINT_READ_DATABASE_URL: a hot standby of the database that serves their
+// reads that may lag, while writes and claims stay on --db.
 //
 // Exit codes: 0 on success; 1 when something failed (the database could not
 // be reached, a task that was awaited failed, a task was not found); 2 for
@@ -53,6 +56,10 @@ import (
 
 // envDatabaseURL names the environment variable that --db defaults to.
 const envDatabaseURL = "STINT_DATABASE_URL"
+
+// envReadDatabaseURL names the environment variable that --read-db
+// defaults to.
+const envReadDatabaseURL = "STINT_READ_DATABASE_URL"
 
 // Exit codes.
 const (
@@ -234,7 +241,9 @@ func (c *cli) newRootCmd() *cobra.Command {
 results, server nodes claim and run them.
 
 Start with 'stint dev', which runs PostgreSQL and a server node locally.
-Every command except dev takes --db URL (default: $` + envDatabaseURL + `).
+Every command except dev takes --db URL (default: $` + envDatabaseURL + `);
+server, submit, stats and tasks ls|show|wait also take --read-db URL (default:
+$` + envReadDatabaseURL + `), a hot standby that serves their reads.
 
 Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
 		SilenceErrors: true,
@@ -299,9 +308,11 @@ func (l *levelFlag) Set(s string) error {
 // Type names the flag's value in the help.
 func (l *levelFlag) Type() string { return "level" }
 
-// dbFlag is the --db flag of a command.
+// dbFlag is the --db flag of a command, and its --read-db if it has one.
 type dbFlag struct {
-	value string
+	value    string
+	read     string
+	readable bool // the command has --read-db
 }
 
 // addDBFlag adds --db to cmd. Its default, $STINT_DATABASE_URL, is read
@@ -328,11 +339,47 @@ func (f *dbFlag) URL() (string, error) {
 	return dsn, nil
 }
 
-// openStore opens the store at the database db names, with opts.
+// addReadDBFlag adds --read-db to cmd, whose --db is f: a hot standby of
+// the database that serves the command's reads that may lag (see
+// postgres.ReadDSN). Its default, $STINT_READ_DATABASE_URL, is read when
+// the command runs; with neither, every read goes to --db.
+func addReadDBFlag(cmd *cobra.Command, f *dbFlag) {
+	f.readable = true
+	cmd.Flags().StringVar(&f.read, "read-db", "", "PostgreSQL URL of a hot standby of the database, for reads (default $"+envReadDatabaseURL+"; none: every read on --db)")
+}
+
+// ReadURL returns the standby's URL, or "" when the command has no
+// --read-db or none is set. A malformed one is a usage error.
+func (f *dbFlag) ReadURL() (string, error) {
+	if !f.readable {
+		return "", nil
+	}
+	dsn := f.read
+	if dsn == "" {
+		dsn = os.Getenv(envReadDatabaseURL)
+	}
+	if strings.TrimSpace(dsn) == "" {
+		return "", nil
+	}
+	if _, err := pgx.ParseConfig(dsn); err != nil {
+		return "", usageErrorf("--read-db: %w", err)
+	}
+	return dsn, nil
+}
+
+// openStore opens the store at the database db names, with opts, reading
+// from its --read-db standby if one is set.
 func (c *cli) openStore(ctx context.Context, db *dbFlag, opts ...postgres.Option) (*postgres.Store, error) {
 	dsn, err := db.URL()
 	if err != nil {
 		return nil, err
+	}
+	read, err := db.ReadURL()
+	if err != nil {
+		return nil, err
+	}
+	if read != "" {
+		opts = append(opts, postgres.ReadDSN(read))
 	}
 	c.builtins.setDatabase(dsn) // the built-in behaviors work on it too
 	return postgres.Open(ctx, dsn, opts...)

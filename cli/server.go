@@ -44,6 +44,7 @@ finish, release the rest to other nodes, and deregister.`,
 		},
 	}
 	o.db = addDBFlag(cmd)
+	addReadDBFlag(cmd, o.db)
 	f := cmd.Flags()
 	f.StringVar(&o.node, "node", "", "node id (default host-pid-random)")
 	f.IntVar(&o.workers, "workers", 0, "most tasks run at once (default 1000)")

@@ -23,6 +23,7 @@ func (c *cli) newStatsCmd() *cobra.Command {
 		Args:  exactArgs(0),
 	}
 	db := addDBFlag(cmd)
+	addReadDBFlag(cmd, db)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the statistics as JSON")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
@@ -91,6 +92,7 @@ func (c *cli) newTasksWaitCmd() *cobra.Command {
 		Args:  exactArgs(1, "ID"),
 	}
 	db := addDBFlag(cmd)
+	addReadDBFlag(cmd, db)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the finished task as JSON")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "stop waiting after this long (0: no limit)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {

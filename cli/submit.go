@@ -55,6 +55,7 @@ with --wait, the finished task as a second line.`,
 		},
 	}
 	o.db = addDBFlag(cmd)
+	addReadDBFlag(cmd, o.db)
 	f := cmd.Flags()
 	f.StringVar(&o.params, "params", "", "params as JSON, @FILE or @- for standard input (default {})")
 	f.StringVar(&o.id, "id", "", "task id instead of the one the behavior derives from the params")

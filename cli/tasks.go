@@ -63,6 +63,7 @@ tasks match, the last line names the cursor to pass as --after for the next page
 		},
 	}
 	o.db = addDBFlag(cmd)
+	addReadDBFlag(cmd, o.db)
 	f := cmd.Flags()
 	f.StringVar(&o.behavior, "behavior", "", "only tasks of this behavior")
 	f.StringVar(&o.status, "status", "", "only tasks in this state: scheduled, running, success, failure or held")
@@ -136,6 +137,7 @@ func (c *cli) newTasksShowCmd() *cobra.Command {
 		Args:  exactArgs(1, "ID"),
 	}
 	db := addDBFlag(cmd)
+	addReadDBFlag(cmd, db)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the task as JSON")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()

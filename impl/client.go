@@ -372,6 +372,10 @@ func (c *Client) List(ctx context.Context, f api.Filter) (api.Page, error) {
 	return c.st.List(ctx, f)
 }
 
+// awaitPrimaryEvery is how many of Await's polls go to the standby (when
+// the store has one) for each that goes to the primary.
+const awaitPrimaryEvery = 10
+
 // Await waits until the task is finished; see api.Tasks. It wakes on the
 // finish notification and re-reads the task every PollInterval in case a
 // notification was lost. It rides through a lost database connection (a
@@ -379,6 +383,13 @@ func (c *Client) List(ctx context.Context, f api.Filter) (api.Page, error) {
 // are retried with backoff (from PollInterval up to 5 seconds) until ctx
 // ends; only api.ErrNotFound, ctx's error and errors that a retry cannot
 // cure (such as a missing privilege) are returned.
+//
+// With a store that reads from a standby, a lagging standby never makes
+// Await wrong or stuck: its first read, and the read after each finish
+// notification, go to the primary (store.ReadPrimary), and only the
+// polls in between go to the standby, of which every tenth goes to the
+// primary too. So a task that finished is seen at once when the
+// notification comes, and within ten poll intervals when it is lost.
 func (c *Client) Await(ctx context.Context, id api.TaskID) (api.Task, error) {
 	if err := spi.CheckTaskID("id", id); err != nil {
 		return api.Task{}, err
@@ -388,14 +399,19 @@ func (c *Client) Await(ctx context.Context, id api.TaskID) (api.Task, error) {
 	marked := false
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
-	failures := 0
+	failures, polls := 0, 0
+	primary := true // the next read goes to the primary
 	for {
 		var t api.Task
 		var err error
+		readCtx := ctx
+		if primary {
+			readCtx = store.ReadPrimary(ctx)
+		}
 		// Set the awaited flag so the finish notifies, unless the submit
 		// did. The write serializes with a concurrent finish: either we
 		// see the finished row, or the finish sees the flag.
-		if t, err = c.st.Get(ctx, id); err == nil && !t.Finished() && !t.Notify && !marked {
+		if t, err = c.st.Get(readCtx, id); err == nil && !t.Finished() && !t.Notify && !marked {
 			t, err = c.st.MarkAwaited(ctx, id)
 			marked = err == nil
 		}
@@ -408,7 +424,10 @@ func (c *Client) Await(ctx context.Context, id api.TaskID) (api.Task, error) {
 			case <-ctx.Done():
 				return api.Task{}, fmt.Errorf("await task %s: %w", id, ctx.Err())
 			case <-wake:
+				primary = true
 			case <-poll.C:
+				polls++
+				primary = polls%awaitPrimaryEvery == 0
 			}
 		case ctx.Err() != nil:
 			return api.Task{}, fmt.Errorf("await task %s: %w", id, ctx.Err())

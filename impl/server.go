@@ -255,7 +255,8 @@ func (s *Server) Start(ctx context.Context) error {
 	s.kick.setLocal(s.wakeClaimer)
 	s.hub.start()
 
-	s.runCtx, s.runCancel = context.WithCancelCause(context.Background())
+	// A run acts on what it reads: its reads see the primary.
+	s.runCtx, s.runCancel = context.WithCancelCause(store.ReadPrimary(context.Background()))
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	claimCtx, claimCancel := context.WithCancel(context.Background())
 	s.bgCancel, s.claimCancel = bgCancel, claimCancel

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
 )
 
 // Query reads the parameters of a request's query string for a handler:
@@ -188,7 +189,8 @@ func (h *Handler) taskAction(verb string, do func(context.Context, api.TaskID) e
 			return TaskError(id, verb, err)
 		}
 		h.invalidateStats()
-		t, err := h.cfg.Client.Get(r.Context(), id)
+		// Read back on the primary: a standby may not show the action yet.
+		t, err := h.cfg.Client.Get(store.ReadPrimary(r.Context()), id)
 		if err != nil {
 			return TaskError(id, "get", err)
 		}

@@ -80,6 +80,10 @@ type Cluster struct {
 	detach  bool
 	log     io.Writer
 	user    *serverUser
+	// primary and slot are set on a standby (see StartStandby): the
+	// cluster it streams from and its replication slot there.
+	primary *Cluster
+	slot    string
 
 	mu      sync.Mutex
 	running bool
@@ -211,11 +215,21 @@ func (c *Cluster) Reused() bool {
 
 // Stop shuts the server down with a fast shutdown (like `pg_ctl stop -m fast`: open sessions are
 // disconnected, then a checkpoint is written) and waits until it has exited. It also stops a reused
-// server. Stopping a stopped cluster does nothing.
+// server. A standby's Stop then drops its replication slot on the primary. Stopping a stopped cluster
+// does nothing.
 func (c *Cluster) Stop() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.stopLocked()
+	if err := c.stopLocked(); err != nil {
+		return err
+	}
+	if c.slot != "" {
+		if err := c.primary.dropSlot(c.slot); err != nil {
+			return err
+		}
+		c.slot = ""
+	}
+	return nil
 }
 
 // Restart stops the server and starts it again on the same port and data directory, waiting until it
@@ -296,6 +310,11 @@ func (c *Cluster) startServer(ctx context.Context) error {
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=",
 		"-c", "max_connections=300",
+		// Room for many standbys at once (see StartStandby): each copy
+		// takes two WAL senders while it runs, and each standby one sender
+		// and one slot.
+		"-c", "max_wal_senders=40",
+		"-c", "max_replication_slots=40",
 	}
 	if c.fast {
 		args = append(args,

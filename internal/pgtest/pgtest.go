@@ -110,6 +110,13 @@ func Run(m *testing.M) int {
 // test ends. It fails the test if no PostgreSQL is available or the database cannot be created.
 func New(t testing.TB) string {
 	t.Helper()
+	return dsnFor(newDatabase(t))
+}
+
+// newDatabase creates a fresh database from the template, dropped when the
+// test ends, and returns its name.
+func newDatabase(t testing.TB) string {
+	t.Helper()
 	if !mainCalled.Load() {
 		t.Fatal("pgtest.New needs pgtest.Main to clean up after the tests: add `func TestMain(m *testing.M) { pgtest.Main(m) }` to this package's tests")
 	}
@@ -130,7 +137,7 @@ func New(t testing.TB) string {
 			t.Errorf("pgtest: %v", err)
 		}
 	})
-	return dsnFor(name)
+	return name
 }
 
 // Cluster returns the cluster this test binary started, so that fault tests can stop or restart

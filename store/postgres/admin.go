@@ -2,11 +2,13 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/store"
@@ -255,24 +257,46 @@ func (s *Store) PendingCount(ctx context.Context, behavior api.BehaviorID, lookA
 // Changes reads the change feed from tick f.Since: whole batches between
 // ticks, oldest first, until at least f.Limit changes or the newest tick. A
 // new tick is made first, so a reader sees what committed before it asked.
+// On a standby it sees what the standby has replayed of that; a cursor the
+// standby has not replayed yet is read on the primary.
 func (s *Store) Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event, int64, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 1000
+	if f.Limit <= 0 {
+		f.Limit = 1000
 	}
 	if _, err := s.FeedHead(ctx); err != nil {
 		return nil, f.Since, err
 	}
+	var out []api.Event
+	cursor := f.Since
+	err := s.reading(ctx, func(db *pgxpool.Pool, standby bool) error {
+		var err error
+		out, cursor, err = readChanges(ctx, db, f)
+		if errors.Is(err, errNoTick) && standby {
+			out, cursor, err = readChanges(ctx, s.pool, f)
+		}
+		return err
+	})
+	if errors.Is(err, errNoTick) {
+		return nil, f.Since, api.Invalid("since", "tick %d is not in the feed (expired, or never made)", f.Since)
+	}
+	return out, cursor, err
+}
+
+// errNoTick is readChanges' error for a cursor that is not in the feed.
+var errNoTick = errors.New("no such tick")
+
+// readChanges reads the changes after f.Since on db; see Changes.
+func readChanges(ctx context.Context, db *pgxpool.Pool, f store.ChangeFilter) ([]api.Event, int64, error) {
 	if f.Since > 0 {
 		var ok bool
-		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stint_feed_tick WHERE tick = $1)`, f.Since).Scan(&ok); err != nil {
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stint_feed_tick WHERE tick = $1)`, f.Since).Scan(&ok); err != nil {
 			return nil, f.Since, fmt.Errorf("read changes: %w", err)
 		}
 		if !ok {
-			return nil, f.Since, api.Invalid("since", "tick %d is not in the feed (expired, or never made)", f.Since)
+			return nil, f.Since, errNoTick
 		}
 	}
-	rows, err := s.pool.Query(ctx, `SELECT tick FROM stint_feed_tick WHERE tick > $1 ORDER BY tick LIMIT 100`, f.Since)
+	rows, err := db.Query(ctx, `SELECT tick FROM stint_feed_tick WHERE tick > $1 ORDER BY tick LIMIT 100`, f.Since)
 	if err != nil {
 		return nil, f.Since, fmt.Errorf("read changes: %w", err)
 	}
@@ -283,7 +307,7 @@ func (s *Store) Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event,
 	var out []api.Event
 	cursor := f.Since
 	for _, next := range ticks {
-		rows, err := s.pool.Query(ctx, `
+		rows, err := db.Query(ctx, `
 			WITH a AS (SELECT snap FROM stint_feed_tick WHERE tick = $1),
 			     b AS (SELECT snap FROM stint_feed_tick WHERE tick = $2)
 			SELECT c.seq, u.task_id, u.behavior, u.status, coalesce(u.parent_id, ''), u.final, c.at,
@@ -310,7 +334,7 @@ func (s *Store) Changes(ctx context.Context, f store.ChangeFilter) ([]api.Event,
 			return nil, cursor, fmt.Errorf("read changes: %w", err)
 		}
 		cursor = next
-		if len(out) >= limit {
+		if len(out) >= f.Limit {
 			break
 		}
 	}
@@ -339,11 +363,15 @@ func (s *Store) AckFeed(ctx context.Context, consumer string, tick int64) error 
 
 // FeedConsumers lists the feed consumers.
 func (s *Store) FeedConsumers(ctx context.Context) ([]store.FeedConsumer, error) {
-	rows, err := s.pool.Query(ctx, `SELECT name, tick, heartbeat_at FROM stint_feed_consumer ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("list feed consumers: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[store.FeedConsumer])
+	var out []store.FeedConsumer
+	err := s.reading(ctx, func(db *pgxpool.Pool, _ bool) error {
+		rows, err := db.Query(ctx, `SELECT name, tick, heartbeat_at FROM stint_feed_consumer ORDER BY name`)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, pgx.RowToStructByPos[store.FeedConsumer])
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list feed consumers: %w", err)
 	}

@@ -11,6 +11,9 @@
 // stint_task covers a column that a claim or a finish changes. A node's
 // lease keeper renews its lease rows, and every node takes over the tasks
 // of expired ones (Takeover). See migration 0008 for the layout.
+//
+// With ReadDSN, the reads that may lag go to a hot standby, and everything
+// else stays on the primary.
 package postgres
 
 import (
@@ -30,6 +33,7 @@ import (
 // Store is the PostgreSQL store.
 type Store struct {
 	pool         *pgxpool.Pool
+	read         *pgxpool.Pool // the standby's, or nil; see ReadDSN
 	listenConfig *pgx.ConnConfig
 	noListen     bool
 }
@@ -44,6 +48,7 @@ type options struct {
 	maxConns  int32
 	listenDSN string
 	noListen  bool
+	readDSN   string
 }
 
 // Migrate applies pending migrations on Open.
@@ -107,6 +112,12 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
+	if strings.TrimSpace(o.readDSN) != "" {
+		if s.read, err = openReadPool(ctx, o.readDSN, cfg.MaxConns); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -120,12 +131,17 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return migrations.Up(ctx, conn.Conn())
 }
 
-// Pool returns the connection pool, for behaviors that keep their own
+// Pool returns the primary's connection pool, for behaviors that keep their own
 // tables in the same database (see spi.RunContext.CheckpointTx).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Close closes the pool.
-func (s *Store) Close() { s.pool.Close() }
+// Close closes the pools.
+func (s *Store) Close() {
+	s.pool.Close()
+	if s.read != nil {
+		s.read.Close()
+	}
+}
 
 // Notify sends a notification.
 func (s *Store) Notify(ctx context.Context, channel, payload string) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stinthq/stint/api"
 )
@@ -17,7 +18,18 @@ func (s *Store) RecentChanges(ctx context.Context, limit int) ([]api.Event, erro
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, `
+	var out []api.Event
+	err := s.reading(ctx, func(db *pgxpool.Pool, _ bool) error {
+		var err error
+		out, err = recentChanges(ctx, db, limit)
+		return err
+	})
+	return out, err
+}
+
+// recentChanges reads the latest limit changes on db.
+func recentChanges(ctx context.Context, db *pgxpool.Pool, limit int) ([]api.Event, error) {
+	rows, err := db.Query(ctx, `
 		SELECT c.seq, u.task_id, u.behavior, u.status, coalesce(u.parent_id, ''), u.final, c.at
 		FROM (SELECT * FROM stint_change ORDER BY seq DESC LIMIT $1) c,
 		     unnest(c.task_ids, c.behaviors, c.statuses, c.parent_ids, c.finals) WITH ORDINALITY

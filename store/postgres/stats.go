@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stinthq/stint/store"
 )
@@ -13,10 +14,38 @@ import (
 // Stats reads the task statistics. Counting per behavior and status reads
 // the whole task table; the backlog reads the claim hints and the running
 // counts the leases, each checked against its task.
+//
+// On a standby the statistics are as of the data the standby has: their
+// clock (Now, by which due ages and expired leases are judged) is the
+// commit time of the last transaction it replayed while it has WAL left to
+// replay, and now() once it has replayed all it received. So a lagging
+// standby shows an older picture, not leases that look expired only
+// because their renewals have not arrived yet.
 func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 	var st store.Stats
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&st.Now); err != nil {
+	err := s.reading(ctx, func(db *pgxpool.Pool, _ bool) error {
+		var err error
+		st, err = readStats(ctx, db)
+		return err
+	})
+	if err != nil {
+		return store.Stats{}, fmt.Errorf("read stats: %w", err)
+	}
+	return st, nil
+}
+
+// statsClock is the time the statistics are as of; see Stats.
+const statsClock = `SELECT CASE
+	WHEN pg_is_in_recovery() AND pg_last_wal_receive_lsn() IS DISTINCT FROM pg_last_wal_replay_lsn()
+	THEN least(pg_last_xact_replay_timestamp(), now())
+	ELSE now() END`
+
+// readStats reads the statistics on db in one read-only transaction. The
+// queries judge ages by $1, the clock of statsClock.
+func readStats(ctx context.Context, db *pgxpool.Pool) (store.Stats, error) {
+	var st store.Stats
+	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, statsClock).Scan(&st.Now); err != nil {
 			return fmt.Errorf("read the clock: %w", err)
 		}
 		rows, err := tx.Query(ctx, `SELECT behavior, status, count(*) FROM stint_task GROUP BY behavior, status ORDER BY behavior, status`)
@@ -33,9 +62,9 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 		rows, err = tx.Query(ctx, `
 			SELECT d.behavior, count(DISTINCT d.id), min(d.due) FROM stint_due d
 			JOIN stint_task t ON `+hintMatches("t", "d")+`
-			WHERE d.due <= now()
+			WHERE d.due <= $1
 			  AND (d.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = d.group_key))
-			GROUP BY d.behavior ORDER BY d.behavior`)
+			GROUP BY d.behavior ORDER BY d.behavior`, st.Now)
 		if err != nil {
 			return fmt.Errorf("count due tasks: %w", err)
 		}
@@ -49,9 +78,9 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 			return fmt.Errorf("count due tasks: %w", err)
 		}
 		rows, err = tx.Query(ctx, `
-			SELECT l.node, count(*), count(*) FILTER (WHERE l.expires_at <= now()) FROM stint_lease l
+			SELECT l.node, count(*), count(*) FILTER (WHERE l.expires_at <= $1) FROM stint_lease l
 			JOIN stint_task t ON t.id = ANY(l.task_ids) AND t.lease = l.lease AND t.status = 'running'
-			GROUP BY 1 ORDER BY 1`)
+			GROUP BY 1 ORDER BY 1`, st.Now)
 		if err != nil {
 			return fmt.Errorf("count running tasks: %w", err)
 		}
@@ -64,10 +93,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return store.Stats{}, fmt.Errorf("read stats: %w", err)
-	}
-	return st, nil
+	return st, err
 }
 
 // QueueLag returns the age of the oldest due task, by the database clock.

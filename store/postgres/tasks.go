@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stinthq/stint/api"
 )
@@ -67,9 +68,18 @@ func formatUUID(u [16]byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
 
-// Get returns a task.
+// Get returns a task. A task the standby does not have (yet) is looked up
+// on the primary, so that a Get after a Submit finds it.
 func (s *Store) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
-	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM stint_task WHERE id = $1`, id))
+	var t api.Task
+	err := s.reading(ctx, func(db *pgxpool.Pool, standby bool) error {
+		var err error
+		t, err = scanTask(db.QueryRow(ctx, `SELECT `+taskColumns+` FROM stint_task WHERE id = $1`, id))
+		if err == api.ErrNotFound && standby {
+			t, err = scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM stint_task WHERE id = $1`, id))
+		}
+		return err
+	})
 	if err != nil && err != api.ErrNotFound {
 		return t, fmt.Errorf("get task %s: %w", id, err)
 	}
@@ -93,7 +103,18 @@ func (s *Store) List(ctx context.Context, f api.Filter) (api.Page, error) {
 		limit = 100
 	}
 	limit = min(limit, 1000)
-	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM stint_task
+	var page api.Page
+	err := s.reading(ctx, func(db *pgxpool.Pool, _ bool) error {
+		var err error
+		page, err = listTasks(ctx, db, f, limit)
+		return err
+	})
+	return page, err
+}
+
+// listTasks reads a page of at most limit tasks on db.
+func listTasks(ctx context.Context, db *pgxpool.Pool, f api.Filter, limit int) (api.Page, error) {
+	rows, err := db.Query(ctx, `SELECT `+taskColumns+` FROM stint_task
 		WHERE ($1 = '' OR behavior = $1) AND ($2 = '' OR status = $2)
 		  AND ($3 = '' OR parent_id = $3) AND ($4 = '' OR group_key = $4) AND id > $5
 		ORDER BY id LIMIT $6`,
