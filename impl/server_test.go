@@ -500,11 +500,13 @@ func (failingFinish) Finish(context.Context, []store.Completion) ([]bool, error)
 
 // A run whose end could not be recorded leaves its task running under its
 // lease: the node must not drop that lease, so that it expires and another
-// node takes the task over.
+// node takes the task over. The lease (10 s) outlasts the completer's
+// retries, even with the renewals a loaded machine delays, so that the
+// broken node does not take its own task over first.
 func TestUnrecordedRunIsTakenOverAfterItsLease(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	broken, err := impl.NewServer(failingFinish{e.st}, impl.ServerConfig{Node: "broken", Registry: testRegistry(e.pool, "broken", time.Second),
+	broken, err := impl.NewServer(failingFinish{e.st}, impl.ServerConfig{Node: "broken", Registry: testRegistry(e.pool, "broken", 10*time.Second),
 		PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	require.NoError(t, err)
 	require.NoError(t, broken.Start(e.ctx))

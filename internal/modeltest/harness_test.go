@@ -90,9 +90,13 @@ func (b *behavior) Run(ctx context.Context, rc spi.RunContext, _ Params) (Result
 	if err != nil {
 		return Result{}, err
 	}
+	// lost: the engine ended the run before it read its instruction (its
+	// lease was lost, or its task removed, or its node stopped).
+	lost, instructed := false, false
 	defer func() {
 		// Before the run returns: its slot is free only after.
-		if _, err := b.pool.Exec(context.Background(), `UPDATE model_run SET ended = clock_timestamp() WHERE id = $1 AND ended IS NULL`, runID); err != nil {
+		if _, err := b.pool.Exec(context.Background(), `UPDATE model_run SET ended = clock_timestamp(), lost = $2, instructed = $3
+			WHERE id = $1 AND ended IS NULL`, runID, lost, instructed); err != nil {
 			b.report("log the end of run %d: %v", runID, err)
 		}
 	}()
@@ -107,9 +111,11 @@ func (b *behavior) Run(ctx context.Context, rc spi.RunContext, _ Params) (Result
 			b.report("read the instruction of run %d: %v", runID, err)
 		}
 		if err := spi.Sleep(ctx, instructionPoll); err != nil {
+			lost = true
 			return Result{}, err
 		}
 	}
+	instructed = true
 	switch kind {
 	case runSuccess:
 		return Result{Attempt: rc.Attempt()}, nil
@@ -167,6 +173,7 @@ func newHarness(ctx context.Context, dsn string, verbose io.Writer) (*harness, e
 	if _, err := st.Pool().Exec(ctx, `CREATE TABLE model_run (
 		id bigserial PRIMARY KEY, task_id text NOT NULL, attempt int NOT NULL, node text NOT NULL,
 		behavior text NOT NULL, group_key text NOT NULL, removed bool NOT NULL DEFAULT false,
+		lost bool NOT NULL DEFAULT false, instructed bool NOT NULL DEFAULT false,
 		started timestamptz NOT NULL DEFAULT clock_timestamp(), ended timestamptz);
 		CREATE INDEX ON model_run (id) WHERE ended IS NULL;
 		CREATE TABLE model_instruction (run_id bigint PRIMARY KEY, kind int NOT NULL, children text[] NOT NULL)`); err != nil {
@@ -271,6 +278,22 @@ func (h *harness) killChild(name string) error {
 	return err
 }
 
+// lostRuns returns the runs the engine ended before they read their
+// instruction.
+func (h *harness) lostRuns(ctx context.Context) (map[runKey]bool, error) {
+	rows, err := h.pool.Query(ctx, `SELECT task_id, attempt, node FROM model_run WHERE lost AND NOT removed`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[runKey]bool{}
+	var k runKey
+	_, err = pgx.ForEachRow(rows, []any{&k.id, &k.attempt, &k.node}, func() error {
+		out[k] = true
+		return nil
+	})
+	return out, err
+}
+
 // openRuns returns the runs that started and did not end, by key, with
 // their ids. More than one open run of a key is a duplicate run.
 func (h *harness) openRuns(ctx context.Context) (map[runKey][]int64, error) {
@@ -288,26 +311,28 @@ func (h *harness) openRuns(ctx context.Context) (map[runKey][]int64, error) {
 	return out, err
 }
 
-// instruct tells run id how to end and waits until it did.
-func (h *harness) instruct(ctx context.Context, id int64, kind runKind, children []api.TaskID) error {
+// instruct tells run id how to end and waits until it did. It reports
+// false when the run ended without reading the instruction: the engine
+// had ended it (its lease was lost on a machine too slow to renew it).
+func (h *harness) instruct(ctx context.Context, id int64, kind runKind, children []api.TaskID) (bool, error) {
 	cs := make([]string, len(children))
 	for i, c := range children {
 		cs[i] = string(c)
 	}
 	if _, err := h.pool.Exec(ctx, `INSERT INTO model_instruction (run_id, kind, children) VALUES ($1, $2, $3)`, id, int(kind), cs); err != nil {
-		return err
+		return false, err
 	}
 	deadline := time.Now().Add(settleBound)
 	for {
-		var ended bool
-		if err := h.pool.QueryRow(ctx, `SELECT ended IS NOT NULL FROM model_run WHERE id = $1`, id).Scan(&ended); err != nil {
-			return err
+		var ended, instructed bool
+		if err := h.pool.QueryRow(ctx, `SELECT ended IS NOT NULL, instructed FROM model_run WHERE id = $1`, id).Scan(&ended, &instructed); err != nil {
+			return false, err
 		}
 		if ended {
-			return nil
+			return instructed, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("run %d did not end within %s of its instruction", id, settleBound)
+			return false, fmt.Errorf("run %d did not end within %s of its instruction", id, settleBound)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -363,8 +363,16 @@ func (s *sequence) finish(o op) bool {
 	if len(runs) != 1 {
 		s.fail("%s: %d runs of %s wait, want 1", o, len(runs), t)
 	}
-	if err := s.h.instruct(s.ctx, runs[0], o.run, children); err != nil {
+	instructed, err := s.h.instruct(s.ctx, runs[0], o.run, children)
+	if err != nil {
 		s.fail("%s: %v", o, err)
+	}
+	if !instructed {
+		// The run lost its lease before it read the instruction: the
+		// task is taken over and runs again (settle adopts that run).
+		s.t.Logf("%s: the run lost its lease first; its task is taken over", o)
+		s.m.takenOver(o.id)
+		return true
 	}
 	s.m.finish(o.id, o.run, children)
 	return true
@@ -417,6 +425,20 @@ func (s *sequence) settled() (bool, string) {
 	runs, err := s.h.openRuns(s.ctx)
 	if err != nil {
 		return false, "read open runs: " + err.Error()
+	}
+	lost, err := s.h.lostRuns(s.ctx)
+	if err != nil {
+		return false, "read lost runs: " + err.Error()
+	}
+	// A run the engine ended on a live node, before the test told it how
+	// to end, lost its lease (a renewal came too late on a loaded
+	// machine): its task is taken over, an attempt spent, as the engine
+	// promises.
+	for _, id := range s.m.sortedIDs() {
+		if t := s.m.tasks[id]; t.phase == phaseRunning && lost[runKey{id: id, attempt: t.attempt, node: t.node}] {
+			s.t.Logf("run of %s (attempt %d on %s) lost its lease; its task is taken over", id, t.attempt, t.node)
+			s.m.takenOver(id)
+		}
 	}
 	for _, id := range sortedKeys(stored) {
 		t := stored[id]
