@@ -35,6 +35,8 @@ type JobView struct {
 	ID      api.TaskID `json:"id"`
 	BatchID api.TaskID `json:"batch_id,omitempty"`
 	Profile string     `json:"profile"`
+	// LocalID is the depositor's identifier of the object, if given.
+	LocalID string `json:"local_id,omitempty"`
 	// Status is the Merritt state: the progress's, or Held for a held
 	// task or a pending job of a held collection, or Failed for a task
 	// that failed before its progress could say so.
@@ -101,7 +103,7 @@ func viewJob(t api.Task, held map[string]bool) JobView {
 	}
 	var params JobParams
 	_ = json.Unmarshal(t.Params, &params)
-	v := JobView{ID: t.ID, BatchID: t.ParentID, Profile: t.GroupKey, Status: p.state(),
+	v := JobView{ID: t.ID, BatchID: t.ParentID, Profile: t.GroupKey, LocalID: params.Object.LocalID, Status: p.state(),
 		LastSuccessfulStatus: p.LastSuccessfulStatus, RetryCount: p.RetryCount, Priority: t.Priority,
 		Identifier: p.Identifier, Version: p.Version, Note: p.Note, Error: p.Error, TaskStatus: t.Status,
 		Attempt: t.Attempt, Node: t.Node, UpdatedAt: t.UpdatedAt, progress: p, task: t}

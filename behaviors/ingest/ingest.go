@@ -123,12 +123,28 @@ type Config struct {
 	// requeued ones, which the engine does not count as pending children.
 	// Defaults to 5 seconds.
 	ChildPoll time.Duration
+	// LargeJobBytes is the estimated payload size from which a job is
+	// large: estimating then lowers its priority to LargeJobPriority, so
+	// that the small jobs waiting behind it (in provisioning, or after a
+	// retry) are picked up first. Defaults to 1 GB (10^9 bytes); negative
+	// turns the rule off.
+	LargeJobBytes int64
+	// LargeJobPriority is the priority of a large job, 0 to 32767, lower
+	// first. A job that already has a lower priority (a higher number)
+	// keeps it. Defaults to 10 (the default priority is 5).
+	LargeJobPriority int
 	// Mint returns a new identifier. Defaults to a local minter of
 	// ark:/99999/fk4... identifiers.
 	Mint func(ctx context.Context) (string, error)
 	// Logger receives the behaviors' logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
+
+// The defaults of the large-job rule.
+const (
+	DefaultLargeJobBytes    = 1_000_000_000
+	DefaultLargeJobPriority = 10
+)
 
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
@@ -163,6 +179,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ChildPoll <= 0 {
 		c.ChildPoll = 5 * time.Second
+	}
+	if c.LargeJobBytes == 0 {
+		c.LargeJobBytes = DefaultLargeJobBytes
+	}
+	if c.LargeJobPriority == 0 {
+		c.LargeJobPriority = DefaultLargeJobPriority
 	}
 	if c.Mint == nil {
 		c.Mint = MintLocal
@@ -236,6 +258,9 @@ func Register(reg *spi.Registry, cfg Config) error {
 				return fmt.Errorf("register ingest: profile %s: callback %q: want an http or https URL", name, p.CallbackURL)
 			}
 		}
+	}
+	if cfg.LargeJobPriority < 0 || cfg.LargeJobPriority > 32767 {
+		return fmt.Errorf("register ingest: Config.LargeJobPriority %d: want 0 to 32767", cfg.LargeJobPriority)
 	}
 	var err error
 	if cfg.WorkDir, err = filepath.Abs(cfg.WorkDir); err != nil {
