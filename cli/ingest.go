@@ -68,7 +68,15 @@ Recording and Notify) and act on the queue as an operator.
 A server runs the ingest behaviors with its working directories in
 $` + envIngestDir + `/work and its object storage in $` + envIngestDir + `/storage
 (default: the system's temporary directory), and the profiles' callback URLs
-from the JSON file $` + envIngestProfiles + ` ({"PROFILE": {"callback_url": "..."}}).
+from the JSON file $` + envIngestProfiles + `
+({"PROFILE": {"callback_url": "...", "notify": ["depositor@example.org"]}}).
+With $` + envIngestSMTP + ` (smtp://[user:password@]host:port?from=ADDRESS) set,
+a profile's notify addresses get a mail when a batch is queued and one with
+its report; a failed mail is logged and shown in the batch, never fails it.
+Estimating lowers the priority of a job of $` + envIngestLargeBytes + ` bytes
+or more (default 1000000000; negative: off) to $` + envIngestLargePriority + `
+(default 10). A job deposited again under a local id gets the identifier
+stored for it; a manifest that names another fails the job.
 See 'stint batches' to inspect batches.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },

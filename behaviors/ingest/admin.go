@@ -71,6 +71,7 @@ type BatchView struct {
 	CollectionHeld bool             `json:"collection_held,omitempty"`
 	Report         *Report          `json:"report,omitempty"`
 	Reports        int              `json:"reports,omitempty"`
+	Notices        []Notice         `json:"notices,omitempty"`
 	History        []Transition     `json:"history,omitempty"`
 	Error          string           `json:"error,omitempty"`
 	TaskStatus     api.Status       `json:"task_status"`
@@ -134,7 +135,7 @@ func viewBatch(t api.Task, held map[string]bool) BatchView {
 	}
 	_ = json.Unmarshal(t.Params, &params)
 	v := BatchView{ID: t.ID, Profile: params.Profile, Submitter: params.Submitter, Status: p.state(),
-		Report: p.Report, Reports: p.Reports, History: p.History, TaskStatus: t.Status,
+		Report: p.Report, Reports: p.Reports, Notices: p.Notices, History: p.History, TaskStatus: t.Status,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Counts: map[JobState]int{}, task: t}
 	v.CollectionHeld = held[t.GroupKey] && t.Status != api.StatusRunning && !t.Finished()
 	switch {

@@ -174,6 +174,9 @@ func (r *batchRun) spawn(ctx context.Context) error {
 		return err
 	}
 	r.env.log.Info("ingest: batch processing", "batch", r.id, "profile", r.params.Profile, "jobs", len(reqs))
+	if err := r.notify(ctx, NoticeQueued); err != nil {
+		return err
+	}
 	return spi.WaitForChildren(r.env.cfg.BatchWaitMax)
 }
 
@@ -236,6 +239,9 @@ func (r *batchRun) report(ctx context.Context, jobs []api.Task) (BatchResult, er
 	}
 	r.env.log.Info("ingest: batch reported", "batch", r.id, "status", end,
 		"succeeded", len(rep.Succeeded), "failed", len(rep.Failed), "deleted", rep.Deleted)
+	if err := r.notify(ctx, NoticeReport); err != nil {
+		return BatchResult{}, err
+	}
 	if end == BatchFailed {
 		return BatchResult{}, &api.TaskError{Code: "batch_failed",
 			Message:    fmt.Sprintf("%d of %d jobs failed", len(rep.Failed), rep.Jobs),

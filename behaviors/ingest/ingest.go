@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/mail"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -65,6 +66,10 @@ type Profile struct {
 	// CallbackURL receives a POST with a JSON summary of every job that
 	// reaches Notify. Empty: no callback.
 	CallbackURL string `json:"callback_url,omitempty"`
+	// Notify are the depositors' mail addresses that Config.Notifier
+	// tells when a batch of the profile is queued and when its report is
+	// made. Empty: no one is told.
+	Notify []string `json:"notify,omitempty"`
 }
 
 // Config configures the ingest behaviors of a server.
@@ -133,6 +138,11 @@ type Config struct {
 	// first. A job that already has a lower priority (a higher number)
 	// keeps it. Defaults to 10 (the default priority is 5).
 	LargeJobPriority int
+	// Notifier tells depositors when their batch is queued and when its
+	// report is made (see NewSMTPNotifier). A failed notification is
+	// logged and recorded in the batch's progress; it does not fail the
+	// batch. Nil, the default, sends nothing.
+	Notifier Notifier
 	// Mint returns a new identifier. Defaults to a local minter of
 	// ark:/99999/fk4... identifiers.
 	Mint func(ctx context.Context) (string, error)
@@ -256,6 +266,11 @@ func Register(reg *spi.Registry, cfg Config) error {
 		if p.CallbackURL != "" {
 			if err := checkURL(p.CallbackURL); err != nil || strings.HasPrefix(strings.ToLower(p.CallbackURL), "file:") {
 				return fmt.Errorf("register ingest: profile %s: callback %q: want an http or https URL", name, p.CallbackURL)
+			}
+		}
+		for _, a := range p.Notify {
+			if _, err := mail.ParseAddress(a); err != nil {
+				return fmt.Errorf("register ingest: profile %s: notify address %q: %w", name, a, err)
 			}
 		}
 	}

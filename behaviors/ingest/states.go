@@ -243,6 +243,9 @@ type BatchProgress struct {
 	Report *Report `json:"report,omitempty"`
 	// Reports counts the reports made (more than one after re-reporting).
 	Reports int `json:"reports,omitempty"`
+	// Notices are the notifications sent to the depositor, or that
+	// failed, oldest first.
+	Notices []Notice `json:"notices,omitempty"`
 	// History holds the latest state changes, oldest first.
 	History []Transition `json:"history,omitempty"`
 }
