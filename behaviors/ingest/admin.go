@@ -274,22 +274,75 @@ func (a *Admin) writeProgress(ctx context.Context, id api.TaskID, old json.RawMe
 	return nil
 }
 
-// HoldCollection holds a collection (profile): its pending batches and
-// jobs are not picked up, on any node, until ReleaseCollection. Running
-// jobs run on.
+// HoldCollection holds a collection (profile): its batches and jobs are
+// not picked up, on any node, until ReleaseCollection, and its Pending
+// ones move to Held, as Merritt's queue moves a job of a held collection
+// when it picks it up (a job or batch picked up just before the hold does
+// so itself when its run starts). Running jobs run on; jobs waiting in a
+// later stage keep their state and wait.
 func (a *Admin) HoldCollection(ctx context.Context, profile string) error {
 	if !profilePattern.MatchString(profile) {
 		return api.Invalid("profile", "%q: want 1 to 128 characters from A-Z a-z 0-9 . _ -", truncate(profile))
 	}
-	return a.client.HoldGroup(ctx, profile)
+	if err := a.client.HoldGroup(ctx, profile); err != nil {
+		return err
+	}
+	return a.moveWaiting(ctx, profile, JobPending, JobHeld, BatchPending, BatchHeld)
 }
 
-// ReleaseCollection lifts a collection hold.
+// ReleaseCollection lifts a collection hold and moves the collection's
+// Held batches and jobs back to Pending, but for those held one by one
+// (Hold), which Release releases.
 func (a *Admin) ReleaseCollection(ctx context.Context, profile string) error {
 	if !profilePattern.MatchString(profile) {
 		return api.Invalid("profile", "%q: want 1 to 128 characters from A-Z a-z 0-9 . _ -", truncate(profile))
 	}
-	return a.client.ReleaseGroup(ctx, profile)
+	if err := a.client.ReleaseGroup(ctx, profile); err != nil {
+		return err
+	}
+	return a.moveWaiting(ctx, profile, JobHeld, JobPending, BatchHeld, BatchPending)
+}
+
+// moveWaiting moves the waiting (scheduled, not running) jobs of profile
+// in state jobFrom to jobTo, and its batches in batchFrom to batchTo. A
+// task that changes meanwhile (picked up, say) is left to its run, which
+// applies the same rule.
+func (a *Admin) moveWaiting(ctx context.Context, profile string, jobFrom, jobTo JobState, batchFrom, batchTo BatchState) error {
+	now := time.Now().UTC()
+	for _, b := range []api.BehaviorID{JobBehavior, BatchBehavior} {
+		f := api.Filter{Behavior: b, GroupKey: profile, Status: api.StatusScheduled, Limit: 1000}
+		for {
+			page, err := a.client.List(ctx, f)
+			if err != nil {
+				return fmt.Errorf("list the waiting %s tasks of collection %s: %w", b, profile, err)
+			}
+			for _, t := range page.Tasks {
+				var progress any
+				if b == JobBehavior {
+					var p JobProgress
+					if json.Unmarshal(t.Progress, &p) != nil && len(t.Progress) > 0 || p.state() != jobFrom || p.Transition(jobTo, now) != nil {
+						continue
+					}
+					progress = p
+				} else {
+					var p BatchProgress
+					if json.Unmarshal(t.Progress, &p) != nil && len(t.Progress) > 0 || p.state() != batchFrom || p.Transition(batchTo, now) != nil {
+						continue
+					}
+					progress = p
+				}
+				if err := a.writeProgress(ctx, t.ID, t.Progress, progress, api.StatusScheduled); err != nil &&
+					!errors.Is(err, api.ErrConflict) && !errors.Is(err, api.ErrNotFound) {
+					return err
+				}
+			}
+			if page.Next == "" {
+				break
+			}
+			f.After = page.Next
+		}
+	}
+	return nil
 }
 
 // HeldCollections lists the held collections (and any other held group

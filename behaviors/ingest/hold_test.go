@@ -1,13 +1,17 @@
 package ingest_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/behaviors/ingest"
@@ -86,6 +90,9 @@ func TestCollectionHold(t *testing.T) {
 			v := e.jobView(j)
 			require.True(t, v.CollectionHeld)
 			require.Equal(t, api.StatusScheduled, v.TaskStatus)
+			p := e.jobProgress(j)
+			require.Equal(t, ingest.JobHeld, p.Status, "the hold is stored, not only shown")
+			require.Equal(t, []string{"Pending>Held"}, history(p.History))
 		}
 		// Batches ls counts them the same way.
 		list, _, err := e.admin.Batches(e.ctx, "coll", "", 10)
@@ -93,12 +100,108 @@ func TestCollectionHold(t *testing.T) {
 		require.Len(t, list, 1)
 		require.Equal(t, bv.Counts, list[0].Counts)
 
+		// The release moves them back to Pending (the paused queue keeps
+		// them there to be looked at).
+		require.NoError(t, e.admin.PauseQueue(e.ctx))
 		require.NoError(t, e.admin.ReleaseCollection(e.ctx, "coll"))
+		for _, j := range []api.TaskID{j1, j2} {
+			p := e.jobProgress(j)
+			require.Equal(t, ingest.JobPending, p.Status)
+			require.Equal(t, []string{"Pending>Held", "Held>Pending"}, history(p.History))
+			require.Equal(t, ingest.JobPending, e.jobView(j).Status)
+		}
+		require.NoError(t, e.admin.ResumeQueue(e.ctx))
 		bt := e.await(batch)
 		require.Equal(t, api.StatusSuccess, bt.Status, "batch error: %v", bt.Error)
 		require.Equal(t, map[ingest.JobState]int{ingest.JobCompleted: 3}, e.batchView(batch).Counts)
+		for _, j := range []api.TaskID{j1, j2} {
+			require.Equal(t, []string{"Pending>Held", "Held>Pending", "Pending>Estimating"}, history(e.jobProgress(j).History)[:3])
+		}
+	})
+
+	t.Run("picked up after the hold", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		// The collection is held the moment the first job is picked up,
+		// before its run starts: the run finds the hold.
+		var once sync.Once
+		heldAtPickup := make(chan struct{})
+		e.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(onStart(func(s sdktrace.ReadWriteSpan) {
+			if s.Name() == "stint.run "+string(ingest.JobBehavior) {
+				once.Do(func() {
+					require.NoError(t, e.admin.HoldCollection(e.ctx, "coll"))
+					close(heldAtPickup)
+				})
+			}
+		})))
+		e.server("node")
+		// One job: the hold finds it running (claimed), so only its run
+		// can move it to Held.
+		batch := e.submit(manifest(e.fileLine("o1", "a", "", []byte("a"))))
+		picked := ingest.JobID(batch, 0)
+		select {
+		case <-heldAtPickup:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no job was picked up")
+		}
+		waitFor(t, 20*time.Second, "the picked-up job to go to Held", func() bool {
+			return e.jobView(picked).TaskStatus == api.StatusScheduled && e.jobProgress(picked).Status == ingest.JobHeld
+		})
+		require.Equal(t, []string{"Pending>Held"}, history(e.jobProgress(picked).History))
+		require.Equal(t, ingest.JobHeld, e.jobView(picked).Status)
+		require.Never(t, func() bool { return e.jobView(picked).TaskStatus == api.StatusRunning },
+			300*time.Millisecond, 20*time.Millisecond, "the held job was picked up again")
+
+		require.NoError(t, e.admin.ReleaseCollection(e.ctx, "coll"))
+		bt := e.await(batch)
+		require.Equal(t, api.StatusSuccess, bt.Status, "batch error: %v", bt.Error)
+		require.Equal(t, []string{"Pending>Held", "Held>Pending", "Pending>Estimating"}, history(e.jobProgress(picked).History)[:3])
+	})
+
+	t.Run("batch picked up after the hold", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		var once sync.Once
+		heldAtPickup := make(chan struct{})
+		e.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(onStart(func(s sdktrace.ReadWriteSpan) {
+			if s.Name() == "stint.run "+string(ingest.BatchBehavior) {
+				once.Do(func() {
+					require.NoError(t, e.admin.HoldCollection(e.ctx, "coll"))
+					close(heldAtPickup)
+				})
+			}
+		})))
+		e.server("node")
+		batch := e.submit(manifest(e.fileLine("o1", "a", "", []byte("a"))))
+		select {
+		case <-heldAtPickup:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the batch was not picked up")
+		}
+		var p ingest.BatchProgress
+		waitFor(t, 20*time.Second, "the batch to go to Held", func() bool {
+			bt, err := e.client.Get(e.ctx, batch)
+			require.NoError(t, err)
+			return bt.Status == api.StatusScheduled && json.Unmarshal(bt.Progress, &p) == nil && p.Status == ingest.BatchHeld
+		})
+		require.Equal(t, []string{"Pending>Held"}, history(p.History))
+		require.Zero(t, p.Jobs, "no job was spawned")
+		require.Equal(t, ingest.BatchHeld, e.batchView(batch).Status)
+
+		require.NoError(t, e.admin.ReleaseCollection(e.ctx, "coll"))
+		bt := e.await(batch)
+		require.Equal(t, api.StatusSuccess, bt.Status, "batch error: %v", bt.Error)
+		require.Equal(t, []string{"Pending>Held", "Held>Pending", "Pending>Processing"}, history(e.batchView(batch).History)[:3])
 	})
 }
+
+// onStart is a span processor that calls fn when a span starts.
+type onStart func(sdktrace.ReadWriteSpan)
+
+func (f onStart) OnStart(_ context.Context, s sdktrace.ReadWriteSpan) { f(s) }
+func (onStart) OnEnd(sdktrace.ReadOnlySpan)                           {}
+func (onStart) Shutdown(context.Context) error                        { return nil }
+func (onStart) ForceFlush(context.Context) error                      { return nil }
 
 // TestKilledNodeMidDownload SIGKILLs a node process while a job downloads:
 // another node takes the job over after its lease, keeps the files already

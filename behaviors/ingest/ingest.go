@@ -25,9 +25,21 @@
 // resumes after the last successful stage. A failing stage sends the job to
 // Failed, where it stays until an admin requeues it (Admin.Requeue).
 //
+// Processing looks the object's local id up in the inventory: an object
+// deposited again under its local id is a new version of the stored object
+// and gets its identifier; a manifest that names another identifier for it
+// fails the job. Estimating lowers the priority of a large job
+// (Config.LargeJobBytes) so that small jobs go first. A Notifier
+// (Config.Notifier, e.g. an SMTPNotifier) tells the depositors when their
+// batch is queued and when its report is made.
+//
 // Holds: the group key of batches and jobs is the profile name, so
-// Admin.HoldCollection (a stint group hold) keeps the collection's pending
-// batches and jobs from being claimed; they are shown as Held.
+// Admin.HoldCollection (a stint group hold) keeps the collection's batches
+// and jobs from being claimed, and moves its Pending ones to Held; a batch
+// or job picked up while its collection is held moves itself to Held.
+// ReleaseCollection moves them back to Pending. One submitted during the
+// hold is not picked up, so it stays Pending in its progress and is shown
+// as Held.
 package ingest
 
 import (
@@ -38,6 +50,7 @@ import (
 	"net/http"
 	"net/mail"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -241,6 +254,26 @@ func (e *env) db(ctx context.Context) (*pgxpool.Pool, api.Tasks, error) {
 		e.pool = pool
 	}
 	return e.pool, e.tasks, nil
+}
+
+// collectionHeld reports whether a profile's collection is held: whether
+// its group key is. A Tasks that cannot list held groups holds none.
+func (e *env) collectionHeld(ctx context.Context, profile string) (bool, error) {
+	_, tasks, err := e.db(ctx)
+	if err != nil {
+		return false, err
+	}
+	h, ok := tasks.(interface {
+		HeldGroups(ctx context.Context) ([]string, error)
+	})
+	if !ok {
+		return false, nil
+	}
+	keys, err := h.HeldGroups(ctx)
+	if err != nil {
+		return false, fmt.Errorf("ingest: list the held collections: %w", err)
+	}
+	return slices.Contains(keys, profile), nil
 }
 
 // start takes the server's Tasks when none was configured.
