@@ -503,6 +503,13 @@ func (c *cli) printBatch(b ingest.BatchView) error {
 	if b.Error != "" {
 		row("error", b.Error)
 	}
+	for _, n := range b.Notices {
+		outcome := "sent " + formatTime(&n.At)
+		if n.Error != "" {
+			outcome = "FAILED " + formatTime(&n.At) + ": " + n.Error
+		}
+		row("notice", fmt.Sprintf("%s: %s", n.Kind, outcome))
+	}
 	var steps []string
 	for _, h := range b.History {
 		steps = append(steps, h.To)
@@ -524,7 +531,7 @@ func (c *cli) printBatch(b ingest.BatchView) error {
 	}
 	fmt.Fprintln(c.stdout)
 	tw = newTable(c.stdout)
-	fmt.Fprintln(tw, "JOB\tSTATUS\tLAST SUCCESSFUL\tRETRIES\tPRIORITY\tIDENTIFIER\tNODE\tNOTE")
+	fmt.Fprintln(tw, "JOB\tSTATUS\tLAST SUCCESSFUL\tRETRIES\tPRIORITY\tLOCAL ID\tIDENTIFIER\tNODE\tNOTE")
 	for _, j := range b.Jobs {
 		note := j.Note
 		if j.Error != "" {
@@ -534,8 +541,8 @@ func (c *cli) printBatch(b ingest.BatchView) error {
 		if j.CollectionHeld && j.Status != ingest.JobHeld {
 			status += " (held)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", j.ID, status, orDash(string(j.LastSuccessfulStatus)),
-			j.RetryCount, j.Priority, orDash(j.Identifier), orDash(j.Node), orDash(note))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", j.ID, status, orDash(string(j.LastSuccessfulStatus)),
+			j.RetryCount, j.Priority, orDash(j.LocalID), orDash(j.Identifier), orDash(j.Node), orDash(note))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write jobs: %w", err)

@@ -3,105 +3,23 @@ package ingest_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"net/mail"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/emersion/go-smtp"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/behaviors/ingest"
+	"github.com/stinthq/stint/internal/smtptest"
 	"github.com/stinthq/stint/spi"
 )
 
-// mailbox is a real SMTP server on a local port that keeps the mails it
-// receives. Recipients in reject are refused at RCPT.
-type mailbox struct {
-	addr   string
-	mu     sync.Mutex
-	mails  []received
-	reject map[string]bool
-}
-
-// received is one delivered mail: its envelope and its parsed message.
-type received struct {
-	from string
-	to   []string
-	msg  *mail.Message
-	body string
-}
-
-func newMailbox(t *testing.T, reject ...string) *mailbox {
-	t.Helper()
-	mb := &mailbox{reject: map[string]bool{}}
-	for _, r := range reject {
-		mb.reject[r] = true
-	}
-	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &mailSession{mb: mb}, nil }))
-	srv.Domain = "localhost"
-	srv.ReadTimeout, srv.WriteTimeout = time.Minute, time.Minute
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	mb.addr = l.Addr().String()
-	return mb
-}
-
-func (mb *mailbox) received() []received {
-	mb.mu.Lock()
-	defer mb.mu.Unlock()
-	return append([]received(nil), mb.mails...)
-}
-
-// mailSession is one SMTP session of a mailbox.
-type mailSession struct {
-	mb   *mailbox
-	from string
-	to   []string
-}
-
-func (s *mailSession) Reset()        { s.from, s.to = "", nil }
-func (s *mailSession) Logout() error { return nil }
-func (s *mailSession) Mail(from string, _ *smtp.MailOptions) error {
-	s.from = from
-	return nil
-}
-
-func (s *mailSession) Rcpt(to string, _ *smtp.RcptOptions) error {
-	if s.mb.reject[to] {
-		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "no such mailbox"}
-	}
-	s.to = append(s.to, to)
-	return nil
-}
-
-func (s *mailSession) Data(r io.Reader) error {
-	msg, err := mail.ReadMessage(r)
-	if err != nil {
-		return err
-	}
-	body, err := io.ReadAll(msg.Body)
-	if err != nil {
-		return err
-	}
-	s.mb.mu.Lock()
-	defer s.mb.mu.Unlock()
-	s.mb.mails = append(s.mb.mails, received{from: s.from, to: s.to, msg: msg, body: string(body)})
-	return nil
-}
-
 // notifyingServer starts a node that mails the depositors of profile coll
 // through the mailbox.
-func (e *tenv) notifyingServer(mb *mailbox, to ...string) {
+func (e *tenv) notifyingServer(mb *smtptest.Server, to ...string) {
 	e.t.Helper()
-	n, err := ingest.NewSMTPNotifier(ingest.SMTPConfig{Addr: mb.addr, From: "Ingest Queue <queue@example.org>"})
+	n, err := ingest.NewSMTPNotifier(ingest.SMTPConfig{Addr: mb.Addr, From: "Ingest Queue <queue@example.org>"})
 	require.NoError(e.t, err)
 	e.server("node", func(cfg *ingest.Config) {
 		cfg.Notifier = n
@@ -116,7 +34,7 @@ func (e *tenv) notifyingServer(mb *mailbox, to ...string) {
 func TestNotificationsByMail(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	mb := newMailbox(t)
+	mb := smtptest.Start(t)
 	e.notifyingServer(mb, "depositor@example.org", "Cora Curator <curator@example.org>")
 	missing := e.fileLine("o2", "gone.txt", "", []byte("gone"))
 	e.fs.setStatus("/files/o2/gone.txt", 404)
@@ -124,25 +42,25 @@ func TestNotificationsByMail(t *testing.T) {
 	bt := e.await(batch)
 	require.Equal(t, api.StatusFailure, bt.Status)
 
-	mails := mb.received()
+	mails := mb.Mails()
 	require.Len(t, mails, 2)
 	for _, m := range mails {
-		require.Equal(t, "queue@example.org", m.from)
-		require.Equal(t, []string{"depositor@example.org", "curator@example.org"}, m.to)
-		require.Equal(t, `"Ingest Queue" <queue@example.org>`, m.msg.Header.Get("From"))
-		to, err := m.msg.Header.AddressList("To")
+		require.Equal(t, "queue@example.org", m.From)
+		require.Equal(t, []string{"depositor@example.org", "curator@example.org"}, m.To)
+		require.Equal(t, `"Ingest Queue" <queue@example.org>`, m.Header.Get("From"))
+		to, err := m.Header.AddressList("To")
 		require.NoError(t, err)
 		require.Len(t, to, 2)
 		require.Equal(t, "Cora Curator", to[1].Name)
-		require.Contains(t, m.body, "Submitter: tester")
-		require.Contains(t, m.body, "Profile:   coll")
+		require.Contains(t, m.Body, "Submitter: tester")
+		require.Contains(t, m.Body, "Profile:   coll")
 	}
 	queued, report := mails[0], mails[1]
-	require.Equal(t, "Ingest batch "+string(batch)+" queued: 2 objects", queued.msg.Header.Get("Subject"))
-	require.Contains(t, queued.body, "The batch was queued")
-	require.Equal(t, "Ingest batch "+string(batch)+" failed: 1 of 2 objects failed", report.msg.Header.Get("Subject"))
-	require.Contains(t, report.body, "Failed jobs:\r\n  "+string(ingest.JobID(batch, 1)))
-	require.Contains(t, report.body, "Ingested jobs:\r\n  "+string(ingest.JobID(batch, 0)))
+	require.Equal(t, "Ingest batch "+string(batch)+" queued: 2 objects", queued.Header.Get("Subject"))
+	require.Contains(t, queued.Body, "The batch was queued")
+	require.Equal(t, "Ingest batch "+string(batch)+" failed: 1 of 2 objects failed", report.Header.Get("Subject"))
+	require.Contains(t, report.Body, "Failed jobs:\r\n  "+string(ingest.JobID(batch, 1)))
+	require.Contains(t, report.Body, "Ingested jobs:\r\n  "+string(ingest.JobID(batch, 0)))
 
 	bv := e.batchView(batch)
 	require.Len(t, bv.Notices, 2)
@@ -157,12 +75,12 @@ func TestNotificationsByMail(t *testing.T) {
 func TestFailedNotificationDoesNotFailTheBatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	mb := newMailbox(t, "nobody@example.org")
+	mb := smtptest.Start(t, "nobody@example.org")
 	e.notifyingServer(mb, "nobody@example.org")
 	batch := e.submit(manifest(e.fileLine("o1", "a.txt", "", []byte("a"))))
 	bt := e.await(batch)
 	require.Equal(t, api.StatusSuccess, bt.Status, "batch error: %v", bt.Error)
-	require.Empty(t, mb.received())
+	require.Empty(t, mb.Mails())
 	bv := e.batchView(batch)
 	require.Equal(t, ingest.BatchCompleted, bv.Status)
 	require.Len(t, bv.Notices, 2)
