@@ -119,6 +119,29 @@ func TestCollectionHold(t *testing.T) {
 		}
 	})
 
+	t.Run("lifted by a plain group release", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.server("node")
+		require.NoError(t, e.admin.PauseQueue(e.ctx))
+		batch := e.submit(manifest(e.fileLine("o1", "a", "", []byte("a"))))
+		require.NoError(t, e.admin.HoldCollection(e.ctx, "coll"))
+		require.Equal(t, ingest.BatchHeld, e.batchView(batch).Status)
+		require.ErrorIs(t, e.admin.Release(e.ctx, batch), api.ErrConflict, "the collection is still held")
+		// The group hold is lifted otherwise (stint's group release):
+		// the batch still says Held, and Release moves it to Pending.
+		require.NoError(t, e.client.ReleaseGroup(e.ctx, "coll"))
+		require.Equal(t, ingest.BatchHeld, e.batchView(batch).Status)
+		require.NoError(t, e.admin.Release(e.ctx, batch))
+		v := e.batchView(batch)
+		require.Equal(t, ingest.BatchPending, v.Status)
+		require.Equal(t, []string{"Pending>Held", "Held>Pending"}, history(v.History))
+		require.ErrorIs(t, e.admin.Release(e.ctx, batch), api.ErrConflict, "a Pending batch is not held")
+		require.NoError(t, e.admin.ResumeQueue(e.ctx))
+		bt := e.await(batch)
+		require.Equal(t, api.StatusSuccess, bt.Status, "batch error: %v", bt.Error)
+	})
+
 	t.Run("picked up after the hold", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
@@ -134,7 +157,10 @@ func TestCollectionHold(t *testing.T) {
 				})
 			}
 		})))
-		e.server("node")
+		// A lease long enough for the hold to be set while the run holds
+		// it: a run that lost its lease meanwhile would not start, and the
+		// hold would keep the task from being picked up again.
+		e.server("node", func(cfg *ingest.Config) { cfg.Lease = time.Minute })
 		// One job: the hold finds it running (claimed), so only its run
 		// can move it to Held.
 		batch := e.submit(manifest(e.fileLine("o1", "a", "", []byte("a"))))
@@ -144,7 +170,7 @@ func TestCollectionHold(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("no job was picked up")
 		}
-		waitFor(t, 20*time.Second, "the picked-up job to go to Held", func() bool {
+		waitFor(t, time.Minute, "the picked-up job to go to Held", func() bool {
 			return e.jobView(picked).TaskStatus == api.StatusScheduled && e.jobProgress(picked).Status == ingest.JobHeld
 		})
 		require.Equal(t, []string{"Pending>Held"}, history(e.jobProgress(picked).History))
@@ -171,7 +197,10 @@ func TestCollectionHold(t *testing.T) {
 				})
 			}
 		})))
-		e.server("node")
+		// A lease long enough for the hold to be set while the run holds
+		// it: a run that lost its lease meanwhile would not start, and the
+		// hold would keep the task from being picked up again.
+		e.server("node", func(cfg *ingest.Config) { cfg.Lease = time.Minute })
 		batch := e.submit(manifest(e.fileLine("o1", "a", "", []byte("a"))))
 		select {
 		case <-heldAtPickup:
@@ -179,7 +208,7 @@ func TestCollectionHold(t *testing.T) {
 			t.Fatal("the batch was not picked up")
 		}
 		var p ingest.BatchProgress
-		waitFor(t, 20*time.Second, "the batch to go to Held", func() bool {
+		waitFor(t, time.Minute, "the batch to go to Held", func() bool {
 			bt, err := e.client.Get(e.ctx, batch)
 			require.NoError(t, err)
 			return bt.Status == api.StatusScheduled && json.Unmarshal(bt.Progress, &p) == nil && p.Status == ingest.BatchHeld
