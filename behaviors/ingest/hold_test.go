@@ -145,31 +145,14 @@ func TestCollectionHold(t *testing.T) {
 	t.Run("picked up after the hold", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
-		// The collection is held the moment the first job is picked up,
-		// before its run starts: the run finds the hold.
-		var once sync.Once
-		heldAtPickup := make(chan struct{})
-		e.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(onStart(func(s sdktrace.ReadWriteSpan) {
-			if s.Name() == "stint.run "+string(ingest.JobBehavior) {
-				once.Do(func() {
-					require.NoError(t, e.admin.HoldCollection(e.ctx, "coll"))
-					close(heldAtPickup)
-				})
-			}
-		})))
-		// A lease long enough for the hold to be set while the run holds
-		// it: a run that lost its lease meanwhile would not start, and the
-		// hold would keep the task from being picked up again.
-		e.server("node", func(cfg *ingest.Config) { cfg.Lease = time.Minute })
+		// The collection is held the moment the job is picked up, before
+		// its run starts: the run finds the hold.
+		pickedUp := e.holdAtPickup(ingest.JobBehavior)
 		// One job: the hold finds it running (claimed), so only its run
 		// can move it to Held.
 		batch := e.submit(manifest(e.fileLine("o1", "a", "", []byte("a"))))
 		picked := ingest.JobID(batch, 0)
-		select {
-		case <-heldAtPickup:
-		case <-time.After(30 * time.Second):
-			t.Fatal("no job was picked up")
-		}
+		e.waitClosed(pickedUp, "the pickup")
 		waitFor(t, time.Minute, "the picked-up job to go to Held", func() bool {
 			return e.jobView(picked).TaskStatus == api.StatusScheduled && e.jobProgress(picked).Status == ingest.JobHeld
 		})
@@ -187,26 +170,9 @@ func TestCollectionHold(t *testing.T) {
 	t.Run("batch picked up after the hold", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
-		var once sync.Once
-		heldAtPickup := make(chan struct{})
-		e.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(onStart(func(s sdktrace.ReadWriteSpan) {
-			if s.Name() == "stint.run "+string(ingest.BatchBehavior) {
-				once.Do(func() {
-					require.NoError(t, e.admin.HoldCollection(e.ctx, "coll"))
-					close(heldAtPickup)
-				})
-			}
-		})))
-		// A lease long enough for the hold to be set while the run holds
-		// it: a run that lost its lease meanwhile would not start, and the
-		// hold would keep the task from being picked up again.
-		e.server("node", func(cfg *ingest.Config) { cfg.Lease = time.Minute })
+		pickedUp := e.holdAtPickup(ingest.BatchBehavior)
 		batch := e.submit(manifest(e.fileLine("o1", "a", "", []byte("a"))))
-		select {
-		case <-heldAtPickup:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the batch was not picked up")
-		}
+		e.waitClosed(pickedUp, "the pickup")
 		var p ingest.BatchProgress
 		waitFor(t, time.Minute, "the batch to go to Held", func() bool {
 			bt, err := e.client.Get(e.ctx, batch)
@@ -222,6 +188,41 @@ func TestCollectionHold(t *testing.T) {
 		require.Equal(t, api.StatusSuccess, bt.Status, "batch error: %v", bt.Error)
 		require.Equal(t, []string{"Pending>Held", "Held>Pending", "Pending>Processing"}, history(e.batchView(batch).History)[:3])
 	})
+}
+
+// holdAtPickup starts a node that holds collection coll when it picks up
+// the first task of behavior b, before the task's run starts. The channel
+// is closed once the hold is set. The node's lease is long enough for the
+// hold to be set while the run holds it: a run that lost its lease
+// meanwhile would not start, and the hold would keep the task from being
+// picked up again.
+func (e *tenv) holdAtPickup(b api.BehaviorID) <-chan struct{} {
+	var once sync.Once
+	held := make(chan struct{})
+	e.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(onStart(func(s sdktrace.ReadWriteSpan) {
+		if s.Name() == "stint.run "+string(b) {
+			once.Do(func() {
+				// On the node's goroutine: report, do not stop the test.
+				if err := e.admin.HoldCollection(e.ctx, "coll"); err != nil {
+					e.t.Errorf("hold the collection at pickup: %v", err)
+				}
+				close(held)
+			})
+		}
+	})))
+	e.server("node", func(cfg *ingest.Config) { cfg.Lease = time.Minute })
+	return held
+}
+
+// waitClosed waits until ch is closed, or fails the test when the test's
+// context ends first.
+func (e *tenv) waitClosed(ch <-chan struct{}, what string) {
+	e.t.Helper()
+	select {
+	case <-ch:
+	case <-e.ctx.Done():
+		e.t.Fatalf("%s did not happen", what)
+	}
 }
 
 // onStart is a span processor that calls fn when a span starts.
