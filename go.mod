@@ -3,6 +3,7 @@ module github.com/stinthq/stint
 go 1.26.8
 
 require (
+	github.com/emersion/go-smtp v0.25.1
 	github.com/go-playground/validator/v10 v10.30.6
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -14,7 +15,10 @@ require (
 	go.opentelemetry.io/otel/trace v1.47.0
 )
 
-require github.com/robfig/cron/v3 v3.0.1 // indirect
+require (
+	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
+)
 
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/mail"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -29,6 +32,13 @@ const (
 	// envIngestProfiles is a JSON file of profiles:
 	// {"NAME": {"callback_url": "https://..."}}.
 	envIngestProfiles = "STINT_INGEST_PROFILES"
+	// envIngestSMTP turns on the depositors' notifications by mail:
+	// smtp://[user:password@]host:port?from=ADDRESS. Unset: none.
+	envIngestSMTP = "STINT_INGEST_SMTP"
+	// envIngestLargeBytes and envIngestLargePriority set the large-job
+	// rule: a job estimated at the size or more gets the priority.
+	envIngestLargeBytes    = "STINT_INGEST_LARGE_JOB_BYTES"
+	envIngestLargePriority = "STINT_INGEST_LARGE_JOB_PRIORITY"
 )
 
 // builtins wires stint's built-in behaviors (demo, ingest, replication,
@@ -163,14 +173,53 @@ func (b *builtins) registerIngest(reg *spi.Registry, st *postgres.Store) error {
 	if profiles == nil {
 		profiles = readIngestProfiles(b.log)
 	}
-	return ingest.Register(reg, ingest.Config{
+	cfg := ingest.Config{
 		WorkDir:    filepath.Join(dir, "work"),
 		StorageDir: filepath.Join(dir, "storage"),
 		Pool:       pool,
 		Profiles:   profiles,
 		Logger:     b.log,
 		OpenPool:   b.openPool(nil),
-	})
+	}
+	if st != nil {
+		// Only a server runs the behaviors: a bad setting fails its start,
+		// not every command.
+		if err := readIngestSettings(&cfg); err != nil {
+			return err
+		}
+	}
+	return ingest.Register(reg, cfg)
+}
+
+// readIngestSettings sets the notifier and the large-job rule of cfg from
+// the environment. A bad value is an error naming its variable.
+func readIngestSettings(cfg *ingest.Config) error {
+	if raw := os.Getenv(envIngestSMTP); raw != "" {
+		sc, err := ingest.ParseSMTPURL(raw)
+		if err != nil {
+			return fmt.Errorf("$%s: %w", envIngestSMTP, err)
+		}
+		n, err := ingest.NewSMTPNotifier(sc)
+		if err != nil {
+			return fmt.Errorf("$%s: %w", envIngestSMTP, err)
+		}
+		cfg.Notifier = n
+	}
+	if raw := os.Getenv(envIngestLargeBytes); raw != "" {
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			return fmt.Errorf("$%s: %q is not a number of bytes (negative: off)", envIngestLargeBytes, raw)
+		}
+		cfg.LargeJobBytes = n
+	}
+	if raw := os.Getenv(envIngestLargePriority); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 0 || n > 32767 {
+			return fmt.Errorf("$%s: %q is not a priority from 0 to 32767", envIngestLargePriority, raw)
+		}
+		cfg.LargeJobPriority = n
+	}
+	return nil
 }
 
 // readIngestProfiles reads $STINT_INGEST_PROFILES. A file that cannot be
@@ -193,6 +242,16 @@ func readIngestProfiles(log *slog.Logger) map[string]ingest.Profile {
 		if u := strings.ToLower(p.CallbackURL); u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 			log.Error("stint: ignoring an ingest profile: its callback is not an http(s) URL", "profile", name)
 			delete(profiles, name)
+		}
+		if p, ok := profiles[name]; ok {
+			p.Notify = slices.DeleteFunc(p.Notify, func(a string) bool {
+				_, err := mail.ParseAddress(a)
+				if err != nil {
+					log.Error("stint: ignoring an ingest profile's notify address", "profile", name, "address", a, "err", err)
+				}
+				return err != nil
+			})
+			profiles[name] = p
 		}
 	}
 	return profiles

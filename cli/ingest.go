@@ -68,7 +68,15 @@ Recording and Notify) and act on the queue as an operator.
 A server runs the ingest behaviors with its working directories in
 $` + envIngestDir + `/work and its object storage in $` + envIngestDir + `/storage
 (default: the system's temporary directory), and the profiles' callback URLs
-from the JSON file $` + envIngestProfiles + ` ({"PROFILE": {"callback_url": "..."}}).
+from the JSON file $` + envIngestProfiles + `
+({"PROFILE": {"callback_url": "...", "notify": ["depositor@example.org"]}}).
+With $` + envIngestSMTP + ` (smtp://[user:password@]host:port?from=ADDRESS) set,
+a profile's notify addresses get a mail when a batch is queued and one with
+its report; a failed mail is logged and shown in the batch, never fails it.
+Estimating lowers the priority of a job of $` + envIngestLargeBytes + ` bytes
+or more (default 1000000000; negative: off) to $` + envIngestLargePriority + `
+(default 10). A job deposited again under a local id gets the identifier
+stored for it; a manifest that names another fails the job.
 See 'stint batches' to inspect batches.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
@@ -495,6 +503,13 @@ func (c *cli) printBatch(b ingest.BatchView) error {
 	if b.Error != "" {
 		row("error", b.Error)
 	}
+	for _, n := range b.Notices {
+		outcome := "sent " + formatTime(&n.At)
+		if n.Error != "" {
+			outcome = "FAILED " + formatTime(&n.At) + ": " + n.Error
+		}
+		row("notice", fmt.Sprintf("%s: %s", n.Kind, outcome))
+	}
 	var steps []string
 	for _, h := range b.History {
 		steps = append(steps, h.To)
@@ -516,7 +531,7 @@ func (c *cli) printBatch(b ingest.BatchView) error {
 	}
 	fmt.Fprintln(c.stdout)
 	tw = newTable(c.stdout)
-	fmt.Fprintln(tw, "JOB\tSTATUS\tLAST SUCCESSFUL\tRETRIES\tPRIORITY\tIDENTIFIER\tNODE\tNOTE")
+	fmt.Fprintln(tw, "JOB\tSTATUS\tLAST SUCCESSFUL\tRETRIES\tPRIORITY\tLOCAL ID\tIDENTIFIER\tNODE\tNOTE")
 	for _, j := range b.Jobs {
 		note := j.Note
 		if j.Error != "" {
@@ -526,8 +541,8 @@ func (c *cli) printBatch(b ingest.BatchView) error {
 		if j.CollectionHeld && j.Status != ingest.JobHeld {
 			status += " (held)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", j.ID, status, orDash(string(j.LastSuccessfulStatus)),
-			j.RetryCount, j.Priority, orDash(j.Identifier), orDash(j.Node), orDash(note))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", j.ID, status, orDash(string(j.LastSuccessfulStatus)),
+			j.RetryCount, j.Priority, orDash(j.LocalID), orDash(j.Identifier), orDash(j.Node), orDash(note))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write jobs: %w", err)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/internal/smtptest"
 )
 
 func TestIngestSubmitAndBatchesShow(t *testing.T) {
@@ -116,4 +118,42 @@ func TestIngestSubmitBadFlagsNameTheFlags(t *testing.T) {
 		require.True(t, strings.HasPrefix(r.stderr, tc.want), "%v: got %q", tc.args, r.stderr)
 		require.NotContains(t, r.stderr, "JSON")
 	}
+}
+
+// TestIngestServerSettingsFromTheEnvironment: a server configured by the
+// environment mails a profile's depositors through a real SMTP server and
+// lowers the priority of large jobs; `batches show` shows the notices, the
+// priorities and the local ids. Not parallel: it sets the environment.
+func TestIngestServerSettingsFromTheEnvironment(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	dsn := pgtest.New(t)
+	mb := smtptest.Start(t)
+	fs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "a large object") }))
+	t.Cleanup(fs.Close)
+	profiles := filepath.Join(t.TempDir(), "profiles.json")
+	require.NoError(t, os.WriteFile(profiles, []byte(`{"p2": {"notify": ["dep@example.org", "not an address"]}}`), 0o644))
+	t.Setenv(envIngestProfiles, profiles)
+	t.Setenv(envIngestSMTP, "smtp://"+mb.Addr+"?from=queue@example.org")
+	t.Setenv(envIngestLargeBytes, "10")
+	t.Setenv(envIngestLargePriority, "11")
+	manifest := filepath.Join(t.TempDir(), "objects.checkm")
+	require.NoError(t, os.WriteFile(manifest, fmt.Appendf(nil, "%s/big.txt | | | | big.txt | obj-9\n", fs.URL), 0o644))
+
+	startServer(t, ctx, dsn, "node-settings")
+	r := runCLI(ctx, "ingest", "submit", "--profile", "p2", "--submitter", "me", "--manifest", manifest, "--wait", "--json", "--db", dsn)
+	requireOK(t, r)
+	var sub struct{ ID string }
+	require.NoError(t, json.Unmarshal([]byte(strings.Split(r.stdout, "\n")[0]), &sub))
+
+	mails := mb.Mails()
+	require.Len(t, mails, 2, "queued and report")
+	for _, m := range mails {
+		require.Equal(t, []string{"dep@example.org"}, m.To, "the bad address was dropped")
+		require.Contains(t, m.Header.Get("Subject"), sub.ID)
+	}
+	r = runCLI(ctx, "batches", "show", sub.ID, "--db", dsn)
+	requireOK(t, r)
+	require.Regexp(t, `(?m)^notice:\s+queued: sent `, r.stdout)
+	require.Regexp(t, `(?m)^notice:\s+report: sent `, r.stdout)
+	require.Regexp(t, `(?m)^`+regexp.QuoteMeta(sub.ID)+`/j00000\s+Completed\s+\S+\s+0\s+11\s+obj-9\s+ark:/`, r.stdout)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stinthq/stint/behaviors/ingest"
 	"github.com/stinthq/stint/internal/pgtest"
 )
 
@@ -80,4 +81,35 @@ func TestServerBadFlags(t *testing.T) {
 		require.Equal(t, exitUsage, r.code, "args %q: %s", tc.args, r.stderr)
 		require.Contains(t, r.stderr, tc.want)
 	}
+}
+
+// TestServerBadIngestSettings: a bad ingest setting in the environment
+// fails the server's start with an error naming the variable; good ones
+// configure the ingest behaviors. Not parallel: it sets the environment.
+func TestServerBadIngestSettings(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	dsn := pgtest.New(t)
+	for _, tc := range []struct{ env, value, want string }{
+		{envIngestSMTP, "mail.example.org:25", "$STINT_INGEST_SMTP: smtp URL: want smtp://"},
+		{envIngestSMTP, "smtp://mail.example.org:25", `$STINT_INGEST_SMTP: smtp URL: smtp sender ""`},
+		{envIngestSMTP, "smtp://mail.example.org:0?from=q@example.org", "port"},
+		{envIngestLargeBytes, "lots", `$STINT_INGEST_LARGE_JOB_BYTES: "lots" is not a number of bytes`},
+		{envIngestLargePriority, "40000", `$STINT_INGEST_LARGE_JOB_PRIORITY: "40000" is not a priority from 0 to 32767`},
+	} {
+		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
+			t.Setenv(tc.env, tc.value)
+			r := runCLI(ctx, "server", "--db", dsn, "--node", "bad-settings")
+			require.NotEqual(t, 0, r.code, r.stderr)
+			require.Contains(t, r.stderr, tc.want)
+		})
+	}
+
+	t.Setenv(envIngestSMTP, "smtp://mail.example.org:587?from=queue@example.org")
+	t.Setenv(envIngestLargeBytes, "-1")
+	t.Setenv(envIngestLargePriority, "20")
+	var cfg ingest.Config
+	require.NoError(t, readIngestSettings(&cfg))
+	require.NotNil(t, cfg.Notifier)
+	require.EqualValues(t, -1, cfg.LargeJobBytes)
+	require.Equal(t, 20, cfg.LargeJobPriority)
 }

@@ -274,6 +274,17 @@ func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) e
 	return nil
 }
 
+func (rc *runContext) SetPriority(ctx context.Context, priority int) error {
+	if priority < 0 || priority > 32767 {
+		return api.Invalid("priority", "%d is outside 0..32767", priority)
+	}
+	err := rc.s.st.SetPriority(ctx, rc.r.claimed.LeaseRef, priority)
+	if errors.Is(err, api.ErrHalt) {
+		rc.r.cancel(err)
+	}
+	return err
+}
+
 func (rc *runContext) Heartbeat(ctx context.Context) error {
 	sent := time.Now()
 	held, err := rc.s.st.Renew(ctx, []store.Renewal{rc.renewal()})

@@ -110,6 +110,14 @@ type RunContext interface {
 	// all. It returns api.ErrHalt, and the caller must roll back, when the
 	// lease is lost.
 	CheckpointTx(ctx context.Context, tx pgx.Tx, progress any) error
+	// SetPriority changes the priority of this task (0 to 32767, lower
+	// first; an *api.InvalidError otherwise, changing nothing), e.g. to let
+	// a large job yield to small ones once it knows its size. The running
+	// claim is not affected: the priority orders the task's next claim,
+	// after a snooze, a wait for children or a retry, and shows in Get and
+	// List at once. It is fenced: a run that lost its lease changes
+	// nothing and gets api.ErrHalt.
+	SetPriority(ctx context.Context, priority int) error
 	// Heartbeat renews the lease now. The server renews leases on its own;
 	// this is for runs that want to know early that they lost theirs.
 	Heartbeat(ctx context.Context) error

@@ -173,6 +173,11 @@ type Store interface {
 	// Checkpoint stores a run's progress. With a non-nil tx it runs inside
 	// it. It returns api.ErrHalt when the lease no longer holds.
 	Checkpoint(ctx context.Context, tx pgx.Tx, r LeaseRef, progress json.RawMessage) error
+	// SetPriority changes the priority of the running task r, fenced by
+	// its lease: it returns api.ErrHalt when the lease no longer holds.
+	// The priority orders the task's next claim (after a snooze, a wait
+	// or a retry).
+	SetPriority(ctx context.Context, r LeaseRef, priority int) error
 	// Unclaim gives running tasks back, due at once, without counting the
 	// attempt (a graceful stop).
 	Unclaim(ctx context.Context, refs []LeaseRef) error

@@ -320,6 +320,20 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, api.StatusHeld, held.Status)
 
+	// A batch's notices to its depositors show on its page, a failed one
+	// with its error.
+	notified := e.submitBatch("coll-browser", "dora")
+	require.NoError(t, e.srv.SetProgress(e.ctx, notified, nil, json.RawMessage(`{"status":"Processing","jobs":1,
+		"notices":[{"kind":"queued","at":"2026-01-02T03:04:05Z"},
+		{"kind":"report","at":"2026-01-02T03:05:05Z","error":"mail the report notice: 550 no such mailbox"}]}`), api.StatusScheduled))
+	run("open the notified batch", goHash("#/batches/"+string(notified)),
+		chromedp.WaitVisible(css(`#batch-notices li[data-kind="queued"][data-status="success"]`)),
+		chromedp.WaitVisible(css(`#batch-notices li[data-kind="report"][data-status="failure"]`)))
+	notices, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector('#batch-notices').textContent`))
+	require.NoError(t, err)
+	require.Contains(t, notices, "Queued notice: sent")
+	require.Contains(t, notices, "Report notice: not sent: mail the report notice: 550 no such mailbox")
+
 	notReloaded, err := chromedp.Run(tab, chromedp.Evaluate[bool](`window.__notReloaded === true`))
 	require.NoError(t, err)
 	require.True(t, notReloaded, "the page was reloaded")

@@ -35,6 +35,8 @@ type JobView struct {
 	ID      api.TaskID `json:"id"`
 	BatchID api.TaskID `json:"batch_id,omitempty"`
 	Profile string     `json:"profile"`
+	// LocalID is the depositor's identifier of the object, if given.
+	LocalID string `json:"local_id,omitempty"`
 	// Status is the Merritt state: the progress's, or Held for a held
 	// task or a pending job of a held collection, or Failed for a task
 	// that failed before its progress could say so.
@@ -69,6 +71,7 @@ type BatchView struct {
 	CollectionHeld bool             `json:"collection_held,omitempty"`
 	Report         *Report          `json:"report,omitempty"`
 	Reports        int              `json:"reports,omitempty"`
+	Notices        []Notice         `json:"notices,omitempty"`
 	History        []Transition     `json:"history,omitempty"`
 	Error          string           `json:"error,omitempty"`
 	TaskStatus     api.Status       `json:"task_status"`
@@ -101,7 +104,7 @@ func viewJob(t api.Task, held map[string]bool) JobView {
 	}
 	var params JobParams
 	_ = json.Unmarshal(t.Params, &params)
-	v := JobView{ID: t.ID, BatchID: t.ParentID, Profile: t.GroupKey, Status: p.state(),
+	v := JobView{ID: t.ID, BatchID: t.ParentID, Profile: t.GroupKey, LocalID: params.Object.LocalID, Status: p.state(),
 		LastSuccessfulStatus: p.LastSuccessfulStatus, RetryCount: p.RetryCount, Priority: t.Priority,
 		Identifier: p.Identifier, Version: p.Version, Note: p.Note, Error: p.Error, TaskStatus: t.Status,
 		Attempt: t.Attempt, Node: t.Node, UpdatedAt: t.UpdatedAt, progress: p, task: t}
@@ -132,7 +135,7 @@ func viewBatch(t api.Task, held map[string]bool) BatchView {
 	}
 	_ = json.Unmarshal(t.Params, &params)
 	v := BatchView{ID: t.ID, Profile: params.Profile, Submitter: params.Submitter, Status: p.state(),
-		Report: p.Report, Reports: p.Reports, History: p.History, TaskStatus: t.Status,
+		Report: p.Report, Reports: p.Reports, Notices: p.Notices, History: p.History, TaskStatus: t.Status,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Counts: map[JobState]int{}, task: t}
 	v.CollectionHeld = held[t.GroupKey] && t.Status != api.StatusRunning && !t.Finished()
 	switch {
@@ -267,51 +270,6 @@ func (a *Admin) writeProgress(ctx context.Context, id api.TaskID, old json.RawMe
 			return conflict("%s changed meanwhile; try again", id)
 		}
 		return err
-	}
-	return nil
-}
-
-// HoldCollection holds a collection (profile): its pending batches and
-// jobs are not picked up, on any node, until ReleaseCollection. Running
-// jobs run on.
-func (a *Admin) HoldCollection(ctx context.Context, profile string) error {
-	if !profilePattern.MatchString(profile) {
-		return api.Invalid("profile", "%q: want 1 to 128 characters from A-Z a-z 0-9 . _ -", truncate(profile))
-	}
-	return a.client.HoldGroup(ctx, profile)
-}
-
-// ReleaseCollection lifts a collection hold.
-func (a *Admin) ReleaseCollection(ctx context.Context, profile string) error {
-	if !profilePattern.MatchString(profile) {
-		return api.Invalid("profile", "%q: want 1 to 128 characters from A-Z a-z 0-9 . _ -", truncate(profile))
-	}
-	return a.client.ReleaseGroup(ctx, profile)
-}
-
-// HeldCollections lists the held collections (and any other held group
-// keys).
-func (a *Admin) HeldCollections(ctx context.Context) ([]string, error) {
-	return a.client.HeldGroups(ctx)
-}
-
-// PauseQueue stops the pickup of batches and jobs on every node until
-// ResumeQueue. Running ones run on.
-func (a *Admin) PauseQueue(ctx context.Context) error {
-	for _, b := range []api.BehaviorID{BatchBehavior, JobBehavior} {
-		if err := a.client.Pause(ctx, b); err != nil {
-			return fmt.Errorf("pause %s: %w", b, err)
-		}
-	}
-	return nil
-}
-
-// ResumeQueue lifts PauseQueue.
-func (a *Admin) ResumeQueue(ctx context.Context) error {
-	for _, b := range []api.BehaviorID{BatchBehavior, JobBehavior} {
-		if err := a.client.Resume(ctx, b); err != nil {
-			return fmt.Errorf("resume %s: %w", b, err)
-		}
 	}
 	return nil
 }
@@ -517,82 +475,6 @@ func (a *Admin) removeJob(ctx context.Context, v JobView) error {
 	if dir := v.progress.WorkDir; dir != "" && filepath.IsAbs(dir) {
 		// Best effort: the directory is on the node that ran the job.
 		_ = os.RemoveAll(dir)
-	}
-	return nil
-}
-
-// Hold holds a Pending job or batch (Pending -> Held): it is not picked up
-// until Release.
-func (a *Admin) Hold(ctx context.Context, id api.TaskID) error {
-	t, err := a.get(ctx, id, JobBehavior, BatchBehavior)
-	if err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	if t.Behavior == JobBehavior {
-		var p JobProgress
-		_ = json.Unmarshal(t.Progress, &p)
-		if err := p.Transition(JobHeld, now); err != nil {
-			return illegal(err)
-		}
-		if err := a.client.Hold(ctx, id); err != nil {
-			return fmt.Errorf("hold %s: %w", id, err)
-		}
-		return a.writeProgress(ctx, id, t.Progress, p, api.StatusHeld)
-	}
-	var p BatchProgress
-	_ = json.Unmarshal(t.Progress, &p)
-	if err := p.Transition(BatchHeld, now); err != nil {
-		return illegal(err)
-	}
-	if err := a.client.Hold(ctx, id); err != nil {
-		return fmt.Errorf("hold %s: %w", id, err)
-	}
-	return a.writeProgress(ctx, id, t.Progress, p, api.StatusHeld)
-}
-
-// Release releases a held job or batch (Held -> Pending). A job held by a
-// collection hold is released with ReleaseCollection.
-func (a *Admin) Release(ctx context.Context, id api.TaskID) error {
-	t, err := a.get(ctx, id, JobBehavior, BatchBehavior)
-	if err != nil {
-		return err
-	}
-	if t.Status != api.StatusHeld {
-		held, herr := a.heldSet(ctx)
-		if herr == nil && held[t.GroupKey] {
-			return conflict("%s is held by the hold of collection %s: release the collection", id, t.GroupKey)
-		}
-		return conflict("%s is not held", id)
-	}
-	now := time.Now().UTC()
-	var progress any
-	if t.Behavior == JobBehavior {
-		var p JobProgress
-		_ = json.Unmarshal(t.Progress, &p)
-		if p.state() == JobHeld {
-			if err := p.Transition(JobPending, now); err != nil {
-				return illegal(err)
-			}
-			progress = p
-		}
-	} else {
-		var p BatchProgress
-		_ = json.Unmarshal(t.Progress, &p)
-		if p.state() == BatchHeld {
-			if err := p.Transition(BatchPending, now); err != nil {
-				return illegal(err)
-			}
-			progress = p
-		}
-	}
-	if progress != nil {
-		if err := a.writeProgress(ctx, id, t.Progress, progress, api.StatusHeld); err != nil {
-			return err
-		}
-	}
-	if err := a.client.Release(ctx, id); err != nil {
-		return fmt.Errorf("release %s: %w", id, err)
 	}
 	return nil
 }

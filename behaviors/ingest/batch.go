@@ -93,12 +93,21 @@ type batchRun struct {
 func (r *batchRun) run(ctx context.Context) (BatchResult, error) {
 	now := time.Now().UTC()
 	switch r.prog.state() {
-	case BatchHeld:
-		if err := r.prog.Transition(BatchPending, now); err != nil {
+	case BatchHeld, BatchPending:
+		// Picked up: a batch of a held collection goes to Held and waits
+		// there; a released one goes from Held to Pending, then on.
+		held, err := r.env.collectionHeld(ctx, r.params.Profile)
+		if err != nil {
 			return BatchResult{}, err
 		}
-		fallthrough
-	case BatchPending:
+		if held {
+			return BatchResult{}, r.hold(ctx)
+		}
+		if r.prog.state() == BatchHeld {
+			if err := r.prog.Transition(BatchPending, now); err != nil {
+				return BatchResult{}, err
+			}
+		}
 		return BatchResult{}, r.spawn(ctx)
 	case BatchProcessing:
 		jobs, done, err := r.jobsEnded(ctx)
@@ -134,6 +143,22 @@ func (r *batchRun) run(ctx context.Context) (BatchResult, error) {
 	default:
 		return BatchResult{}, api.Permanent("bad_state", "batch is %s", r.prog.state())
 	}
+}
+
+// hold moves a batch picked up while its collection is held to Held and
+// returns the snooze that ends the run; the collection hold keeps it from
+// being picked up again until it is released.
+func (r *batchRun) hold(ctx context.Context) error {
+	if r.prog.state() != BatchHeld {
+		if err := r.prog.Transition(BatchHeld, time.Now().UTC()); err != nil {
+			return err
+		}
+		if err := r.rc.Checkpoint(ctx, r.prog); err != nil {
+			return err
+		}
+		r.env.log.Info("ingest: batch held: its collection is held", "batch", r.id, "profile", r.params.Profile)
+	}
+	return spi.Snooze(0)
 }
 
 // spawn submits one job per object and waits for them. Jobs have
@@ -174,6 +199,9 @@ func (r *batchRun) spawn(ctx context.Context) error {
 		return err
 	}
 	r.env.log.Info("ingest: batch processing", "batch", r.id, "profile", r.params.Profile, "jobs", len(reqs))
+	if err := r.notify(ctx, NoticeQueued); err != nil {
+		return err
+	}
 	return spi.WaitForChildren(r.env.cfg.BatchWaitMax)
 }
 
@@ -236,6 +264,9 @@ func (r *batchRun) report(ctx context.Context, jobs []api.Task) (BatchResult, er
 	}
 	r.env.log.Info("ingest: batch reported", "batch", r.id, "status", end,
 		"succeeded", len(rep.Succeeded), "failed", len(rep.Failed), "deleted", rep.Deleted)
+	if err := r.notify(ctx, NoticeReport); err != nil {
+		return BatchResult{}, err
+	}
 	if end == BatchFailed {
 		return BatchResult{}, &api.TaskError{Code: "batch_failed",
 			Message:    fmt.Sprintf("%d of %d jobs failed", len(rep.Failed), rep.Jobs),

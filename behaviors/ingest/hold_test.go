@@ -1,13 +1,17 @@
 package ingest_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/behaviors/ingest"
@@ -86,6 +90,9 @@ func TestCollectionHold(t *testing.T) {
 			v := e.jobView(j)
 			require.True(t, v.CollectionHeld)
 			require.Equal(t, api.StatusScheduled, v.TaskStatus)
+			p := e.jobProgress(j)
+			require.Equal(t, ingest.JobHeld, p.Status, "the hold is stored, not only shown")
+			require.Equal(t, []string{"Pending>Held"}, history(p.History))
 		}
 		// Batches ls counts them the same way.
 		list, _, err := e.admin.Batches(e.ctx, "coll", "", 10)
@@ -93,12 +100,138 @@ func TestCollectionHold(t *testing.T) {
 		require.Len(t, list, 1)
 		require.Equal(t, bv.Counts, list[0].Counts)
 
+		// The release moves them back to Pending (the paused queue keeps
+		// them there to be looked at).
+		require.NoError(t, e.admin.PauseQueue(e.ctx))
 		require.NoError(t, e.admin.ReleaseCollection(e.ctx, "coll"))
+		for _, j := range []api.TaskID{j1, j2} {
+			p := e.jobProgress(j)
+			require.Equal(t, ingest.JobPending, p.Status)
+			require.Equal(t, []string{"Pending>Held", "Held>Pending"}, history(p.History))
+			require.Equal(t, ingest.JobPending, e.jobView(j).Status)
+		}
+		require.NoError(t, e.admin.ResumeQueue(e.ctx))
 		bt := e.await(batch)
 		require.Equal(t, api.StatusSuccess, bt.Status, "batch error: %v", bt.Error)
 		require.Equal(t, map[ingest.JobState]int{ingest.JobCompleted: 3}, e.batchView(batch).Counts)
+		for _, j := range []api.TaskID{j1, j2} {
+			require.Equal(t, []string{"Pending>Held", "Held>Pending", "Pending>Estimating"}, history(e.jobProgress(j).History)[:3])
+		}
+	})
+
+	t.Run("lifted by a plain group release", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.server("node")
+		require.NoError(t, e.admin.PauseQueue(e.ctx))
+		batch := e.submit(manifest(e.fileLine("o1", "a", "", []byte("a"))))
+		require.NoError(t, e.admin.HoldCollection(e.ctx, "coll"))
+		require.Equal(t, ingest.BatchHeld, e.batchView(batch).Status)
+		require.ErrorIs(t, e.admin.Release(e.ctx, batch), api.ErrConflict, "the collection is still held")
+		// The group hold is lifted otherwise (stint's group release):
+		// the batch still says Held, and Release moves it to Pending.
+		require.NoError(t, e.client.ReleaseGroup(e.ctx, "coll"))
+		require.Equal(t, ingest.BatchHeld, e.batchView(batch).Status)
+		require.NoError(t, e.admin.Release(e.ctx, batch))
+		v := e.batchView(batch)
+		require.Equal(t, ingest.BatchPending, v.Status)
+		require.Equal(t, []string{"Pending>Held", "Held>Pending"}, history(v.History))
+		require.ErrorIs(t, e.admin.Release(e.ctx, batch), api.ErrConflict, "a Pending batch is not held")
+		require.NoError(t, e.admin.ResumeQueue(e.ctx))
+		bt := e.await(batch)
+		require.Equal(t, api.StatusSuccess, bt.Status, "batch error: %v", bt.Error)
+	})
+
+	t.Run("picked up after the hold", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		// The collection is held the moment the job is picked up, before
+		// its run starts: the run finds the hold.
+		pickedUp := e.holdAtPickup(ingest.JobBehavior)
+		// One job: the hold finds it running (claimed), so only its run
+		// can move it to Held.
+		batch := e.submit(manifest(e.fileLine("o1", "a", "", []byte("a"))))
+		picked := ingest.JobID(batch, 0)
+		e.waitClosed(pickedUp, "the pickup")
+		waitFor(t, time.Minute, "the picked-up job to go to Held", func() bool {
+			return e.jobView(picked).TaskStatus == api.StatusScheduled && e.jobProgress(picked).Status == ingest.JobHeld
+		})
+		require.Equal(t, []string{"Pending>Held"}, history(e.jobProgress(picked).History))
+		require.Equal(t, ingest.JobHeld, e.jobView(picked).Status)
+		require.Never(t, func() bool { return e.jobView(picked).TaskStatus == api.StatusRunning },
+			300*time.Millisecond, 20*time.Millisecond, "the held job was picked up again")
+
+		require.NoError(t, e.admin.ReleaseCollection(e.ctx, "coll"))
+		bt := e.await(batch)
+		require.Equal(t, api.StatusSuccess, bt.Status, "batch error: %v", bt.Error)
+		require.Equal(t, []string{"Pending>Held", "Held>Pending", "Pending>Estimating"}, history(e.jobProgress(picked).History)[:3])
+	})
+
+	t.Run("batch picked up after the hold", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		pickedUp := e.holdAtPickup(ingest.BatchBehavior)
+		batch := e.submit(manifest(e.fileLine("o1", "a", "", []byte("a"))))
+		e.waitClosed(pickedUp, "the pickup")
+		var p ingest.BatchProgress
+		waitFor(t, time.Minute, "the batch to go to Held", func() bool {
+			bt, err := e.client.Get(e.ctx, batch)
+			require.NoError(t, err)
+			return bt.Status == api.StatusScheduled && json.Unmarshal(bt.Progress, &p) == nil && p.Status == ingest.BatchHeld
+		})
+		require.Equal(t, []string{"Pending>Held"}, history(p.History))
+		require.Zero(t, p.Jobs, "no job was spawned")
+		require.Equal(t, ingest.BatchHeld, e.batchView(batch).Status)
+
+		require.NoError(t, e.admin.ReleaseCollection(e.ctx, "coll"))
+		bt := e.await(batch)
+		require.Equal(t, api.StatusSuccess, bt.Status, "batch error: %v", bt.Error)
+		require.Equal(t, []string{"Pending>Held", "Held>Pending", "Pending>Processing"}, history(e.batchView(batch).History)[:3])
 	})
 }
+
+// holdAtPickup starts a node that holds collection coll when it picks up
+// the first task of behavior b, before the task's run starts. The channel
+// is closed once the hold is set. The node's lease is long enough for the
+// hold to be set while the run holds it: a run that lost its lease
+// meanwhile would not start, and the hold would keep the task from being
+// picked up again.
+func (e *tenv) holdAtPickup(b api.BehaviorID) <-chan struct{} {
+	var once sync.Once
+	held := make(chan struct{})
+	e.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(onStart(func(s sdktrace.ReadWriteSpan) {
+		if s.Name() == "stint.run "+string(b) {
+			once.Do(func() {
+				// On the node's goroutine: report, do not stop the test.
+				if err := e.admin.HoldCollection(e.ctx, "coll"); err != nil {
+					e.t.Errorf("hold the collection at pickup: %v", err)
+				}
+				close(held)
+			})
+		}
+	})))
+	e.server("node", func(cfg *ingest.Config) { cfg.Lease = time.Minute })
+	return held
+}
+
+// waitClosed waits until ch is closed, or fails the test when the test's
+// context ends first.
+func (e *tenv) waitClosed(ch <-chan struct{}, what string) {
+	e.t.Helper()
+	select {
+	case <-ch:
+	case <-e.ctx.Done():
+		e.t.Fatalf("%s did not happen", what)
+	}
+}
+
+// onStart is a span processor that calls fn when a span starts.
+type onStart func(sdktrace.ReadWriteSpan)
+
+func (f onStart) OnStart(_ context.Context, s sdktrace.ReadWriteSpan) { f(s) }
+func (onStart) OnEnd(sdktrace.ReadOnlySpan)                           {}
+func (onStart) Shutdown(context.Context) error                        { return nil }
+func (onStart) ForceFlush(context.Context) error                      { return nil }
 
 // TestKilledNodeMidDownload SIGKILLs a node process while a job downloads:
 // another node takes the job over after its lease, keeps the files already

@@ -25,9 +25,21 @@
 // resumes after the last successful stage. A failing stage sends the job to
 // Failed, where it stays until an admin requeues it (Admin.Requeue).
 //
+// Processing looks the object's local id up in the inventory: an object
+// deposited again under its local id is a new version of the stored object
+// and gets its identifier; a manifest that names another identifier for it
+// fails the job. Estimating lowers the priority of a large job
+// (Config.LargeJobBytes) so that small jobs go first. A Notifier
+// (Config.Notifier, e.g. an SMTPNotifier) tells the depositors when their
+// batch is queued and when its report is made.
+//
 // Holds: the group key of batches and jobs is the profile name, so
-// Admin.HoldCollection (a stint group hold) keeps the collection's pending
-// batches and jobs from being claimed; they are shown as Held.
+// Admin.HoldCollection (a stint group hold) keeps the collection's batches
+// and jobs from being claimed, and moves its Pending ones to Held; a batch
+// or job picked up while its collection is held moves itself to Held.
+// ReleaseCollection moves them back to Pending. One submitted during the
+// hold is not picked up, so it stays Pending in its progress and is shown
+// as Held.
 package ingest
 
 import (
@@ -36,7 +48,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/mail"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,6 +79,10 @@ type Profile struct {
 	// CallbackURL receives a POST with a JSON summary of every job that
 	// reaches Notify. Empty: no callback.
 	CallbackURL string `json:"callback_url,omitempty"`
+	// Notify are the depositors' mail addresses that Config.Notifier
+	// tells when a batch of the profile is queued and when its report is
+	// made. Empty: no one is told.
+	Notify []string `json:"notify,omitempty"`
 }
 
 // Config configures the ingest behaviors of a server.
@@ -123,12 +141,33 @@ type Config struct {
 	// requeued ones, which the engine does not count as pending children.
 	// Defaults to 5 seconds.
 	ChildPoll time.Duration
+	// LargeJobBytes is the estimated payload size from which a job is
+	// large: estimating then lowers its priority to LargeJobPriority, so
+	// that the small jobs waiting behind it (in provisioning, or after a
+	// retry) are picked up first. Defaults to 1 GB (10^9 bytes); negative
+	// turns the rule off.
+	LargeJobBytes int64
+	// LargeJobPriority is the priority of a large job, 0 to 32767, lower
+	// first. A job that already has a lower priority (a higher number)
+	// keeps it. Defaults to 10 (the default priority is 5).
+	LargeJobPriority int
+	// Notifier tells depositors when their batch is queued and when its
+	// report is made (see NewSMTPNotifier). A failed notification is
+	// logged and recorded in the batch's progress; it does not fail the
+	// batch. Nil, the default, sends nothing.
+	Notifier Notifier
 	// Mint returns a new identifier. Defaults to a local minter of
 	// ark:/99999/fk4... identifiers.
 	Mint func(ctx context.Context) (string, error)
 	// Logger receives the behaviors' logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
+
+// The defaults of the large-job rule.
+const (
+	DefaultLargeJobBytes    = 1_000_000_000
+	DefaultLargeJobPriority = 10
+)
 
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
@@ -163,6 +202,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ChildPoll <= 0 {
 		c.ChildPoll = 5 * time.Second
+	}
+	if c.LargeJobBytes == 0 {
+		c.LargeJobBytes = DefaultLargeJobBytes
+	}
+	if c.LargeJobPriority == 0 {
+		c.LargeJobPriority = DefaultLargeJobPriority
 	}
 	if c.Mint == nil {
 		c.Mint = MintLocal
@@ -211,6 +256,26 @@ func (e *env) db(ctx context.Context) (*pgxpool.Pool, api.Tasks, error) {
 	return e.pool, e.tasks, nil
 }
 
+// collectionHeld reports whether a profile's collection is held: whether
+// its group key is. A Tasks that cannot list held groups holds none.
+func (e *env) collectionHeld(ctx context.Context, profile string) (bool, error) {
+	_, tasks, err := e.db(ctx)
+	if err != nil {
+		return false, err
+	}
+	h, ok := tasks.(interface {
+		HeldGroups(ctx context.Context) ([]string, error)
+	})
+	if !ok {
+		return false, nil
+	}
+	keys, err := h.HeldGroups(ctx)
+	if err != nil {
+		return false, fmt.Errorf("ingest: list the held collections: %w", err)
+	}
+	return slices.Contains(keys, profile), nil
+}
+
 // start takes the server's Tasks when none was configured.
 func (e *env) start(tasks api.Tasks) {
 	e.mu.Lock()
@@ -236,6 +301,14 @@ func Register(reg *spi.Registry, cfg Config) error {
 				return fmt.Errorf("register ingest: profile %s: callback %q: want an http or https URL", name, p.CallbackURL)
 			}
 		}
+		for _, a := range p.Notify {
+			if _, err := mail.ParseAddress(a); err != nil {
+				return fmt.Errorf("register ingest: profile %s: notify address %q: %w", name, a, err)
+			}
+		}
+	}
+	if cfg.LargeJobPriority < 0 || cfg.LargeJobPriority > 32767 {
+		return fmt.Errorf("register ingest: Config.LargeJobPriority %d: want 0 to 32767", cfg.LargeJobPriority)
 	}
 	var err error
 	if cfg.WorkDir, err = filepath.Abs(cfg.WorkDir); err != nil {

@@ -124,10 +124,20 @@ func (j *jobRun) run(ctx context.Context) (JobResult, error) {
 		if err := j.checkpoint(ctx); err != nil {
 			return JobResult{}, err
 		}
-	case JobHeld:
-		// Released: Held -> Pending, then on.
-		if err := j.prog.Transition(JobPending, now); err != nil {
-			return JobResult{}, api.Permanent("bad_state", "%v", err)
+	case JobHeld, JobPending:
+		// Picked up: a job of a held collection goes to Held and waits
+		// there; a released one goes from Held to Pending, then on.
+		held, err := j.env.collectionHeld(ctx, j.params.Profile)
+		if err != nil {
+			return JobResult{}, err
+		}
+		if held {
+			return JobResult{}, j.hold(ctx)
+		}
+		if j.prog.state() == JobHeld {
+			if err := j.prog.Transition(JobPending, now); err != nil {
+				return JobResult{}, api.Permanent("bad_state", "%v", err)
+			}
 		}
 	}
 	if j.prog.WorkDir == "" {
@@ -160,6 +170,23 @@ func (j *jobRun) run(ctx context.Context) (JobResult, error) {
 	j.cleanup()
 	j.env.log.Info("ingest: job completed", "job", j.id, "identifier", j.prog.Identifier, "version", j.prog.Version)
 	return j.result(), nil
+}
+
+// hold moves a job picked up while its collection is held to Held and
+// returns the snooze that ends the run. The collection hold keeps the job
+// from being picked up again until it is released; the next run moves it
+// back to Pending (as ReleaseCollection does, sooner).
+func (j *jobRun) hold(ctx context.Context) error {
+	if j.prog.state() != JobHeld {
+		if err := j.prog.Transition(JobHeld, time.Now().UTC()); err != nil {
+			return api.Permanent("bad_state", "%v", err)
+		}
+		if err := j.checkpoint(ctx); err != nil {
+			return err
+		}
+		j.env.log.Info("ingest: job held: its collection is held", "job", j.id, "profile", j.params.Profile)
+	}
+	return spi.Snooze(0)
 }
 
 // advance moves the job to the successor of its stage and checkpoints.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/behaviors/ingest"
@@ -247,6 +248,8 @@ type tenv struct {
 	free    atomic.Int64 // bytes FreeSpace reports; negative: the real value
 	checks  atomic.Int32 // FreeSpace calls
 	mints   atomic.Int32
+	// tp is the tracer provider of the test's nodes; nil: the global one.
+	tp trace.TracerProvider
 }
 
 func newEnv(t *testing.T) *tenv {
@@ -297,7 +300,7 @@ func (e *tenv) server(node string, mod ...func(*ingest.Config)) *impl.Server {
 	reg := spi.NewRegistry()
 	require.NoError(e.t, ingest.Register(reg, cfg))
 	srv, err := impl.NewServer(e.st, impl.ServerConfig{Node: node, Registry: reg, PollInterval: 50 * time.Millisecond,
-		AwaitPollInterval: 50 * time.Millisecond, Logger: cfg.Logger})
+		AwaitPollInterval: 50 * time.Millisecond, Logger: cfg.Logger, TracerProvider: e.tp})
 	require.NoError(e.t, err)
 	require.NoError(e.t, srv.Start(e.ctx))
 	e.t.Cleanup(func() {

@@ -28,7 +28,7 @@ type BatchesResponse struct {
 // learns of a behavior's views through them, and web imports no behavior.
 //
 //	GET /api/v1/batches        read  ?profile=P&after=ID&limit=N: a page of batches in id order
-//	GET /api/v1/batches/{id}   read  a batch with its jobs, their counts by state, its report and history
+//	GET /api/v1/batches/{id}   read  a batch with its jobs, their counts by state, its report, notices and history
 //	GET /api/v1/jobs/{id}      read  a job with its Merritt state
 //
 // and the Merritt actions, which follow the state table of batches and jobs

@@ -50,6 +50,39 @@ func (j *jobRun) estimate(ctx context.Context) error {
 		total += s
 	}
 	j.prog.SpaceNeeded = total
+	if err := j.prioritize(ctx); err != nil {
+		if errors.Is(err, api.ErrHalt) || ctx.Err() != nil {
+			return err
+		}
+		// Estimating does not fail: the job goes on at its priority.
+		j.env.log.Warn("ingest: cannot lower the priority of a large job", "job", j.id, "err", err)
+	}
+	return nil
+}
+
+// prioritize lowers the priority of a large job (LargeJobBytes and up) to
+// LargeJobPriority, unless it is lower already. The running claim goes
+// on; the priority orders the job's later pickups.
+func (j *jobRun) prioritize(ctx context.Context) error {
+	if j.cfg.LargeJobBytes < 0 || j.prog.SpaceNeeded < j.cfg.LargeJobBytes {
+		return nil
+	}
+	_, tasks, err := j.env.db(ctx)
+	if err != nil {
+		return err
+	}
+	t, err := tasks.Get(ctx, j.id)
+	if err != nil {
+		return fmt.Errorf("read the priority of %s: %w", j.id, err)
+	}
+	if t.Priority >= j.cfg.LargeJobPriority {
+		return nil
+	}
+	if err := j.rc.SetPriority(ctx, j.cfg.LargeJobPriority); err != nil {
+		return fmt.Errorf("lower the priority of a large job: %w", err)
+	}
+	j.env.log.Info("ingest: large job: priority lowered", "job", j.id, "space_needed", j.prog.SpaceNeeded,
+		"from", t.Priority, "to", j.cfg.LargeJobPriority)
 	return nil
 }
 
@@ -121,22 +154,12 @@ func (j *jobRun) download(ctx context.Context) error {
 	return nil
 }
 
-// process assigns the identifier (the manifest's, or one minted once and
-// checkpointed at once, so that a retry never mints again) and writes the
-// metadata files.
+// process assigns the identifier (see identify; checkpointed at once, so
+// that a retry never mints again) and writes the metadata files.
 func (j *jobRun) process(ctx context.Context) error {
 	if j.prog.Identifier == "" {
-		if id := j.params.Object.Identifier; id != "" {
-			j.prog.Identifier = id
-		} else {
-			id, err := j.cfg.Mint(ctx)
-			if err != nil {
-				return api.Permanent("mint_failed", "mint an identifier: %v", err)
-			}
-			if err := checkIdentifier(id); err != nil {
-				return api.Permanent("mint_failed", "minted %v", err)
-			}
-			j.prog.Identifier, j.prog.Minted = id, true
+		if err := j.identify(ctx); err != nil {
+			return err
 		}
 		if err := j.checkpoint(ctx); err != nil {
 			return err
@@ -167,6 +190,63 @@ func (j *jobRun) process(ctx context.Context) error {
 		return fmt.Errorf("encode metadata: %w", err)
 	}
 	return writeFileAtomic(filepath.Join(j.systemDir(), "mrt-ingest.json"), meta)
+}
+
+// identify sets the object's identifier. An object with a local id that
+// the inventory holds already (for the same profile) is a new version of
+// that object: it gets the stored identifier, and a manifest that gives
+// another one fails the job (local_id_mismatch), as the two name different
+// objects. Otherwise the manifest's identifier is taken, or a new one is
+// minted.
+func (j *jobRun) identify(ctx context.Context) error {
+	obj := j.params.Object
+	var stored string
+	if obj.LocalID != "" {
+		pool, _, err := j.env.db(ctx)
+		if err != nil {
+			return err
+		}
+		if stored, err = lookupLocalID(ctx, pool, j.params.Profile, obj.LocalID); err != nil {
+			return err
+		}
+	}
+	switch {
+	case stored != "" && obj.Identifier != "" && obj.Identifier != stored:
+		return api.Permanent("local_id_mismatch",
+			"local id %q of profile %s is stored as %s, but the manifest gives the identifier %s",
+			obj.LocalID, j.params.Profile, stored, obj.Identifier)
+	case stored != "":
+		j.prog.Identifier, j.prog.Reused = stored, true
+	case obj.Identifier != "":
+		j.prog.Identifier = obj.Identifier
+	default:
+		id, err := j.cfg.Mint(ctx)
+		if err != nil {
+			return api.Permanent("mint_failed", "mint an identifier: %v", err)
+		}
+		if err := checkIdentifier(id); err != nil {
+			return api.Permanent("mint_failed", "minted %v", err)
+		}
+		j.prog.Identifier, j.prog.Minted = id, true
+	}
+	return nil
+}
+
+// lookupLocalID returns the identifier the inventory holds for a local id
+// of a profile (that of its latest version), or "" when it holds none.
+func lookupLocalID(ctx context.Context, pool *pgxpool.Pool, profile, localID string) (string, error) {
+	var id string
+	err := pool.QueryRow(ctx, `
+		SELECT identifier FROM stint_ingest_object
+		WHERE profile = $1 AND local_id = $2
+		ORDER BY created_at DESC, version DESC LIMIT 1`, profile, localID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("look up local id %q of profile %s: %w", localID, profile, err)
+	}
+	return id, nil
 }
 
 // ercValue keeps an ERC value on one line.

@@ -148,6 +148,9 @@ type JobProgress struct {
 	Identifier string `json:"identifier,omitempty"`
 	// Minted is set when Identifier was minted by this job.
 	Minted bool `json:"minted,omitempty"`
+	// Reused is set when Identifier was found by the object's local id:
+	// the job stores a new version of an object ingested before.
+	Reused bool `json:"reused,omitempty"`
 	// Version is the object version in storage, fixed before the first
 	// file is stored so that a retried stage overwrites, never adds.
 	Version int `json:"version,omitempty"`
@@ -240,6 +243,9 @@ type BatchProgress struct {
 	Report *Report `json:"report,omitempty"`
 	// Reports counts the reports made (more than one after re-reporting).
 	Reports int `json:"reports,omitempty"`
+	// Notices are the notifications sent to the depositor, or that
+	// failed, oldest first.
+	Notices []Notice `json:"notices,omitempty"`
 	// History holds the latest state changes, oldest first.
 	History []Transition `json:"history,omitempty"`
 }

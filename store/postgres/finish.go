@@ -245,6 +245,23 @@ func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.LeaseRef, pro
 	return nil
 }
 
+// SetPriority changes a running task's priority; see store.Store. Like
+// Checkpoint it leaves the lease row alone. The claim hints of a task are
+// written when it becomes due, from its row, so the new priority orders
+// its next claim.
+func (s *Store) SetPriority(ctx context.Context, r store.LeaseRef, priority int) error {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE stint_task SET priority = $3, updated_at = now()
+		WHERE id = $1 AND lease = $2 AND status = 'running'`, string(r.ID), uuid(r.Lease), priority)
+	if err != nil {
+		return fmt.Errorf("set priority of task %s: %w", r.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("set priority of task %s: %w", r.ID, api.ErrHalt)
+	}
+	return nil
+}
+
 // Unclaim gives running tasks back, due at once; see store.Store. As in
 // a takeover, the next run covers a resubmit that came during this one.
 func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {

@@ -34,6 +34,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ClaimIssuesALeaseOnce", testClaimIssuesALeaseOnce},
 		{"ClaimTakesLowerPriorityFirstAndSkipsDelayed", testClaimOrder},
 		{"StaleLeaseWritesChangeNothing", testFencing},
+		{"SetPriorityIsFencedAndOrdersTheNextClaim", testSetPriority},
 		{"HoldAndRelease", testHoldAndRelease},
 		{"GroupHoldAndPause", testGroupHoldAndPause},
 		{"RetryOfAFailure", testRetry},
@@ -173,6 +174,27 @@ func testFencing(s *suite) {
 	require.JSONEq(s.t, `{"step":1}`, string(task.Progress))
 	require.True(s.t, task.Finished())
 	require.False(s.t, s.finish(success(c.LeaseRef, `"again"`)), "a run finishes once")
+}
+
+func testSetPriority(s *suite) {
+	s.submit("t-a", func(t *store.NewTask) { t.Priority = 1 })
+	c := s.claim(1, time.Minute)[0]
+	forged := c.LeaseRef
+	forged.Lease[0] ^= 0xff
+	require.ErrorIs(s.t, s.st.SetPriority(s.ctx, forged, 9), api.ErrHalt)
+	require.Equal(s.t, 1, s.get("t-a").Priority, "a stale lease changes nothing")
+	require.NoError(s.t, s.st.SetPriority(s.ctx, c.LeaseRef, 9))
+	require.Equal(s.t, 9, s.get("t-a").Priority)
+
+	// Snoozed, the task is due again with its new priority: a task of
+	// priority 5 due later is claimed before it.
+	require.True(s.t, s.finish(store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusScheduled, Again: true}))
+	s.submit("t-b")
+	require.Equal(s.t, []api.TaskID{"t-b"}, ids(s.claim(1, time.Minute)))
+	again := s.claim(1, time.Minute)
+	require.Equal(s.t, []api.TaskID{"t-a"}, ids(again))
+	require.ErrorIs(s.t, s.st.SetPriority(s.ctx, c.LeaseRef, 3), api.ErrHalt, "the lease of an ended run")
+	require.Equal(s.t, 9, s.get("t-a").Priority)
 }
 
 func testHoldAndRelease(s *suite) {

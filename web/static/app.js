@@ -959,14 +959,16 @@
           panel('Jobs', (b.jobs || []).length + ' jobs', h('div', { class: 'table-wrap' }, (b.jobs || []).length === 0
             ? h('div', { class: 'empty' }, 'No jobs yet: the batch has not run.')
             : h('table', { id: 'jobs' },
-              h('thead', {}, h('tr', {}, ['Job', 'State', 'Last done', 'Requeues', 'Attempt', 'Node', 'Identifier', 'Updated'].map((c) => h('th', {}, c)))),
+              h('thead', {}, h('tr', {}, ['Job', 'State', 'Last done', 'Requeues', 'Attempt', 'Priority', 'Node', 'Local id', 'Identifier', 'Updated'].map((c) => h('th', {}, c)))),
               h('tbody', {}, b.jobs.map((j) => h('tr', { dataset: { taskId: j.id, state: j.status } },
                 h('td', { class: 'id', title: j.id }, h('a', { href: taskHref(j.id) }, j.id)),
                 h('td', {}, statePill(j.status), j.error ? h('div', { class: 'error-text' }, j.error) : null),
                 h('td', {}, j.last_successful_status || ''),
                 h('td', { class: 'num' }, j.retry_count),
                 h('td', { class: 'num' }, j.attempt),
+                h('td', { class: 'num' }, j.priority),
                 h('td', { class: 'id' }, j.node || ''),
+                h('td', { class: 'id' }, j.local_id || ''),
                 h('td', { class: 'id' }, j.identifier || ''),
                 h('td', {}, timeEl(j.updated_at)))))))),
           h('div', {},
@@ -977,6 +979,11 @@
                 h('div', { class: 'chips' }, rep.failed.map((f) => h('a', { class: 'chip', href: taskHref(f) }, f)))) : null,
               (rep.recovered || []).length ? h('div', { class: 'mt' }, h('div', { class: 'muted' }, 'Recovered since the last report:'),
                 h('div', { class: 'chips' }, rep.recovered.map((f) => h('a', { class: 'chip', href: taskHref(f) }, f)))) : null)) : null,
+            (b.notices || []).length ? panel('Notices', 'to the depositors', h('ol', { class: 'timeline', id: 'batch-notices' },
+              b.notices.map((n) => h('li', { dataset: { status: n.error ? 'failure' : 'success', kind: n.kind } },
+                h('span', { class: 'when', title: absTime(n.at) }, stamp(n.at)),
+                h('span', {}, n.kind === 'queued' ? 'Queued notice' : 'Report notice', ': ',
+                  n.error ? h('span', { class: 'error-text' }, 'not sent: ' + n.error) : 'sent'))))) : null,
             panel('History', null, (b.history || []).length === 0 ? h('div', { class: 'empty' }, 'No transitions yet.')
               : h('ol', { class: 'timeline' }, b.history.map((tr) => h('li', { dataset: { status: MERRITT[tr.to] || 'removed' } },
                 h('span', { class: 'when', title: absTime(tr.at) }, stamp(tr.at)), h('span', {}, (tr.from || '∅') + ' → ' + tr.to))))))));
