@@ -82,8 +82,10 @@ func submitRegistry() *spi.Registry {
 }
 
 // testConfig is the ingest configuration of test nodes: short waits, few
-// retries, 1-second leases. The behaviors list jobs through the server
-// they run on.
+// retries. Leases are 10 seconds: a shorter lease lets a loaded machine,
+// whose renewals come late, lose runs to takeovers that repeat work the
+// tests count (a file fetched twice); the tests of takeovers set their
+// own. The behaviors list jobs through the server they run on.
 func testConfig(work, storage string, pool *pgxpool.Pool) ingest.Config {
 	return ingest.Config{
 		WorkDir:          work,
@@ -92,7 +94,7 @@ func testConfig(work, storage string, pool *pgxpool.Pool) ingest.Config {
 		ProvisionRecheck: 100 * time.Millisecond,
 		HTTPAttempts:     2,
 		RetryBackoff:     10 * time.Millisecond,
-		Lease:            time.Second,
+		Lease:            10 * time.Second,
 		ChildPoll:        100 * time.Millisecond,
 		BatchWaitMax:     30 * time.Second,
 	}
