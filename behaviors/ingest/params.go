@@ -368,47 +368,8 @@ func ParseManifest(text string) ([]Object, error) {
 			}
 			continue
 		}
-		cols := strings.Split(line, "|")
-		if len(cols) > len(fields) {
-			return nil, fmt.Errorf("manifest line %d: %d columns, want at most %d", lineNo, len(cols), len(fields))
-		}
-		var f File
-		var localID, ident string
-		for i, c := range cols {
-			c = strings.TrimSpace(c)
-			switch fields[i] {
-			case fieldURL:
-				f.URL = c
-			case fieldAlg:
-				f.DigestAlg = c
-			case fieldHash:
-				f.Digest = c
-			case fieldSize:
-				if c != "" {
-					size, err := strconv.ParseInt(c, 10, 64)
-					if err != nil || size < 0 {
-						return nil, fmt.Errorf("manifest line %d: size %q: want a number of bytes", lineNo, truncate(c))
-					}
-					f.Size = &size
-				}
-			case fieldName:
-				f.Name = c
-			case fieldLocalID:
-				localID = c
-			case fieldIdentifier:
-				ident = c
-			}
-		}
-		if f.URL == "" {
-			return nil, fmt.Errorf("manifest line %d: no file URL", lineNo)
-		}
-		if err := f.check(); err != nil {
-			return nil, fmt.Errorf("manifest line %d: %w", lineNo, err)
-		}
-		if err := checkLocalID(localID); err != nil {
-			return nil, fmt.Errorf("manifest line %d: %w", lineNo, err)
-		}
-		if err := checkIdentifier(ident); err != nil {
+		f, localID, ident, err := parseFileLine(line, fields)
+		if err != nil {
 			return nil, fmt.Errorf("manifest line %d: %w", lineNo, err)
 		}
 		i, ok := byLocal[localID]
@@ -445,6 +406,52 @@ func ParseManifest(text string) ([]Object, error) {
 		return nil, errors.New("manifest: no file lines")
 	}
 	return objs, nil
+}
+
+// parseFileLine parses and checks one file line whose columns are fields.
+func parseFileLine(line string, fields []string) (f File, localID, ident string, err error) {
+	cols := strings.Split(line, "|")
+	if len(cols) > len(fields) {
+		return f, "", "", fmt.Errorf("%d columns, want at most %d", len(cols), len(fields))
+	}
+	for i, c := range cols {
+		c = strings.TrimSpace(c)
+		switch fields[i] {
+		case fieldURL:
+			f.URL = c
+		case fieldAlg:
+			f.DigestAlg = c
+		case fieldHash:
+			f.Digest = c
+		case fieldSize:
+			if c != "" {
+				size, err := strconv.ParseInt(c, 10, 64)
+				if err != nil || size < 0 {
+					return f, "", "", fmt.Errorf("size %q: want a number of bytes", truncate(c))
+				}
+				f.Size = &size
+			}
+		case fieldName:
+			f.Name = c
+		case fieldLocalID:
+			localID = c
+		case fieldIdentifier:
+			ident = c
+		}
+	}
+	if f.URL == "" {
+		return f, "", "", errors.New("no file URL")
+	}
+	if err := f.check(); err != nil {
+		return f, "", "", err
+	}
+	if err := checkLocalID(localID); err != nil {
+		return f, "", "", err
+	}
+	if err := checkIdentifier(ident); err != nil {
+		return f, "", "", err
+	}
+	return f, localID, ident, nil
 }
 
 // parseFieldsLine parses the rest of a "#%fields" line.
