@@ -17,12 +17,14 @@ import (
 // stint_behavior. It takes the first claim hints in stint_due, deletes
 // them, and claims each hint's task if the hint still matches it (a hint
 // made stale by a later change is dropped where it is found). Paused
-// behaviors and held group keys are skipped. $5 is the look-ahead
+// behaviors and held group keys are skipped: their hints are parked, out of
+// the claim index, but one added while the pause or hold committed may
+// have stayed in it. $5 is the look-ahead
 // (couch_jobs' max_sched_time): tasks due that soon are taken early.
 var claimSQL = claimCTEs(`
     DELETE FROM stint_due d WHERE d.ctid = ANY(ARRAY(
         SELECT c.ctid FROM stint_due c
-        WHERE c.due <= now() + $5 * interval '1 microsecond'
+        WHERE NOT c.parked AND c.due <= now() + $5 * interval '1 microsecond'
           AND c.behavior = ANY(ARRAY(SELECT behavior FROM cfg))
           AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
         ORDER BY c.priority, c.due
@@ -88,7 +90,7 @@ var perGroupCandidatesSQL = `
 SELECT c.ctid, c.id, coalesce(c.group_key, ''),
     EXISTS (SELECT 1 FROM stint_task t WHERE ` + hintMatches("t", "c") + `) AS live
 FROM stint_due c
-WHERE c.behavior = $1
+WHERE NOT c.parked AND c.behavior = $1
   AND c.due <= now() + $2 * interval '1 microsecond'
   AND NOT EXISTS (SELECT 1 FROM stint_behavior b WHERE b.behavior = $1 AND b.paused)
   AND (c.group_key IS NULL OR (c.group_key <> ALL($4::text[])
