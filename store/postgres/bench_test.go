@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,6 +214,54 @@ func BenchmarkClaimPastParked(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
 			b.ReportMetric(float64(claimTime.Microseconds())/float64((b.N+999)/1000), "µs/claim-of-1000")
+		})
+	}
+}
+
+// BenchmarkClaimConcurrent measures claims and completions of batches of
+// 250 by 1 and 4 claimers side by side, as node processes claim: where the
+// claimers meet at the head of the claim index, 4 claim less than 1.
+func BenchmarkClaimConcurrent(b *testing.B) {
+	for _, claimers := range []int{1, 4} {
+		b.Run(fmt.Sprintf("claimers=%d", claimers), func(b *testing.B) {
+			st := open(b)
+			ctx := context.Background()
+			for i := 0; i < b.N; i += 5000 {
+				if _, err := st.Submit(ctx, newTasks(min(5000, b.N-i), i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var done atomic.Int64
+			errs := make(chan error, claimers)
+			b.ResetTimer()
+			start := time.Now()
+			for c := range claimers {
+				go func() {
+					for done.Load() < int64(b.N) {
+						claimed, err := st.Claim(ctx, store.ClaimRequest{Node: fmt.Sprintf("bench-%d", c), Behaviors: noop, Limit: 250})
+						if err != nil {
+							errs <- err
+							return
+						}
+						cs := make([]store.Completion, len(claimed))
+						for i, c := range claimed {
+							cs[i] = store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{}`)}
+						}
+						if _, err := st.Finish(ctx, cs); err != nil {
+							errs <- err
+							return
+						}
+						done.Add(int64(len(claimed)))
+					}
+					errs <- nil
+				}()
+			}
+			for range claimers {
+				if err := <-errs; err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
 		})
 	}
 }
