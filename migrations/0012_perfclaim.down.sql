@@ -6,6 +6,7 @@ BEGIN
     END IF;
 END
 $$;
+DROP STATISTICS stint_due_parked;
 DROP INDEX stint_due_order;
 CREATE INDEX stint_due_order ON stint_due (priority, due);
 ALTER TABLE stint_due DROP COLUMN parked;
