@@ -146,3 +146,13 @@ func (w window) usage() usage {
 	others := max(float64(now.busy-w.cpu.busy)-float64(ours), 0)
 	return usage{Ours: 100 * float64(ours) / total, Others: 100 * others / total, Steal: 100 * float64(now.steal-w.cpu.steal) / total}
 }
+
+// noisyPct is the share of the machine's CPU time, in percent, that other
+// processes and other virtual machines together may take during a run
+// before the run is flagged as noisy: its figures then say as much about
+// the machine's other load as about the systems measured.
+const noisyPct = 10
+
+// noisy reports whether others and steal took more than noisyPct of the
+// CPU time; an unknown usage is not noisy.
+func (u usage) noisy() bool { return u.Steal >= 0 && u.Others+u.Steal > noisyPct }

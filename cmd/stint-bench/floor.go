@@ -25,7 +25,7 @@ CREATE TABLE floor_task (LIKE stint_task INCLUDING DEFAULTS) WITH (fillfactor = 
 ALTER TABLE floor_task ADD PRIMARY KEY (id);
 CREATE INDEX floor_task_parent ON floor_task (parent_id) WHERE parent_id IS NOT NULL;
 CREATE INDEX floor_task_group ON floor_task (group_key) WHERE group_key IS NOT NULL;
-CREATE TABLE floor_due (LIKE stint_due);
+CREATE TABLE floor_due (LIKE stint_due INCLUDING DEFAULTS);
 CREATE INDEX floor_due_order ON floor_due (priority, due);
 CREATE TABLE floor_lease (LIKE stint_lease);
 ALTER TABLE floor_lease ADD PRIMARY KEY (lease);

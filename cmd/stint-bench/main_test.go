@@ -137,9 +137,34 @@ func TestAggregate(t *testing.T) {
 	if bd.Runs != 3 || bd.Seconds != 2 || len(bd.PerRun) != 3 || bd.PerRun[1] != 25 || bd.CPU != (usage{60, 2, 20}) {
 		t.Errorf("burn-down: %+v, want the median run of 3 (2 s), steal 20", bd)
 	}
+	if bd.Noisy != 3 {
+		t.Errorf("burn-down: %d noisy runs, want 3 (others and steal above 10%%)", bd.Noisy)
+	}
 	lat := got[2]
+	if lat.Noisy != 0 {
+		t.Errorf("latency: %d noisy runs, want 0 (usage unknown)", lat.Noisy)
+	}
 	if lat.Runs != 2 || lat.Tasks != 3 || lat.Latency == nil || lat.Latency.Count != 3 || lat.Latency.P50MS != 2 || lat.CPU != unknownUsage {
 		t.Errorf("latency: %+v %+v, want 3 pooled samples with p50 2 ms", lat, lat.Latency)
+	}
+}
+
+// TestNoisy checks which shares of others and steal flag a run.
+func TestNoisy(t *testing.T) {
+	for _, c := range []struct {
+		u    usage
+		want bool
+	}{
+		{usage{90, 5, 5}, false},
+		{usage{80, 10, 0}, false},
+		{usage{80, 10.5, 0}, true},
+		{usage{80, 0, 11}, true},
+		{usage{60, 6, 6}, true},
+		{unknownUsage, false},
+	} {
+		if got := c.u.noisy(); got != c.want {
+			t.Errorf("%+v noisy = %v, want %v", c.u, got, c.want)
+		}
 	}
 }
 

@@ -57,6 +57,9 @@ type Result struct {
 	// CPU is how the machine's CPU time went during the measured windows
 	// (mean over runs).
 	CPU usage `json:"cpu"`
+	// Noisy counts the runs in which other processes and steal took more
+	// than noisyPct of the CPU time.
+	Noisy int `json:"noisy_runs,omitempty"`
 	// StintRatio is stint's figure divided by this row's, on rows of other
 	// systems: tasks/s for throughput (above 1: stint is faster), p50 for
 	// latency (below 1: stint is quicker); StintRatioP99 is the p99 one.
@@ -91,7 +94,11 @@ func aggregate(raw []Result) []Result {
 		runs := groups[k]
 		var cpu usage
 		cpuN := 0
+		noisy := 0
 		for _, x := range runs {
+			if x.CPU.noisy() {
+				noisy++
+			}
 			if x.CPU.Steal >= 0 {
 				cpu.Ours += x.CPU.Ours
 				cpu.Others += x.CPU.Others
@@ -127,6 +134,7 @@ func aggregate(raw []Result) []Result {
 			}
 		}
 		row.Runs = len(runs)
+		row.Noisy = noisy
 		row.samples = nil
 		row.CPU = unknownUsage
 		if cpuN > 0 {
@@ -325,6 +333,9 @@ func (r *Report) writeTable(w io.Writer) {
 		if x.Error == "" && x.CPU.Steal >= 0 {
 			steal = fmt.Sprintf("%.0f / %.0f / %.0f", x.CPU.Ours, x.CPU.Others, x.CPU.Steal)
 		}
+		if n := max(x.Noisy, btoi(x.Runs == 0 && x.CPU.noisy())); n > 0 {
+			steal += fmt.Sprintf(" NOISY %d/%d", n, max(x.Runs, 1))
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, x.Metric, x.System, tasks, secs, x.value(), spread, steal, ratio)
 	}
 	_ = tw.Flush()
@@ -335,6 +346,7 @@ func (r *Report) writeTable(w io.Writer) {
 	fmt.Fprintln(w, "CPU% BENCH/OTHERS/STEAL: how the machine's CPU time (all cores) went during the measured windows, mean over runs: to this")
 	fmt.Fprintln(w, "  benchmark (harness, system, nodes, PostgreSQL) / to other processes on the machine / to other virtual machines.")
 	fmt.Fprintln(w, "  BENCH well under 100 with OTHERS and STEAL low: the system waits rather than computes; high OTHERS or STEAL: noise.")
+	fmt.Fprintf(w, "  NOISY n/m: in n of the m runs other processes and steal took more than %d%% of the CPU time; those figures are suspect.\n", noisyPct)
 	fmt.Fprintln(w, "STINT ÷ THIS: stint's tasks/s over this row's (above 1: stint is faster); for latency stint's p50 and p99 over this row's (below 1: stint is quicker).")
 
 	for _, s := range r.SQL {
@@ -387,4 +399,11 @@ func num(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -175,7 +175,11 @@ func (s *Store) Retry(ctx context.Context, id api.TaskID) error {
 
 // HoldGroup holds a group key.
 func (s *Store) HoldGroup(ctx context.Context, key string) error {
-	if _, err := s.pool.Exec(ctx, `INSERT INTO stint_hold (group_key) VALUES ($1) ON CONFLICT DO NOTHING`, key); err != nil {
+	err := s.changeParking(ctx, "", &key, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO stint_hold (group_key) VALUES ($1) ON CONFLICT DO NOTHING`, key)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("hold group %q: %w", key, err)
 	}
 	return nil
@@ -183,8 +187,12 @@ func (s *Store) HoldGroup(ctx context.Context, key string) error {
 
 // ReleaseGroup lifts a group hold and wakes the claimers.
 func (s *Store) ReleaseGroup(ctx context.Context, key string) error {
-	if _, err := s.pool.Exec(ctx, `WITH d AS (DELETE FROM stint_hold WHERE group_key = $1 RETURNING 1)
-		SELECT pg_notify($2, '') FROM d`, key, store.ChannelDue); err != nil {
+	err := s.changeParking(ctx, "", &key, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `WITH d AS (DELETE FROM stint_hold WHERE group_key = $1 RETURNING 1)
+			SELECT pg_notify($2, '') FROM d`, key, store.ChannelDue)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("release group %q: %w", key, err)
 	}
 	return nil
@@ -210,12 +218,15 @@ func (s *Store) SetBehavior(ctx context.Context, b store.BehaviorSettings) error
 		ms := b.Lease.Milliseconds()
 		leaseMS = &ms
 	}
-	_, err := s.pool.Exec(ctx, `
-		WITH u AS (
-		    INSERT INTO stint_behavior (behavior, paused, lease_ms) VALUES ($1, $2, $3)
-		    ON CONFLICT (behavior) DO UPDATE SET paused = $2, lease_ms = $3, updated_at = now()
-		    RETURNING 1)
-		SELECT pg_notify($4, '') FROM u`, string(b.Behavior), b.Paused, leaseMS, store.ChannelDue)
+	err := s.changeParking(ctx, string(b.Behavior), nil, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `
+			WITH u AS (
+			    INSERT INTO stint_behavior (behavior, paused, lease_ms) VALUES ($1, $2, $3)
+			    ON CONFLICT (behavior) DO UPDATE SET paused = $2, lease_ms = $3, updated_at = now()
+			    RETURNING 1)
+			SELECT pg_notify($4, '') FROM u`, string(b.Behavior), b.Paused, leaseMS, store.ChannelDue)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("set behavior %s: %w", b.Behavior, err)
 	}

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,6 +140,127 @@ func BenchmarkClaimWithHistory(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
 			b.ReportMetric(float64(claimTime.Microseconds())/float64((b.N+999)/1000), "µs/claim-of-1000")
+		})
+	}
+}
+
+// BenchmarkClaimPastParked measures claims and completions of one behavior
+// while 0 or 1M due tasks of a paused behavior, or of a held group, wait at
+// a higher priority: a claim must not walk past them, so the cost should
+// not grow with them.
+func BenchmarkClaimPastParked(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		parked  int
+		paused  bool
+		grouped bool
+	}{{"empty", 0, false, false}, {"paused=1M", 1_000_000, true, false}, {"held=1M", 1_000_000, false, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			st := open(b)
+			ctx := context.Background()
+			// Only the hints: the claim leaves out paused behaviors and
+			// held keys before it reads a task, and the cost of a large
+			// task table is BenchmarkClaimWithHistory's.
+			if _, err := st.Pool().Exec(ctx, `
+				INSERT INTO stint_due (id, behavior, priority, due, group_key)
+				SELECT 'parked-' || g, 'bench.other', 0, now() - interval '1 hour', CASE WHEN $2 THEN 'held' END
+				FROM generate_series(1, $1) g`, c.parked, c.grouped); err != nil {
+				b.Fatal(err)
+			}
+			if c.paused {
+				if err := st.SetBehavior(ctx, store.BehaviorSettings{Behavior: "bench.other", Paused: true}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if c.grouped {
+				if err := st.HoldGroup(ctx, "held"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := st.Pool().Exec(ctx, `VACUUM ANALYZE stint_task, stint_due`); err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < b.N; i += 5000 {
+				if _, err := st.Submit(ctx, newTasks(min(5000, b.N-i), i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			behaviors := []store.BehaviorLease{noop[0], {Behavior: "bench.other", Lease: 30 * time.Second}}
+			var claimTime time.Duration
+			b.ResetTimer()
+			start := time.Now()
+			for done := 0; done < b.N; {
+				t0 := time.Now()
+				claimed, err := st.Claim(ctx, store.ClaimRequest{Node: "bench", Behaviors: behaviors, Limit: 1000})
+				if err != nil {
+					b.Fatal(err)
+				}
+				claimTime += time.Since(t0)
+				if len(claimed) == 0 {
+					b.Fatalf("claimed nothing after %d of %d tasks", done, b.N)
+				}
+				cs := make([]store.Completion, len(claimed))
+				for i, c := range claimed {
+					if c.Behavior != "bench.noop" {
+						b.Fatalf("claimed a task of %s", c.Behavior)
+					}
+					cs[i] = store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{}`)}
+				}
+				if _, err := st.Finish(ctx, cs); err != nil {
+					b.Fatal(err)
+				}
+				done += len(claimed)
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
+			b.ReportMetric(float64(claimTime.Microseconds())/float64((b.N+999)/1000), "µs/claim-of-1000")
+		})
+	}
+}
+
+// BenchmarkClaimConcurrent measures claims and completions of batches of
+// 250 by 1 and 4 claimers side by side, as node processes claim: where the
+// claimers meet at the head of the claim index, 4 claim less than 1.
+func BenchmarkClaimConcurrent(b *testing.B) {
+	for _, claimers := range []int{1, 4} {
+		b.Run(fmt.Sprintf("claimers=%d", claimers), func(b *testing.B) {
+			st := open(b)
+			ctx := context.Background()
+			for i := 0; i < b.N; i += 5000 {
+				if _, err := st.Submit(ctx, newTasks(min(5000, b.N-i), i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var done atomic.Int64
+			errs := make(chan error, claimers)
+			b.ResetTimer()
+			start := time.Now()
+			for c := range claimers {
+				go func() {
+					for done.Load() < int64(b.N) {
+						claimed, err := st.Claim(ctx, store.ClaimRequest{Node: fmt.Sprintf("bench-%d", c), Behaviors: noop, Limit: 250})
+						if err != nil {
+							errs <- err
+							return
+						}
+						cs := make([]store.Completion, len(claimed))
+						for i, c := range claimed {
+							cs[i] = store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{}`)}
+						}
+						if _, err := st.Finish(ctx, cs); err != nil {
+							errs <- err
+							return
+						}
+						done.Add(int64(len(claimed)))
+					}
+					errs <- nil
+				}()
+			}
+			for range claimers {
+				if err := <-errs; err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
 		})
 	}
 }

@@ -17,12 +17,14 @@ import (
 // stint_behavior. It takes the first claim hints in stint_due, deletes
 // them, and claims each hint's task if the hint still matches it (a hint
 // made stale by a later change is dropped where it is found). Paused
-// behaviors and held group keys are skipped. $5 is the look-ahead
+// behaviors and held group keys are skipped: their hints are parked, out of
+// the claim index, but one added while the pause or hold committed may
+// have stayed in it. $5 is the look-ahead
 // (couch_jobs' max_sched_time): tasks due that soon are taken early.
 var claimSQL = claimCTEs(`
     DELETE FROM stint_due d WHERE d.ctid = ANY(ARRAY(
         SELECT c.ctid FROM stint_due c
-        WHERE c.due <= now() + $5 * interval '1 microsecond'
+        WHERE NOT c.parked AND c.due <= now() + $5 * interval '1 microsecond'
           AND c.behavior = ANY(ARRAY(SELECT behavior FROM cfg))
           AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
         ORDER BY c.priority, c.due
@@ -88,7 +90,7 @@ var perGroupCandidatesSQL = `
 SELECT c.ctid, c.id, coalesce(c.group_key, ''),
     EXISTS (SELECT 1 FROM stint_task t WHERE ` + hintMatches("t", "c") + `) AS live
 FROM stint_due c
-WHERE c.behavior = $1
+WHERE NOT c.parked AND c.behavior = $1
   AND c.due <= now() + $2 * interval '1 microsecond'
   AND NOT EXISTS (SELECT 1 FROM stint_behavior b WHERE b.behavior = $1 AND b.paused)
   AND (c.group_key IS NULL OR (c.group_key <> ALL($4::text[])
@@ -108,12 +110,40 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 	if req.PerGroup > 0 {
 		return s.claimPerGroup(ctx, req, behaviors, leases)
 	}
-	rows, err := s.pool.Query(ctx, claimSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds())
+	// One round trip, one implicit transaction: the claim commits without
+	// waiting for its WAL flush (see asyncCommitSQL).
+	batch := &pgx.Batch{}
+	batch.Queue(asyncCommitSQL)
+	batch.Queue(claimSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds())
+	br := s.pool.SendBatch(ctx, batch)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	return scanClaimed(rows, req.Limit)
+	out, err := scanClaimed(rows, req.Limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	return out, nil
 }
+
+// asyncCommitSQL lets the transaction it runs in commit without waiting
+// for its WAL to reach disk, which takes a disk flush off the way from a
+// task's submit to its start. A claim may do without: should the database
+// crash before the WAL writer flushed the claim (within a few hundred
+// milliseconds), the claim is undone, so its tasks are due again and run
+// once more, as when a node dies after claiming; the first run's writes
+// find no lease and are fenced out. A commit that waits for its flush
+// (a finish, a submit) flushes all WAL before its own, so nothing durable
+// can depend on a claim that is lost.
+const asyncCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 
 // claimPerGroup claims tasks of one behavior, at most req.PerGroup running
 // per group key across all nodes. A transaction-scoped advisory lock per

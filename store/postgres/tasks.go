@@ -161,11 +161,23 @@ func feedInsert(from, status, final string) string {
 // dueInsert returns the statement that adds claim hints for the rows of
 // from (a CTE with id, behavior, priority, schedule_not_before, group_key
 // and status) that wait to run. Its argument is a constant of this package.
+//
+// A hint of a paused behavior or a held group key is added parked, out of
+// the claim index. The pause or hold row found is share-locked: a resume or
+// release that changes it waits for this statement's transaction and then
+// unparks the hint; one that committed first is seen here (a locking read
+// takes the row's newest version), and the hint is not parked. A row that
+// a resume, release or lease change holds locked is skipped, so that the
+// statement never waits: its hint stays in the claim index, where a claim
+// still leaves it while the pause or hold lasts.
 func dueInsert(from string) string {
 	return `
-    INSERT INTO stint_due (id, behavior, priority, due, group_key)
-    SELECT id, behavior, priority, schedule_not_before, group_key FROM ` + from + `
-    WHERE schedule_not_before IS NOT NULL AND status IN ` + waitingStatuses
+    INSERT INTO stint_due (id, behavior, priority, due, group_key, parked)
+    SELECT n.id, n.behavior, n.priority, n.schedule_not_before, n.group_key,
+        EXISTS (SELECT 1 FROM stint_behavior pb WHERE pb.behavior = n.behavior AND pb.paused FOR SHARE SKIP LOCKED)
+        OR (n.group_key IS NOT NULL AND EXISTS (SELECT 1 FROM stint_hold ph WHERE ph.group_key = n.group_key FOR SHARE SKIP LOCKED))
+    FROM (SELECT id, behavior, priority, schedule_not_before, group_key, status FROM ` + from + `) n
+    WHERE n.schedule_not_before IS NOT NULL AND n.status IN ` + waitingStatuses
 }
 
 // waitingStatuses are the statuses of a task that waits to run when it has

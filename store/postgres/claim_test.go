@@ -1,0 +1,57 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/store"
+	"github.com/stinthq/stint/store/postgres"
+)
+
+// A claim commits without waiting for its WAL flush, and only the claim:
+// the connection it ran on commits the next statements durably, in every
+// query mode the store supports (behind PgBouncer the batch is sent as one
+// simple query or unprepared statements).
+func TestClaimAsyncCommitStaysInItsTransaction(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.New(t)
+	for _, mode := range []string{"", "exec", "simple_protocol"} {
+		t.Run("mode="+mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			d := dsn
+			if mode != "" {
+				d += sep(dsn) + "default_query_exec_mode=" + mode
+			}
+			st, err := postgres.Open(ctx, d, postgres.MaxConns(1), postgres.PollOnly())
+			require.NoError(t, err)
+			defer st.Close()
+			_, err = st.Submit(ctx, []store.NewTask{{ID: api.TaskID("async-task-" + mode), Behavior: semBehavior, Priority: 5}})
+			require.NoError(t, err)
+			// The test cluster runs with synchronous_commit off: the
+			// pool's one connection turns it on for its session.
+			_, err = st.Pool().Exec(ctx, `SET synchronous_commit = on`)
+			require.NoError(t, err)
+			cl, err := st.Claim(ctx, store.ClaimRequest{Node: "n1", Behaviors: semLease, Limit: 10})
+			require.NoError(t, err)
+			require.Len(t, cl, 1)
+			var setting string
+			require.NoError(t, st.Pool().QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&setting))
+			require.Equal(t, "on", setting, "the claim's setting leaked into the connection")
+		})
+	}
+}
+
+func sep(dsn string) string {
+	for _, c := range dsn {
+		if c == '?' {
+			return "&"
+		}
+	}
+	return "?"
+}
