@@ -203,6 +203,12 @@ type Store interface {
 	// Retry schedules a task that failed for good to run again at once,
 	// with a fresh count of attempts; api.ErrConflict otherwise.
 	Retry(ctx context.Context, id api.TaskID) error
+	// Fail ends a task that waits to run (scheduled, held, or due again
+	// after a run) as failed for good with e, counts it off its parent's
+	// pending children, records the change and wakes its awaiters. A
+	// running task is api.ErrConflict: its run owns its outcome. A task
+	// that finished for good is api.ErrConflict too.
+	Fail(ctx context.Context, id api.TaskID, e *api.TaskError) error
 	// HoldGroup keeps every task of a group key from being claimed.
 	HoldGroup(ctx context.Context, key string) error
 	// ReleaseGroup lifts a group hold.
