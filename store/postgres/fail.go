@@ -73,6 +73,6 @@ func (s *Store) Fail(ctx context.Context, id api.TaskID, e *api.TaskError) error
 	case due || status == string(api.StatusHeld) || status == string(api.StatusScheduled):
 		return fmt.Errorf("fail task %s: it changed meanwhile (it is %s now): %w", id, status, api.ErrConflict)
 	default:
-		return fmt.Errorf("fail task %s: it is %s, finished for good: %w", id, status, api.ErrConflict)
+		return fmt.Errorf("fail task %s: it has finished for good (%s): %w", id, status, api.ErrConflict)
 	}
 }
