@@ -238,6 +238,32 @@ func TestDashboardInBrowser(t *testing.T) {
 		void(chromedp.Poll[bool](`/^[0-9.]+(ms|s)$|^[0-9]+[mhd] [0-9]+[smh]$/.test(document.getElementById('m-lag').textContent)`,
 			chromedp.WithPollingTimeout(30*time.Second))))
 
+	// Fail a held task by hand from its page: a reason is needed, and a
+	// second click.
+	doomed := e.submit(web.SubmitBody{Behavior: idleKind.ID, ID: "browser-doomed", Params: json.RawMessage(`{"note":"never runs"}`)})
+	require.NoError(t, e.srv.Hold(e.ctx, doomed))
+	run("open the held task", goHash("#/tasks/"+string(doomed)),
+		chromedp.WaitVisible(css(`#task-status [data-status="held"]`)), chromedp.WaitVisible(chromedp.ID("fail-reason")))
+	run("fail without a reason", chromedp.Click(css(`#task-actions [data-action="fail"]`)),
+		chromedp.Click(css(`#task-actions [data-action="fail"]`)),
+		void(chromedp.Poll[bool](`[...document.querySelectorAll('.toast.bad')].some((el) => el.textContent.includes('give a reason'))`,
+			chromedp.WithPollingTimeout(30*time.Second))))
+	task, err = e.srv.Get(e.ctx, doomed)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusHeld, task.Status, "no reason, no failure")
+	run("fail with a reason", chromedp.SendKeys(chromedp.ID("fail-reason"), "the source is gone"),
+		chromedp.Click(css(`#task-actions [data-action="fail"]`)),
+		chromedp.Click(css(`#task-actions [data-action="fail"]`)),
+		chromedp.WaitVisible(css(`#task-status [data-status="failure"]`)),
+		chromedp.WaitVisible(chromedp.ID("task-error")),
+		chromedp.WaitVisible(css(`#task-actions [data-action="retry"]`)))
+	require.Contains(t, text("task-error"), "failed by hand: the source is gone")
+	task, err = e.srv.Get(e.ctx, doomed)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusFailure, task.Status)
+	require.Equal(t, api.FailedByHand, task.Error.Code)
+	screenshot(t, tab, shots, "dashboard-failed-by-hand.png")
+
 	// A retried failure has its own badge, says when it runs again and
 	// why it failed.
 	retried := e.submit(web.SubmitBody{Behavior: failKind.ID, ID: "browser-retry", Params: json.RawMessage(`{"note":"retry"}`)})

@@ -196,3 +196,24 @@ func (h *Handler) taskAction(verb string, do func(context.Context, api.TaskID) e
 		return nil
 	}
 }
+
+// FailBody is the body of POST /api/v1/tasks/{id}/fail.
+type FailBody struct {
+	// Reason says why the task is failed; it is stored in its error.
+	// Required.
+	Reason string `json:"reason"`
+}
+
+// failTask fails a waiting task by hand and answers with its state after.
+func (h *Handler) failTask(w http.ResponseWriter, r *http.Request) error {
+	if _, err := Query(r); err != nil {
+		return err
+	}
+	var body FailBody
+	if err := decodeBody(w, r, &body); err != nil {
+		return err
+	}
+	return h.taskAction("fail", func(ctx context.Context, id api.TaskID) error {
+		return h.cfg.Client.Fail(ctx, id, body.Reason)
+	})(w, r)
+}
