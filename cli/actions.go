@@ -26,7 +26,9 @@ func (c *cli) newTaskActionCmds() []*cobra.Command {
 		{"release", "Make a held task due again", "released", (*impl.Client).Release},
 		{"retry", "Run a task that failed for good again, with fresh attempts", "scheduled to retry", (*impl.Client).Retry},
 		{"fail", "Fail a waiting (scheduled or held) task for good, by hand, with --reason", "failed",
-			func(client *impl.Client, ctx context.Context, id api.TaskID) error { return client.Fail(ctx, id, reason) }},
+			func(client *impl.Client, ctx context.Context, id api.TaskID) error {
+				return client.Fail(ctx, id, reason)
+			}},
 		{"rm", "Remove a task; a running one halts at its next write", "removed", (*impl.Client).Remove},
 	}
 	var cmds []*cobra.Command
