@@ -128,7 +128,10 @@ type SubmitRequest struct {
 	// Priority overrides the behavior's default priority; nil keeps it.
 	// Lower runs first; 0 to 32767.
 	Priority *int `json:"priority,omitempty"`
-	// Delay postpones the first run; zero runs it as soon as possible.
+	// Delay postpones the first run. Zero leaves it to the behavior: the
+	// initial delay it computes from the params, if it does (Polaris'
+	// initialDelay), else as soon as possible. A Delay given here takes
+	// precedence over the behavior's.
 	Delay time.Duration `json:"delay,omitempty"`
 	// GroupKey scopes holds and limits, e.g. a collection.
 	GroupKey string `json:"group_key,omitempty"`

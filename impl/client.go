@@ -158,6 +158,10 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	if req.Delay < 0 {
 		return store.NewTask{}, nil, api.Invalid("delay", "%s is negative", req.Delay)
 	}
+	if req.Delay == 0 {
+		// A delay given at submit takes precedence over the behavior's.
+		req.Delay = reg.InitialDelay(p)
+	}
 	if req.GroupKey == "" {
 		req.GroupKey = reg.GroupKey(p)
 	}
