@@ -45,6 +45,11 @@ type NewTask struct {
 	Trace    string
 	// Notify sets the task's awaited flag: its state changes are notified.
 	Notify bool
+	// Retention keeps the task this long after it finished for good,
+	// whatever its outcome, instead of its behavior's retention. Zero
+	// leaves it to the behavior. Only the submit that creates the task
+	// sets it.
+	Retention time.Duration
 	// Share keeps an existing task of the same id as it is (Polaris'
 	// shared result) instead of resubmitting it (couch_jobs' add).
 	Share bool
@@ -236,10 +241,16 @@ type Store interface {
 	AckFeed(ctx context.Context, consumer string, cursor int64) error
 	// FeedConsumers lists the feed consumers.
 	FeedConsumers(ctx context.Context) ([]FeedConsumer, error)
-	// DeleteFinished deletes up to Limit tasks of a behavior that finished
-	// for good with a status longer ago than OlderThan, oldest first, and
-	// returns how many it deleted. It skips locked rows, so it never waits.
+	// DeleteFinished deletes up to Limit tasks of a behavior, without a
+	// retention of their own, that finished for good with a status longer
+	// ago than OlderThan, and returns how many it deleted. It skips locked
+	// rows, so it never waits.
 	DeleteFinished(ctx context.Context, p DeleteFinishedParams) (int, error)
+	// DeleteExpired deletes up to limit tasks with a retention of their
+	// own (NewTask.Retention) that finished for good longer ago than it,
+	// whatever their behavior, and returns how many it deleted of each
+	// behavior and status ("behavior/status"). It skips locked rows.
+	DeleteExpired(ctx context.Context, limit int) (map[string]int, error)
 	// SetProgress replaces the progress of a task that is not running, if
 	// its progress is still old and its status one of statuses; see
 	// api.Operator.
