@@ -136,6 +136,9 @@ type SubmitBody struct {
 	Priority *int `json:"priority,omitempty"`
 	// Delay postpones the first run, as a Go duration such as "90s".
 	Delay string `json:"delay,omitempty"`
+	// Retention keeps the task this long after it finished for good, as a
+	// Go duration such as "24h"; absent means its behavior's retention.
+	Retention string `json:"retention,omitempty"`
 	// GroupKey scopes holds and limits.
 	GroupKey string `json:"group_key,omitempty"`
 }
@@ -155,6 +158,13 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 			return invalid("delay", "%q is not a duration such as \"90s\" or \"1h30m\"", body.Delay)
 		}
 		req.Delay = d
+	}
+	if body.Retention != "" {
+		d, err := time.ParseDuration(body.Retention)
+		if err != nil {
+			return invalid("retention", "%q is not a duration such as \"24h\"", body.Retention)
+		}
+		req.Retention = d
 	}
 	sub, err := h.cfg.Client.Submit(r.Context(), req)
 	if err != nil {
