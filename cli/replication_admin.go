@@ -29,7 +29,7 @@ task are written in one transaction, so a refused definition writes nothing.
 With --continuous the replication follows the source until it is undefined;
 otherwise it runs once until caught up.`,
 		Example: `  stint replications define orders-eu --continuous --params @orders-eu.json`,
-		Args: exactArgs(1, "NAME"),
+		Args:    exactArgs(1, "NAME"),
 	}
 	db := addDBFlag(cmd)
 	cmd.Flags().StringVar(&params, "params", "", "the replication's params as JSON, @FILE or @- for standard input (required)")
