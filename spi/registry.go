@@ -180,19 +180,20 @@ type Registration struct {
 	// Schedules are the schedules the behavior declares (Scheduler).
 	Schedules []api.Schedule
 
-	ids      IDs
-	decode   func(json.RawMessage) (any, error)
-	taskID   func(any) api.TaskID
-	groupKey func(any) string
+	ids         IDs
+	decode      func(json.RawMessage) (any, error)
+	taskID      func(any) api.TaskID
+	groupKey    func(any) string
+	combine     func(persisted, submitted any) any
+	combines    bool
+	execute     func(ctx context.Context, rc RunContext, p any, failures int) Outcome
+	retry       func(p any, te *api.TaskError, failures int) (time.Duration, bool)
+	customRetry bool
+	starter     Starter
+	redact      func(json.RawMessage) (json.RawMessage, error)
+
 	// initialDelay is nil unless the behavior is an InitialDelayer.
 	initialDelay func(any) time.Duration
-	combine      func(persisted, submitted any) any
-	combines     bool
-	execute      func(ctx context.Context, rc RunContext, p any, failures int) Outcome
-	retry        func(p any, te *api.TaskError, failures int) (time.Duration, bool)
-	customRetry  bool
-	starter      Starter
-	redact       func(json.RawMessage) (json.RawMessage, error)
 }
 
 // Start calls the behavior's Starter, if it has one.
