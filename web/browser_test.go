@@ -244,16 +244,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.NoError(t, e.srv.Hold(e.ctx, doomed))
 	run("open the held task", goHash("#/tasks/"+string(doomed)),
 		chromedp.WaitVisible(css(`#task-status [data-status="held"]`)), chromedp.WaitVisible(chromedp.ID("fail-reason")))
-	run("fail without a reason", chromedp.Click(css(`#task-actions [data-action="fail"]`)),
-		chromedp.Click(css(`#task-actions [data-action="fail"]`)),
+	// The confirming click must come within 3 seconds of the first: both
+	// are dispatched in one script, so a busy machine cannot part them.
+	clickTwice := void(chromedp.Evaluate[bool](`(() => { const b = document.querySelector('#task-actions [data-action="fail"]'); b.click(); b.click(); return true })()`))
+	run("fail without a reason", chromedp.WaitVisible(css(`#task-actions [data-action="fail"]`)), clickTwice,
 		void(chromedp.Poll[bool](`[...document.querySelectorAll('.toast.bad')].some((el) => el.textContent.includes('give a reason'))`,
 			chromedp.WithPollingTimeout(30*time.Second))))
 	task, err = e.srv.Get(e.ctx, doomed)
 	require.NoError(t, err)
 	require.Equal(t, api.StatusHeld, task.Status, "no reason, no failure")
-	run("fail with a reason", chromedp.SendKeys(chromedp.ID("fail-reason"), "the source is gone"),
-		chromedp.Click(css(`#task-actions [data-action="fail"]`)),
-		chromedp.Click(css(`#task-actions [data-action="fail"]`)),
+	run("fail with a reason", chromedp.SendKeys(chromedp.ID("fail-reason"), "the source is gone"), clickTwice,
 		chromedp.WaitVisible(css(`#task-status [data-status="failure"]`)),
 		chromedp.WaitVisible(chromedp.ID("task-error")),
 		chromedp.WaitVisible(css(`#task-actions [data-action="retry"]`)))

@@ -213,13 +213,14 @@
   function actionButton(label, name, run, opts = {}) {
     const btn = h('button', { type: 'button', class: 'btn small' + (opts.danger ? ' danger' : ''), dataset: { action: name } }, label);
     let armed = false;
-    const disarm = () => { armed = false; btn.classList.remove('armed'); btn.textContent = label; };
+    let timer = null;
+    const disarm = () => { clearTimeout(timer); armed = false; btn.classList.remove('armed'); btn.textContent = label; };
     btn.addEventListener('click', async () => {
       if (opts.confirm && !armed) {
         armed = true;
         btn.classList.add('armed');
         btn.textContent = opts.confirm;
-        setTimeout(disarm, 3000);
+        timer = setTimeout(disarm, 3000);
         return;
       }
       disarm(); // a confirmed action needs confirming again next time
