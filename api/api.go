@@ -101,6 +101,9 @@ type Task struct {
 	UpdatedAt  time.Time  `json:"updated_at"`
 	ExecutedAt *time.Time `json:"executed_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Retention is the task's own retention (SubmitRequest.Retention);
+	// zero when its behavior's applies. In JSON, in nanoseconds.
+	Retention time.Duration `json:"retention,omitempty"`
 }
 
 // Finished reports whether the task has ended for good: it succeeded or
@@ -128,12 +131,22 @@ type SubmitRequest struct {
 	// Priority overrides the behavior's default priority; nil keeps it.
 	// Lower runs first; 0 to 32767.
 	Priority *int `json:"priority,omitempty"`
-	// Delay postpones the first run; zero runs it as soon as possible.
+	// Delay postpones the first run. Zero leaves it to the behavior: the
+	// initial delay it computes from the params, if it does (Polaris'
+	// initialDelay), else as soon as possible. A Delay given here takes
+	// precedence over the behavior's.
 	Delay time.Duration `json:"delay,omitempty"`
 	// GroupKey scopes holds and limits, e.g. a collection.
 	GroupKey string `json:"group_key,omitempty"`
 	// Trace is the submitter's W3C traceparent.
 	Trace string `json:"trace,omitempty"`
+	// Retention keeps the task this long after it finished for good,
+	// whatever its outcome, before the cleanup deletes it. Zero leaves it
+	// to the behavior's policy (Retention for a success, FailureRetention
+	// for a failure). It is set by the submit that creates the task; a
+	// submit merged into an existing task keeps that task's. At most 100
+	// years.
+	Retention time.Duration `json:"retention,omitempty"`
 	// Notify asks for a notification when the task finishes, so that an
 	// Await anywhere wakes at once. Await sets it itself when needed; set it
 	// at submit to save that write when the result will be awaited.

@@ -15,6 +15,17 @@ import (
 // needs only this interface, never the engine.
 type Operator interface {
 	Tasks
+	// Fail ends a task that waits to run (scheduled, held, or due again
+	// after a run: a retry or a recurrence) as failed for good, by hand.
+	// Its error has the code FailedByHand and a message that says it was
+	// failed by hand and why (reason, required). It counts as a finish:
+	// its parent's pending children go down by one, awaiters wake and
+	// subscribers see a final failure event. Retry runs it again. A
+	// running task is refused with an error wrapping ErrConflict (its run
+	// owns its outcome; Remove halts it), as is one that finished for
+	// good; a missing task is ErrNotFound. It writes an outcome, so the
+	// stint_client database role, which may not, gets a permission error.
+	Fail(ctx context.Context, id TaskID, reason string) error
 	// HoldGroup keeps every task of a group key from being claimed, on all
 	// nodes, until ReleaseGroup. Running tasks run on.
 	HoldGroup(ctx context.Context, key string) error
@@ -66,6 +77,9 @@ type Operator interface {
 	// RecentChanges returns the latest limit changes, newest first.
 	RecentChanges(ctx context.Context, limit int) ([]Event, error)
 }
+
+// FailedByHand is the TaskError code of a task that Operator.Fail ended.
+const FailedByHand = "failed_by_hand"
 
 // ChildCount is the number of children of one parent that share a status,
 // a group key and a value of one field of their progress.

@@ -285,6 +285,16 @@ func (l lazyStore) DeleteFinished(ctx context.Context, p store.DeleteFinishedPar
 	return st.DeleteFinished(ctx, p)
 }
 
+// DeleteExpired deletes a batch of tasks past their own retention; see
+// store.Store.
+func (l lazyStore) DeleteExpired(ctx context.Context, limit int) (map[string]int, error) {
+	st, err := l.b.openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.DeleteExpired(ctx, limit)
+}
+
 // Maintain drops dead feed consumers and nodes and trims the feed; see
 // store.Store.
 func (l lazyStore) Maintain(ctx context.Context, p store.MaintainParams) (store.MaintainResult, error) {

@@ -20,7 +20,7 @@ import (
 func (c *cli) newReplicationsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replications",
-		Short: "Inspect table replications",
+		Short: "Inspect, define and undefine table replications",
 		Long: `Inspect replications: the tasks of the replication and replication.continuous
 behaviors, and the persistent definitions whose task has ended and been
 deleted. States: pending, running, crashing (failed, retried after a backoff
@@ -30,7 +30,8 @@ penalty), completed (a one-shot replication that caught up), failed.`,
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(c.newReplicationsLsCmd(), c.newReplicationsShowCmd())
+	cmd.AddCommand(c.newReplicationsLsCmd(), c.newReplicationsShowCmd(),
+		c.newReplicationsDefineCmd(), c.newReplicationsUndefineCmd(), c.newReplicationsTriggerCmd())
 	return cmd
 }
 

@@ -23,6 +23,7 @@ type submitOptions struct {
 	id       string
 	priority int
 	delay    time.Duration
+	keep     time.Duration
 	group    string
 	wait     bool
 	timeout  time.Duration
@@ -61,6 +62,7 @@ with --wait, the finished task as a second line.`,
 	f.StringVar(&o.id, "id", "", "task id instead of the one the behavior derives from the params")
 	f.IntVar(&o.priority, "priority", 0, "priority from 0 to 32767, lower runs first (default: the behavior's)")
 	f.DurationVar(&o.delay, "delay", 0, "postpone the first run by this long, e.g. 30s or 5m")
+	f.DurationVar(&o.keep, "retention", 0, "keep the task this long after it finished for good, e.g. 24h (default: the behavior's retention)")
 	f.StringVar(&o.group, "group", "", "group key, the scope of holds and limits")
 	f.BoolVar(&o.wait, "wait", false, "wait for the task to finish and print its result")
 	f.DurationVar(&o.timeout, "timeout", 0, "with --wait, give up waiting after this long (0 waits until interrupted)")
@@ -72,11 +74,12 @@ with --wait, the finished task as a second line.`,
 func (c *cli) runSubmit(cmd *cobra.Command, o *submitOptions, behavior string) error {
 	ctx := cmd.Context()
 	req := api.SubmitRequest{
-		Behavior: api.BehaviorID(behavior),
-		ID:       api.TaskID(o.id),
-		Delay:    o.delay,
-		GroupKey: o.group,
-		Notify:   o.wait,
+		Behavior:  api.BehaviorID(behavior),
+		ID:        api.TaskID(o.id),
+		Delay:     o.delay,
+		Retention: o.keep,
+		GroupKey:  o.group,
+		Notify:    o.wait,
 	}
 	if cmd.Flags().Changed("priority") {
 		if o.priority < 0 || o.priority > 32767 {
@@ -87,6 +90,9 @@ func (c *cli) runSubmit(cmd *cobra.Command, o *submitOptions, behavior string) e
 	}
 	if o.delay < 0 {
 		return usageErrorf("--delay %s is negative", o.delay)
+	}
+	if o.keep < 0 {
+		return usageErrorf("--retention %s is negative", o.keep)
 	}
 	if o.timeout < 0 {
 		return usageErrorf("--timeout %s is negative", o.timeout)

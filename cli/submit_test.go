@@ -99,6 +99,8 @@ func TestSubmitBadInputStoresNothing(t *testing.T) {
 		{"bad id", []string{"demo.echo", "--params", `{"text":"x"}`, "--id", "a"}, `invalid id: "a" must be 3 to 128 characters`},
 		{"negative delay", []string{"demo.echo", "--params", `{"text":"x"}`, "--delay=-5s"}, "--delay -5s is negative"},
 		{"malformed delay", []string{"demo.echo", "--params", `{"text":"x"}`, "--delay", "soon"}, `invalid argument "soon" for "--delay"`},
+		{"negative retention", []string{"demo.echo", "--params", `{"text":"x"}`, "--retention=-1h"}, "--retention -1h0m0s is negative"},
+		{"retention too long", []string{"demo.echo", "--params", `{"text":"x"}`, "--retention", "900000h"}, "submit demo.echo: invalid retention: 900000h0m0s is outside 0.."},
 		{"priority out of range", []string{"demo.echo", "--params", `{"text":"x"}`, "--priority", "40000"}, "--priority 40000 is outside 0..32767"},
 		{"malformed priority", []string{"demo.echo", "--params", `{"text":"x"}`, "--priority", "high"}, `invalid argument "high" for "--priority"`},
 		{"timeout without wait", []string{"demo.echo", "--params", `{"text":"x"}`, "--timeout", "1s"}, "--timeout needs --wait"},
@@ -112,6 +114,18 @@ func TestSubmitBadInputStoresNothing(t *testing.T) {
 			require.Zero(t, countTasks(t, ctx, dsn), "a bad submit must store nothing")
 		})
 	}
+}
+
+func TestSubmitWithRetention(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, time.Minute)
+	dsn := pgtest.New(t)
+	requireOK(t, runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"kept"}`, "--id", "kept-a-day", "--delay", "1h", "--retention", "24h", "--db", dsn))
+	r := runCLI(ctx, "tasks", "show", "kept-a-day", "--json", "--db", dsn)
+	requireOK(t, r)
+	var task api.Task
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &task))
+	require.Equal(t, 24*time.Hour, task.Retention)
 }
 
 func TestSubmitParamsFromStdin(t *testing.T) {

@@ -248,3 +248,48 @@ func TestJSONListsAreObjects(t *testing.T) {
 		require.Equal(t, "[]", string(obj[tc.key]), "%v: %s", tc.args, r.stdout)
 	}
 }
+
+func TestTasksFail(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 2*time.Minute)
+	dsn := pgtest.New(t)
+	requireOK(t, runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"later"}`, "--id", "task-fail", "--delay", "1h", "--db", dsn))
+	show := func() api.Task {
+		r := runCLI(ctx, "tasks", "show", "task-fail", "--json", "--db", dsn)
+		requireOK(t, r)
+		var task api.Task
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &task))
+		return task
+	}
+
+	// Bad input is refused before anything changes.
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"task-fail"}, exitUsage, "--reason is required"},
+		{[]string{"task-fail", "--reason", "  "}, exitUsage, "--reason is required"},
+		{[]string{"task-fail", "--reason", "two\nlines"}, exitUsage, "invalid reason"},
+		{[]string{"x", "--reason", "r"}, exitUsage, "invalid id"},
+		{[]string{"--reason", "r"}, exitUsage, "ID"},
+		{[]string{"no-such-task", "--reason", "r"}, exitFailure, "task no-such-task not found"},
+	} {
+		r := runCLI(ctx, append(append([]string{"tasks", "fail"}, tc.args...), "--db", dsn)...)
+		require.Equal(t, tc.code, r.code, "%v: %s", tc.args, r.stderr)
+		require.Contains(t, r.stderr, tc.want, tc.args)
+	}
+	require.Equal(t, api.StatusScheduled, show().Status, "the refusals changed nothing")
+
+	r := runCLI(ctx, "tasks", "fail", "task-fail", "--reason", "known bad input", "--db", dsn)
+	requireOK(t, r)
+	require.Equal(t, "task task-fail failed\n", r.stdout)
+	task := show()
+	require.Equal(t, api.StatusFailure, task.Status)
+	require.True(t, task.Finished())
+	require.Equal(t, &api.TaskError{Code: api.FailedByHand, Message: "failed by hand: known bad input"}, task.Error)
+
+	r = runCLI(ctx, "tasks", "fail", "task-fail", "--reason", "again", "--db", dsn)
+	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, "stint: error: fail task task-fail: it has finished for good (failure)\n", r.stderr)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/stinthq/stint/api"
@@ -50,6 +51,21 @@ func (c *Client) Retry(ctx context.Context, id api.TaskID) error {
 	}
 	c.kick.kick(false)
 	return nil
+}
+
+// maxFailReason caps the reason of a Fail, in bytes.
+const maxFailReason = 1000
+
+// Fail ends a waiting task as failed for good, by hand; see api.Operator.
+func (c *Client) Fail(ctx context.Context, id api.TaskID, reason string) error {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return err
+	}
+	reason = strings.TrimSpace(reason)
+	if reason == "" || len(reason) > maxFailReason || !spi.Printable(reason) {
+		return api.Invalid("reason", "must be 1 to %d bytes of printable text", maxFailReason)
+	}
+	return c.st.Fail(ctx, id, &api.TaskError{Code: api.FailedByHand, Message: "failed by hand: " + reason})
 }
 
 // HoldGroup keeps every task of a group key from being claimed, on all

@@ -158,6 +158,13 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	if req.Delay < 0 {
 		return store.NewTask{}, nil, api.Invalid("delay", "%s is negative", req.Delay)
 	}
+	if req.Retention < 0 || req.Retention > maxRetention {
+		return store.NewTask{}, nil, api.Invalid("retention", "%s is outside 0..%s", req.Retention, maxRetention)
+	}
+	if req.Delay == 0 {
+		// A delay given at submit takes precedence over the behavior's.
+		req.Delay = reg.InitialDelay(p)
+	}
 	if req.GroupKey == "" {
 		req.GroupKey = reg.GroupKey(p)
 	}
@@ -170,17 +177,22 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 		return store.NewTask{}, nil, err
 	}
 	return store.NewTask{
-		ID:       id,
-		Behavior: req.Behavior,
-		Params:   compact.Bytes(),
-		Priority: priority,
-		Delay:    req.Delay,
-		GroupKey: req.GroupKey,
-		Trace:    req.Trace,
-		Notify:   req.Notify,
-		Share:    reg.Policy.Dedup == spi.DedupShare,
+		ID:        id,
+		Behavior:  req.Behavior,
+		Params:    compact.Bytes(),
+		Priority:  priority,
+		Delay:     req.Delay,
+		GroupKey:  req.GroupKey,
+		Trace:     req.Trace,
+		Notify:    req.Notify,
+		Share:     reg.Policy.Dedup == spi.DedupShare,
+		Retention: req.Retention,
 	}, reg, nil
 }
+
+// maxRetention caps SubmitRequest.Retention: a task kept longer is kept
+// for good in all but name, and the database's timestamps end.
+const maxRetention = 100 * 365 * 24 * time.Hour
 
 // Submit validates and stores one task; see api.Tasks.
 func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Submission, error) {

@@ -156,6 +156,11 @@ func TestClientRoleDoesEveryVerbAndForgesNothing(t *testing.T) {
 		require.Error(t, err, forge)
 		require.Regexp(t, `permission denied|row-level security`, err.Error(), forge)
 	}
+	// Failing by hand writes an outcome: a node's role may, the client's
+	// may not.
+	err = c.Fail(ctx, sub.ID, "by the client")
+	require.Error(t, err)
+	require.Regexp(t, `permission denied|row-level security`, err.Error())
 	after, err := c.Get(ctx, sub.ID)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "the refused forgeries changed nothing")

@@ -50,6 +50,9 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 	if g, ok := b.(GroupKeyer[P]); ok {
 		reg.groupKey = func(p any) string { return g.GroupKey(p.(P)) }
 	}
+	if d, ok := b.(InitialDelayer[P]); ok {
+		reg.initialDelay = func(p any) time.Duration { return max(d.InitialDelay(p.(P)), 0) }
+	}
 	reg.combine = func(persisted, submitted any) any {
 		if c, ok := b.(Combiner[P]); ok {
 			return c.Combine(persisted.(P), submitted.(P))
@@ -188,6 +191,9 @@ type Registration struct {
 	customRetry bool
 	starter     Starter
 	redact      func(json.RawMessage) (json.RawMessage, error)
+
+	// initialDelay is nil unless the behavior is an InitialDelayer.
+	initialDelay func(any) time.Duration
 }
 
 // Start calls the behavior's Starter, if it has one.
@@ -233,6 +239,16 @@ func (r *Registration) GroupKey(p any) string {
 		return ""
 	}
 	return r.groupKey(p)
+}
+
+// InitialDelay returns the delay before the first run of a task with
+// decoded params p that the behavior asks for (InitialDelayer), never
+// negative; zero when it asks for none.
+func (r *Registration) InitialDelay(p any) time.Duration {
+	if r.initialDelay == nil {
+		return 0
+	}
+	return r.initialDelay(p)
 }
 
 // MaxAttempts returns how many runs a failing task of the behavior gets,

@@ -77,6 +77,17 @@ type GroupKeyer[P any] interface {
 	GroupKey(p P) string
 }
 
+// InitialDelayer is implemented by behaviors that postpone a task's first
+// run by a delay computed from its params (Polaris' initialDelay), e.g. a
+// report due at the end of its period. It applies to every submit that
+// gives no delay of its own (api.SubmitRequest.Delay zero): submits,
+// children a run spawns, and schedule ticks. A Delay given at submit takes
+// precedence; a negative result counts as none. Without it a task is due
+// at once.
+type InitialDelayer[P any] interface {
+	InitialDelay(p P) time.Duration
+}
+
 // Combiner is implemented by behaviors that merge the params of a submit
 // into a still scheduled task of the same id. Without it the persisted
 // params are kept.

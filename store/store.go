@@ -45,6 +45,11 @@ type NewTask struct {
 	Trace    string
 	// Notify sets the task's awaited flag: its state changes are notified.
 	Notify bool
+	// Retention keeps the task this long after it finished for good,
+	// whatever its outcome, instead of its behavior's retention. Zero
+	// leaves it to the behavior. Only the submit that creates the task
+	// sets it.
+	Retention time.Duration
 	// Share keeps an existing task of the same id as it is (Polaris'
 	// shared result) instead of resubmitting it (couch_jobs' add).
 	Share bool
@@ -197,6 +202,12 @@ type Store interface {
 	// Retry schedules a task that failed for good to run again at once,
 	// with a fresh count of attempts; api.ErrConflict otherwise.
 	Retry(ctx context.Context, id api.TaskID) error
+	// Fail ends a task that waits to run (scheduled, held, or due again
+	// after a run) as failed for good with e, counts it off its parent's
+	// pending children, records the change and wakes its awaiters. A
+	// running task is api.ErrConflict: its run owns its outcome. A task
+	// that finished for good is api.ErrConflict too.
+	Fail(ctx context.Context, id api.TaskID, e *api.TaskError) error
 	// HoldGroup keeps every task of a group key from being claimed.
 	HoldGroup(ctx context.Context, key string) error
 	// ReleaseGroup lifts a group hold.
@@ -224,10 +235,16 @@ type Store interface {
 	AckFeed(ctx context.Context, consumer string, cursor int64) error
 	// FeedConsumers lists the feed consumers.
 	FeedConsumers(ctx context.Context) ([]FeedConsumer, error)
-	// DeleteFinished deletes up to Limit tasks of a behavior that finished
-	// for good with a status longer ago than OlderThan, oldest first, and
-	// returns how many it deleted. It skips locked rows, so it never waits.
+	// DeleteFinished deletes up to Limit tasks of a behavior, without a
+	// retention of their own, that finished for good with a status longer
+	// ago than OlderThan, and returns how many it deleted. It skips locked
+	// rows, so it never waits.
 	DeleteFinished(ctx context.Context, p DeleteFinishedParams) (int, error)
+	// DeleteExpired deletes up to limit tasks with a retention of their
+	// own (NewTask.Retention) that finished for good longer ago than it,
+	// whatever their behavior, and returns how many it deleted of each
+	// behavior and status ("behavior/status"). It skips locked rows.
+	DeleteExpired(ctx context.Context, limit int) (map[string]int, error)
 	// SetProgress replaces the progress of a task that is not running, if
 	// its progress is still old and its status one of statuses; see
 	// api.Operator.

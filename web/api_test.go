@@ -207,6 +207,11 @@ func TestSubmitGetAndList(t *testing.T) {
 	e.json(http.MethodGet, "/api/v1/tasks?parent=no-such-parent", readToken, nil, http.StatusOK, &page)
 	require.Empty(t, page.Tasks)
 
+	// A retention of its own.
+	e.json(http.MethodPost, "/api/v1/tasks", submitToken, web.SubmitBody{Behavior: idleKind.ID, ID: "kept-a-day", Retention: "24h"}, http.StatusCreated, &sub)
+	e.json(http.MethodGet, "/api/v1/tasks/kept-a-day", readToken, nil, http.StatusOK, &task)
+	require.Equal(t, 24*time.Hour, task.Retention)
+
 	// An id with a slash, escaped in the path.
 	e.json(http.MethodPost, "/api/v1/tasks", submitToken, web.SubmitBody{Behavior: idleKind.ID, ID: "coll/item:1"}, http.StatusCreated, &sub)
 	e.json(http.MethodGet, "/api/v1/tasks/"+url.PathEscape("coll/item:1"), readToken, nil, http.StatusOK, &task)
@@ -248,6 +253,8 @@ func TestBadInput(t *testing.T) {
 	}
 	bad(http.MethodPost, "/api/v1/tasks", web.SubmitBody{Behavior: "no.such"}, http.StatusBadRequest, "behavior")
 	bad(http.MethodPost, "/api/v1/tasks", web.SubmitBody{}, http.StatusBadRequest, "behavior")
+	bad(http.MethodPost, "/api/v1/tasks", web.SubmitBody{Behavior: idleKind.ID, Retention: "a week"}, http.StatusBadRequest, "retention")
+	bad(http.MethodPost, "/api/v1/tasks", web.SubmitBody{Behavior: idleKind.ID, Retention: "-1h"}, http.StatusBadRequest, "retention")
 	bad(http.MethodPost, "/api/v1/tasks", echo(`{}`), http.StatusBadRequest, "params.text")
 	bad(http.MethodPost, "/api/v1/tasks", echo(`{"text":"x","bogus":1}`), http.StatusBadRequest, "params.bogus")
 	bad(http.MethodPost, "/api/v1/tasks", echo(`{"text":5}`), http.StatusBadRequest, "params.text")

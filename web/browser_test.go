@@ -147,9 +147,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		require.NoError(t, err, what)
 	}
+	// text reads an element's text in one script: the page redraws on
+	// events, and a node found by one call may be gone by the next.
 	text := func(id string) string {
 		t.Helper()
-		s, err := chromedp.Run(tab, chromedp.Text(chromedp.ID(id)))
+		s, err := chromedp.Run(tab, chromedp.Evaluate[string](`(() => { const el = document.getElementById(`+jsString(id)+`);
+			if (!el) throw new Error('no element #' + `+jsString(id)+`); return el.innerText })()`))
 		require.NoError(t, err, "read #%s", id)
 		return s
 	}
@@ -237,6 +240,37 @@ func TestDashboardInBrowser(t *testing.T) {
 	run("see the queue lag", chromedp.Click(css(`a[data-nav="overview"]`)), chromedp.WaitVisible(chromedp.ID("m-lag")),
 		void(chromedp.Poll[bool](`/^[0-9.]+(ms|s)$|^[0-9]+[mhd] [0-9]+[smh]$/.test(document.getElementById('m-lag').textContent)`,
 			chromedp.WithPollingTimeout(30*time.Second))))
+
+	// Fail a held task by hand from its page: a reason is needed, and a
+	// second click.
+	doomed := e.submit(web.SubmitBody{Behavior: idleKind.ID, ID: "browser-doomed", Params: json.RawMessage(`{"note":"never runs"}`)})
+	require.NoError(t, e.srv.Hold(e.ctx, doomed))
+	run("open the held task", goHash("#/tasks/"+string(doomed)),
+		chromedp.WaitVisible(css(`#task-status [data-status="held"]`)), chromedp.WaitVisible(chromedp.ID("fail-reason")))
+	// The reason is typed and the button clicked twice (the confirming
+	// click must come within 3 seconds) in one script: the page redraws on
+	// the task's events, and a busy machine could part the steps around a
+	// redraw or past the confirm window.
+	failWith := func(reason string) chromedp.Action[chromedp.Void] {
+		return void(chromedp.Evaluate[bool](`(() => { document.getElementById('fail-reason').value = ` + jsString(reason) + `;
+			const b = document.querySelector('#task-actions [data-action="fail"]'); b.click(); b.click(); return true })()`))
+	}
+	run("fail without a reason", chromedp.WaitVisible(css(`#task-actions [data-action="fail"]`)), failWith(""),
+		void(chromedp.Poll[bool](`[...document.querySelectorAll('.toast.bad')].some((el) => el.textContent.includes('give a reason'))`,
+			chromedp.WithPollingTimeout(30*time.Second))))
+	task, err = e.srv.Get(e.ctx, doomed)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusHeld, task.Status, "no reason, no failure")
+	run("fail with a reason", failWith("the source is gone"),
+		chromedp.WaitVisible(css(`#task-status [data-status="failure"]`)),
+		chromedp.WaitVisible(chromedp.ID("task-error")),
+		chromedp.WaitVisible(css(`#task-actions [data-action="retry"]`)))
+	require.Contains(t, text("task-error"), "failed by hand: the source is gone")
+	task, err = e.srv.Get(e.ctx, doomed)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusFailure, task.Status)
+	require.Equal(t, api.FailedByHand, task.Error.Code)
+	screenshot(t, tab, shots, "dashboard-failed-by-hand.png")
 
 	// A retried failure has its own badge, says when it runs again and
 	// why it failed.

@@ -137,6 +137,9 @@ type SubmitBody struct {
 	Priority *int `json:"priority,omitempty"`
 	// Delay postpones the first run, as a Go duration such as "90s".
 	Delay string `json:"delay,omitempty"`
+	// Retention keeps the task this long after it finished for good, as a
+	// Go duration such as "24h"; absent means its behavior's retention.
+	Retention string `json:"retention,omitempty"`
 	// GroupKey scopes holds and limits.
 	GroupKey string `json:"group_key,omitempty"`
 }
@@ -156,6 +159,13 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 			return invalid("delay", "%q is not a duration such as \"90s\" or \"1h30m\"", body.Delay)
 		}
 		req.Delay = d
+	}
+	if body.Retention != "" {
+		d, err := time.ParseDuration(body.Retention)
+		if err != nil {
+			return invalid("retention", "%q is not a duration such as \"24h\"", body.Retention)
+		}
+		req.Retention = d
 	}
 	sub, err := h.cfg.Client.Submit(r.Context(), req)
 	if err != nil {
@@ -197,4 +207,25 @@ func (h *Handler) taskAction(verb string, do func(context.Context, api.TaskID) e
 		WriteJSON(w, http.StatusOK, t)
 		return nil
 	}
+}
+
+// FailBody is the body of POST /api/v1/tasks/{id}/fail.
+type FailBody struct {
+	// Reason says why the task is failed; it is stored in its error.
+	// Required.
+	Reason string `json:"reason"`
+}
+
+// failTask fails a waiting task by hand and answers with its state after.
+func (h *Handler) failTask(w http.ResponseWriter, r *http.Request) error {
+	if _, err := Query(r); err != nil {
+		return err
+	}
+	var body FailBody
+	if err := decodeBody(w, r, &body); err != nil {
+		return err
+	}
+	return h.taskAction("fail", func(ctx context.Context, id api.TaskID) error {
+		return h.cfg.Client.Fail(ctx, id, body.Reason)
+	})(w, r)
 }

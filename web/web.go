@@ -19,7 +19,7 @@
 //	GET    /api/v1/tasks                    read    filters behavior, status, parent, group; keyset paging after, limit
 //	GET    /api/v1/tasks/{id}               read
 //	POST   /api/v1/tasks                    submit  {"behavior", "params", "id", "priority", "delay": "30s", "group_key"}: 201 created, 200 merged
-//	POST   /api/v1/tasks/{id}/hold          admin   also release, retry
+//	POST   /api/v1/tasks/{id}/hold          admin   also release, retry, fail (body: reason)
 //	DELETE /api/v1/tasks/{id}               admin   204
 //	GET    /api/v1/nodes                    read    with heartbeat age and health
 //	GET    /api/v1/schedules                read    the periodic schedules with their next tick
@@ -193,6 +193,7 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /tasks/{id}/hold", RoleAdmin, h.taskAction("hold", cfg.Client.Hold)},
 		{"POST /tasks/{id}/release", RoleAdmin, h.taskAction("release", cfg.Client.Release)},
 		{"POST /tasks/{id}/retry", RoleAdmin, h.taskAction("retry", cfg.Client.Retry)},
+		{"POST /tasks/{id}/fail", RoleAdmin, h.failTask},
 		{"GET /nodes", RoleRead, h.nodes},
 		{"GET /schedules", RoleRead, h.schedules},
 		{"GET /stats", RoleRead, h.stats},

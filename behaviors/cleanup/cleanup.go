@@ -17,8 +17,13 @@
 // due again Config.Interval later (5 minutes by default); a failed one is
 // retried with backoff, never given up.
 //
-// Tasks of behaviors the registry does not hold are not deleted: their
-// retention is unknown.
+// A task submitted with a retention of its own (api.SubmitRequest.Retention)
+// is kept that long after it finished for good, whatever its outcome, in
+// place of its behavior's; a run deletes those past it too, whatever their
+// behavior (store.DeleteExpired).
+//
+// Other tasks of behaviors the registry does not hold are not deleted:
+// their retention is unknown.
 package cleanup
 
 import (
@@ -104,6 +109,7 @@ func (c Config) withDefaults() Config {
 // Store is what the cleanup needs of the store; a store.Store has it.
 type Store interface {
 	DeleteFinished(ctx context.Context, p store.DeleteFinishedParams) (int, error)
+	DeleteExpired(ctx context.Context, limit int) (map[string]int, error)
 }
 
 var _ Store = store.Store(nil)
@@ -201,6 +207,9 @@ func (c *Cleanup) Run(ctx context.Context, _ spi.RunContext, _ Params) (Result, 
 			}
 		}
 	}
+	if err := c.deleteExpired(ctx, &res); err != nil {
+		return res, err
+	}
 	res.Took = time.Since(start)
 	res.TookMS = float64(res.Took.Microseconds()) / 1000
 	res.LongestMS = float64(res.LongestBatch.Microseconds()) / 1000
@@ -229,6 +238,32 @@ func (c *Cleanup) deleteFinished(ctx context.Context, res *Result, behavior api.
 		}
 		if err := c.pause(ctx); err != nil {
 			return total, err
+		}
+	}
+}
+
+// deleteExpired deletes the tasks past their own retention, a batch at a
+// time until a batch comes back short.
+func (c *Cleanup) deleteExpired(ctx context.Context, res *Result) error {
+	for {
+		began := time.Now()
+		deleted, err := c.st.DeleteExpired(ctx, c.cfg.BatchSize)
+		res.LongestBatch = max(res.LongestBatch, time.Since(began))
+		if err != nil {
+			return fmt.Errorf("cleanup: %w", err)
+		}
+		res.Batches++
+		n := 0
+		for k, v := range deleted {
+			res.Deleted[k] += v
+			n += v
+		}
+		res.DeletedTotal += n
+		if n < c.cfg.BatchSize {
+			return nil
+		}
+		if err := c.pause(ctx); err != nil {
+			return err
 		}
 	}
 }

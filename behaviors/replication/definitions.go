@@ -117,19 +117,26 @@ func Check(ctx context.Context, p Params, continuous bool, connectTimeout time.D
 		Warnings: pl.warnings}, nil
 }
 
-// Define writes a persistent replication and submits its task, in that
-// order, after checking it (Check): an invalid definition is refused with
-// an *api.InvalidError and nothing is written. db is the stint database;
-// tasks submits and removes tasks. Defining an existing name updates it:
-// a running task restarts with the new definition at its next checkpoint,
-// a waiting or finished one runs again with it; if the update changes the
-// task id (another source, target, filter, owner or mode), the old task is
-// removed. Two names may not define the same task.
-//
-// The row and the task are not written in one transaction (the task API
-// has no transaction of the caller's): if Define fails after writing the
-// row, call it again, or let a server's start reconcile them (Reconcile).
-func Define(ctx context.Context, db *pgxpool.Pool, tasks api.Tasks, d Definition) (api.TaskID, error) {
+// TxSubmitter is the task API with a submit in the caller's transaction,
+// as Define needs it: an *impl.Client or *impl.Server has it.
+type TxSubmitter interface {
+	api.Tasks
+	// SubmitTx submits a task in tx: it exists if and only if tx commits.
+	SubmitTx(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (api.Submission, error)
+}
+
+// Define writes a persistent replication and submits its task in one
+// transaction, after checking it (Check): an invalid definition is refused
+// with an *api.InvalidError, and a definition whose task cannot be
+// submitted with the submit's error; either way nothing is written. db is
+// the stint database, the one tasks stores its tasks in. Defining an
+// existing name updates it: a running task restarts with the new
+// definition at its next checkpoint, a waiting or finished one runs again
+// with it; if the update changes the task id (another source, target,
+// filter, owner or mode), the old task is removed after the commit (should
+// that fail, a server's start removes it: Reconcile). Two names may not
+// define the same task.
+func Define(ctx context.Context, db *pgxpool.Pool, tasks TxSubmitter, d Definition) (api.TaskID, error) {
 	if err := checkDefinitionName(d.Name); err != nil {
 		return "", api.Invalid("name", "%v", err)
 	}
@@ -165,13 +172,22 @@ func Define(ctx context.Context, db *pgxpool.Pool, tasks api.Tasks, d Definition
 			    replication_id = $6, version = stint_replication.version + 1,
 			    state = NULL, state_detail = NULL, state_at = NULL, updated_at = now()`,
 			d.Name, p.Owner, d.Continuous, raw, string(id), chk.ReplicationID)
-		return err
-	})
-	if err != nil {
-		var ie *api.InvalidError
-		if errors.As(err, &ie) {
-			return "", err
+		if err != nil {
+			return err
 		}
+		if _, err := tasks.SubmitTx(ctx, tx, api.SubmitRequest{Behavior: KindFor(d.Continuous).ID, Params: raw}); err != nil {
+			return &submitError{err}
+		}
+		return nil
+	})
+	var se *submitError
+	var ie *api.InvalidError
+	switch {
+	case errors.As(err, &se):
+		return "", fmt.Errorf("define replication %q: submit its task: %w", d.Name, se.err)
+	case errors.As(err, &ie):
+		return "", err
+	case err != nil:
 		return "", fmt.Errorf("define replication %q: %w", d.Name, err)
 	}
 	if old != "" && old != string(id) {
@@ -179,11 +195,14 @@ func Define(ctx context.Context, db *pgxpool.Pool, tasks api.Tasks, d Definition
 			return "", fmt.Errorf("define replication %q: remove its old task %s: %w", d.Name, old, err)
 		}
 	}
-	if _, err := tasks.Submit(ctx, api.SubmitRequest{Behavior: KindFor(d.Continuous).ID, Params: raw}); err != nil {
-		return "", fmt.Errorf("define replication %q: submit its task: %w", d.Name, err)
-	}
 	return id, nil
 }
+
+// submitError is the error of the submit of a definition's task.
+type submitError struct{ err error }
+
+func (e *submitError) Error() string { return e.err.Error() }
+func (e *submitError) Unwrap() error { return e.err }
 
 // Undefine deletes a persistent replication and removes its task (a
 // running one halts at its next write). It returns ErrNoDefinition for a

@@ -434,18 +434,58 @@ func (s *Store) Maintain(ctx context.Context, p store.MaintainParams) (store.Mai
 	return r, nil
 }
 
+// deleteFinishedSQL selects a batch of a behavior's finished tasks past
+// the retention $3 (microseconds) through the index stint_task_created: a
+// task that finished that long ago was created longer ago still, so the
+// range on created_at holds them all.
+const deleteFinishedSQL = `
+DELETE FROM stint_task WHERE id = ANY(ARRAY(
+    SELECT id FROM stint_task
+    WHERE behavior = $1 AND retention_us IS NULL AND created_at < now() - $3 * interval '1 microsecond'
+      AND status = $2 AND schedule_not_before IS NULL
+      AND finished_at < now() - $3 * interval '1 microsecond'
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED))`
+
 // DeleteFinished deletes a batch of old finished tasks; see store.Store.
 func (s *Store) DeleteFinished(ctx context.Context, p store.DeleteFinishedParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM stint_task WHERE id = ANY(ARRAY(
-		    SELECT id FROM stint_task
-		    WHERE behavior = $1 AND status = $2 AND schedule_not_before IS NULL
-		      AND finished_at < now() - $3 * interval '1 microsecond'
-		    LIMIT $4
-		    FOR UPDATE SKIP LOCKED))`,
-		string(p.Behavior), string(p.Status), p.OlderThan.Microseconds(), p.Limit)
+	tag, err := s.pool.Exec(ctx, deleteFinishedSQL, string(p.Behavior), string(p.Status), p.OlderThan.Microseconds(), p.Limit)
 	if err != nil {
 		return 0, fmt.Errorf("delete finished %s tasks of %s: %w", p.Status, p.Behavior, err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// deleteExpiredSQL selects a batch of finished tasks past their own
+// retention through the index stint_task_expiry, whose key (created_at
+// plus the retention) is at most the time the task may go.
+const deleteExpiredSQL = `
+WITH d AS (
+    DELETE FROM stint_task WHERE id = ANY(ARRAY(
+        SELECT id FROM stint_task
+        WHERE retention_us IS NOT NULL AND stint_expiry(created_at, retention_us) < now()
+          AND status IN ('success', 'failure') AND schedule_not_before IS NULL
+          AND stint_expiry(finished_at, retention_us) < now()
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED))
+    RETURNING behavior, status)
+SELECT behavior || '/' || status, count(*) FROM d GROUP BY 1`
+
+// DeleteExpired deletes a batch of finished tasks past their own
+// retention; see store.Store.
+func (s *Store) DeleteExpired(ctx context.Context, limit int) (map[string]int, error) {
+	rows, err := s.pool.Query(ctx, deleteExpiredSQL, limit)
+	if err != nil {
+		return nil, fmt.Errorf("delete expired tasks: %w", err)
+	}
+	out := map[string]int{}
+	var key string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error {
+		out[key] = n
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("delete expired tasks: %w", err)
+	}
+	return out, nil
 }

@@ -74,3 +74,66 @@ func TestExplainHotPath(t *testing.T) {
 	}
 	explain(finishSQL, ids, leases, statuses, results, errs, again, waits)
 }
+
+// TestExplainCleanup prints the plans of the cleanup's deletes on a table
+// in the steady state of a queue under cleanup: 200,000 tasks created over
+// the last seven days and two hours, so that the oldest 1% are past the
+// default retention of a success, most of them finished for good, a tenth
+// with a retention of their own of six days. It prints them first with the
+// indexes that serve them, then without (the plans before those indexes).
+func TestExplainCleanup(t *testing.T) {
+	if os.Getenv("STINT_EXPLAIN") == "" {
+		t.Skip("set STINT_EXPLAIN=1")
+	}
+	ctx := context.Background()
+	st, err := Open(ctx, pgtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Tasks created every 3.06 seconds, finished a minute after; every
+	// tenth with a retention of six days; every fiftieth still scheduled.
+	if _, err := st.pool.Exec(ctx, `
+		INSERT INTO stint_task (id, behavior, status, params, result, created_at, finished_at, executed_at,
+		    schedule_not_before, retention_us)
+		SELECT 'task-' || i, 'bench.noop', CASE WHEN i % 50 = 0 THEN 'scheduled' ELSE 'success' END, '{}',
+		    CASE WHEN i % 50 = 0 THEN NULL ELSE '{}'::jsonb END,
+		    now() - (i * interval '3.06 seconds'),
+		    CASE WHEN i % 50 = 0 THEN NULL ELSE now() - (i * interval '3.06 seconds') + interval '1 minute' END,
+		    CASE WHEN i % 50 = 0 THEN NULL ELSE now() - (i * interval '3.06 seconds') END,
+		    CASE WHEN i % 50 = 0 THEN now() ELSE NULL END,
+		    CASE WHEN i % 10 = 1 THEN 518400000000 ELSE NULL END
+		FROM generate_series(1, 200000) i`); err != nil {
+		t.Fatal(err)
+	}
+	explain := func(q string, args ...any) {
+		tx, err := st.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) // the deletes are explained, not kept
+		if os.Getenv("STINT_EXPLAIN") == "generic" {
+			tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+q, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var line string
+			rows.Scan(&line)
+			fmt.Println(line)
+		}
+		fmt.Println("----")
+	}
+	week := (7 * 24 * time.Hour).Microseconds()
+	for _, indexed := range []bool{true, false} {
+		if !indexed {
+			st.pool.Exec(ctx, `DROP INDEX stint_task_created; DROP INDEX stint_task_expiry`)
+		}
+		st.pool.Exec(ctx, "ANALYZE stint_task")
+		fmt.Printf("==== indexes: %v\n", indexed)
+		explain(deleteFinishedSQL, "bench.noop", "success", week, 1000)
+		explain(deleteFinishedSQL, "bench.noop", "failure", week, 1000) // nothing to delete
+		explain(deleteExpiredSQL, 1000)
+	}
+}

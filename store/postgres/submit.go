@@ -20,18 +20,19 @@ import (
 // reschedule) is a scheduled task, not a finished one: it keeps its
 // attempts, errors and last outcome, so resubmits cannot defeat the
 // attempt limit; a retry keeps its backoff (the later of the two due
-// times). A held task stays held. $10 replaces the params of a scheduled
-// task (after a Combine).
+// times). A held task stays held. $11 replaces the params of a scheduled
+// task (after a Combine). A task's retention is the one of the submit that
+// created it.
 var submitSQL = `
 WITH s AS (
-INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited)
+INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited, retention_us)
 SELECT r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
-       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[])
-     AS r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited)
+       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[], $10::bigint[])
+     AS r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited, retention_us)
 ON CONFLICT (id) DO UPDATE SET
     status = CASE WHEN ` + finishedForGood + ` THEN 'scheduled' ELSE t.status END,
-    params = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $10) THEN excluded.params ELSE t.params END,
+    params = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $11) THEN excluded.params ELSE t.params END,
     priority = CASE WHEN t.status = 'running' THEN t.priority ELSE excluded.priority END,
     schedule_not_before = CASE WHEN t.status IN ('running', 'held') THEN t.schedule_not_before
         WHEN t.status = 'failure' AND t.schedule_not_before IS NOT NULL THEN greatest(t.schedule_not_before, excluded.schedule_not_before)
@@ -45,7 +46,7 @@ ON CONFLICT (id) DO UPDATE SET
     finished_at = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.finished_at END,
     updated_at = now()
 RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key
-)` + recordSubmitChanges("$11")
+)` + recordSubmitChanges("$12")
 
 // finishedForGood is the condition under which the existing task t of a
 // submit finished for good: it has an outcome and waits for no next run.
@@ -54,14 +55,14 @@ const finishedForGood = `(t.status IN ('success', 'failure') AND t.schedule_not_
 // shareSQL inserts tasks and leaves existing ones as they are.
 var shareSQL = `
 WITH s AS (
-INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited)
+INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited, retention_us)
 SELECT r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
-       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[])
-     AS r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited)
+       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[], $10::bigint[])
+     AS r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited, retention_us)
 ON CONFLICT (id) DO NOTHING
 RETURNING t.id, t.status, true AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key
-)` + recordSubmitChanges("$10")
+)` + recordSubmitChanges("$11")
 
 // recordSubmitChanges ends the submit statements: it adds the claim hints,
 // records the new states in the change feed (not the resubmit flag of a
@@ -176,7 +177,7 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 type submitColumns struct {
 	ids, behaviors, params, groupKeys, parentIDs, traces []string
 	priorities                                           []int16
-	delays                                               []int64
+	delays, retentions                                   []int64
 	awaited                                              []bool
 	wake                                                 bool
 }
@@ -195,11 +196,12 @@ func (c *submitColumns) add(t store.NewTask) {
 	c.parentIDs = append(c.parentIDs, string(t.ParentID))
 	c.traces = append(c.traces, t.Trace)
 	c.awaited = append(c.awaited, t.Notify)
+	c.retentions = append(c.retentions, t.Retention.Microseconds())
 	c.wake = c.wake || t.WakeClaimers
 }
 
 func (c *submitColumns) args() []any {
-	return []any{c.ids, c.behaviors, c.params, c.priorities, c.delays, c.groupKeys, c.parentIDs, c.traces, c.awaited}
+	return []any{c.ids, c.behaviors, c.params, c.priorities, c.delays, c.groupKeys, c.parentIDs, c.traces, c.awaited, c.retentions}
 }
 
 // SubmitCombined submits t, combining params with a scheduled task of the

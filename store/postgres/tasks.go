@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -17,7 +18,7 @@ var taskColumns = `id, behavior, status, priority, params, result, error, progre
 	` + leaseExpiry("schedule_not_before") + `, ` + leaseExpiry("lost_not_before") + `,
 	lease, coalesce(node, ''), attempt, errors, resubmit,
 	coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''),
-	created_at, updated_at, executed_at, finished_at, awaited, children_pending`
+	created_at, updated_at, executed_at, finished_at, awaited, children_pending, coalesce(retention_us, 0)`
 
 // leaseExpiry returns column of stint_task, except for a running task: its
 // lease row's expiry, which renewals move (the row keeps the expiry as of
@@ -40,10 +41,11 @@ func scanTask(row pgx.Row) (api.Task, error) {
 		parentID  string
 		behaviour string
 		id        string
+		retention int64
 	)
 	err := row.Scan(&id, &behaviour, &status, &t.Priority, &params, &result, &errJSON, &progress,
 		&t.ScheduleNotBefore, &t.LostNotBefore, &lease, &t.Node, &t.Attempt, &t.Errors, &t.Resubmit,
-		&parentID, &t.GroupKey, &t.Trace, &t.CreatedAt, &t.UpdatedAt, &t.ExecutedAt, &t.FinishedAt, &t.Notify, &t.ChildrenPending)
+		&parentID, &t.GroupKey, &t.Trace, &t.CreatedAt, &t.UpdatedAt, &t.ExecutedAt, &t.FinishedAt, &t.Notify, &t.ChildrenPending, &retention)
 	if err != nil {
 		if isNoRows(err) {
 			return t, api.ErrNotFound
@@ -52,6 +54,7 @@ func scanTask(row pgx.Row) (api.Task, error) {
 	}
 	t.ID, t.Behavior, t.Status, t.ParentID = api.TaskID(id), api.BehaviorID(behaviour), api.Status(status), api.TaskID(parentID)
 	t.Params, t.Result, t.Progress = params, result, progress
+	t.Retention = time.Duration(retention) * time.Microsecond
 	if lease != nil {
 		t.Lease = formatUUID(*lease)
 	}

@@ -213,14 +213,17 @@
   function actionButton(label, name, run, opts = {}) {
     const btn = h('button', { type: 'button', class: 'btn small' + (opts.danger ? ' danger' : ''), dataset: { action: name } }, label);
     let armed = false;
+    let timer = null;
+    const disarm = () => { clearTimeout(timer); armed = false; btn.classList.remove('armed'); btn.textContent = label; };
     btn.addEventListener('click', async () => {
       if (opts.confirm && !armed) {
         armed = true;
         btn.classList.add('armed');
         btn.textContent = opts.confirm;
-        setTimeout(() => { armed = false; btn.classList.remove('armed'); btn.textContent = label; }, 3000);
+        timer = setTimeout(disarm, 3000);
         return;
       }
+      disarm(); // a confirmed action needs confirming again next time
       btn.disabled = true;
       try {
         await run();
@@ -677,6 +680,7 @@
     if (holdable) out.push(actionButton('Hold', 'hold', act('hold'), { done: 'Held ' + t.id }));
     if (t.status === 'held') out.push(actionButton('Release', 'release', act('release'), { done: 'Released ' + t.id }));
     if (t.status === 'failure' && !t.schedule_not_before) out.push(actionButton('Retry', 'retry', act('retry'), { done: 'Retrying ' + t.id }));
+    if (!small && (holdable || t.status === 'held')) out.push(failForm(t, after));
     if (!small) {
       out.push(actionButton('Remove', 'remove', async () => {
         await api('DELETE', taskPath(t.id));
@@ -684,6 +688,18 @@
       }, { danger: true, confirm: 'Click again to remove', done: 'Removed ' + t.id }));
     }
     return out;
+  }
+
+  // failForm fails a waiting task by hand, with the reason typed next to
+  // the button; it needs a second click, as the failure is final.
+  function failForm(t, after) {
+    const input = h('input', { id: 'fail-reason', placeholder: 'reason to fail', 'aria-label': 'Reason to fail the task', spellcheck: 'false' });
+    const btn = actionButton('Fail', 'fail', async () => {
+      const reason = input.value.trim();
+      if (!reason) throw new Error('give a reason');
+      after(await api('POST', taskPath(t.id) + '/fail', { reason }));
+    }, { danger: true, confirm: 'Click again to fail', done: 'Failed ' + t.id });
+    return h('span', { class: 'inline-form' }, input, btn);
   }
 
   function taskView(id) {
