@@ -236,7 +236,7 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 	if err != nil {
 		return api.Submission{}, err
 	}
-	c.tel.submitted.Add(ctx, 1, c.tel.behavior(t.Behavior))
+	c.tel.submitted.Add(ctx, 1, c.tel.behavior(t.Behavior)...)
 	if t.Delay == 0 && tx == nil {
 		c.kick.kick(t.WakeClaimers)
 	}
@@ -339,7 +339,7 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 		per[t.Behavior]++
 	}
 	for b, n := range per {
-		c.tel.submitted.Add(ctx, n, c.tel.behavior(b))
+		c.tel.submitted.Add(ctx, n, c.tel.behavior(b)...)
 	}
 	if tx == nil {
 		c.kick.kick(led)
