@@ -136,16 +136,24 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	if err != nil {
 		return store.NewTask{}, nil, err
 	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, params); err != nil {
-		return store.NewTask{}, nil, api.Invalid("params", "bad JSON: %v", err)
+	if string(params) != "{}" { // the common empty object is compact already
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, params); err != nil {
+			return store.NewTask{}, nil, api.Invalid("params", "bad JSON: %v", err)
+		}
+		params = compact.Bytes()
 	}
 	id := req.ID
-	field := "id"
-	if id == "" {
-		id, field = reg.TaskID(p), "id (derived by "+string(reg.ID)+")"
+	derived := id == ""
+	if derived {
+		id = reg.TaskID(p)
 	}
-	if err := spi.CheckTaskID(field, id); err != nil {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		if derived {
+			// Named only on error: building the name for every task
+			// allocated.
+			err = spi.CheckTaskID("id (derived by "+string(reg.ID)+")", id)
+		}
 		return store.NewTask{}, nil, err
 	}
 	priority := reg.Policy.Priority
@@ -172,7 +180,7 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	return store.NewTask{
 		ID:       id,
 		Behavior: req.Behavior,
-		Params:   compact.Bytes(),
+		Params:   params,
 		Priority: priority,
 		Delay:    req.Delay,
 		GroupKey: req.GroupKey,

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"bytes"
+	"database/sql/driver"
 	"encoding/json"
 	"unsafe"
 
@@ -15,7 +16,9 @@ import (
 // or an int64 in an interface allocates: one allocation per element per
 // statement. These types hand pgx a pointer to each element instead,
 // which an interface holds without allocating, with the valuer method
-// pgx's codecs encode directly.
+// pgx's codecs encode directly. Where the parameter's type is unknown
+// (the simple protocol, as behind PgBouncer), Value hands pgx the plain
+// slice it encodes by itself.
 
 // textArray is a text[] parameter.
 type textArray []string
@@ -30,6 +33,7 @@ func (e *textElem) TextValue() (pgtype.Text, error) {
 func (a textArray) Dimensions() []pgtype.ArrayDimension { return dimensions(a == nil, len(a)) }
 func (a textArray) Index(i int) any                     { return (*textElem)(&a[i]) }
 func (a textArray) IndexType() any                      { return new(textElem) }
+func (a textArray) Value() (driver.Value, error)        { return []string(a), nil }
 
 // nullTextArray is a text[] parameter with NULL elements.
 type nullTextArray []pgtype.Text
@@ -37,6 +41,7 @@ type nullTextArray []pgtype.Text
 func (a nullTextArray) Dimensions() []pgtype.ArrayDimension { return dimensions(a == nil, len(a)) }
 func (a nullTextArray) Index(i int) any                     { return &a[i] }
 func (a nullTextArray) IndexType() any                      { return new(pgtype.Text) }
+func (a nullTextArray) Value() (driver.Value, error)        { return []pgtype.Text(a), nil }
 
 // uuidArray is a uuid[] parameter.
 type uuidArray []pgtype.UUID
@@ -44,6 +49,7 @@ type uuidArray []pgtype.UUID
 func (a uuidArray) Dimensions() []pgtype.ArrayDimension { return dimensions(a == nil, len(a)) }
 func (a uuidArray) Index(i int) any                     { return &a[i] }
 func (a uuidArray) IndexType() any                      { return new(pgtype.UUID) }
+func (a uuidArray) Value() (driver.Value, error)        { return []pgtype.UUID(a), nil }
 
 // intArray is a bigint[] or smallint[] parameter.
 type intArray []int64
@@ -58,6 +64,7 @@ func (e *intElem) Int64Value() (pgtype.Int8, error) {
 func (a intArray) Dimensions() []pgtype.ArrayDimension { return dimensions(a == nil, len(a)) }
 func (a intArray) Index(i int) any                     { return (*intElem)(&a[i]) }
 func (a intArray) IndexType() any                      { return new(intElem) }
+func (a intArray) Value() (driver.Value, error)        { return []int64(a), nil }
 
 // boolArray is a bool[] parameter.
 type boolArray []bool
@@ -72,6 +79,7 @@ func (e *boolElem) BoolValue() (pgtype.Bool, error) {
 func (a boolArray) Dimensions() []pgtype.ArrayDimension { return dimensions(a == nil, len(a)) }
 func (a boolArray) Index(i int) any                     { return (*boolElem)(&a[i]) }
 func (a boolArray) IndexType() any                      { return new(boolElem) }
+func (a boolArray) Value() (driver.Value, error)        { return []bool(a), nil }
 
 // dimensions returns the dimensions of a one-dimensional array of n
 // elements, or none for a NULL array.
