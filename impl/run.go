@@ -85,6 +85,16 @@ func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
 	s.queueRuns(runs)
 }
 
+// cancelRuns cancels every run with cause, and the runs that start later.
+func (s *Server) cancelRuns(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.halt = cause
+	for _, r := range s.running {
+		r.cancel(cause)
+	}
+}
+
 // runCtx returns the context of a run and its cancel function: with a
 // deadline timeout from now (cause spi.ErrTimeout) unless timeout is zero.
 func runCtx(parent context.Context, timeout time.Duration) (context.Context, context.CancelCauseFunc) {

@@ -362,16 +362,6 @@ func (s *Server) stopPreemptible() {
 	}
 }
 
-// cancelRuns cancels every run with cause, and the runs that start later.
-func (s *Server) cancelRuns(cause error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.halt = cause
-	for _, r := range s.running {
-		r.cancel(cause)
-	}
-}
-
 // Running returns how many tasks this node runs now.
 func (s *Server) Running() int {
 	s.mu.Lock()
