@@ -136,16 +136,24 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	if err != nil {
 		return store.NewTask{}, nil, err
 	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, params); err != nil {
-		return store.NewTask{}, nil, api.Invalid("params", "bad JSON: %v", err)
+	if string(params) != "{}" { // the common empty object is compact already
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, params); err != nil {
+			return store.NewTask{}, nil, api.Invalid("params", "bad JSON: %v", err)
+		}
+		params = compact.Bytes()
 	}
 	id := req.ID
-	field := "id"
-	if id == "" {
-		id, field = reg.TaskID(p), "id (derived by "+string(reg.ID)+")"
+	derived := id == ""
+	if derived {
+		id = reg.TaskID(p)
 	}
-	if err := spi.CheckTaskID(field, id); err != nil {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		if derived {
+			// Named only on error: building the name for every task
+			// allocated.
+			err = spi.CheckTaskID("id (derived by "+string(reg.ID)+")", id)
+		}
 		return store.NewTask{}, nil, err
 	}
 	priority := reg.Policy.Priority
@@ -179,7 +187,7 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	return store.NewTask{
 		ID:        id,
 		Behavior:  req.Behavior,
-		Params:    compact.Bytes(),
+		Params:    params,
 		Priority:  priority,
 		Delay:     req.Delay,
 		GroupKey:  req.GroupKey,
@@ -248,7 +256,7 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 	if err != nil {
 		return api.Submission{}, err
 	}
-	c.tel.submitted.Add(ctx, 1, c.tel.behavior(t.Behavior))
+	c.tel.submitted.Add(ctx, 1, c.tel.behavior(t.Behavior)...)
 	if t.Delay == 0 && tx == nil {
 		c.kick.kick(t.WakeClaimers)
 	}
@@ -353,7 +361,7 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 		per[t.Behavior]++
 	}
 	for b, n := range per {
-		c.tel.submitted.Add(ctx, n, c.tel.behavior(b))
+		c.tel.submitted.Add(ctx, n, c.tel.behavior(b)...)
 	}
 	if tx == nil && anyDue {
 		c.kick.kick(led)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,36 +35,69 @@ type run struct {
 	returned bool            // the behavior returned; its end may not be recorded yet
 }
 
-// startRun takes a slot for c and runs it in its own goroutine. sent is when
-// the claim was sent: the lease runs from no earlier than that.
+// startRun takes a slot for c and runs it; see startRuns.
 func (s *Server) startRun(c store.Claimed, sent time.Time) {
-	reg, _ := s.cfg.Registry.Lookup(c.Behavior)
-	lease := c.LeaseDuration
-	if lease <= 0 {
-		lease = reg.Policy.Lease
+	s.startRuns([]store.Claimed{c}, sent)
+}
+
+// startRuns takes a slot for each of claimed and queues them for the
+// workers. sent is when the claim was sent: the leases run from no earlier
+// than that. The server's lock is taken once for the whole batch.
+func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
+	if len(claimed) == 0 {
+		return
 	}
-	r := &run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress, active: sent}
-	r.ctx, r.cancel = runCtx(s.runCtx, reg.Policy.Timeout)
-	r.rc = runContext{s: s, r: r}
+	runs := make([]*run, len(claimed))
+	for i, c := range claimed {
+		reg, _ := s.cfg.Registry.Lookup(c.Behavior)
+		lease := c.LeaseDuration
+		if lease <= 0 {
+			lease = reg.Policy.Lease
+		}
+		r := &run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress, active: sent}
+		// Runs are not children of a server-wide context: registering
+		// each with a parent took a lock shared by all runs and a map
+		// write. Stop cancels the runs it gives up on one by one.
+		r.ctx, r.cancel = runCtx(runBase, reg.Policy.Timeout)
+		r.rc = runContext{s: s, r: r}
+		runs[i] = r
+	}
 	s.mu.Lock()
-	s.running[c.LeaseRef] = r // its slot was reserved by the claim
-	// An older run of the task on this node lost its lease (the task was
-	// taken over and claimed again here): it must not go on beside this one.
-	if old := s.latest[c.ID]; old != nil {
-		old.cancel(fmt.Errorf("task %s: a newer run of it started: %w", c.ID, api.ErrHalt))
+	for _, r := range runs {
+		c := &r.claimed
+		s.running[c.LeaseRef] = r // its slot was reserved by the claim
+		// An older run of the task on this node lost its lease (the task
+		// was taken over and claimed again here): it must not go on beside
+		// this one.
+		if old := s.latest[c.ID]; old != nil {
+			old.cancel(fmt.Errorf("task %s: a newer run of it started: %w", c.ID, api.ErrHalt))
+		}
+		s.latest[c.ID] = r
+		l := s.leases[c.Lease]
+		l.runs++
+		s.leases[c.Lease] = l
+		if s.halt != nil {
+			r.cancel(s.halt)
+		}
 	}
-	s.latest[c.ID] = r
-	l := s.leases[c.Lease]
-	l.runs++
-	s.leases[c.Lease] = l
 	s.mu.Unlock()
-	s.runs.Add(1)
-	select {
-	case s.work <- r: // an idle worker takes it
-	default:
-		go s.worker(r)
+	s.runs.Add(len(runs))
+	s.queueRuns(runs)
+}
+
+// cancelRuns cancels every run with cause, and the runs that start later.
+func (s *Server) cancelRuns(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.halt = cause
+	for _, r := range s.running {
+		r.cancel(cause)
 	}
 }
+
+// runBase is the parent of every run's context: a run acts on what it
+// reads, so its reads see the primary, never a standby that lags.
+var runBase = store.ReadPrimary(context.Background())
 
 // runCtx returns the context of a run and its cancel function: with a
 // deadline timeout from now (cause spi.ErrTimeout) unless timeout is zero.
@@ -83,28 +117,127 @@ func runCtx(parent context.Context, timeout time.Duration) (context.Context, con
 // exits: between one and two times this.
 const workerIdle = 10 * time.Second
 
-// worker executes r, then further runs handed to it, until it idles for
-// workerIdle or the server stops. Reusing goroutines keeps their grown
-// stacks: a fresh goroutine per run spent a tenth of the CPU on stack
+// dispatch is the queue of runs waiting for a worker goroutine, and the
+// workers parked waiting for a run. A worker takes runs from the queue
+// until it is empty, so that a burst of short runs costs a few goroutine
+// wake-ups rather than one per run. A run that blocks must not hold up
+// the ones queued behind it: while runs wait, one more worker is always
+// being woken (or started), and it wakes the next when it takes a run and
+// runs still wait.
+type dispatch struct {
+	mu     sync.Mutex
+	queue  []*run          // runs waiting for a worker, oldest from head
+	head   int             // index of the oldest run in queue
+	idle   []chan struct{} // wake channels of parked workers, latest parked last
+	waking bool            // a worker was woken or started and has not looked at the queue yet
+}
+
+// queueRuns queues runs and wakes a worker for them.
+func (s *Server) queueRuns(runs []*run) {
+	d := &s.dispatch
+	d.mu.Lock()
+	d.queue = append(d.queue, runs...)
+	wake, start := d.wakeLocked()
+	d.mu.Unlock()
+	s.wakeWorker(wake, start)
+}
+
+// wakeLocked picks the worker to wake when runs wait and none is being
+// woken: a parked one (wake), or a new one (start).
+func (d *dispatch) wakeLocked() (wake chan struct{}, start bool) {
+	if d.waking || d.head == len(d.queue) {
+		return nil, false
+	}
+	d.waking = true
+	if n := len(d.idle); n > 0 {
+		wake = d.idle[n-1]
+		d.idle[n-1] = nil
+		d.idle = d.idle[:n-1]
+		return wake, false
+	}
+	return nil, true
+}
+
+func (s *Server) wakeWorker(wake chan struct{}, start bool) {
+	switch {
+	case wake != nil:
+		wake <- struct{}{} // buffered: its worker is parked, or about to wait
+	case start:
+		go s.worker()
+	}
+}
+
+// nextRun takes the oldest queued run. With none queued it parks the
+// worker: wake is then listed among the idle workers, and nil is returned.
+// woken says the worker was woken (or started) to take a run.
+func (s *Server) nextRun(wake chan struct{}, woken bool) *run {
+	d := &s.dispatch
+	d.mu.Lock()
+	if woken {
+		d.waking = false
+	}
+	if d.head == len(d.queue) {
+		d.idle = append(d.idle, wake)
+		d.mu.Unlock()
+		return nil
+	}
+	r := d.queue[d.head]
+	d.queue[d.head] = nil
+	d.head++
+	if d.head == len(d.queue) {
+		d.queue, d.head = d.queue[:0], 0
+	}
+	next, start := d.wakeLocked()
+	d.mu.Unlock()
+	s.wakeWorker(next, start)
+	return r
+}
+
+// unpark takes a parked worker off the idle list, unless it was woken
+// meanwhile; it reports whether it did.
+func (s *Server) unpark(wake chan struct{}) bool {
+	d := &s.dispatch
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if i := slices.Index(d.idle, wake); i >= 0 {
+		d.idle = slices.Delete(d.idle, i, i+1)
+		return true
+	}
+	return false
+}
+
+// worker executes queued runs, parking while there are none, until it
+// idles for workerIdle or the server stops. Reusing goroutines keeps their
+// grown stacks: a fresh goroutine per run spent a tenth of the CPU on stack
 // growth. The idle timer is not reset per run (that showed in CPU
 // profiles); a worker that ran anything since the timer last fired waits
 // another round.
-func (s *Server) worker(r *run) {
+func (s *Server) worker() {
+	wake := make(chan struct{}, 1)
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
+	woken, busy := true, true
 	for {
-		s.execute(r)
-		busy := true
+		if r := s.nextRun(wake, woken); r != nil {
+			woken, busy = false, true
+			s.execute(r)
+			continue
+		}
 	wait:
 		select {
-		case r = <-s.work:
+		case <-wake:
+			woken = true
 		case <-idle.C:
-			if !busy {
+			if busy {
+				busy = false
+				idle.Reset(workerIdle)
+				goto wait
+			}
+			if s.unpark(wake) {
 				return
 			}
-			busy = false
-			idle.Reset(workerIdle)
-			goto wait
+			<-wake // taken off the idle list to be woken: the wake-up is on its way
+			woken = true
 		case <-s.workersDone:
 			return
 		}
@@ -125,12 +258,19 @@ func (s *Server) freeSlot(r *run) {
 
 // endRun forgets a run whose end is recorded (settled) or given up on
 // (not settled: the task may still be running under its lease in the
-// database). A lease is dropped once its runs all ended, unless one of them
-// was not settled: that lease must expire, so that a takeover finds its
-// task.
+// database); see endRunLocked.
 func (s *Server) endRun(r *run, settled bool) {
 	r.cancel(context.Canceled)
 	s.mu.Lock()
+	s.endRunLocked(r, settled)
+	s.mu.Unlock()
+	s.runs.Done()
+}
+
+// endRunLocked forgets a run. A lease is dropped once its runs all ended,
+// unless one of them was not settled: that lease must expire, so that a
+// takeover finds its task.
+func (s *Server) endRunLocked(r *run, settled bool) {
 	delete(s.running, r.claimed.LeaseRef)
 	if s.latest[r.claimed.ID] == r {
 		delete(s.latest, r.claimed.ID)
@@ -146,8 +286,6 @@ func (s *Server) endRun(r *run, settled bool) {
 			s.released = append(s.released, r.claimed.Lease)
 		}
 	}
-	s.mu.Unlock()
-	s.runs.Done()
 }
 
 // leaseRuns is what a server knows of one of its leases.
@@ -205,20 +343,27 @@ func (s *Server) execute(r *run) {
 	s.completer.finish(r)
 }
 
-func (r *run) completion() *store.Completion { return &r.end }
-
-// recorded ends the run once its end is recorded; until then it stayed in
-// the running map, its lease renewed.
-func (r *run) recorded(err error) {
-	s := r.rc.s
-	switch {
-	case errors.Is(err, api.ErrHalt):
-		s.log.Info("stint: run ended after its lease was lost; its result was dropped", "task", r.claimed.ID)
-	case err != nil:
-		s.log.Error("stint: recording a run failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
+// recorded ends the runs of a batch once their ends are recorded (held),
+// found fenced out, or given up on (err); until then they stayed in the
+// running map, their leases renewed. The server's lock is taken once for
+// the batch.
+func (s *Server) recorded(batch []*run, held []bool, err error) {
+	for i, r := range batch {
+		r.cancel(context.Canceled)
+		switch {
+		case err != nil:
+			s.log.Error("stint: recording a run failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
+		case !held[i]:
+			s.log.Info("stint: run ended after its lease was lost; its result was dropped", "task", r.claimed.ID)
+		}
 	}
-	// A fenced-out run's task is no longer under this lease.
-	s.endRun(r, err == nil || errors.Is(err, api.ErrHalt))
+	s.mu.Lock()
+	for _, r := range batch {
+		// A fenced-out run's task is no longer under this lease.
+		s.endRunLocked(r, err == nil)
+	}
+	s.mu.Unlock()
+	s.runs.Add(-len(batch))
 }
 
 // runContext is the spi.RunContext of a run.

@@ -117,7 +117,7 @@ type Server struct {
 
 	wakes       []chan struct{} // one wake-up channel per claimer
 	slotFreed   chan struct{}
-	work        chan *run     // runs handed to idle workers
+	dispatch    dispatch      // runs waiting for a worker goroutine
 	workersDone chan struct{} // closed by Stop: idle workers exit
 
 	mu       sync.Mutex
@@ -128,12 +128,11 @@ type Server struct {
 	perBehav map[api.BehaviorID]int  // slots taken per behavior
 	leases   map[[16]byte]leaseRuns  // this node's leases (one per claim statement and behavior)
 	released [][16]byte              // leases whose runs all ended, to drop
+	halt     error                   // set by Stop when it gives up waiting: the cause that cancels every run
 	started  bool
 	stopped  bool
 
 	claimCancel context.CancelFunc // stops claiming
-	runCtx      context.Context    // parent of every run
-	runCancel   context.CancelCauseFunc
 	bgCancel    context.CancelFunc // stops the lease keeper and completer
 	claimDone   chan struct{}
 	bgDone      sync.WaitGroup
@@ -194,7 +193,6 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		Client:      client,
 		cfg:         cfg,
 		slotFreed:   make(chan struct{}, 1),
-		work:        make(chan *run),
 		workersDone: make(chan struct{}),
 		running:     map[store.LeaseRef]*run{},
 		latest:      map[api.TaskID]*run{},
@@ -255,12 +253,10 @@ func (s *Server) Start(ctx context.Context) error {
 	s.kick.setLocal(s.wakeClaimer)
 	s.hub.start()
 
-	// A run acts on what it reads: its reads see the primary.
-	s.runCtx, s.runCancel = context.WithCancelCause(store.ReadPrimary(context.Background()))
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	claimCtx, claimCancel := context.WithCancel(context.Background())
 	s.bgCancel, s.claimCancel = bgCancel, claimCancel
-	s.completer = newCompleter(s.st, s.log)
+	s.completer = newCompleter(s.st, s.log, s.recorded)
 	s.claimDone = make(chan struct{})
 
 	s.bgDone.Add(5)
@@ -335,7 +331,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	select {
 	case <-finished:
 	case <-ctx.Done():
-		s.runCancel(errStopping)
+		s.cancelRuns(errStopping)
 		<-finished
 	}
 	close(s.workersDone)
@@ -501,9 +497,7 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 			return n, false, err
 		}
 		s.tel.claimDone(ctx, claimed, time.Since(sent))
-		for _, c := range claimed {
-			s.startRun(c, sent)
-		}
+		s.startRuns(claimed, sent)
 		n += len(claimed)
 	}
 	s.mu.Lock()

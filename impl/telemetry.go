@@ -43,7 +43,9 @@ type telemetry struct {
 // building an attribute set hashes it, and every string concatenation
 // allocates.
 type behaviorTelemetry struct {
-	attrs   metric.MeasurementOption
+	// add is the options of a counter's Add, a slice so that a call does
+	// not allocate one for its variadic argument.
+	add     []metric.AddOption
 	runName string
 }
 
@@ -108,9 +110,9 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	return t
 }
 
-// behavior returns the measurement option naming behavior b.
-func (t *telemetry) behavior(b api.BehaviorID) metric.MeasurementOption {
-	return t.of(b).attrs
+// behavior returns the options of a counter's Add naming behavior b.
+func (t *telemetry) behavior(b api.BehaviorID) []metric.AddOption {
+	return t.of(b).add
 }
 
 func (t *telemetry) of(b api.BehaviorID) *behaviorTelemetry {
@@ -118,7 +120,7 @@ func (t *telemetry) of(b api.BehaviorID) *behaviorTelemetry {
 		return bt.(*behaviorTelemetry)
 	}
 	bt := &behaviorTelemetry{
-		attrs:   metric.WithAttributes(attribute.String("stint.behavior", string(b))),
+		add:     []metric.AddOption{metric.WithAttributes(attribute.String("stint.behavior", string(b)))},
 		runName: "stint.run " + string(b),
 	}
 	t.perBehavior.Store(b, bt)
@@ -172,10 +174,10 @@ func (t *telemetry) startRun(ctx context.Context, c store.Claimed, node string) 
 func (t *telemetry) endRun(ctx context.Context, span trace.Span, c store.Completion, behavior api.BehaviorID) {
 	switch c.Status {
 	case api.StatusSuccess:
-		t.succeeded.Add(ctx, 1, t.behavior(behavior))
+		t.succeeded.Add(ctx, 1, t.behavior(behavior)...)
 		span.SetStatus(codes.Ok, "")
 	case api.StatusFailure:
-		t.failed.Add(ctx, 1, t.behavior(behavior))
+		t.failed.Add(ctx, 1, t.behavior(behavior)...)
 		span.SetStatus(codes.Error, c.Error.Error())
 	default:
 		span.SetAttributes(attribute.Bool("stint.snoozed", true))
@@ -192,7 +194,7 @@ func (t *telemetry) claimDone(ctx context.Context, claimed []store.Claimed, took
 		per[c.Behavior]++
 	}
 	for b, n := range per {
-		t.claimed.Add(ctx, n, t.behavior(b))
+		t.claimed.Add(ctx, n, t.behavior(b)...)
 	}
 }
 

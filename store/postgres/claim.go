@@ -124,7 +124,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	out, err := scanClaimed(rows, req.Limit)
+	out, err := scanClaimed(rows, req.Limit, behaviors)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,7 @@ func (s *Store) claimPerGroup(ctx context.Context, req store.ClaimRequest, behav
 		if err != nil {
 			return err
 		}
-		out, err = scanClaimed(rows, len(g.hints))
+		out, err = scanClaimed(rows, len(g.hints), behaviors)
 		return err
 	})
 	if err != nil {
@@ -310,17 +310,19 @@ func (g *groupClaim) lockAndCount(ctx context.Context, keys []string, wait bool)
 	return err
 }
 
-// scanClaimed reads the rows of a claim statement.
-func scanClaimed(rows pgx.Rows, capacity int) ([]store.Claimed, error) {
-	out := make([]store.Claimed, 0, capacity)
+// scanClaimed reads the rows of a claim statement of behaviors, at most
+// limit. The result starts small: a claim for a thousand free slots often
+// finds a few tasks.
+func scanClaimed(rows pgx.Rows, limit int, behaviors []string) ([]store.Claimed, error) {
+	out := make([]store.Claimed, 0, min(limit, 64))
 	var c store.Claimed
-	var params, progress []byte
+	var behavior, params, progress pgtype.DriverBytes
 	var leaseUS int64
-	_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Lease, &c.Behavior, &params, &progress, &c.Attempt, &c.Errors,
+	_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Lease, &behavior, &params, &progress, &c.Attempt, &c.Errors,
 		&c.Priority, &c.ParentID, &c.GroupKey, &c.Trace, &leaseUS, &c.Resubmitted}, func() error {
 		c.LeaseDuration = time.Duration(leaseUS) * time.Microsecond
-		// pgx scans jsonb into a fresh slice for each row.
-		c.Params, c.Progress = params, progress
+		c.Behavior = internBehavior(behavior, behaviors)
+		c.Params, c.Progress = copyJSON(params), copyJSON(progress)
 		out = append(out, c)
 		return nil
 	})

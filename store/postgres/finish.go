@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/store"
@@ -21,12 +20,13 @@ import (
 // 'scheduled') does not count as an attempt; a parent waiting for children
 // ($7) is due at once if none is pending, else after the fallback delay.
 // Awaited tasks are notified in the same transaction, so a woken awaiter
-// sees the result; ids go in chunks of 50 to stay under the 8,000-byte
+// sees the result; the statement returns the ordinals of the completions
+// it recorded; ids go in chunks of 50 to stay under the 8,000-byte
 // payload limit.
 var finishSQL = `
 WITH c AS (
     SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bool[])
-        AS c(id, lease, status, result, error, again_us, wait_children)
+        WITH ORDINALITY AS c(id, lease, status, result, error, again_us, wait_children, ord)
 ), done AS (
     UPDATE stint_task t SET
         status = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN 'scheduled' ELSE c.status END,
@@ -47,7 +47,7 @@ WITH c AS (
         updated_at = now()
     FROM c
     WHERE t.id = c.id AND t.lease = c.lease AND t.status = 'running'
-    RETURNING t.id, t.behavior, t.status, t.parent_id, t.awaited, t.priority, t.schedule_not_before, t.group_key,
+    RETURNING t.id, c.ord, t.behavior, t.status, t.parent_id, t.awaited, t.priority, t.schedule_not_before, t.group_key,
         t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AS final
 ), due AS (` + dueInsert("done") + `
 ), feed AS (` + feedInsert("done", "status", "final") + `), notified AS (
@@ -56,7 +56,7 @@ WITH c AS (
             SELECT id, (row_number() OVER ()) / 50 AS chunk FROM done WHERE awaited) a
         GROUP BY chunk) b
 )
-SELECT done.id, coalesce(done.parent_id, ''), done.final FROM done, notified`
+SELECT done.ord, coalesce(done.parent_id, ''), done.final FROM done, notified`
 
 // childrenEndedSQL counts children that finished for good off their
 // parents; the one that brings a waiting parent's count to zero makes it due
@@ -88,33 +88,29 @@ SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM woken WHERE
 // lease expires) and every other completion is recorded. A batch that
 // fails on nothing costs nothing more.
 func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, error) {
-	ok := make(map[api.TaskID]bool, len(cs))
+	ok := make([]bool, len(cs))
 	if err := s.finishIsolating(ctx, cs, ok); err != nil {
 		return nil, fmt.Errorf("finish tasks: %w", err)
 	}
-	out := make([]bool, len(cs))
-	for i, c := range cs {
-		out[i] = ok[c.ID]
-	}
-	return out, nil
+	return ok, nil
 }
 
 // finishIsolating records cs, splitting the batch around rows that cannot
-// be written.
-func (s *Store) finishIsolating(ctx context.Context, cs []store.Completion, ok map[api.TaskID]bool) error {
+// be written. ok[i] is set for the completions cs[i] whose lease held.
+func (s *Store) finishIsolating(ctx context.Context, cs []store.Completion, ok []bool) error {
 	err := s.finishBatch(ctx, cs, ok)
 	if err == nil || !rowError(err) {
 		return err
 	}
 	if len(cs) == 1 {
-		ok[cs[0].ID] = false
+		ok[0] = false
 		return nil
 	}
 	half := len(cs) / 2
-	if err := s.finishIsolating(ctx, cs[:half], ok); err != nil {
+	if err := s.finishIsolating(ctx, cs[:half], ok[:half]); err != nil {
 		return err
 	}
-	return s.finishIsolating(ctx, cs[half:], ok)
+	return s.finishIsolating(ctx, cs[half:], ok[half:])
 }
 
 // rowError reports whether err is one a row of a statement can cause (a
@@ -134,29 +130,26 @@ func rowError(err error) bool {
 }
 
 // finishBatch records cs in one statement, and the ends of their children
-// in the same transaction. It sets ok for the completions whose lease held.
-func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok map[api.TaskID]bool) error {
+// in the same transaction. It sets ok[i] for the completions cs[i] whose
+// lease held.
+func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []bool) error {
 	n := len(cs)
-	ids, statuses := make([]string, n), make([]string, n)
-	leases := make([]pgtype.UUID, n)
-	results, errs := make([]*string, n), make([]*string, n)
-	again := make([]int64, n)
-	waits := make([]bool, n)
+	ids, statuses := make(textArray, n), make(textArray, n)
+	leases := make(uuidArray, n)
+	results, errs := make(nullTextArray, n), make(nullTextArray, n)
+	again := make(intArray, n)
+	waits := make(boolArray, n)
 	hasParent := false
 	for i, c := range cs {
 		ids[i], leases[i], statuses[i], waits[i] = string(c.ID), uuid(c.Lease), string(c.Status), c.WaitChildren
 		hasParent = hasParent || c.HasParent
-		if c.Result != nil {
-			r := string(c.Result)
-			results[i] = &r
-		}
+		results[i] = jsonText(c.Result)
 		if c.Error != nil {
 			b, err := json.Marshal(c.Error)
 			if err != nil {
 				return fmt.Errorf("task %s: encode error: %w", c.ID, err)
 			}
-			e := string(b)
-			errs[i] = &e
+			errs[i] = jsonText(b)
 		}
 		again[i] = -1
 		if c.Again || c.WaitChildren {
@@ -169,21 +162,28 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok map[a
 	if hasParent {
 		run = func(ctx context.Context, fn func(pgx.Tx) error) error { return pgx.BeginFunc(ctx, s.pool, fn) }
 	}
-	done := make(map[api.TaskID]bool, n)
+	// The ordinals the statement returns (from 1), set in ok only once it
+	// committed: a transaction that fails records none.
+	done := make([]int64, 0, n)
 	err := run(ctx, func(tx pgx.Tx) error {
 		var q querier = s.pool
 		if tx != nil {
 			q = tx
 		}
+		done = done[:0]
 		rows, err := q.Query(ctx, finishSQL, ids, leases, statuses, results, errs, again, waits)
 		if err != nil {
 			return err
 		}
-		var id, parent string
+		var ord int64
+		var parent string
 		var final bool
 		var parents []string
-		if _, err := pgx.ForEachRow(rows, []any{&id, &parent, &final}, func() error {
-			done[api.TaskID(id)] = true
+		if _, err := pgx.ForEachRow(rows, []any{&ord, &parent, &final}, func() error {
+			if ord < 1 || ord > int64(n) {
+				return fmt.Errorf("completion %d of %d recorded", ord, n)
+			}
+			done = append(done, ord)
 			if final && parent != "" {
 				parents = append(parents, parent)
 			}
@@ -202,8 +202,8 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok map[a
 	if err != nil {
 		return err
 	}
-	for id := range done {
-		ok[id] = true
+	for _, ord := range done {
+		ok[ord-1] = true
 	}
 	return nil
 }
@@ -265,8 +265,8 @@ func (s *Store) SetPriority(ctx context.Context, r store.LeaseRef, priority int)
 // Unclaim gives running tasks back, due at once; see store.Store. As in
 // a takeover, the next run covers a resubmit that came during this one.
 func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {
-	ids := make([]string, len(refs))
-	leases := make([]pgtype.UUID, len(refs))
+	ids := make(textArray, len(refs))
+	leases := make(uuidArray, len(refs))
 	for i, r := range refs {
 		ids[i], leases[i] = string(r.ID), uuid(r.Lease)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/store"
@@ -15,9 +14,9 @@ import (
 // their claim: the statement renews each lease row once, and reports a run
 // as held only if its task still runs under that lease.
 func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]bool, error) {
-	ids := make([]string, len(rs))
-	leases := make([]pgtype.UUID, len(rs))
-	durs := make([]int64, len(rs))
+	ids := make(textArray, len(rs))
+	leases := make(uuidArray, len(rs))
+	durs := make(intArray, len(rs))
 	for i, r := range rs {
 		ids[i], leases[i], durs[i] = string(r.ID), uuid(r.Lease), r.Duration.Microseconds()
 	}
@@ -46,7 +45,7 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 // ReleaseLeases deletes lease rows none of whose runs is left; see
 // store.Store.
 func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
-	ls := make([]pgtype.UUID, len(leases))
+	ls := make(uuidArray, len(leases))
 	for i, l := range leases {
 		ls[i] = uuid(l)
 	}

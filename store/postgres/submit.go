@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/store"
@@ -119,6 +120,9 @@ func submitOn(ctx context.Context, db database, tasks []store.NewTask) ([]api.Su
 // tasks and one for sharing ones, whichever are needed.
 func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParams bool) ([]api.Submission, error) {
 	got := make(map[api.TaskID]api.Submission, len(tasks))
+	for _, t := range tasks {
+		got[t.ID] = api.Submission{ID: t.ID}
+	}
 	var missing []string
 	for _, share := range []bool{false, true} {
 		var cols submitColumns
@@ -147,7 +151,7 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 		}
 		if share {
 			for _, id := range cols.ids {
-				if _, ok := got[api.TaskID(id)]; !ok {
+				if got[api.TaskID(id)].Status == "" {
 					missing = append(missing, id)
 				}
 			}
@@ -164,8 +168,8 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 	}
 	out := make([]api.Submission, len(tasks))
 	for i, t := range tasks {
-		sub, ok := got[t.ID]
-		if !ok {
+		sub := got[t.ID]
+		if sub.Status == "" {
 			return nil, fmt.Errorf("task %s: no row after submit", t.ID)
 		}
 		out[i] = sub
@@ -175,22 +179,21 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 
 // submitColumns holds NewTasks as the column arrays submitSQL unnests.
 type submitColumns struct {
-	ids, behaviors, params, groupKeys, parentIDs, traces []string
-	priorities                                           []int16
-	delays, retentions                                   []int64
-	awaited                                              []bool
+	ids, behaviors, params, groupKeys, parentIDs, traces textArray
+	priorities, delays, retentions                       intArray
+	awaited                                              boolArray
 	wake                                                 bool
 }
 
 func (c *submitColumns) add(t store.NewTask) {
-	params := string(t.Params)
-	if params == "" {
-		params = "{}"
+	params := "{}" // also for none
+	if len(t.Params) > 0 && string(t.Params) != "{}" {
+		params = string(t.Params)
 	}
 	c.ids = append(c.ids, string(t.ID))
 	c.behaviors = append(c.behaviors, string(t.Behavior))
 	c.params = append(c.params, params)
-	c.priorities = append(c.priorities, int16(t.Priority))
+	c.priorities = append(c.priorities, int64(t.Priority))
 	c.delays = append(c.delays, t.Delay.Microseconds())
 	c.groupKeys = append(c.groupKeys, t.GroupKey)
 	c.parentIDs = append(c.parentIDs, string(t.ParentID))
@@ -242,10 +245,18 @@ func submitCombinedOn(ctx context.Context, db database, t store.NewTask, combine
 	return out[0], nil
 }
 
-// collectSubmissions reads rows of (id, status, created) into got.
+// collectSubmissions reads rows of (id, status, created) into got, which
+// holds an entry for each task submitted, its Status empty until its row
+// is read: a row's id and status take no allocation of their own.
 func collectSubmissions(rows pgx.Rows, got map[api.TaskID]api.Submission) error {
-	var sub api.Submission
-	_, err := pgx.ForEachRow(rows, []any{&sub.ID, &sub.Status, &sub.Created}, func() error {
+	var id, status pgtype.DriverBytes
+	var created bool
+	_, err := pgx.ForEachRow(rows, []any{&id, &status, &created}, func() error {
+		sub, ok := got[api.TaskID(id)]
+		if !ok {
+			return fmt.Errorf("task %s: a row for a task not submitted", id)
+		}
+		sub.Status, sub.Created = internStatus(status), created
 		got[sub.ID] = sub
 		return nil
 	})
