@@ -32,10 +32,7 @@ func (s *Server) rotateLoop(ctx context.Context, b *spi.Registration) {
 			continue
 		}
 		s.mu.Lock()
-		free := max(min(rot.MaxRunning-s.perBehav[b.ID], s.cfg.MaxWorkers-s.slots), 0)
-		if c := b.Policy.MaxConcurrency; c > 0 {
-			free = max(min(free, c-s.perBehav[b.ID]), 0)
-		}
+		free, _ := s.slots.left(b.ID, b.Policy, s.slots.free())
 		var old []*run
 		stopping := 0 // cancelled, slot not given back yet
 		now := time.Now()

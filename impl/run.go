@@ -35,11 +35,6 @@ type run struct {
 	returned bool            // the behavior returned; its end may not be recorded yet
 }
 
-// startRun takes a slot for c and runs it; see startRuns.
-func (s *Server) startRun(c store.Claimed, sent time.Time) {
-	s.startRuns([]store.Claimed{c}, sent)
-}
-
 // startRuns takes a slot for each of claimed and queues them for the
 // workers. sent is when the claim was sent: the leases run from no earlier
 // than that. The server's lock is taken once for the whole batch.
@@ -249,8 +244,7 @@ func (s *Server) worker() {
 // a slot need not wait for the completion batch.
 func (s *Server) freeSlot(r *run) {
 	s.mu.Lock()
-	s.slots--
-	s.perBehav[r.claimed.Behavior]--
+	s.slots.release(r.claimed.Behavior, r.reg.Policy)
 	r.returned = true
 	s.mu.Unlock()
 	signal(s.slotFreed)
@@ -297,7 +291,7 @@ type leaseRuns struct {
 // execute runs a claimed task and records how it ended.
 func (s *Server) execute(r *run) {
 	var out spi.Outcome
-	ctx, span := s.tel.startRun(r.ctx, r.claimed, s.cfg.Node)
+	ctx, span := s.tel.runStarted(r.ctx, r.claimed, s.cfg.Node)
 	// Params were validated at submit; validate again, since the behavior's
 	// rules may have changed since.
 	if p, err := r.reg.Decode(r.claimed.Params); err != nil {
@@ -337,7 +331,7 @@ func (s *Server) execute(r *run) {
 	default:
 		c.Status, c.Result = api.StatusSuccess, out.Result
 	}
-	s.tel.endRun(ctx, span, c, r.claimed.Behavior)
+	s.tel.runEnded(ctx, span, c, r.claimed.Behavior)
 	s.freeSlot(r)
 	r.end = c
 	s.completer.finish(r)

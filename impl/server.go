@@ -122,12 +122,10 @@ type Server struct {
 	mu       sync.Mutex
 	running  map[store.LeaseRef]*run // runs until their end is recorded
 	latest   map[api.TaskID]*run     // the newest run of each task in running
-	slots    int                     // slots taken: reserved by claims, or running a behavior
-	reserved int                     // slots reserved by claims in flight
-	perBehav map[api.BehaviorID]int  // slots taken per behavior
-	leases   map[[16]byte]leaseRuns  // this node's leases (one per claim statement and behavior)
-	released [][16]byte              // leases whose runs all ended, to drop
-	halt     error                   // set by Stop when it gives up waiting: the cause that cancels every run
+	slots    slots
+	leases   map[[16]byte]leaseRuns // this node's leases (one per claim statement and behavior)
+	released [][16]byte             // leases whose runs all ended, to drop
+	halt     error                  // set by Stop when it gives up waiting: the cause that cancels every run
 	started  bool
 	stopped  bool
 
@@ -195,7 +193,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		workersDone: make(chan struct{}),
 		running:     map[store.LeaseRef]*run{},
 		latest:      map[api.TaskID]*run{},
-		perBehav:    map[api.BehaviorID]int{},
+		slots:       newSlots(cfg.MaxWorkers),
 		leases:      map[[16]byte]leaseRuns{},
 	}
 	for _, id := range ids {
@@ -368,7 +366,7 @@ func (s *Server) stopPreemptible() {
 func (s *Server) Running() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.slots - s.reserved
+	return s.slots.running()
 }
 
 func (s *Server) wakeClaimer() {
@@ -462,7 +460,7 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 		n += len(claimed)
 	}
 	s.mu.Lock()
-	full = s.slots >= s.cfg.MaxWorkers
+	full = s.slots.free() <= 0
 	s.mu.Unlock()
 	return n, full, nil
 }
@@ -483,7 +481,7 @@ type claimGroup struct {
 func (s *Server) claimGroups() []claimGroup {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	free := s.cfg.MaxWorkers - s.slots
+	free := s.slots.free()
 	if free <= 0 {
 		return nil
 	}
@@ -491,13 +489,7 @@ func (s *Server) claimGroups() []claimGroup {
 	main := claimGroup{limit: free}
 	for _, b := range s.behaviors {
 		bl := store.BehaviorLease{Behavior: b.ID, Lease: b.Policy.Lease}
-		left, capped := free, false
-		if b.Policy.MaxConcurrency > 0 {
-			left, capped = b.Policy.MaxConcurrency-s.perBehav[b.ID], true
-		}
-		if r := b.Policy.Rotation; r != nil {
-			left, capped = min(left, r.MaxRunning-s.perBehav[b.ID]), true
-		}
+		left, capped := s.slots.left(b.ID, b.Policy, free)
 		switch {
 		case left <= 0:
 		case b.Policy.GroupConcurrency > 0 || left < free:
@@ -521,42 +513,21 @@ func (s *Server) claimGroups() []claimGroup {
 func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	g.limit = min(g.limit, s.cfg.MaxWorkers-s.slots)
-	for _, b := range g.capped {
-		reg, _ := s.cfg.Registry.Lookup(b)
-		if c := reg.Policy.MaxConcurrency; c > 0 {
-			g.limit = min(g.limit, c-s.perBehav[b])
-		}
-		if r := reg.Policy.Rotation; r != nil {
-			g.limit = min(g.limit, r.MaxRunning-s.perBehav[b])
-		}
-	}
-	if g.limit <= 0 {
-		return g, false
-	}
-	s.slots += g.limit
-	s.reserved += g.limit
-	for _, b := range g.capped {
-		s.perBehav[b] += g.limit
-	}
-	return g, true
+	g.limit = s.slots.reserve(g.limit, g.capped, s.policy)
+	return g, g.limit > 0
+}
+
+// policy returns the policy of a registered behavior.
+func (s *Server) policy(b api.BehaviorID) spi.Policy {
+	reg, _ := s.cfg.Registry.Lookup(b)
+	return reg.Policy
 }
 
 // unreserve gives back the slots a claim reserved and did not fill.
 func (s *Server) unreserve(g claimGroup, claimed []store.Claimed) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.slots -= g.limit - len(claimed)
-	s.reserved -= g.limit
-	for _, b := range g.capped {
-		n := 0
-		for _, c := range claimed {
-			if c.Behavior == b {
-				n++
-			}
-		}
-		s.perBehav[b] -= g.limit - n
-	}
+	s.slots.unreserve(g.limit, g.capped, claimed)
 }
 
 // sleep waits d or until ctx ends; the loops that call it check ctx next.

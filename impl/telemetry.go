@@ -141,10 +141,10 @@ func (t *telemetry) traceparent(ctx context.Context) string {
 	return carrier.Get("traceparent")
 }
 
-// startRun starts the span of a run, linked to the submitter's span through
+// runStarted starts the span of a run, linked to the submitter's span through
 // the stored traceparent. A run is its own trace: it may happen long after
 // the submit, many times.
-func (t *telemetry) startRun(ctx context.Context, c store.Claimed, node string) (context.Context, trace.Span) {
+func (t *telemetry) runStarted(ctx context.Context, c store.Claimed, node string) (context.Context, trace.Span) {
 	if t.global && otel.GetTracerProvider() == defaultTracerProvider {
 		// No SDK: the span would be a new root that records nothing and
 		// carries no context, yet building it took a tenth of a no-op
@@ -170,8 +170,8 @@ func (t *telemetry) startRun(ctx context.Context, c store.Claimed, node string) 
 	return ctx, span
 }
 
-// endRun records how a run ended on its span and counters.
-func (t *telemetry) endRun(ctx context.Context, span trace.Span, c store.Completion, behavior api.BehaviorID) {
+// runEnded records how a run ended on its span and counters.
+func (t *telemetry) runEnded(ctx context.Context, span trace.Span, c store.Completion, behavior api.BehaviorID) {
 	switch c.Status {
 	case api.StatusSuccess:
 		t.succeeded.Add(ctx, 1, t.behavior(behavior)...)
