@@ -159,7 +159,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// Some history to show: a success and a failure.
 	done := e.submit(web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"first"}`), ID: "browser-first"})
-	failed := e.submit(web.SubmitBody{Behavior: failKind.ID, ID: "browser-failed"})
+	failed := e.submit(web.SubmitBody{Behavior: failKind.ID, ID: "browser-failed", Retention: "72h"})
 	for _, id := range []api.TaskID{done, failed} {
 		_, err := e.srv.Await(e.ctx, id)
 		require.NoError(t, err)
@@ -307,6 +307,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#task-actions [data-action="retry"]`)),
 	)
 	require.Contains(t, text("task-error"), "failed on purpose")
+	require.Equal(t, "3d 0h after it finishes", text("task-retention"), "the task's own retention")
 	run("back to the held-and-released task", goHash("#/tasks/browser-idle"), chromedp.WaitVisible(css(`#timeline li[data-status="held"]`)))
 	screenshot(t, tab, shots, "dashboard-task.png")
 

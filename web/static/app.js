@@ -785,6 +785,7 @@
           field('Updated', timeEl(t.updated_at), 'updated'),
           field('Started', timeEl(t.executed_at), 'started'),
           field('Finished', timeEl(t.finished_at), 'finished'),
+          field('Retention', h('span', { id: 'task-retention' }, t.retention ? fmtDuration(t.retention / 1e6) + ' after it finishes' : "its behavior's"), 'retention'),
           t.trace ? field('Trace', h('code', {}, t.trace), 'trace') : null)),
         h('div', { class: 'grid2' },
           h('div', {},
