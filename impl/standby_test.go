@@ -95,17 +95,7 @@ func TestAwaitWithAPausedStandbyReturnsOnTheFinishNotification(t *testing.T) {
 	c, err := impl.NewClient(e.st, impl.ClientConfig{Registry: testRegistry(e.pool, "client", time.Minute), PollInterval: time.Hour})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	id := e.submitAndPause(c, readDSN)
-	done := e.awaitInBackground(c, id)
-
-	e.server("n1", time.Minute)
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-e.ctx.Done():
-		t.Fatal("Await did not return after the task finished")
-	}
-	e.requireStaleOnStandby(c, id)
+	e.requireAwaitSeesTheEnd(c, readDSN)
 }
 
 // Without notifications (PollOnly), Await still sees the end of a task
@@ -120,15 +110,23 @@ func TestAwaitWithAPausedStandbyAndNoNotificationsPollsThePrimary(t *testing.T) 
 	c, err := impl.NewClient(pollOnly, impl.ClientConfig{Registry: testRegistry(e.pool, "client", time.Minute), PollInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
+	e.requireAwaitSeesTheEnd(c, readDSN)
+}
+
+// requireAwaitSeesTheEnd submits a task with the standby's replay paused,
+// awaits it through c while a server runs it, and requires Await to return
+// although the standby still shows the task unfinished.
+func (e *env) requireAwaitSeesTheEnd(c *impl.Client, readDSN string) {
+	e.t.Helper()
 	id := e.submitAndPause(c, readDSN)
 	done := e.awaitInBackground(c, id)
 
 	e.server("n1", time.Minute)
 	select {
 	case err := <-done:
-		require.NoError(t, err)
+		require.NoError(e.t, err)
 	case <-e.ctx.Done():
-		t.Fatal("Await did not return after the task finished")
+		e.t.Fatal("Await did not return after the task finished")
 	}
 	e.requireStaleOnStandby(c, id)
 }
