@@ -53,7 +53,7 @@ func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
 		// Runs are not children of a server-wide context: registering
 		// each with a parent took a lock shared by all runs and a map
 		// write. Stop cancels the runs it gives up on one by one.
-		r.ctx, r.cancel = runCtx(runBase, reg.Policy.Timeout)
+		r.ctx, r.cancel = runCtx(reg.Policy.Timeout)
 		r.rc = runContext{s: s, r: r}
 		runs[i] = r
 	}
@@ -94,13 +94,14 @@ func (s *Server) cancelRuns(cause error) {
 // reads, so its reads see the primary, never a standby that lags.
 var runBase = store.ReadPrimary(context.Background())
 
-// runCtx returns the context of a run and its cancel function: with a
-// deadline timeout from now (cause spi.ErrTimeout) unless timeout is zero.
-func runCtx(parent context.Context, timeout time.Duration) (context.Context, context.CancelCauseFunc) {
+// runCtx returns the context of a run, a child of runBase, and its cancel
+// function: with a deadline timeout from now (cause spi.ErrTimeout) unless
+// timeout is zero.
+func runCtx(timeout time.Duration) (context.Context, context.CancelCauseFunc) {
 	if timeout <= 0 {
-		return context.WithCancelCause(parent)
+		return context.WithCancelCause(runBase)
 	}
-	timed, stop := context.WithTimeoutCause(parent, timeout, spi.ErrTimeout)
+	timed, stop := context.WithTimeoutCause(runBase, timeout, spi.ErrTimeout)
 	ctx, cancel := context.WithCancelCause(timed)
 	return ctx, func(cause error) {
 		cancel(cause)
