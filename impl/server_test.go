@@ -209,18 +209,20 @@ func TestRunnerHaltsWhenLeaseIsLost(t *testing.T) {
 }
 
 // A running task shows the lease expiry as renewals move it, not as of its
-// claim.
+// claim. The lease is long enough that a renewal made late by a busy
+// machine still comes before it expires (renewals start a third of the way
+// in, leaving two thirds of it, 6.7 s, as slack).
 func TestRunningTaskShowsItsRenewedLease(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	srv := e.server("holder", time.Second)
+	srv := e.server("holder", 10*time.Second)
 	sub, err := srv.Submit(e.ctx, workReq(workKind, WorkParams{Key: "renewed", BlockFirst: true}))
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "the run to start", func() bool { return srv.Running() == 1 })
 	first, err := srv.Get(e.ctx, sub.ID)
 	require.NoError(t, err)
 	require.NotNil(t, first.LostNotBefore)
-	waitFor(t, 10*time.Second, "a renewal", func() bool {
+	waitFor(t, 30*time.Second, "a renewal", func() bool {
 		task, err := srv.Get(e.ctx, sub.ID)
 		require.NoError(t, err)
 		require.Equal(t, api.StatusRunning, task.Status)

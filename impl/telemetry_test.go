@@ -94,6 +94,12 @@ func TestRunSpanLinksToSubmitSpanAndCountersMatch(t *testing.T) {
 // one: no run spans before an SDK is set, run spans after, with no restart.
 // Not parallel: it sets the process-wide provider.
 func TestRunSpansFollowTheGlobalProvider(t *testing.T) {
+	if _, set := otel.GetTracerProvider().(*sdktrace.TracerProvider); set {
+		// OpenTelemetry's global provider delegates to the first SDK set
+		// and is that SDK from then on: with -count above 1, the state
+		// this test starts from cannot be made again in this process.
+		t.Skip("an earlier run in this process set the global TracerProvider")
+	}
 	e := setup(t)
 	srv := e.server("global-traced", 5*time.Second)
 
