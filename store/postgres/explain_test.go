@@ -73,6 +73,11 @@ func TestExplainHotPath(t *testing.T) {
 		errs, again, waits = append(errs, nil), append(again, -1), append(waits, false)
 	}
 	explain(finishSQL, ids, leases, statuses, results, errs, again, waits)
+	// A takeover that finds nothing expired, with a claim's tasks running.
+	if _, err := st.Claim(ctx, store.ClaimRequest{Node: "n", Behaviors: []store.BehaviorLease{{Behavior: "bench.noop", Lease: time.Minute}}, Limit: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	explain(takeoverSQL, 100)
 }
 
 // TestExplainCleanup prints the plans of the cleanup's deletes on a table

@@ -66,17 +66,22 @@ func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
 // rather than behind every task that became due while it ran. The lost run
 // counts as an attempt (the next claim increments it), as a lost Polaris
 // task does. A submit that came during the lost run asks for no run of its
-// own: the re-run covers it, and is reported as a resubmitted run.
+// own: the re-run covers it, and is reported as a resubmitted run. Tasks
+// are found by their ids in arrays, so that the plan is a primary-key probe
+// per task whatever the statistics say: a join let the planner read every
+// task to find, most often, none.
 var takeoverSQL = `
 WITH expired AS MATERIALIZED (
     SELECT lease, task_ids FROM stint_lease WHERE expires_at <= now()
     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
 ), owned AS MATERIALIZED (
-    SELECT t.id, e.lease FROM expired e CROSS JOIN unnest(e.task_ids) AS u(id)
-    JOIN stint_task t ON t.id = u.id AND t.lease = e.lease AND t.status = 'running'
+    SELECT t.id, t.lease FROM stint_task t
+    WHERE t.id = ANY(ARRAY(SELECT unnest(task_ids) FROM expired))
+      AND t.lease = ANY(ARRAY(SELECT lease FROM expired)) AND t.status = 'running'
 ), free AS MATERIALIZED (
     SELECT t.id, t.lease FROM stint_task t
-    WHERE t.id IN (SELECT id FROM owned) AND t.status = 'running' AND t.lease IN (SELECT lease FROM expired)
+    WHERE t.id = ANY(ARRAY(SELECT id FROM owned))
+      AND t.lease = ANY(ARRAY(SELECT lease FROM owned)) AND t.status = 'running'
     FOR UPDATE SKIP LOCKED
 ), dropped AS (
     DELETE FROM stint_lease l USING expired e
