@@ -53,6 +53,20 @@ func TestParkedHints(t *testing.T) {
 	require.ElementsMatch(t, []string{"grouped", "grouped-during"}, claimedIDs(claimT(t, ctx, st, 10, 0)))
 }
 
+// One statement that adds hints for a held key and for tasks without a key
+// parks the first and leaves the others in the claim index.
+func TestParkedHintsBesideUnkeyedOnes(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	require.NoError(t, st.HoldGroup(ctx, "g"))
+	submitT(t, ctx, st, store.NewTask{ID: "free"}, store.NewTask{ID: "grouped", GroupKey: "g"}, store.NewTask{ID: "other", GroupKey: "h"})
+	in, out := parked(t, ctx, st, "grouped")
+	require.Equal(t, [2]int{1, 0}, [2]int{in, out}, "the held key's hint is parked")
+	in, out = parked(t, ctx, st, "free", "other")
+	require.Equal(t, [2]int{0, 2}, [2]int{in, out}, "the others are not")
+	require.ElementsMatch(t, []string{"free", "other"}, claimedIDs(claimT(t, ctx, st, 10, 0)))
+}
+
 // A hint added parked by a transaction that commits after a resume or
 // release started is unparked by it: the resume waits for the transaction.
 func TestParkedHintOfConcurrentSubmit(t *testing.T) {

@@ -172,13 +172,16 @@ func feedInsert(from, status, final string) string {
 // takes the row's newest version), and the hint is not parked. A row that
 // a resume, release or lease change holds locked is skipped, so that the
 // statement never waits: its hint stays in the claim index, where a claim
-// still leaves it while the pause or hold lasts.
+// still leaves it while the pause or hold lasts. The pause and hold rows
+// of the statement's behaviors and keys are looked up once, not per hint.
 func dueInsert(from string) string {
 	return `
     INSERT INTO stint_due (id, behavior, priority, due, group_key, parked)
     SELECT n.id, n.behavior, n.priority, n.schedule_not_before, n.group_key,
-        EXISTS (SELECT 1 FROM stint_behavior pb WHERE pb.behavior = n.behavior AND pb.paused FOR SHARE SKIP LOCKED)
-        OR (n.group_key IS NOT NULL AND EXISTS (SELECT 1 FROM stint_hold ph WHERE ph.group_key = n.group_key FOR SHARE SKIP LOCKED))
+        n.behavior IN (SELECT pb.behavior FROM stint_behavior pb
+            WHERE pb.paused AND pb.behavior IN (SELECT behavior FROM ` + from + `) FOR SHARE SKIP LOCKED)
+        OR (n.group_key IS NOT NULL AND n.group_key IN (SELECT ph.group_key FROM stint_hold ph
+            WHERE ph.group_key IN (SELECT group_key FROM ` + from + `) FOR SHARE SKIP LOCKED))
     FROM (SELECT id, behavior, priority, schedule_not_before, group_key, status FROM ` + from + `) n
     WHERE n.schedule_not_before IS NOT NULL AND n.status IN ` + waitingStatuses
 }
