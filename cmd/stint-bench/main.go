@@ -12,7 +12,7 @@
 //	--streaming  inserts and work at the same time for D seconds: completed tasks/s
 //	--latency    single tasks at a steady low rate: submit->stored (the submit call
 //	             returned), submit->start and, for stint, submit->awaited result:
-//	             p50/p99
+//	             p50/p99, after a warm-up
 //	--scale      1, 2 and 4 server nodes as separate processes working a burn-down
 //	--floor      the same database doing only batched insert, claim and complete
 //	             statements on stint's tables (tasks, claim hints, leases): the floor
@@ -66,6 +66,7 @@ type config struct {
 	streamBacklog int
 	latRate       int
 	latDur        time.Duration
+	latWarmup     time.Duration
 	latNoAwait    bool
 	scaleN        int
 	scaleNodes    []int
@@ -101,6 +102,7 @@ func defaultConfig() config {
 		streamBacklog: 20_000,
 		latRate:       100,
 		latDur:        5 * time.Second,
+		latWarmup:     time.Second,
 		scaleN:        100_000,
 		scaleNodes:    []int{1, 2, 4},
 		floorN:        100_000,
@@ -145,7 +147,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.streamBatch, "stream-batch", c.streamBatch, "streaming: tasks per insert statement")
 	fs.IntVar(&c.streamBacklog, "stream-backlog", c.streamBacklog, "streaming: the inserter keeps at most this many tasks inserted but not started")
 	fs.IntVar(&c.latRate, "rate", c.latRate, "latency: tasks submitted per second")
-	fs.DurationVar(&c.latDur, "latency-duration", c.latDur, "latency: how long to submit")
+	fs.DurationVar(&c.latDur, "latency-duration", c.latDur, "latency: how long to submit, after the warm-up")
+	fs.DurationVar(&c.latWarmup, "latency-warmup", c.latWarmup, "latency: how long to submit before the measured window (the pools' connections are opened and warmed then); 0 measures from a cold start")
 	fs.BoolVar(&c.latNoAwait, "latency-no-await", false, "latency: stint submits without awaiting (a diagnostic: shows what Await costs submit->start)")
 	fs.IntVar(&c.scaleN, "scale-n", c.scaleN, "scale: number of tasks per run")
 	scaleNodes := fs.String("scale-nodes", "1,2,4", "scale: comma-separated `counts` of node processes")
@@ -182,6 +185,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		if v <= 0 {
 			return c, fmt.Errorf("--%s must be positive, not %d", name, v)
 		}
+	}
+	if c.latWarmup < 0 {
+		return c, fmt.Errorf("--latency-warmup must not be negative, not %s", c.latWarmup)
 	}
 	return c, nil
 }

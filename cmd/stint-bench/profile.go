@@ -64,6 +64,7 @@ type Statement struct {
 	Calls   int64   `json:"calls"`
 	TotalMS float64 `json:"total_ms"`
 	MeanMS  float64 `json:"mean_ms"`
+	MaxMS   float64 `json:"max_ms"`
 	Rows    int64   `json:"rows"`
 }
 
@@ -104,7 +105,7 @@ func (b *bench) statementsOf(ctx context.Context, db string) (*SQLProfile, error
 	}
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, `
-		SELECT query, calls, total_exec_time, mean_exec_time, rows
+		SELECT query, calls, total_exec_time, mean_exec_time, max_exec_time, rows
 		FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)
 		ORDER BY total_exec_time DESC
@@ -114,7 +115,7 @@ func (b *bench) statementsOf(ctx context.Context, db string) (*SQLProfile, error
 	}
 	prof := &SQLProfile{}
 	var s Statement
-	_, err = pgx.ForEachRow(rows, []any{&s.Query, &s.Calls, &s.TotalMS, &s.MeanMS, &s.Rows}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&s.Query, &s.Calls, &s.TotalMS, &s.MeanMS, &s.MaxMS, &s.Rows}, func() error {
 		s.Query = strings.Join(strings.Fields(s.Query), " ")
 		prof.Statements = append(prof.Statements, s)
 		return nil

@@ -208,7 +208,7 @@ func (c config) summary() ConfigSummary {
 		Floor:     fmt.Sprintf("stint's tables without checks, feed or notifications; insert unnest %s/statement (tasks and hints); %d goroutines claim %s (hints FOR UPDATE SKIP LOCKED, one lease row) and complete (UPDATE FROM unnest)", num(int64(c.batch)), c.floorWorkers, num(int64(c.floorClaim))),
 		BurnDown:  fmt.Sprintf("%s tasks inserted in batches of %s, then worked; done = no pending task, polled every %s", num(int64(c.n)), num(int64(c.batch)), c.pollEvery),
 		Streaming: fmt.Sprintf("batches of %s inserted by a separate client (backlog at most %s) while working; %s warm-up, then a %s window", num(int64(c.streamBatch)), num(int64(c.streamBacklog)), c.streamWarmup, c.streamDur),
-		Latency:   fmt.Sprintf("%d single tasks/s for %s; start recorded in the task's run", c.latRate, c.latDur),
+		Latency:   fmt.Sprintf("%d single tasks/s for %s after a %s warm-up; start recorded in the task's run", c.latRate, c.latDur, c.latWarmup),
 		Scale:     fmt.Sprintf("%s tasks inserted, then worked by %v node processes", num(int64(c.scaleN)), c.scaleNodes),
 		Runs:      fmt.Sprintf("%d per scenario and system, systems interleaved in rotating order", c.runs),
 	}
@@ -352,13 +352,13 @@ func (r *Report) writeTable(w io.Writer) {
 	for _, s := range r.SQL {
 		fmt.Fprintf(w, "\nSQL profile, %s (%.2f s wall; pg_stat_statements, top by total execution time):\n", s.Run, s.WallSecs)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "calls\ttotal ms\tmean ms\trows\t  query")
+		fmt.Fprintln(tw, "calls\ttotal ms\tmean ms\tmax ms\trows\t  query")
 		for _, st := range s.Statements {
 			q := st.Query
 			if len(q) > 140 {
 				q = q[:140] + "…"
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%s\t  %s\n", num(st.Calls), st.TotalMS, st.MeanMS, num(st.Rows), q)
+			fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.1f\t%s\t  %s\n", num(st.Calls), st.TotalMS, st.MeanMS, st.MaxMS, num(st.Rows), q)
 		}
 		_ = tw.Flush()
 	}
