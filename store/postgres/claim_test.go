@@ -13,8 +13,9 @@ import (
 	"github.com/stinthq/stint/store/postgres"
 )
 
-// A claim commits without waiting for its WAL flush, and only the claim:
-// the connection it ran on commits the next statements durably, in every
+// A claim commits without waiting for its WAL flush and plans without
+// sorts, and only the claim: the connection it ran on commits the next
+// statements durably and plans them as configured, in every
 // query mode the store supports (behind PgBouncer the batch is sent as one
 // simple query or unprepared statements).
 func TestClaimAsyncCommitStaysInItsTransaction(t *testing.T) {
@@ -40,9 +41,9 @@ func TestClaimAsyncCommitStaysInItsTransaction(t *testing.T) {
 			cl, err := st.Claim(ctx, store.ClaimRequest{Node: "n1", Behaviors: semLease, Limit: 10})
 			require.NoError(t, err)
 			require.Len(t, cl, 1)
-			var setting string
-			require.NoError(t, st.Pool().QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&setting))
-			require.Equal(t, "on", setting, "the claim's setting leaked into the connection")
+			var commit, sort string
+			require.NoError(t, st.Pool().QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('enable_sort')`).Scan(&commit, &sort))
+			require.Equal(t, [2]string{"on", "on"}, [2]string{commit, sort}, "the claim's settings leaked into the connection")
 		})
 	}
 }

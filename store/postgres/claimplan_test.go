@@ -1,0 +1,61 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/store"
+)
+
+// A claim walks the claim index however many hints are due and whatever
+// the statistics say. Here the table was filled and never analyzed, as a
+// queue filled faster than autovacuum analyzes it: without the claim's
+// settings the planner reads and sorts every due hint.
+func TestClaimWalksTheIndexWithoutStatistics(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := Open(ctx, pgtest.New(t))
+	require.NoError(t, err)
+	defer st.Close()
+	_, err = st.pool.Exec(ctx, `ALTER TABLE stint_due SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	for i := 0; i < 20000; i += 5000 {
+		tasks := make([]store.NewTask, 5000)
+		for j := range tasks {
+			tasks[j] = store.NewTask{ID: api.TaskID(fmt.Sprintf("task-%09d", i+j)), Behavior: "bench.noop", Params: []byte(`{}`), Priority: 5}
+		}
+		_, err := st.Submit(ctx, tasks)
+		require.NoError(t, err)
+	}
+	plan := func(settings bool) string {
+		tx, err := st.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck // the claim is explained, not kept
+		if settings {
+			_, err = tx.Exec(ctx, claimSettingsSQL)
+			require.NoError(t, err)
+		}
+		var b strings.Builder
+		rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) "+claimSQL, "n", []string{"bench.noop"}, []int64{30e6}, 1000, int64(0))
+		require.NoError(t, err)
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			b.WriteString(line + "\n")
+		}
+		require.NoError(t, rows.Err())
+		return b.String()
+	}
+	require.Contains(t, plan(false), "Sort", "without the settings the planner sorts: this test no longer shows what the settings are for")
+	p := plan(true)
+	require.Contains(t, p, "Index Scan using stint_due_order on stint_due c", p)
+	require.NotContains(t, p, "Sort", p)
+}
