@@ -154,7 +154,9 @@ func BenchmarkClaimPastParked(b *testing.B) {
 		parked  int
 		paused  bool
 		grouped bool
-	}{{"empty", 0, false, false}, {"paused=1M", 1_000_000, true, false}, {"held=1M", 1_000_000, false, true}} {
+		other   bool // bench.other is not paused, only not run by this claimer
+	}{{"empty", 0, false, false, false}, {"paused=1M", 1_000_000, true, false, false}, {"held=1M", 1_000_000, false, true, false},
+		{"unclaimed=1M", 1_000_000, false, false, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			st := open(b)
 			ctx := context.Background()
@@ -186,6 +188,9 @@ func BenchmarkClaimPastParked(b *testing.B) {
 				}
 			}
 			behaviors := []store.BehaviorLease{noop[0], {Behavior: "bench.other", Lease: 30 * time.Second}}
+			if c.other {
+				behaviors = noop
+			}
 			var claimTime time.Duration
 			b.ResetTimer()
 			start := time.Now()
