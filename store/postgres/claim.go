@@ -14,22 +14,27 @@ import (
 
 // claimSQL takes up to $4 due tasks of the behaviors $2 in pickup order and
 // issues each a lease: $3 for its behavior unless an operator set one in
-// stint_behavior. It takes the first claim hints in stint_due, deletes
-// them, and claims each hint's task if the hint still matches it (a hint
-// made stale by a later change is dropped where it is found). Paused
+// stint_behavior. It walks the claim index from each behavior's first hint
+// (the index leads with the behavior, so hints of behaviors this node does
+// not run are never walked past), locks up to $4 of each, keeps the first
+// $4 of them all in pickup order (the others are let go at commit),
+// deletes them, and claims each hint's task if the hint still matches it
+// (a hint made stale by a later change is dropped where it is found). Paused
 // behaviors and held group keys are skipped: their hints are parked, out of
 // the claim index, but one added while the pause or hold committed may
 // have stayed in it. $5 is the look-ahead
 // (couch_jobs' max_sched_time): tasks due that soon are taken early.
 var claimSQL = claimCTEs(`
     DELETE FROM stint_due d WHERE d.ctid = ANY(ARRAY(
-        SELECT c.ctid FROM stint_due c
-        WHERE NOT c.parked AND c.due <= now() + $5 * interval '1 microsecond'
-          AND c.behavior = ANY(ARRAY(SELECT behavior FROM cfg))
-          AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
-        ORDER BY c.priority, c.due
-        LIMIT $4
-        FOR UPDATE SKIP LOCKED))
+        SELECT f.ctid FROM cfg, LATERAL (
+            SELECT c.ctid, c.priority, c.due FROM stint_due c
+            WHERE NOT c.parked AND c.behavior = cfg.behavior AND c.due <= now() + $5 * interval '1 microsecond'
+              AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
+            ORDER BY c.priority, c.due
+            LIMIT $4
+            FOR UPDATE SKIP LOCKED) f
+        ORDER BY f.priority, f.due
+        LIMIT $4))
     RETURNING d.id, d.priority, d.due`)
 
 // claimHintsSQL claims the tasks of the hints $4 (their ctids), already
@@ -148,8 +153,9 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 // depend on a claim that is lost.
 //
 // enable_sort and enable_bitmapscan off leave the planner one way to find
-// the first hints in pickup order: walking the claim index, which stops
-// after the first few hundred. The planner otherwise picks it by its
+// a behavior's first hints in pickup order: walking the claim index, which
+// stops after the first few hundred (the merge of the behaviors' hints
+// still sorts those few). The planner otherwise picks it by its
 // estimate of how many hints are due, and on a table whose statistics
 // are missing or old (a queue filled faster than autovacuum analyzes it)
 // or in a generic plan (which cannot know now plus the look-ahead) it

@@ -17,7 +17,8 @@ import (
 // A claim walks the claim index however many hints are due and whatever
 // the statistics say. Here the table was filled and never analyzed, as a
 // queue filled faster than autovacuum analyzes it: without the claim's
-// settings the planner reads and sorts every due hint.
+// settings the planner reads and sorts every due hint. (The merge of the
+// behaviors' first hints sorts those few; that sort stays.)
 func TestClaimWalksTheIndexWithoutStatistics(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -54,8 +55,10 @@ func TestClaimWalksTheIndexWithoutStatistics(t *testing.T) {
 		require.NoError(t, rows.Err())
 		return b.String()
 	}
-	require.Contains(t, plan(false), "Sort", "without the settings the planner sorts: this test no longer shows what the settings are for")
+	require.NotContains(t, plan(false), "Index Scan using stint_due_order on stint_due c",
+		"without the settings the planner reads every due hint: this test no longer shows what the settings are for")
 	p := plan(true)
 	require.Contains(t, p, "Index Scan using stint_due_order on stint_due c", p)
-	require.NotContains(t, p, "Sort", p)
+	require.NotContains(t, p, "Bitmap Heap Scan on stint_due c", p)
+	require.NotContains(t, p, "Seq Scan on stint_due c", p)
 }

@@ -33,6 +33,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SubmitOfAnExistingIDMerges", testSubmitOfAnExistingIDMerges},
 		{"ClaimIssuesALeaseOnce", testClaimIssuesALeaseOnce},
 		{"ClaimTakesLowerPriorityFirstAndSkipsDelayed", testClaimOrder},
+		{"ClaimKeepsPickupOrderAcrossBehaviors", testClaimOrderAcrossBehaviors},
 		{"StaleLeaseWritesChangeNothing", testFencing},
 		{"SetPriorityIsFencedAndOrdersTheNextClaim", testSetPriority},
 		{"HoldAndRelease", testHoldAndRelease},
@@ -150,6 +151,33 @@ func testClaimOrder(s *suite) {
 	s.submit("high", func(t *store.NewTask) { t.Priority = 1 })
 	require.Equal(s.t, []api.TaskID{"high"}, ids(s.claim(1, time.Minute)))
 	require.Equal(s.t, []api.TaskID{"low"}, ids(s.claim(10, time.Minute)), "the delayed task is not due")
+}
+
+func testClaimOrderAcrossBehaviors(s *suite) {
+	const other api.BehaviorID = "conformance.other"
+	const unclaimed api.BehaviorID = "conformance.unclaimed"
+	s.submit("u-first", func(t *store.NewTask) { t.Behavior, t.Priority = unclaimed, 0 })
+	s.submit("w-3", func(t *store.NewTask) { t.Priority = 3 })
+	s.submit("o-1", func(t *store.NewTask) { t.Behavior, t.Priority = other, 1 })
+	s.submit("w-2", func(t *store.NewTask) { t.Priority = 2 })
+	s.submit("o-4", func(t *store.NewTask) { t.Behavior, t.Priority = other, 4 })
+	both := []store.BehaviorLease{{Behavior: behavior, Lease: time.Minute}, {Behavior: other, Lease: time.Minute}}
+	claim := func(limit int) []store.Claimed {
+		got, err := s.st.Claim(s.ctx, store.ClaimRequest{Node: "node", Limit: limit, Behaviors: both})
+		require.NoError(s.t, err)
+		return got
+	}
+	got := claim(3)
+	require.ElementsMatch(s.t, []api.TaskID{"o-1", "w-2", "w-3"}, ids(got), "the first three in pickup order, of either behavior")
+	for _, c := range got {
+		want := behavior
+		if c.ID == "o-1" {
+			want = other
+		}
+		require.Equal(s.t, want, c.Behavior)
+	}
+	require.Equal(s.t, []api.TaskID{"o-4"}, ids(claim(10)), "a behavior not asked for is not claimed")
+	require.Equal(s.t, api.StatusScheduled, s.get("u-first").Status)
 }
 
 func testFencing(s *suite) {
