@@ -11,8 +11,10 @@
 // stint_task covers a column that a claim or a finish changes. A node's
 // lease keeper renews its lease rows, and every node takes over the tasks
 // of expired ones (Takeover). The hints of paused behaviors and held group
-// keys are parked, out of the claim index (migration 0012). See migration
-// 0008 for the layout.
+// keys are parked, out of the claim index (migration 0012), and the index
+// leads with the behavior, so that a claim walks only the hints of the
+// behaviors it asks for (migration 0015). See migration 0008 for the
+// layout.
 //
 // With ReadDSN, the reads that may lag go to a hot standby, and everything
 // else stays on the primary.
