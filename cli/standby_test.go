@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -35,11 +34,7 @@ func TestReadDBServesReadCommandsFromTheStandby(t *testing.T) {
 	primary, standby, _ := pgtest.NewStandby(t)
 	requireOK(t, runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"old"}`, "--id", "task-old", "--db", primary))
 	pgtest.CatchUp(t, primary, standby)
-	conn, err := pgx.Connect(ctx, standby)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `SELECT pg_wal_replay_pause()`)
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
+	pgtest.PauseReplay(t, standby)
 	requireOK(t, runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"new"}`, "--id", "task-new", "--db", primary))
 
 	require.Equal(t, []api.TaskID{"task-old"}, listIDs(t, runCLI(ctx, "tasks", "ls", "--json", "--db", primary, "--read-db", standby)))

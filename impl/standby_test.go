@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -30,17 +29,6 @@ func setupStandby(t *testing.T) (*env, string) {
 	require.NoError(t, err)
 	pgtest.CatchUp(t, primary, readDSN)
 	return &env{t: t, ctx: ctx, dsn: primary, st: st, pool: st.Pool()}, readDSN
-}
-
-// pauseReplay stops the standby at readDSN from replaying WAL until the
-// test ends: from the next record on, it keeps showing the state it has.
-func pauseReplay(t *testing.T, ctx context.Context, readDSN string) {
-	t.Helper()
-	conn, err := pgx.Connect(ctx, readDSN)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `SELECT pg_wal_replay_pause()`)
-	require.NoError(t, err)
 }
 
 // awaitInBackground starts Await of id on c and waits until its first read
@@ -70,7 +58,7 @@ func (e *env) submitAndPause(c *impl.Client, readDSN string) api.TaskID {
 	sub, err := c.Submit(e.ctx, workReq(workKind, WorkParams{Key: "lag"}))
 	require.NoError(e.t, err)
 	pgtest.CatchUp(e.t, e.dsn, readDSN)
-	pauseReplay(e.t, e.ctx, readDSN)
+	pgtest.PauseReplay(e.t, readDSN)
 	return sub.ID
 }
 
@@ -151,7 +139,7 @@ func (b *listSelf) Run(ctx context.Context, _ spi.RunContext, _ struct{}) (int, 
 func TestRunReadsThePrimary(t *testing.T) {
 	t.Parallel()
 	e, readDSN := setupStandby(t)
-	pauseReplay(t, e.ctx, readDSN)
+	pgtest.PauseReplay(t, readDSN)
 	var tasks api.Tasks
 	reg := spi.NewRegistry()
 	spi.MustRegister[struct{}, int](reg, &listSelf{tasks: &tasks})

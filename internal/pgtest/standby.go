@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/stinthq/stint/internal/pgcluster"
 )
 
@@ -55,5 +57,35 @@ func CatchUp(t testing.TB, primaryDSN, standbyDSN string) {
 	defer cancel()
 	if err := pgcluster.WaitReplayed(ctx, primaryDSN, standbyDSN); err != nil {
 		t.Fatalf("pgtest: %v", err)
+	}
+}
+
+// PauseReplay stops the standby at standbyDSN from replaying WAL: from the
+// next record on, it keeps showing the database as it is now, until
+// ResumeReplay or the end of the test.
+func PauseReplay(t testing.TB, standbyDSN string) {
+	t.Helper()
+	standbyExec(t, standbyDSN, `SELECT pg_wal_replay_pause()`)
+}
+
+// ResumeReplay lets the standby at standbyDSN replay WAL again and waits
+// until it caught up with the primary at primaryDSN.
+func ResumeReplay(t testing.TB, primaryDSN, standbyDSN string) {
+	t.Helper()
+	standbyExec(t, standbyDSN, `SELECT pg_wal_replay_resume()`)
+	CatchUp(t, primaryDSN, standbyDSN)
+}
+
+func standbyExec(t testing.TB, standbyDSN, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, standbyDSN)
+	if err != nil {
+		t.Fatalf("pgtest: connect to the standby: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("pgtest: %s: %v", sql, err)
 	}
 }

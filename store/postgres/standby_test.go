@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -36,28 +35,6 @@ func openStandbyT(t *testing.T) standbyEnv {
 	t.Cleanup(st.Close)
 	require.True(t, st.HasStandby())
 	return standbyEnv{ctx: ctx, st: st, primaryDSN: primaryDSN, readDSN: readDSN, standby: standby}
-}
-
-// pauseReplay asks the standby to stop replaying WAL: from the next
-// record on, it shows the database as it is now on the standby.
-func (e standbyEnv) pauseReplay(t *testing.T) {
-	t.Helper()
-	e.standbyExec(t, `SELECT pg_wal_replay_pause()`)
-}
-
-func (e standbyEnv) resumeReplay(t *testing.T) {
-	t.Helper()
-	e.standbyExec(t, `SELECT pg_wal_replay_resume()`)
-	pgtest.CatchUp(t, e.primaryDSN, e.readDSN)
-}
-
-func (e standbyEnv) standbyExec(t *testing.T, sql string) {
-	t.Helper()
-	conn, err := pgx.Connect(e.ctx, e.readDSN)
-	require.NoError(t, err)
-	defer conn.Close(e.ctx)
-	_, err = conn.Exec(e.ctx, sql)
-	require.NoError(t, err)
 }
 
 func taskIDs(page api.Page) []api.TaskID {
@@ -101,7 +78,7 @@ func TestStandbyServesReadsWhileWritesAndClaimsStayOnPrimary(t *testing.T) {
 	oldTick, err := st.FeedHead(ctx)
 	require.NoError(t, err)
 	pgtest.CatchUp(t, e.primaryDSN, e.readDSN)
-	e.pauseReplay(t)
+	pgtest.PauseReplay(t, e.readDSN)
 
 	submitT(t, ctx, st, store.NewTask{ID: "task-b"})
 	page, err := st.List(ctx, api.Filter{})
@@ -145,7 +122,7 @@ func TestStandbyServesReadsWhileWritesAndClaimsStayOnPrimary(t *testing.T) {
 	require.NoError(t, err, "a cursor the standby lacks is read on the primary")
 	require.GreaterOrEqual(t, next, head)
 
-	e.resumeReplay(t)
+	pgtest.ResumeReplay(t, e.primaryDSN, e.readDSN)
 	page, err = st.List(ctx, api.Filter{})
 	require.NoError(t, err)
 	require.Equal(t, []api.TaskID{"task-a", "task-b"}, taskIDs(page))
