@@ -15,6 +15,17 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// setup gives the test a fresh, migrated database and a connection to it.
+func setup(t *testing.T) (context.Context, *pgx.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	conn, err := pgx.Connect(ctx, pgtest.New(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return ctx, conn
+}
+
 func TestDownUpAndConcurrentUp(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -67,12 +78,8 @@ func TestDownUpAndConcurrentUp(t *testing.T) {
 
 func TestUnknownAppliedVersionIsRefused(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, pgtest.New(t))
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `INSERT INTO stint_migration (version, name) VALUES (9999, 'future')`)
+	ctx, conn := setup(t)
+	_, err := conn.Exec(ctx, `INSERT INTO stint_migration (version, name) VALUES (9999, 'future')`)
 	require.NoError(t, err)
 	require.ErrorContains(t, migrations.Up(ctx, conn), "upgrade stint")
 }
@@ -83,12 +90,8 @@ func TestUnknownAppliedVersionIsRefused(t *testing.T) {
 // reverting anything, and then goes down and up like any other.
 func TestBookkeepingFromBeforeTheLines(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, pgtest.New(t))
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, `
+	ctx, conn := setup(t)
+	_, err := conn.Exec(ctx, `
 		ALTER TABLE stint_migration DROP CONSTRAINT stint_migration_pkey;
 		UPDATE stint_migration SET version = 3, name = 'ingest' WHERE line = 'ingest';
 		UPDATE stint_migration SET version = 4, name = 'replication' WHERE line = 'replication';
@@ -120,11 +123,7 @@ func TestBookkeepingFromBeforeTheLines(t *testing.T) {
 // line created the roles, and grant the node role their tables themselves.
 func TestBehaviorLinesGrantTheNodeRole(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, pgtest.New(t))
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	ctx, conn := setup(t)
 	var roles bool
 	require.NoError(t, conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'stint_node')`).Scan(&roles))
 	if !roles {
