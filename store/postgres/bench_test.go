@@ -35,6 +35,51 @@ func newTasks(n, offset int) []store.NewTask {
 
 var noop = []store.BehaviorLease{{Behavior: "bench.noop", Lease: 30 * time.Second}}
 
+// submitDue submits n due bench.noop tasks in statements of 5,000.
+func submitDue(b *testing.B, st *postgres.Store, n int) {
+	b.Helper()
+	for i := 0; i < n; i += 5000 {
+		if _, err := st.Submit(context.Background(), newTasks(min(5000, n-i), i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// claimAll claims the b.N due bench.noop tasks in claims of 1,000 for
+// behaviors and finishes them, and reports tasks/s and the mean time of a
+// claim. A claim that finds nothing, or a task of another behavior, fails
+// the benchmark.
+func claimAll(b *testing.B, st *postgres.Store, behaviors []store.BehaviorLease) {
+	b.Helper()
+	ctx := context.Background()
+	var claimTime time.Duration
+	start := time.Now()
+	for done := 0; done < b.N; {
+		t0 := time.Now()
+		claimed, err := st.Claim(ctx, store.ClaimRequest{Node: "bench", Behaviors: behaviors, Limit: 1000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		claimTime += time.Since(t0)
+		if len(claimed) == 0 {
+			b.Fatalf("claimed nothing after %d of %d tasks", done, b.N)
+		}
+		cs := make([]store.Completion, len(claimed))
+		for i, c := range claimed {
+			if c.Behavior != "bench.noop" {
+				b.Fatalf("claimed a task of %s", c.Behavior)
+			}
+			cs[i] = store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{}`)}
+		}
+		if _, err := st.Finish(ctx, cs); err != nil {
+			b.Fatal(err)
+		}
+		done += len(claimed)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
+	b.ReportMetric(float64(claimTime.Microseconds())/float64((b.N+999)/1000), "µs/claim-of-1000")
+}
+
 // BenchmarkSubmit measures one-task submits.
 func BenchmarkSubmit(b *testing.B) {
 	st := open(b)
@@ -65,11 +110,7 @@ func BenchmarkSubmitMany(b *testing.B) {
 func BenchmarkClaimAndFinish(b *testing.B) {
 	st := open(b)
 	ctx := context.Background()
-	for i := 0; i < b.N; i += 5000 {
-		if _, err := st.Submit(ctx, newTasks(min(5000, b.N-i), i)); err != nil {
-			b.Fatal(err)
-		}
-	}
+	submitDue(b, st, b.N)
 	var claimTime, finishTime time.Duration
 	b.ResetTimer()
 	for done := 0; done < b.N; {
@@ -114,32 +155,9 @@ func BenchmarkClaimWithHistory(b *testing.B) {
 			if _, err := st.Pool().Exec(ctx, `VACUUM ANALYZE stint_task`); err != nil {
 				b.Fatal(err)
 			}
-			for i := 0; i < b.N; i += 5000 {
-				if _, err := st.Submit(ctx, newTasks(min(5000, b.N-i), i)); err != nil {
-					b.Fatal(err)
-				}
-			}
-			var claimTime time.Duration
+			submitDue(b, st, b.N)
 			b.ResetTimer()
-			start := time.Now()
-			for done := 0; done < b.N; {
-				t0 := time.Now()
-				claimed, err := st.Claim(ctx, store.ClaimRequest{Node: "bench", Behaviors: noop, Limit: 1000})
-				if err != nil {
-					b.Fatal(err)
-				}
-				claimTime += time.Since(t0)
-				cs := make([]store.Completion, len(claimed))
-				for i, c := range claimed {
-					cs[i] = store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{}`)}
-				}
-				if _, err := st.Finish(ctx, cs); err != nil {
-					b.Fatal(err)
-				}
-				done += len(claimed)
-			}
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
-			b.ReportMetric(float64(claimTime.Microseconds())/float64((b.N+999)/1000), "µs/claim-of-1000")
+			claimAll(b, st, noop)
 		})
 	}
 }
@@ -182,42 +200,13 @@ func BenchmarkClaimPastParked(b *testing.B) {
 			if _, err := st.Pool().Exec(ctx, `VACUUM ANALYZE stint_task, stint_due`); err != nil {
 				b.Fatal(err)
 			}
-			for i := 0; i < b.N; i += 5000 {
-				if _, err := st.Submit(ctx, newTasks(min(5000, b.N-i), i)); err != nil {
-					b.Fatal(err)
-				}
-			}
+			submitDue(b, st, b.N)
 			behaviors := []store.BehaviorLease{noop[0], {Behavior: "bench.other", Lease: 30 * time.Second}}
 			if c.other {
 				behaviors = noop
 			}
-			var claimTime time.Duration
 			b.ResetTimer()
-			start := time.Now()
-			for done := 0; done < b.N; {
-				t0 := time.Now()
-				claimed, err := st.Claim(ctx, store.ClaimRequest{Node: "bench", Behaviors: behaviors, Limit: 1000})
-				if err != nil {
-					b.Fatal(err)
-				}
-				claimTime += time.Since(t0)
-				if len(claimed) == 0 {
-					b.Fatalf("claimed nothing after %d of %d tasks", done, b.N)
-				}
-				cs := make([]store.Completion, len(claimed))
-				for i, c := range claimed {
-					if c.Behavior != "bench.noop" {
-						b.Fatalf("claimed a task of %s", c.Behavior)
-					}
-					cs[i] = store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{}`)}
-				}
-				if _, err := st.Finish(ctx, cs); err != nil {
-					b.Fatal(err)
-				}
-				done += len(claimed)
-			}
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
-			b.ReportMetric(float64(claimTime.Microseconds())/float64((b.N+999)/1000), "µs/claim-of-1000")
+			claimAll(b, st, behaviors)
 		})
 	}
 }
@@ -230,11 +219,7 @@ func BenchmarkClaimConcurrent(b *testing.B) {
 		b.Run(fmt.Sprintf("claimers=%d", claimers), func(b *testing.B) {
 			st := open(b)
 			ctx := context.Background()
-			for i := 0; i < b.N; i += 5000 {
-				if _, err := st.Submit(ctx, newTasks(min(5000, b.N-i), i)); err != nil {
-					b.Fatal(err)
-				}
-			}
+			submitDue(b, st, b.N)
 			var done atomic.Int64
 			errs := make(chan error, claimers)
 			b.ResetTimer()
