@@ -2,16 +2,12 @@ package postgres
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/internal/pgtest"
-	"github.com/stinthq/stint/store"
 )
 
 // A claim walks the claim index however many hints are due and whatever
@@ -28,15 +24,8 @@ func TestClaimWalksTheIndexWithoutStatistics(t *testing.T) {
 	defer st.Close()
 	_, err = st.pool.Exec(ctx, `ALTER TABLE stint_due SET (autovacuum_enabled = false)`)
 	require.NoError(t, err)
-	for i := 0; i < 20000; i += 5000 {
-		tasks := make([]store.NewTask, 5000)
-		for j := range tasks {
-			tasks[j] = store.NewTask{ID: api.TaskID(fmt.Sprintf("task-%09d", i+j)), Behavior: "bench.noop", Params: []byte(`{}`), Priority: 5}
-		}
-		_, err := st.Submit(ctx, tasks)
-		require.NoError(t, err)
-	}
-	plan := func(settings bool) string {
+	submitNoop(t, ctx, st, 20000)
+	claimPlan := func(settings bool) string {
 		tx, err := st.pool.Begin(ctx)
 		require.NoError(t, err)
 		defer tx.Rollback(ctx) //nolint:errcheck // the claim is explained, not kept
@@ -44,20 +33,11 @@ func TestClaimWalksTheIndexWithoutStatistics(t *testing.T) {
 			_, err = tx.Exec(ctx, claimSettingsSQL)
 			require.NoError(t, err)
 		}
-		var b strings.Builder
-		rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) "+claimSQL, "n", []string{"bench.noop"}, []int64{30e6}, 1000, int64(0))
-		require.NoError(t, err)
-		for rows.Next() {
-			var line string
-			require.NoError(t, rows.Scan(&line))
-			b.WriteString(line + "\n")
-		}
-		require.NoError(t, rows.Err())
-		return b.String()
+		return plan(t, ctx, tx, "COSTS OFF", claimSQL, "n", []string{"bench.noop"}, []int64{30e6}, 1000, int64(0))
 	}
-	require.NotContains(t, plan(false), "Index Scan using stint_due_order on stint_due c",
+	require.NotContains(t, claimPlan(false), "Index Scan using stint_due_order on stint_due c",
 		"without the settings the planner reads every due hint: this test no longer shows what the settings are for")
-	p := plan(true)
+	p := claimPlan(true)
 	require.Contains(t, p, "Index Scan using stint_due_order on stint_due c", p)
 	require.NotContains(t, p, "Bitmap Heap Scan on stint_due c", p)
 	require.NotContains(t, p, "Seq Scan on stint_due c", p)

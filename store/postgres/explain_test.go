@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stinthq/stint/api"
@@ -23,36 +25,9 @@ func TestExplainHotPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 100000; i += 5000 {
-		tasks := make([]store.NewTask, 5000)
-		for j := range tasks {
-			tasks[j] = store.NewTask{ID: api.TaskID(fmt.Sprintf("task-%09d", i+j)), Behavior: "bench.noop", Params: []byte(`{}`), Priority: 5}
-		}
-		if _, err := st.Submit(ctx, tasks); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submitNoop(t, ctx, st, 100000)
 	st.pool.Exec(ctx, "ANALYZE")
-	conn, err := st.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if os.Getenv("STINT_EXPLAIN") == "generic" {
-		conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
-	}
-	explain := func(q string, args ...any) {
-		rows, err := conn.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var line string
-			rows.Scan(&line)
-			fmt.Println(line)
-		}
-		fmt.Println("----")
-	}
+	explain := func(q string, args ...any) { printPlan(t, ctx, st, "ANALYZE, BUFFERS", q, args...) }
 	explain(claimSQL, "n", []string{"bench.noop"}, []int64{30e6}, 1000, int64(0))
 	var cols submitColumns
 	for j := range 1000 {
@@ -110,26 +85,7 @@ func TestExplainCleanup(t *testing.T) {
 		FROM generate_series(1, 200000) i`); err != nil {
 		t.Fatal(err)
 	}
-	explain := func(q string, args ...any) {
-		tx, err := st.pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx) // the deletes are explained, not kept
-		if os.Getenv("STINT_EXPLAIN") == "generic" {
-			tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
-		}
-		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+q, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var line string
-			rows.Scan(&line)
-			fmt.Println(line)
-		}
-		fmt.Println("----")
-	}
+	explain := func(q string, args ...any) { printPlan(t, ctx, st, "ANALYZE, BUFFERS, COSTS OFF", q, args...) }
 	week := (7 * 24 * time.Hour).Microseconds()
 	for _, indexed := range []bool{true, false} {
 		if !indexed {
@@ -141,4 +97,52 @@ func TestExplainCleanup(t *testing.T) {
 		explain(deleteFinishedSQL, "bench.noop", "failure", week, 1000) // nothing to delete
 		explain(deleteExpiredSQL, 1000)
 	}
+}
+
+// submitNoop submits n due bench.noop tasks, task-000000000 on, in
+// statements of 5,000.
+func submitNoop(t *testing.T, ctx context.Context, st *Store, n int) {
+	t.Helper()
+	for i := 0; i < n; i += 5000 {
+		tasks := make([]store.NewTask, min(5000, n-i))
+		for j := range tasks {
+			tasks[j] = store.NewTask{ID: api.TaskID(fmt.Sprintf("task-%09d", i+j)), Behavior: "bench.noop", Params: []byte(`{}`), Priority: 5}
+		}
+		if _, err := st.Submit(ctx, tasks); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// printPlan prints the plan of q, explained with options in a transaction
+// that is rolled back, so that what ANALYZE runs is not kept; with
+// STINT_EXPLAIN=generic, as a generic plan.
+func printPlan(t *testing.T, ctx context.Context, st *Store, options, q string, args ...any) {
+	t.Helper()
+	tx, err := st.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the statement is explained, not kept
+	if os.Getenv("STINT_EXPLAIN") == "generic" {
+		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fmt.Println(plan(t, ctx, tx, options, q, args...))
+	fmt.Println("----")
+}
+
+// plan returns the plan of q, explained with options in tx.
+func plan(t *testing.T, ctx context.Context, tx pgx.Tx, options, q string, args ...any) string {
+	t.Helper()
+	rows, err := tx.Query(ctx, "EXPLAIN ("+options+") "+q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
 }
