@@ -418,7 +418,8 @@ func (b *bench) latencyStint(ctx context.Context) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	system, w, n := sysStint+" (defaults)", b.warmup(), int64(total-b.warmup())
+	system, w := sysStint+" (defaults)", b.warmup()
+	n := int64(total - w)
 	res := []Result{
 		{Scenario: "latency", Metric: "submit->stored", System: system, Tasks: n, samples: stored[w:], CPU: cpu},
 		{Scenario: "latency", Metric: "submit->start", System: system, Tasks: n, samples: toStart[w:], CPU: cpu},
@@ -477,7 +478,8 @@ func (b *bench) latencyRiver(ctx context.Context, defaults bool) ([]Result, erro
 	if err != nil {
 		return nil, err
 	}
-	w, n := b.warmup(), int64(total-b.warmup())
+	w := b.warmup()
+	n := int64(total - w)
 	return []Result{
 		{Scenario: "latency", Metric: "submit->stored", System: system, Tasks: n, samples: stored[w:], CPU: cpu},
 		{Scenario: "latency", Metric: "submit->start", System: system, Tasks: n, samples: toStart[w:], CPU: cpu},
