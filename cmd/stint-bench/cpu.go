@@ -15,9 +15,22 @@ import (
 // processes it started), in clock ticks.
 type cpuTimes struct {
 	busy, steal, total uint64
-	tree               map[int]uint64 // CPU time per process of the tree
+	tree               map[int]procCPU // CPU time per process of the tree
 	ok                 bool
 }
+
+// procCPU is the CPU time of one process, in clock ticks, and whether it is
+// a PostgreSQL process (the server, its backends and helpers) rather than
+// a Go one (this benchmark with the system it runs in-process, or a node
+// process).
+type procCPU struct {
+	ticks uint64
+	db    bool
+}
+
+// ticksPerSecond is the clock tick of /proc's CPU times (USER_HZ), 100 on
+// every Linux architecture Go supports.
+const ticksPerSecond = 100
 
 // readCPU reads the aggregate cpu line of /proc/stat and the process tree;
 // ok is false where there is no /proc/stat.
@@ -57,12 +70,12 @@ func readCPU() cpuTimes {
 	return t
 }
 
-// treeTimes returns the CPU time (user + system, in clock ticks) of root and
-// each of its descendants.
-func treeTimes(root int) map[int]uint64 {
+// treeTimes returns the CPU time (user + system) of root and each of its
+// descendants.
+func treeTimes(root int) map[int]procCPU {
 	type proc struct {
 		ppid int
-		cpu  uint64
+		cpu  procCPU
 	}
 	procs := map[int]proc{}
 	paths, _ := filepath.Glob("/proc/[0-9]*/stat")
@@ -88,9 +101,10 @@ func treeTimes(root int) map[int]uint64 {
 		ppid, _ := strconv.Atoi(f[1])
 		utime, _ := strconv.ParseUint(f[11], 10, 64)
 		stime, _ := strconv.ParseUint(f[12], 10, 64)
-		procs[pid] = proc{ppid: ppid, cpu: utime + stime}
+		comm := string(b[bytes.IndexByte(b, '(')+1 : i])
+		procs[pid] = proc{ppid: ppid, cpu: procCPU{ticks: utime + stime, db: comm == "postgres"}}
 	}
-	out := map[int]uint64{}
+	out := map[int]procCPU{}
 	for pid, p := range procs {
 		for q, hops := pid, 0; q > 0 && hops < 64; q, hops = procs[q].ppid, hops+1 {
 			if q == root {
@@ -118,15 +132,19 @@ func begin() window { return window{start: time.Now(), cpu: readCPU()} }
 // of all of it (all cores): Ours went to this benchmark's process tree (the
 // harness, the systems under test, their node processes and PostgreSQL),
 // Others to processes outside it (other work on the same machine), Steal to
-// other virtual machines. All are -1 when unknown.
+// other virtual machines. All are -1 when unknown. GoSecs and DBSecs split
+// Ours in CPU seconds: the Go processes (this benchmark with the system it
+// runs in-process, and node processes) and the PostgreSQL ones.
 type usage struct {
 	Ours   float64 `json:"ours_pct"`
 	Others float64 `json:"others_pct"`
 	Steal  float64 `json:"steal_pct"`
+	GoSecs float64 `json:"go_cpu_seconds"`
+	DBSecs float64 `json:"db_cpu_seconds"`
 }
 
 // unknownUsage is the usage where /proc is missing.
-var unknownUsage = usage{-1, -1, -1}
+var unknownUsage = usage{Ours: -1, Others: -1, Steal: -1}
 
 // usage returns the window's CPU usage so far.
 func (w window) usage() usage {
@@ -135,16 +153,22 @@ func (w window) usage() usage {
 		return unknownUsage
 	}
 	total := float64(now.total - w.cpu.total)
-	var ours uint64
-	for pid, t := range now.tree {
-		if t0, ok := w.cpu.tree[pid]; ok && t >= t0 {
-			ours += t - t0
-		} else if !ok {
-			ours += t
+	var goTicks, dbTicks uint64
+	for pid, p := range now.tree {
+		d := p.ticks
+		if p0, ok := w.cpu.tree[pid]; ok {
+			d = max(p.ticks, p0.ticks) - p0.ticks
+		}
+		if p.db {
+			dbTicks += d
+		} else {
+			goTicks += d
 		}
 	}
+	ours := goTicks + dbTicks
 	others := max(float64(now.busy-w.cpu.busy)-float64(ours), 0)
-	return usage{Ours: 100 * float64(ours) / total, Others: 100 * others / total, Steal: 100 * float64(now.steal-w.cpu.steal) / total}
+	return usage{Ours: 100 * float64(ours) / total, Others: 100 * others / total, Steal: 100 * float64(now.steal-w.cpu.steal) / total,
+		GoSecs: float64(goTicks) / ticksPerSecond, DBSecs: float64(dbTicks) / ticksPerSecond}
 }
 
 // noisyPct is the share of the machine's CPU time, in percent, that other

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -119,11 +120,11 @@ func TestScenarios(t *testing.T) {
 // TestAggregate checks that runs sum up to the median and pooled samples.
 func TestAggregate(t *testing.T) {
 	raw := []Result{
-		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 1, CPU: usage{50, 1, 10}},
+		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 1, CPU: usage{50, 1, 10, 0.25, 0.5}},
 		{Scenario: "latency", Metric: "submit->start", System: sysStint, Tasks: 2, samples: []time.Duration{time.Millisecond, 3 * time.Millisecond}, CPU: unknownUsage},
-		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 4, CPU: usage{60, 2, 20}},
+		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 4, CPU: usage{60, 2, 20, 0.75, 1.5}},
 		{Scenario: "burn-down", Metric: "work", System: sysRiver, Error: "boom"},
-		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 2, CPU: usage{70, 3, 30}},
+		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 2, CPU: usage{70, 3, 30, 0.5, 1}},
 		{Scenario: "latency", Metric: "submit->start", System: sysStint, Tasks: 1, samples: []time.Duration{2 * time.Millisecond}, CPU: unknownUsage},
 	}
 	got := aggregate(raw)
@@ -134,8 +135,11 @@ func TestAggregate(t *testing.T) {
 		t.Errorf("error row: %+v", got[0])
 	}
 	bd := got[1]
-	if bd.Runs != 3 || bd.Seconds != 2 || len(bd.PerRun) != 3 || bd.PerRun[1] != 25 || bd.CPU != (usage{60, 2, 20}) {
+	if bd.Runs != 3 || bd.Seconds != 2 || len(bd.PerRun) != 3 || bd.PerRun[1] != 25 || bd.CPU != (usage{60, 2, 20, 0.5, 1}) {
 		t.Errorf("burn-down: %+v, want the median run of 3 (2 s), steal 20", bd)
+	}
+	if math.Abs(bd.GoUSPerTask-5000) > 1e-6 || math.Abs(bd.DBUSPerTask-10000) > 1e-6 {
+		t.Errorf("burn-down: %.1f / %.1f us of CPU per task, want 5000 / 10000 (1.5 s and 3 s over 300 tasks)", bd.GoUSPerTask, bd.DBUSPerTask)
 	}
 	if bd.Noisy != 3 {
 		t.Errorf("burn-down: %d noisy runs, want 3 (others and steal above 10%%)", bd.Noisy)
@@ -155,11 +159,11 @@ func TestNoisy(t *testing.T) {
 		u    usage
 		want bool
 	}{
-		{usage{90, 5, 5}, false},
-		{usage{80, 10, 0}, false},
-		{usage{80, 10.5, 0}, true},
-		{usage{80, 0, 11}, true},
-		{usage{60, 6, 6}, true},
+		{usage{Ours: 90, Others: 5, Steal: 5}, false},
+		{usage{Ours: 80, Others: 10}, false},
+		{usage{Ours: 80, Others: 10.5}, true},
+		{usage{Ours: 80, Steal: 11}, true},
+		{usage{Ours: 60, Others: 6, Steal: 6}, true},
 		{unknownUsage, false},
 	} {
 		if got := c.u.noisy(); got != c.want {

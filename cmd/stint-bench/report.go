@@ -57,6 +57,12 @@ type Result struct {
 	// CPU is how the machine's CPU time went during the measured windows
 	// (mean over runs).
 	CPU usage `json:"cpu"`
+	// GoUSPerTask and DBUSPerTask are the CPU time per task, in
+	// microseconds, of the Go processes (the harness with the system it
+	// runs in-process, and node processes) and of PostgreSQL, over all
+	// runs.
+	GoUSPerTask float64 `json:"go_cpu_us_per_task,omitempty"`
+	DBUSPerTask float64 `json:"db_cpu_us_per_task,omitempty"`
 	// Noisy counts the runs in which other processes and steal took more
 	// than noisyPct of the CPU time.
 	Noisy int `json:"noisy_runs,omitempty"`
@@ -94,6 +100,7 @@ func aggregate(raw []Result) []Result {
 		runs := groups[k]
 		var cpu usage
 		cpuN := 0
+		var cpuTasks int64
 		noisy := 0
 		for _, x := range runs {
 			if x.CPU.noisy() {
@@ -103,6 +110,9 @@ func aggregate(raw []Result) []Result {
 				cpu.Ours += x.CPU.Ours
 				cpu.Others += x.CPU.Others
 				cpu.Steal += x.CPU.Steal
+				cpu.GoSecs += x.CPU.GoSecs
+				cpu.DBSecs += x.CPU.DBSecs
+				cpuTasks += x.Tasks
 				cpuN++
 			}
 		}
@@ -139,7 +149,11 @@ func aggregate(raw []Result) []Result {
 		row.CPU = unknownUsage
 		if cpuN > 0 {
 			n := float64(cpuN)
-			row.CPU = usage{Ours: cpu.Ours / n, Others: cpu.Others / n, Steal: cpu.Steal / n}
+			row.CPU = usage{Ours: cpu.Ours / n, Others: cpu.Others / n, Steal: cpu.Steal / n, GoSecs: cpu.GoSecs / n, DBSecs: cpu.DBSecs / n}
+		}
+		if cpuTasks > 0 {
+			row.GoUSPerTask = 1e6 * cpu.GoSecs / float64(cpuTasks)
+			row.DBUSPerTask = 1e6 * cpu.DBSecs / float64(cpuTasks)
 		}
 		out = append(out, row)
 	}
@@ -301,12 +315,12 @@ func (r *Report) writeTable(w io.Writer) {
 
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tMETRIC\tSYSTEM\tTASKS\tSECONDS\tRESULT\tRUNS: RANGE\tCPU% BENCH/OTHERS/STEAL\tSTINT ÷ THIS")
+	fmt.Fprintln(tw, "SCENARIO\tMETRIC\tSYSTEM\tTASKS\tSECONDS\tRESULT\tRUNS: RANGE\tCPU% BENCH/OTHERS/STEAL\tCPU µs/TASK GO/PG\tSTINT ÷ THIS")
 	last := ""
 	for _, x := range r.Results {
 		label := x.scenarioLabel()
 		if last != "" && label != last {
-			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t")
+			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t")
 		}
 		last = label
 		tasks, secs := "", ""
@@ -336,7 +350,11 @@ func (r *Report) writeTable(w io.Writer) {
 		if n := max(x.Noisy, btoi(x.Runs == 0 && x.CPU.noisy())); n > 0 {
 			steal += fmt.Sprintf(" NOISY %d/%d", n, max(x.Runs, 1))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, x.Metric, x.System, tasks, secs, x.value(), spread, steal, ratio)
+		perTask := ""
+		if x.GoUSPerTask > 0 || x.DBUSPerTask > 0 {
+			perTask = fmt.Sprintf("%.1f / %.1f", x.GoUSPerTask, x.DBUSPerTask)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, x.Metric, x.System, tasks, secs, x.value(), spread, steal, perTask, ratio)
 	}
 	_ = tw.Flush()
 	for _, line := range strings.Split(strings.TrimRight(table.String(), "\n"), "\n") {
@@ -347,6 +365,8 @@ func (r *Report) writeTable(w io.Writer) {
 	fmt.Fprintln(w, "  benchmark (harness, system, nodes, PostgreSQL) / to other processes on the machine / to other virtual machines.")
 	fmt.Fprintln(w, "  BENCH well under 100 with OTHERS and STEAL low: the system waits rather than computes; high OTHERS or STEAL: noise.")
 	fmt.Fprintf(w, "  NOISY n/m: in n of the m runs other processes and steal took more than %d%% of the CPU time; those figures are suspect.\n", noisyPct)
+	fmt.Fprintln(w, "CPU µs/TASK GO/PG: CPU time per task over all runs of the row: of the Go processes (the harness with the system it runs")
+	fmt.Fprintln(w, "  in-process, or the harness and the node processes) / of PostgreSQL (backends, autovacuum, WAL writer, checkpointer).")
 	fmt.Fprintln(w, "STINT ÷ THIS: stint's tasks/s over this row's (above 1: stint is faster); for latency stint's p50 and p99 over this row's (below 1: stint is quicker).")
 
 	for _, s := range r.SQL {
