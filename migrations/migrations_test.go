@@ -135,3 +135,24 @@ func TestBehaviorLinesGrantTheNodeRole(t *testing.T) {
 		require.True(t, ok, "stint_node cannot write %s", table)
 	}
 }
+
+// TestHotPathArraysUseLZ4 checks that the arrays written on every claim and
+// finish (the lease's task ids, the change feed's columns) are compressed
+// with lz4 where the server has it.
+func TestHotPathArraysUseLZ4(t *testing.T) {
+	t.Parallel()
+	ctx, conn := setup(t)
+	if _, err := conn.Exec(ctx, `SET default_toast_compression = lz4`); err != nil {
+		t.Skipf("this server has no lz4: %v", err)
+	}
+	for _, c := range []struct{ table, column string }{
+		{"stint_lease", "task_ids"},
+		{"stint_change", "task_ids"}, {"stint_change", "behaviors"}, {"stint_change", "statuses"},
+		{"stint_change", "parent_ids"}, {"stint_change", "finals"}, {"stint_change", "progresses"},
+	} {
+		var method string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT attcompression::text FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attname = $2`, c.table, c.column).Scan(&method))
+		require.Equal(t, "l", method, "%s.%s is not compressed with lz4", c.table, c.column)
+	}
+}

@@ -1,0 +1,1 @@
+ALTER TABLE stint_lease ALTER COLUMN task_ids SET COMPRESSION default;
