@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stinthq/stint/api"
@@ -203,7 +204,7 @@ func (b *bench) burndown(ctx context.Context, h harness, system, dsn string) ([]
 		stopProf()
 		return nil, err
 	}
-	end, err := waitDrained(ctx, h.observer(), h.queries().pending, b.cfg.pollEvery)
+	end, err := waitDrained(ctx, h.observer(), h.queries(), b.cfg.pollEvery)
 	cpu := win.usage()
 	stopProf()
 	b.collectStatements(ctx, system+" burn-down work", dsn, end.Sub(start))
@@ -234,14 +235,15 @@ func insertAll(ctx context.Context, h harness, n, batch int) (time.Duration, err
 	return time.Since(start), nil
 }
 
-// waitDrained polls pending (a query returning whether any task is not done)
-// every interval until it returns false, and returns when it saw that.
-func waitDrained(ctx context.Context, pool *pgxpool.Pool, pending string, interval time.Duration) (time.Time, error) {
+// waitDrained polls q every interval until it finds no pending task, and
+// returns when it saw that.
+func waitDrained(ctx context.Context, pool *pgxpool.Pool, q queries, interval time.Duration) (time.Time, error) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	p := drainPoll{pool: pool, q: q}
 	for {
-		var left bool
-		if err := pool.QueryRow(ctx, pending).Scan(&left); err != nil {
+		left, err := p.pending(ctx)
+		if err != nil {
 			return time.Time{}, fmt.Errorf("poll for the end of the burn-down: %w", err)
 		}
 		if !left {
@@ -252,6 +254,40 @@ func waitDrained(ctx context.Context, pool *pgxpool.Pool, pending string, interv
 			return time.Time{}, fmt.Errorf("wait for the end of the burn-down: %w", ctx.Err())
 		case <-t.C:
 		}
+	}
+}
+
+// drainPoll asks whether any task is pending. With q.pendingFrom, each poll
+// resumes at the pending task the one before found; only a poll that finds
+// none from there looks at the whole table, and only that one can say that
+// none is left, so a pending task that moved before the resume point is
+// still seen.
+type drainPoll struct {
+	pool *pgxpool.Pool
+	q    queries
+	from string // the resume point: a ctid, as text
+}
+
+// pending reports whether a task is pending.
+func (p *drainPoll) pending(ctx context.Context) (bool, error) {
+	if p.q.pendingFrom == "" {
+		var left bool
+		err := p.pool.QueryRow(ctx, p.q.pending).Scan(&left)
+		return left, err
+	}
+	const start = "(0,0)"
+	if p.from == "" {
+		p.from = start
+	}
+	for {
+		err := p.pool.QueryRow(ctx, p.q.pendingFrom, p.from).Scan(&p.from)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err == nil, err
+		}
+		if p.from == start {
+			return false, nil
+		}
+		p.from = start
 	}
 }
 

@@ -70,11 +70,14 @@ func (p *probe) startOf(key string) (time.Time, bool) {
 }
 
 // queries are the harness's SQL to watch progress: pending says whether any
-// task is not done yet (cheap, through an index), completed counts the done
-// tasks.
+// task is not done yet, completed counts the done tasks. pendingFrom, where
+// set, returns the position (ctid, as text) of a task not done yet found at
+// or after the position $1, or no row: the poll resumes where the last one
+// found a pending task instead of walking again past every done one.
 type queries struct {
-	pending   string
-	completed string
+	pending     string
+	pendingFrom string
+	completed   string
 }
 
 // harness is one system on one database: a client side that inserts and a
@@ -233,9 +236,12 @@ func (h *stintHarness) observer() *pgxpool.Pool { return h.obs }
 func (h *stintHarness) queries() queries {
 	return queries{
 		// Exactly the tasks not done yet (scheduled or running) have a due
-		// time.
-		pending:   `SELECT EXISTS (SELECT 1 FROM stint_task WHERE schedule_not_before IS NOT NULL)`,
-		completed: `SELECT count(*) FROM stint_task WHERE status = 'success'`,
+		// time. No index covers it (the claim hints are in stint_due), so
+		// the poll resumes at the last pending task it found: a TID range
+		// scan from there.
+		pending:     `SELECT EXISTS (SELECT 1 FROM stint_task WHERE schedule_not_before IS NOT NULL)`,
+		pendingFrom: `SELECT ctid::text FROM stint_task WHERE ctid >= $1::tid AND schedule_not_before IS NOT NULL LIMIT 1`,
+		completed:   `SELECT count(*) FROM stint_task WHERE status = 'success'`,
 	}
 }
 
@@ -392,6 +398,7 @@ func (h *riverHarness) observer() *pgxpool.Pool { return h.obs }
 func (h *riverHarness) queries() queries {
 	return queries{
 		// river_job_prioritized_fetching_index leads with state.
+		// Through river_job_prioritized_fetching_index.
 		pending:   `SELECT EXISTS (SELECT 1 FROM river_job WHERE state IN ('available', 'running', 'retryable', 'scheduled', 'pending'))`,
 		completed: `SELECT count(*) FROM river_job WHERE state = 'completed'`,
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stinthq/stint/internal/pgtest"
 )
@@ -232,4 +233,45 @@ func TestRunOnServer(t *testing.T) {
 	if left != 0 {
 		t.Errorf("%d benchmark databases left behind", left)
 	}
+}
+
+// TestDrainPollSeesTasksBeforeItsResumePoint checks that a poll resuming
+// where the last one found a pending task still sees one that is pending
+// before that point, and says none is left only when none is.
+func TestDrainPollSeesTasksBeforeItsResumePoint(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	exec := func(q string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`CREATE TABLE drain (n int PRIMARY KEY, pending bool NOT NULL)`)
+	exec(`INSERT INTO drain SELECT n, n = 3000 FROM generate_series(1, 3000) AS n`)
+	p := drainPoll{pool: pool, q: queries{pendingFrom: `SELECT ctid::text FROM drain WHERE ctid >= $1::tid AND pending LIMIT 1`}}
+	poll := func(want bool) {
+		t.Helper()
+		left, err := p.pending(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left != want {
+			t.Fatalf("pending = %v, want %v (resume point %s)", left, want, p.from)
+		}
+	}
+	poll(true)
+	if p.from == "(0,0)" {
+		t.Fatalf("the poll did not move its resume point to the pending row")
+	}
+	// The last row is done, the first pending: before the resume point.
+	exec(`UPDATE drain SET pending = (n = 1)`)
+	poll(true)
+	poll(true)
+	exec(`UPDATE drain SET pending = false`)
+	poll(false)
 }

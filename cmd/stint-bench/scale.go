@@ -74,7 +74,7 @@ func (b *bench) scaleRun(ctx context.Context, system string, k int) ([]Result, e
 			return nil, err
 		}
 	}
-	end, err := waitDrained(ctx, h.observer(), h.queries().pending, b.cfg.pollEvery)
+	end, err := waitDrained(ctx, h.observer(), h.queries(), b.cfg.pollEvery)
 	cpu := win.usage()
 	b.collectStatements(ctx, fmt.Sprintf("%s scale %d nodes", system, k), dsn, end.Sub(start))
 	var stopErrs []error
