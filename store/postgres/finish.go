@@ -20,9 +20,12 @@ import (
 // 'scheduled') does not count as an attempt; a parent waiting for children
 // ($7) is due at once if none is pending, else after the fallback delay.
 // Awaited tasks are notified in the same transaction, so a woken awaiter
-// sees the result; the statement returns the ordinals of the completions
-// it recorded; ids go in chunks of 50 to stay under the 8,000-byte
-// payload limit.
+// sees the result; ids go in chunks of 50 to stay under the 8,000-byte
+// payload limit. The statement returns one row: the ordinals (from 1) of
+// the completions it did not record (their lease was lost: most often
+// none), and the parents of the tasks that finished for good. A row per
+// completion would cost the server and the client more than the
+// statement's other output.
 var finishSQL = `
 WITH c AS (
     SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bool[])
@@ -56,7 +59,9 @@ WITH c AS (
             SELECT id, (row_number() OVER ()) / 50 AS chunk FROM done WHERE awaited) a
         GROUP BY chunk) b
 )
-SELECT done.ord, coalesce(done.parent_id, ''), done.final FROM done, notified`
+SELECT ARRAY(SELECT c.ord FROM c WHERE c.ord NOT IN (SELECT ord FROM done)),
+    ARRAY(SELECT parent_id FROM done WHERE final AND parent_id IS NOT NULL)
+FROM notified`
 
 // childrenEndedSQL counts children that finished for good off their
 // parents; the one that brings a waiting parent's count to zero makes it due
@@ -162,48 +167,40 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 	if hasParent {
 		run = func(ctx context.Context, fn func(pgx.Tx) error) error { return pgx.BeginFunc(ctx, s.pool, fn) }
 	}
-	// The ordinals the statement returns (from 1), set in ok only once it
-	// committed: a transaction that fails records none.
-	done := make([]int64, 0, n)
+	// The completions not recorded; the others are set in ok only once
+	// the transaction committed: a transaction that fails records none.
+	var lost []int64
 	err := run(ctx, func(tx pgx.Tx) error {
 		var q querier = s.pool
 		if tx != nil {
 			q = tx
 		}
-		done = done[:0]
-		rows, err := q.Query(ctx, finishSQL, ids, leases, statuses, results, errs, again, waits)
-		if err != nil {
-			return err
-		}
-		var ord int64
-		var parent string
-		var final bool
 		var parents []string
-		if _, err := pgx.ForEachRow(rows, []any{&ord, &parent, &final}, func() error {
-			if ord < 1 || ord > int64(n) {
-				return fmt.Errorf("completion %d of %d recorded", ord, n)
-			}
-			done = append(done, ord)
-			if final && parent != "" {
-				parents = append(parents, parent)
-			}
-			return nil
-		}); err != nil {
+		if err := q.QueryRow(ctx, finishSQL, ids, leases, statuses, results, errs, again, waits).Scan(&lost, &parents); err != nil {
 			return err
 		}
-		if len(parents) > 0 {
-			if tx == nil {
-				return fmt.Errorf("tasks with parents were finished outside a transaction: set Completion.HasParent")
+		for _, ord := range lost {
+			if ord < 1 || ord > int64(n) {
+				return fmt.Errorf("completion %d of %d not recorded", ord, n)
 			}
-			_, err = tx.Exec(ctx, childrenEndedSQL, parents)
 		}
+		if len(parents) == 0 {
+			return nil
+		}
+		if tx == nil {
+			return fmt.Errorf("tasks with parents were finished outside a transaction: set Completion.HasParent")
+		}
+		_, err := tx.Exec(ctx, childrenEndedSQL, parents)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	for _, ord := range done {
-		ok[ord-1] = true
+	for i := range ok {
+		ok[i] = true
+	}
+	for _, ord := range lost {
+		ok[ord-1] = false
 	}
 	return nil
 }
