@@ -135,12 +135,13 @@ func BenchmarkClaimAndFinish(b *testing.B) {
 	b.ReportMetric(float64(finishTime.Nanoseconds())/float64(b.N), "finish-ns/task")
 }
 
-// BenchmarkClaimWithHistory measures claims and completions with 0, 1M and
-// 5M finished tasks in the table (cleanup off): claims read only the claim
-// hints and finished tasks have none, so the cost should not grow with them. The 5M case
-// takes a few minutes to set up; -short skips it.
+// BenchmarkClaimWithHistory measures claims and completions with 0, 1M, 5M
+// and 10M finished tasks in the table (cleanup off): claims read only the
+// claim hints and finished tasks have none, so the cost should not grow
+// with them. The 5M and 10M cases take minutes to set up (10M: about 6 GB
+// of table); -short skips them.
 func BenchmarkClaimWithHistory(b *testing.B) {
-	for _, history := range []int{0, 1_000_000, 5_000_000} {
+	for _, history := range []int{0, 1_000_000, 5_000_000, 10_000_000} {
 		b.Run(fmt.Sprintf("finished=%d", history), func(b *testing.B) {
 			if testing.Short() && history > 1_000_000 {
 				b.Skip("-short")
