@@ -8,7 +8,9 @@
 // activity timed out (without touching the database), the takeover loop
 // makes the tasks of other nodes' expired leases due again, the completer
 // records finished runs in batches, and the listener turns PostgreSQL
-// notifications into wake-ups (with polling as the fallback).
+// notifications into wake-ups (with polling as the fallback). A server's
+// own submits start their new due tasks on it at once, without a claim,
+// when it has free slots for them (see ServerConfig.NoLocalStart).
 package impl
 
 import (

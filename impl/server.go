@@ -59,14 +59,16 @@ type ServerConfig struct {
 	// transaction) starts at once on this node, without a claim, when the
 	// submit creates it, it is due now (no delay, no initial delay), this
 	// node runs its behavior, that behavior caps no group key
-	// (Policy.GroupConcurrency), and the node has a free slot for it
-	// (MaxWorkers and the behavior's own caps, as for a claim); and,
-	// checked in the submit statement, the behavior is not paused, its
-	// group key is not held, and no due task of its behavior with the
-	// same or a higher priority waits for a claim, so that a local start
-	// never jumps the claimers' backlog. The submit then stores it
-	// running under a lease for this node, as a claim would, and its run
-	// starts as a claimed one does. Every other task waits for a claim.
+	// (Policy.GroupConcurrency) and merges no submits (a Combiner), and
+	// the node has a free slot for it (MaxWorkers and the behavior's own
+	// caps, as for a claim; a claim statement in flight holds every free
+	// slot until it returns); and, checked in the submit statement, the
+	// behavior is not paused, its group key is not held, and no due task
+	// of its behavior with the same or a higher priority waits for a
+	// claim, so that a local start never jumps the claimers' backlog. The
+	// submit then stores it running under a lease for this node, as a
+	// claim would, and its run starts as a claimed one does. Every other
+	// task waits for a claim.
 	NoLocalStart bool
 	// AwaitPollInterval is ClientConfig.PollInterval for the server's own
 	// Awaits.
