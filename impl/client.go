@@ -8,7 +8,9 @@
 // activity timed out (without touching the database), the takeover loop
 // makes the tasks of other nodes' expired leases due again, the completer
 // records finished runs in batches, and the listener turns PostgreSQL
-// notifications into wake-ups (with polling as the fallback).
+// notifications into wake-ups (with polling as the fallback). A server's
+// own submits start their new due tasks on it at once, without a claim,
+// when it has free slots for them (see ServerConfig.NoLocalStart).
 package impl
 
 import (
@@ -60,6 +62,24 @@ type Client struct {
 	hub  *hub
 	kick *kicker
 	tel  *telemetry
+	// local is the server of a server's client, which starts due tasks
+	// of its own submits at once; nil on a client-only process.
+	local starter
+}
+
+// starter is a server's part in its own submits: it may start the new
+// due tasks of a submit on its node at once (see ServerConfig.NoLocalStart).
+type starter interface {
+	// Node returns the node id.
+	Node() string
+	// reserveStarts sets the start lease of each of tasks that may start
+	// on the node and reserves its slot. It reports whether it set any;
+	// then submitStarted must follow the submit.
+	reserveStarts(tasks []store.NewTask) bool
+	// submitStarted starts the runs of the tasks the submit started
+	// (started, in the order of tasks) and gives back the slots of the
+	// others. sent is when the submit was sent.
+	submitStarted(tasks []store.NewTask, started []store.Claimed, sent time.Time)
 }
 
 var _ api.Tasks = (*Client)(nil)
@@ -231,11 +251,14 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 		return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, err)
 	}
 	span.SetAttributes(attribute.String("stint.task_id", string(t.ID)))
-	// In a caller's transaction the statement always notifies: the
-	// notification goes out at the commit, which the coalescing of
-	// notifications across submits cannot see.
-	t.WakeClaimers = t.Delay == 0 && (tx != nil || c.kick.lead())
+	led, due := false, false
 	if reg.Combines() && !t.Share {
+		// In a caller's transaction the statement always notifies: the
+		// notification goes out at the commit, which the coalescing of
+		// notifications across submits cannot see.
+		due = t.Delay == 0
+		t.WakeClaimers = due && (tx != nil || c.kick.lead())
+		led = t.WakeClaimers
 		combine := func(persisted json.RawMessage) (json.RawMessage, error) { return reg.Combine(persisted, t.Params) }
 		if tx != nil {
 			sub, err = c.st.SubmitCombinedTx(ctx, tx, t, combine)
@@ -244,11 +267,7 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 		}
 	} else {
 		var subs []api.Submission
-		if tx != nil {
-			subs, err = c.st.SubmitTx(ctx, tx, []store.NewTask{t})
-		} else {
-			subs, err = c.st.Submit(ctx, []store.NewTask{t})
-		}
+		subs, led, due, err = c.storePlain(ctx, tx, []store.NewTask{t}, false)
 		if err == nil {
 			sub = subs[0]
 		}
@@ -257,10 +276,49 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 		return api.Submission{}, err
 	}
 	c.tel.submitted.Add(ctx, 1, c.tel.behavior(t.Behavior)...)
-	if t.Delay == 0 && tx == nil {
-		c.kick.kick(t.WakeClaimers)
+	if due && tx == nil {
+		c.kick.kick(led)
 	}
 	return sub, nil
+}
+
+// storePlain stores tasks that no Combiner merges, in tx or, when tx is
+// nil, on their own. On a server's client, outside a transaction, the
+// tasks the server may start at once are stored running on its node and
+// their runs started (see store.Store.SubmitStart); the others wait for a
+// claim. due reports whether a task due now was left to the claimers (or
+// alsoDue said that another task of the submit is due): the statement
+// then notified them if led, or in tx at the commit; otherwise the caller
+// kicks the claimers.
+func (c *Client) storePlain(ctx context.Context, tx pgx.Tx, tasks []store.NewTask, alsoDue bool) (subs []api.Submission, led, due bool, err error) {
+	local := tx == nil && c.local != nil && c.local.reserveStarts(tasks)
+	due = alsoDue || slices.ContainsFunc(tasks, func(t store.NewTask) bool { return t.Delay == 0 && t.StartLease == 0 })
+	if tx != nil {
+		// In a caller's transaction the statement always notifies: the
+		// notification goes out at the commit, which the coalescing of
+		// notifications across submits cannot see.
+		tasks[0].WakeClaimers = due
+		subs, err = c.st.SubmitTx(ctx, tx, tasks)
+		return subs, false, due, err
+	}
+	led = due && c.kick.lead()
+	tasks[0].WakeClaimers = led
+	if !local {
+		subs, err = c.st.Submit(ctx, tasks)
+		return subs, led, due, err
+	}
+	sent := time.Now()
+	subs, started, err := c.st.SubmitStart(ctx, c.local.Node(), tasks)
+	c.local.submitStarted(tasks, started, sent)
+	// A task the server meant to start and the statement did not (its id
+	// existed, its behavior is paused, ...) waits for a claim.
+	starting := 0
+	for _, t := range tasks {
+		if t.StartLease > 0 {
+			starting++
+		}
+	}
+	return subs, led, due || len(started) < starting, err
 }
 
 // SubmitMany validates all requests, then stores them in one statement. If
@@ -319,20 +377,16 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 		}
 	}
 	subs := make([]api.Submission, len(tasks))
-	// Only tasks due now wake claimers; delayed ones are found when due.
-	anyDue := slices.ContainsFunc(tasks, func(t store.NewTask) bool { return t.Delay == 0 })
-	led := false
+	// Only tasks due now wake claimers; delayed ones are found when due,
+	// and those started at once need no claim.
+	combinedDue := false
+	for i, t := range tasks {
+		combinedDue = combinedDue || (regs[i].Combines() && !t.Share && t.Delay == 0)
+	}
+	led, due := false, combinedDue
 	if len(plain) > 0 {
 		var got []api.Submission
-		if tx != nil {
-			// At the commit, if any task is due now; see submit.
-			plain[0].WakeClaimers = slices.ContainsFunc(plain, func(t store.NewTask) bool { return t.Delay == 0 })
-			got, err = c.st.SubmitTx(ctx, tx, plain)
-		} else {
-			plain[0].WakeClaimers = anyDue && c.kick.lead()
-			led = plain[0].WakeClaimers
-			got, err = c.st.Submit(ctx, plain)
-		}
+		got, led, due, err = c.storePlain(ctx, tx, plain, combinedDue && tx == nil)
 		if err != nil {
 			return nil, err
 		}
@@ -363,7 +417,7 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 	for b, n := range per {
 		c.tel.submitted.Add(ctx, n, c.tel.behavior(b)...)
 	}
-	if tx == nil && anyDue {
+	if tx == nil && due {
 		c.kick.kick(led)
 	}
 	out := make([]api.Submission, len(reqs))

@@ -267,13 +267,14 @@ func TestChangeFeedConsumerResumesAfterBeingOffline(t *testing.T) {
 
 	// While the consumer is away: 250 tasks run through scheduled, running
 	// and success (750 changes), and 250 more are submitted from several
-	// goroutines at once, so that transactions interleave.
-	srv := e.server("node", 5*time.Second)
+	// goroutines at once, so that transactions interleave. The client
+	// submits: a server's own submit would start its tasks running at once.
+	e.server("node", 5*time.Second)
 	var reqs []api.SubmitRequest
 	for i := range 250 {
 		reqs = append(reqs, workReq(workKind, WorkParams{Key: fmt.Sprint("run-", i)}))
 	}
-	_, err = srv.SubmitMany(e.ctx, reqs)
+	_, err = c.SubmitMany(e.ctx, reqs)
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for g := range 5 {

@@ -27,6 +27,9 @@ const (
 	envChildDSN   = "STINT_TEST_CHILD_DSN"
 	envChildNode  = "STINT_TEST_CHILD_NODE"
 	envChildLease = "STINT_TEST_CHILD_LEASE_MS"
+	// envChildSubmit makes the child submit this many blocking test.work
+	// tasks through its own server as it starts (see seed).
+	envChildSubmit = "STINT_TEST_CHILD_SUBMIT"
 )
 
 func TestMain(m *testing.M) {
@@ -44,6 +47,9 @@ func runChildNode() {
 		leaseMS, _ := strconv.Atoi(os.Getenv(envChildLease))
 		node := os.Getenv(envChildNode)
 		reg := testRegistry(st.Pool(), node, time.Duration(leaseMS)*time.Millisecond)
+		if n, _ := strconv.Atoi(os.Getenv(envChildSubmit)); n > 0 {
+			spi.MustRegister[KeyParams, struct{}](reg, seed{n: n})
+		}
 		return impl.NewServer(st, impl.ServerConfig{Node: node, Registry: reg, PollInterval: 100 * time.Millisecond})
 	})
 }

@@ -54,6 +54,22 @@ type ServerConfig struct {
 	// Maintenance tunes the upkeep every server does: dropping dead feed
 	// consumers and nodes, trimming the change feed.
 	Maintenance Maintenance
+	// NoLocalStart turns off local starts. By default (false) a task
+	// this server submits (Submit and SubmitMany, not in a caller's
+	// transaction) starts at once on this node, without a claim, when the
+	// submit creates it, it is due now (no delay, no initial delay), this
+	// node runs its behavior, that behavior caps no group key
+	// (Policy.GroupConcurrency) and merges no submits (a Combiner), and
+	// the node has a free slot for it (MaxWorkers and the behavior's own
+	// caps, as for a claim; a claim statement in flight holds every free
+	// slot until it returns); and, checked in the submit statement, the
+	// behavior is not paused, its group key is not held, and no due task
+	// of its behavior with the same or a higher priority waits for a
+	// claim, so that a local start never jumps the claimers' backlog. The
+	// submit then stores it running under a lease for this node, as a
+	// claim would, and its run starts as a claimed one does. Every other
+	// task waits for a claim.
+	NoLocalStart bool
 	// AwaitPollInterval is ClientConfig.PollInterval for the server's own
 	// Awaits.
 	AwaitPollInterval time.Duration
@@ -134,6 +150,7 @@ type Server struct {
 	claimDone   chan struct{}
 	bgDone      sync.WaitGroup
 	runs        sync.WaitGroup
+	localStarts sync.WaitGroup // submits that may start tasks on this node, in flight
 	completer   *completer
 }
 
@@ -196,6 +213,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		slots:       newSlots(cfg.MaxWorkers),
 		leases:      map[[16]byte]leaseRuns{},
 	}
+	client.local = s
 	for _, id := range ids {
 		reg, ok := cfg.Registry.Lookup(id)
 		if !ok {
@@ -322,6 +340,7 @@ func (s *Server) Stop(ctx context.Context) error {
 
 	s.claimCancel()
 	<-s.claimDone
+	s.localStarts.Wait()
 	s.stopPreemptible()
 	finished := make(chan struct{})
 	go func() { s.runs.Wait(); close(finished) }()

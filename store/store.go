@@ -57,6 +57,12 @@ type NewTask struct {
 	// claimers (ChannelDue) in its own transaction. One task of a batch
 	// is enough.
 	WakeClaimers bool
+	// StartLease, when positive, lets SubmitStart start the task at once
+	// on the submitting node under a lease of this duration (an
+	// operator's lease for the behavior takes precedence, as in a
+	// claim). Zero stores it as Submit does. Submit and the other
+	// submits ignore it.
+	StartLease time.Duration
 }
 
 // LeaseRef names a run: the task and the lease its claim issued.
@@ -139,6 +145,20 @@ type Store interface {
 	// task of its id (see api.Tasks.Submit). The result has one entry per
 	// task, in order.
 	Submit(ctx context.Context, tasks []NewTask) ([]api.Submission, error)
+	// SubmitStart is Submit on a server node that starts some of the new
+	// tasks there at once, without a claim. A task with StartLease set
+	// starts when the statement creates it (an existing task of its id
+	// follows Submit's rules and is not started), it has no Delay, its
+	// behavior is not paused, its group key is not held, and no claim
+	// hint of its behavior that is due waits with the same or a lower
+	// priority number (a local start never jumps a task the claimers
+	// would take before it). Such a task is stored running under a fresh
+	// lease for node, as a claim stores it (attempt 1, one lease row per
+	// behavior and statement, StartLease long unless an operator set the
+	// behavior's lease), with its running state in the change feed and
+	// no claim hint, and is returned in started, in the order of tasks.
+	// Every other task is stored as Submit stores it.
+	SubmitStart(ctx context.Context, node string, tasks []NewTask) (subs []api.Submission, started []Claimed, err error)
 	// SubmitCombined submits t, merging its params into those of a still
 	// scheduled task of the same id with combine, under a row lock.
 	SubmitCombined(ctx context.Context, t NewTask, combine func(persisted json.RawMessage) (json.RawMessage, error)) (api.Submission, error)

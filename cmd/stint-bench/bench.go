@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,8 +92,10 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	}
 	if c.latency {
 		jobs = nil
-		if c.has(sysStint) {
-			jobs = append(jobs, job{"latency", sysStint, b.latencyStint})
+		for _, via := range splitList(c.latSubmit) {
+			if c.has(sysStint) {
+				jobs = append(jobs, job{"latency", sysStint, func(ctx context.Context) ([]Result, error) { return b.latencyStint(ctx, via == "server") }})
+			}
 		}
 		if c.has(sysRiver) {
 			jobs = append(jobs,
@@ -400,8 +403,18 @@ func (b *bench) streaming(ctx context.Context, h harness, system, dsn string) ([
 
 // ---- latency
 
-func (b *bench) latencyStint(ctx context.Context) ([]Result, error) {
-	dsn, err := b.db.newDB(ctx, "latency_stint")
+// latencyStint runs stint's latency, its tasks submitted through a
+// separate client or, with viaServer, through the server node.
+func (b *bench) latencyStint(ctx context.Context, viaServer bool) ([]Result, error) {
+	label, system := "latency_stint", sysStint+" (defaults)"
+	var submitter api.Tasks
+	if viaServer {
+		label, system = "latency_stint_server", sysStint+" (defaults, server submits)"
+	}
+	if b.cfg.stintNoLocal {
+		system = strings.TrimSuffix(system, ")") + ", no local start)"
+	}
+	dsn, err := b.db.newDB(ctx, label)
 	if err != nil {
 		return nil, err
 	}
@@ -415,6 +428,10 @@ func (b *bench) latencyStint(ctx context.Context) ([]Result, error) {
 	if err := h.start(ctx); err != nil {
 		return nil, err
 	}
+	submitter = h.cli
+	if viaServer {
+		submitter = h.srv
+	}
 	stopProf := b.profile(sysStint, "latency")
 	b.resetStatements(ctx)
 	win := begin()
@@ -422,7 +439,7 @@ func (b *bench) latencyStint(ctx context.Context) ([]Result, error) {
 	stored, awaited := make([]time.Duration, total), make([]time.Duration, total)
 	submitted, err := paced(ctx, total, b.cfg.latRate, func(ctx context.Context, i int) error {
 		start := time.Now()
-		f, err := api.Submit(ctx, h.cli, noopKind, struct{}{}, api.WithID(latencyID(i)))
+		f, err := api.Submit(ctx, submitter, noopKind, struct{}{}, api.WithID(latencyID(i)))
 		if err != nil {
 			return err
 		}
@@ -454,7 +471,7 @@ func (b *bench) latencyStint(ctx context.Context) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	system, w := sysStint+" (defaults)", b.warmup()
+	w := b.warmup()
 	n := int64(total - w)
 	res := []Result{
 		{Scenario: "latency", Metric: "submit->stored", System: system, Tasks: n, samples: stored[w:], CPU: cpu},

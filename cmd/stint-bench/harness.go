@@ -178,6 +178,7 @@ func newStint(ctx context.Context, dsn string, cfg config, log *slog.Logger, o s
 		if !o.defaults {
 			sc.MaxWorkers, sc.PollInterval, sc.FetchCooldown = cfg.stintWorkers, cfg.stintPoll, cfg.stintCooldown
 		}
+		sc.NoLocalStart = cfg.stintNoLocal
 		if h.srv, err = impl.NewServer(h.st, sc); err != nil {
 			return nil, fmt.Errorf("stint server: %w", err)
 		}

@@ -12,7 +12,11 @@
 //	--streaming  inserts and work at the same time for D seconds: completed tasks/s
 //	--latency    single tasks at a steady low rate: submit->stored (the submit call
 //	             returned), submit->start and, for stint, submit->awaited result:
-//	             p50/p99, after a warm-up
+//	             p50/p99, after a warm-up. stint's tasks are submitted through a
+//	             separate impl.Client (as another process would), or with
+//	             --latency-submit server through the server node itself, whose
+//	             submits start their tasks at once (its own row, "server
+//	             submits"); --stint-no-local-start turns that off to compare
 //	--scale      1, 2 and 4 server nodes as separate processes working a burn-down
 //	--floor      the same database doing only batched insert, claim and complete
 //	             statements on stint's tables (tasks, claim hints, leases): the floor
@@ -68,6 +72,7 @@ type config struct {
 	latDur        time.Duration
 	latWarmup     time.Duration
 	latNoAwait    bool
+	latSubmit     string
 	scaleN        int
 	scaleNodes    []int
 	floorN        int
@@ -81,6 +86,7 @@ type config struct {
 	stintMaxConns int
 	stintPoll     time.Duration
 	stintCooldown time.Duration
+	stintNoLocal  bool
 
 	riverWorkers  int
 	riverMaxConns int
@@ -103,6 +109,7 @@ func defaultConfig() config {
 		latRate:       100,
 		latDur:        5 * time.Second,
 		latWarmup:     time.Second,
+		latSubmit:     "client",
 		scaleN:        100_000,
 		scaleNodes:    []int{1, 2, 4},
 		floorN:        100_000,
@@ -150,6 +157,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.latDur, "latency-duration", c.latDur, "latency: how long to submit, after the warm-up")
 	fs.DurationVar(&c.latWarmup, "latency-warmup", c.latWarmup, "latency: how long to submit before the measured window (the pools' connections are opened and warmed then); 0 measures from a cold start")
 	fs.BoolVar(&c.latNoAwait, "latency-no-await", false, "latency: stint submits without awaiting (a diagnostic: shows what Await costs submit->start)")
+	fs.StringVar(&c.latSubmit, "latency-submit", c.latSubmit, "latency: comma-separated `submitters` of stint's tasks, each a row: client (an impl.Client on a pool of its own, as another process), server (the server node itself: its submits start their tasks at once on it)")
+	fs.BoolVar(&c.stintNoLocal, "stint-no-local-start", false, "stint: turn off the server's local start of the tasks it submits (ServerConfig.NoLocalStart), at defaults too")
 	fs.IntVar(&c.scaleN, "scale-n", c.scaleN, "scale: number of tasks per run")
 	scaleNodes := fs.String("scale-nodes", "1,2,4", "scale: comma-separated `counts` of node processes")
 	fs.IntVar(&c.floorN, "floor-n", c.floorN, "floor: number of tasks")
@@ -184,6 +193,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"rate": c.latRate, "scale-n": c.scaleN, "floor-n": c.floorN, "floor-workers": c.floorWorkers, "floor-claim": c.floorClaim, "river-workers": c.riverWorkers, "runs": c.runs} {
 		if v <= 0 {
 			return c, fmt.Errorf("--%s must be positive, not %d", name, v)
+		}
+	}
+	for _, s := range splitList(c.latSubmit) {
+		if s != "client" && s != "server" {
+			return c, fmt.Errorf("--latency-submit: unknown submitter %q (want client or server)", s)
 		}
 	}
 	if c.latWarmup < 0 {

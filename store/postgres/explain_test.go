@@ -31,7 +31,7 @@ func TestExplainHotPath(t *testing.T) {
 	explain(claimSQL, "n", []string{"bench.noop"}, []int64{30e6}, 1000, int64(0))
 	var cols submitColumns
 	for j := range 1000 {
-		cols.add(store.NewTask{ID: api.TaskID(fmt.Sprintf("new-%09d", j)), Behavior: "bench.noop", Params: []byte(`{}`), Priority: 5})
+		cols.add(store.NewTask{ID: api.TaskID(fmt.Sprintf("new-%09d", j)), Behavior: "bench.noop", Params: []byte(`{}`), Priority: 5}, false)
 	}
 	explain(submitSQL, append(cols.args(), false, false)...)
 	claimed, err := st.Claim(ctx, store.ClaimRequest{Node: "n", Behaviors: []store.BehaviorLease{{Behavior: "bench.noop", Lease: time.Minute}}, Limit: 1000})

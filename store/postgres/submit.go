@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -24,14 +25,10 @@ import (
 // times). A held task stays held. $11 replaces the params of a scheduled
 // task (after a Combine). A task's retention is the one of the submit that
 // created it.
-var submitSQL = `
-WITH s AS (
-INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited, retention_us)
-SELECT r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
-       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0)
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[], $10::bigint[])
-     AS r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited, retention_us)
-ON CONFLICT (id) DO UPDATE SET
+var submitSQL = submitStatement(resubmitConflict, 12, false)
+
+// resubmitConflict is the conflict clause of submitSQL.
+const resubmitConflict = `ON CONFLICT (id) DO UPDATE SET
     status = CASE WHEN ` + finishedForGood + ` THEN 'scheduled' ELSE t.status END,
     params = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $11) THEN excluded.params ELSE t.params END,
     priority = CASE WHEN t.status = 'running' THEN t.priority ELSE excluded.priority END,
@@ -46,53 +43,145 @@ ON CONFLICT (id) DO UPDATE SET
     executed_at = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.executed_at END,
     finished_at = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.finished_at END,
     updated_at = now()
-RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key
-)` + recordSubmitChanges("$12")
+RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key`
 
 // finishedForGood is the condition under which the existing task t of a
 // submit finished for good: it has an outcome and waits for no next run.
 const finishedForGood = `(t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL)`
 
 // shareSQL inserts tasks and leaves existing ones as they are.
-var shareSQL = `
+var shareSQL = submitStatement(shareConflict, 11, false)
+
+// shareConflict is the conflict clause of shareSQL.
+const shareConflict = `ON CONFLICT (id) DO NOTHING
+RETURNING t.id, t.status, true AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key`
+
+// submitStartSQL and shareStartSQL are submitSQL and shareSQL that start
+// tasks on the submitting node (see store.Store.SubmitStart). Their
+// parameters are those of the statements they extend, then the tasks'
+// start leases in microseconds (0: do not start) and the node.
+var (
+	submitStartSQL = submitStatement(resubmitConflict, 12, true)
+	shareStartSQL  = submitStatement(shareConflict, 11, true)
+)
+
+// submitStatement returns a submit statement: the insert of the tasks
+// $1..$10 with the conflict clause conflict, followed by
+// recordSubmitChanges. wake is the number of the parameter that says
+// whether to notify the claimers; a statement that starts tasks (start)
+// takes the start leases and the node in the two parameters after it.
+//
+// A starting statement decides, before its insert, which tasks start
+// (go): those with a start lease, no delay, a behavior not paused, a group
+// key not held, and no due claim hint of their behavior at the same or a
+// lower priority number in the claim index. It reads the pause and hold
+// rows as dueInsert does (share-locked, skipping those a resume, release
+// or lease change holds: such a change is ordered after this statement,
+// as it is after a claim that ran before it). Each behavior's tasks get
+// one fresh lease, as a claim's do, with an operator's lease setting
+// taking precedence. The insert stores the tasks that start running under
+// their lease (attempt 1, executed_at and lost_not_before as a claim
+// sets them, due now); the conflict clause ignores those values for a
+// task that exists, so only a created task starts. Its lease row is
+// written for the created running tasks alone.
+func submitStatement(conflict string, wake int, start bool) string {
+	const columns = `id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited, retention_us`
+	const values = `r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
+       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0)`
+	const unnest = `unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[], $10::bigint[]`
+	const names = `r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited, retention_us`
+	w := fmt.Sprintf("$%d", wake)
+	if !start {
+		return `
 WITH s AS (
-INSERT INTO stint_task AS t (id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited, retention_us)
-SELECT r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
-       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0)
-FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[], $10::bigint[])
-     AS r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited, retention_us)
-ON CONFLICT (id) DO NOTHING
-RETURNING t.id, t.status, true AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key
-)` + recordSubmitChanges("$11")
+INSERT INTO stint_task AS t (` + columns + `)
+SELECT ` + values + `
+FROM ` + unnest + `)
+     AS ` + names + `)
+` + conflict + `
+)` + recordSubmitChanges(w, false)
+	}
+	startUS, node := fmt.Sprintf("$%d", wake+1), fmt.Sprintf("$%d", wake+2)
+	return `
+WITH r AS MATERIALIZED (
+    SELECT * FROM ` + unnest + `, ` + startUS + `::bigint[]) AS ` + names + `, start_us)
+), paused AS MATERIALIZED (
+    SELECT pb.behavior FROM stint_behavior pb
+    WHERE pb.paused AND pb.behavior IN (SELECT behavior FROM r WHERE start_us > 0) FOR SHARE SKIP LOCKED
+), held AS MATERIALIZED (
+    SELECT ph.group_key FROM stint_hold ph
+    WHERE ph.group_key IN (SELECT group_key FROM r WHERE start_us > 0) FOR SHARE SKIP LOCKED
+), cfg AS MATERIALIZED (
+    SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, gen_random_uuid() AS lease
+    FROM (SELECT behavior, max(start_us) AS lease_us FROM r WHERE start_us > 0 GROUP BY behavior) w
+    LEFT JOIN stint_behavior b ON b.behavior = w.behavior
+), go AS MATERIALIZED (
+    SELECT r.id, cfg.lease, cfg.lease_us FROM r JOIN cfg ON cfg.behavior = r.behavior
+    WHERE r.start_us > 0 AND r.delay_us = 0
+      AND r.behavior NOT IN (SELECT behavior FROM paused)
+      AND (r.group_key = '' OR r.group_key NOT IN (SELECT group_key FROM held))
+      AND NOT EXISTS (SELECT 1 FROM stint_due d
+          WHERE NOT d.parked AND d.behavior = r.behavior AND d.priority <= r.priority AND d.due <= now())
+), s AS (
+INSERT INTO stint_task AS t (` + columns + `, status, lease, node, attempt, executed_at, lost_not_before)
+SELECT ` + values + `,
+       CASE WHEN g.id IS NULL THEN 'scheduled' ELSE 'running' END, g.lease,
+       CASE WHEN g.id IS NOT NULL THEN ` + node + ` END, CASE WHEN g.id IS NULL THEN 0 ELSE 1 END,
+       CASE WHEN g.id IS NOT NULL THEN now() END, now() + g.lease_us * interval '1 microsecond'
+FROM r LEFT JOIN go g ON g.id = r.id
+` + conflict + `
+), started AS MATERIALIZED (
+    SELECT s.id, g.lease, g.lease_us FROM s JOIN go g ON g.id = s.id WHERE s.created AND s.status = 'running'
+), leases AS (
+    INSERT INTO stint_lease (lease, node, expires_at, task_ids)
+    SELECT lease, ` + node + `, now() + max(lease_us) * interval '1 microsecond', array_agg(id) FROM started GROUP BY lease
+)` + recordSubmitChanges(w, true)
+}
 
 // recordSubmitChanges ends the submit statements: it adds the claim hints,
-// records the new states in the change feed (not the resubmit flag of a
-// running task: its state did not change), notifies the claimers in the
-// same transaction when the parameter wake says so, and returns the
-// submissions.
-func recordSubmitChanges(wake string) string {
+// records the new states in the change feed (a created task's, and the
+// changed state of an existing one; not the resubmit flag of a running
+// task: its state did not change), notifies the claimers in the same
+// transaction when the parameter wake says so, and returns the
+// submissions; with started, also the lease and lease duration (in
+// microseconds) of each task the statement started.
+func recordSubmitChanges(wake string, started bool) string {
+	end := `SELECT id, status, created FROM s LEFT JOIN wake ON true`
+	if started {
+		end = `SELECT s.id, s.status, s.created, st.lease, st.lease_us FROM s LEFT JOIN started st ON st.id = s.id LEFT JOIN wake ON true`
+	}
 	return `, due AS (` + dueInsert("s") + `
-), feed AS (` + feedInsert("s WHERE status <> 'running'", "status", "false") + `
+), feed AS (` + feedInsert("s WHERE status <> 'running' OR created", "status", "false") + `
 ), wake AS MATERIALIZED (
     SELECT pg_notify('` + store.ChannelDue + `', '') WHERE ` + wake + `::boolean
 )
-SELECT id, status, created FROM s LEFT JOIN wake ON true`
+` + end
 }
 
 // Submit stores tasks; see store.Store.
 func (s *Store) Submit(ctx context.Context, tasks []store.NewTask) ([]api.Submission, error) {
-	return submitOn(ctx, s.pool, tasks)
+	out, _, err := submitOn(ctx, s.pool, tasks, "")
+	return out, err
+}
+
+// SubmitStart stores tasks and starts some of them on node; see
+// store.Store.
+func (s *Store) SubmitStart(ctx context.Context, node string, tasks []store.NewTask) ([]api.Submission, []store.Claimed, error) {
+	return submitOn(ctx, s.pool, tasks, node)
 }
 
 // SubmitTx stores tasks in the caller's transaction; see store.Store.
 func (s *Store) SubmitTx(ctx context.Context, tx pgx.Tx, tasks []store.NewTask) ([]api.Submission, error) {
-	return submitOn(ctx, tx, tasks)
+	out, _, err := submitOn(ctx, tx, tasks, "")
+	return out, err
 }
 
 // submitOn stores tasks through db: the pool, or a caller's transaction,
-// in which a nested transaction is a savepoint.
-func submitOn(ctx context.Context, db database, tasks []store.NewTask) ([]api.Submission, error) {
+// in which a nested transaction is a savepoint. With a node, it starts
+// tasks there as SubmitStart does.
+func submitOn(ctx context.Context, db database, tasks []store.NewTask, node string) ([]api.Submission, []store.Claimed, error) {
 	var out []api.Submission
+	var started []store.Claimed
 	var err error
 	// Tasks of one dedup mode take one statement, atomic on its own: the
 	// common case skips BEGIN and COMMIT. Mixed modes take two, in a
@@ -104,31 +193,34 @@ func submitOn(ctx context.Context, db database, tasks []store.NewTask) ([]api.Su
 	}
 	if mixed {
 		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			out, err = submit(ctx, tx, tasks, false)
+			out, started, err = submit(ctx, tx, tasks, false, node)
 			return err
 		})
 	} else {
-		out, err = submit(ctx, db, tasks, false)
+		out, started, err = submit(ctx, db, tasks, false, node)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("submit: %w", err)
+		return nil, nil, fmt.Errorf("submit: %w", err)
 	}
-	return out, nil
+	return out, started, nil
 }
 
 // submit runs the insert statements for tasks on q: one for resubmitting
-// tasks and one for sharing ones, whichever are needed.
-func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParams bool) ([]api.Submission, error) {
+// tasks and one for sharing ones, whichever are needed. With a node, the
+// tasks with a start lease may start there (see store.Store.SubmitStart);
+// started lists them in the order of tasks.
+func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParams bool, node string) ([]api.Submission, []store.Claimed, error) {
 	got := make(map[api.TaskID]api.Submission, len(tasks))
 	for _, t := range tasks {
 		got[t.ID] = api.Submission{ID: t.ID}
 	}
+	var leases map[api.TaskID]startLease
 	var missing []string
 	for _, share := range []bool{false, true} {
 		var cols submitColumns
 		for _, t := range tasks {
 			if t.Share == share {
-				cols.add(t)
+				cols.add(t, node != "")
 			}
 		}
 		if len(cols.ids) == 0 {
@@ -142,12 +234,27 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 			args = append(args, replaceParams)
 		}
 		args = append(args, cols.wake)
+		starting := cols.starts > 0
+		if starting {
+			query = submitStartSQL
+			if share {
+				query = shareStartSQL
+			}
+			args = append(args, cols.startLeases, node)
+		}
 		rows, err := tx.Query(ctx, query, args...)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if err := collectSubmissions(rows, got); err != nil {
-			return nil, err
+		var into map[api.TaskID]startLease
+		if starting {
+			if leases == nil {
+				leases = map[api.TaskID]startLease{}
+			}
+			into = leases
+		}
+		if err := collectSubmissions(rows, got, into); err != nil {
+			return nil, nil, err
 		}
 		if share {
 			for _, id := range cols.ids {
@@ -160,21 +267,52 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 	if len(missing) > 0 {
 		rows, err := tx.Query(ctx, `SELECT id, status, false FROM stint_task WHERE id = ANY($1)`, missing)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if err := collectSubmissions(rows, got); err != nil {
-			return nil, err
+		if err := collectSubmissions(rows, got, nil); err != nil {
+			return nil, nil, err
 		}
 	}
 	out := make([]api.Submission, len(tasks))
+	var started []store.Claimed
 	for i, t := range tasks {
 		sub := got[t.ID]
 		if sub.Status == "" {
-			return nil, fmt.Errorf("task %s: no row after submit", t.ID)
+			return nil, nil, fmt.Errorf("task %s: no row after submit", t.ID)
 		}
 		out[i] = sub
+		if l, ok := leases[t.ID]; ok {
+			started = append(started, startedClaim(t, l))
+		}
 	}
-	return out, nil
+	return out, started, nil
+}
+
+// startLease is the lease a submit started a task under, and its duration
+// in microseconds.
+type startLease struct {
+	lease [16]byte
+	us    int64
+}
+
+// startedClaim returns the claim of the task t that its submit started
+// under l: a first attempt, with no progress, as stored.
+func startedClaim(t store.NewTask, l startLease) store.Claimed {
+	params := t.Params
+	if len(params) == 0 {
+		params = json.RawMessage("{}")
+	}
+	return store.Claimed{
+		LeaseRef:      store.LeaseRef{ID: t.ID, Lease: l.lease},
+		LeaseDuration: time.Duration(l.us) * time.Microsecond,
+		Behavior:      t.Behavior,
+		Params:        params,
+		Attempt:       1,
+		Priority:      t.Priority,
+		ParentID:      t.ParentID,
+		GroupKey:      t.GroupKey,
+		Trace:         t.Trace,
+	}
 }
 
 // submitColumns holds NewTasks as the column arrays submitSQL unnests.
@@ -183,9 +321,12 @@ type submitColumns struct {
 	priorities, delays, retentions                       intArray
 	awaited                                              boolArray
 	wake                                                 bool
+	startLeases                                          intArray // with a node: each task's start lease, 0 for none
+	starts                                               int      // tasks with a start lease
 }
 
-func (c *submitColumns) add(t store.NewTask) {
+// add appends t; with starting, also its start lease.
+func (c *submitColumns) add(t store.NewTask, starting bool) {
 	params := "{}" // also for none
 	if len(t.Params) > 0 && string(t.Params) != "{}" {
 		params = string(t.Params)
@@ -201,6 +342,12 @@ func (c *submitColumns) add(t store.NewTask) {
 	c.awaited = append(c.awaited, t.Notify)
 	c.retentions = append(c.retentions, t.Retention.Microseconds())
 	c.wake = c.wake || t.WakeClaimers
+	if starting {
+		c.startLeases = append(c.startLeases, t.StartLease.Microseconds())
+		if t.StartLease > 0 {
+			c.starts++
+		}
+	}
 }
 
 func (c *submitColumns) args() []any {
@@ -236,7 +383,7 @@ func submitCombinedOn(ctx context.Context, db database, t store.NewTask, combine
 			}
 			replace = true
 		}
-		out, err = submit(ctx, tx, []store.NewTask{t}, replace)
+		out, _, err = submit(ctx, tx, []store.NewTask{t}, replace, "")
 		return err
 	})
 	if err != nil {
@@ -247,17 +394,28 @@ func submitCombinedOn(ctx context.Context, db database, t store.NewTask, combine
 
 // collectSubmissions reads rows of (id, status, created) into got, which
 // holds an entry for each task submitted, its Status empty until its row
-// is read: a row's id and status take no allocation of their own.
-func collectSubmissions(rows pgx.Rows, got map[api.TaskID]api.Submission) error {
+// is read: a row's id and status take no allocation of their own. With
+// leases, the rows are those of a starting submit statement, which adds
+// lease and lease_us, and the lease of each task started goes to leases.
+func collectSubmissions(rows pgx.Rows, got map[api.TaskID]api.Submission, leases map[api.TaskID]startLease) error {
 	var id, status pgtype.DriverBytes
 	var created bool
-	_, err := pgx.ForEachRow(rows, []any{&id, &status, &created}, func() error {
+	var lease pgtype.UUID
+	var leaseUS pgtype.Int8
+	dest := []any{&id, &status, &created}
+	if leases != nil {
+		dest = append(dest, &lease, &leaseUS)
+	}
+	_, err := pgx.ForEachRow(rows, dest, func() error {
 		sub, ok := got[api.TaskID(id)]
 		if !ok {
 			return fmt.Errorf("task %s: a row for a task not submitted", id)
 		}
 		sub.Status, sub.Created = internStatus(status), created
 		got[sub.ID] = sub
+		if lease.Valid {
+			leases[sub.ID] = startLease{lease: lease.Bytes, us: leaseUS.Int64}
+		}
 		return nil
 	})
 	return err

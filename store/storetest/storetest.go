@@ -46,6 +46,9 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RetriedChildIsPendingAgain", testRetriedChild},
 		{"RemovedParentsChildrenAreOrphans", testOrphans},
 		{"ChangesAreInOrder", testChanges},
+		{"SubmitStartRunsANewDueTaskUnderALease", testSubmitStart},
+		{"SubmitStartLeavesTheOthersToClaims", testSubmitStartFallsBack},
+		{"SubmitStartedTaskIsTakenOver", testSubmitStartTakeover},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -284,19 +287,7 @@ func testTakeover(s *suite) {
 	s.submit("t-a")
 	const lease = 200 * time.Millisecond
 	c := s.claim(1, lease)[0]
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, n, err := s.st.Takeover(s.ctx, 100)
-		require.NoError(s.t, err)
-		if n == 1 {
-			break
-		}
-		require.True(s.t, time.Now().Before(deadline), "the expired lease was not taken over")
-		time.Sleep(lease / 4)
-	}
-	again := s.claim(1, time.Minute)
-	require.Equal(s.t, []api.TaskID{"t-a"}, ids(again))
-	require.Equal(s.t, 2, again[0].Attempt)
+	again := s.takenOver(lease)
 	require.False(s.t, s.finish(success(c.LeaseRef, `"stale"`)), "the old holder is fenced out")
 	require.True(s.t, s.finish(success(again[0].LeaseRef, `"new"`)))
 	require.JSONEq(s.t, `"new"`, string(s.get("t-a").Result))
@@ -334,12 +325,7 @@ func testChanges(s *suite) {
 	s.submit("t-a")
 	c := s.claim(1, time.Minute)[0]
 	require.True(s.t, s.finish(success(c.LeaseRef, `1`)))
-	events, _, err := s.st.Changes(s.ctx, store.ChangeFilter{Since: head, TaskID: "t-a"})
-	require.NoError(s.t, err)
-	var statuses []api.Status
-	for _, e := range events {
-		statuses = append(statuses, e.Status)
-	}
+	events, statuses := s.changes(head, "t-a")
 	require.Equal(s.t, []api.Status{api.StatusScheduled, api.StatusRunning, api.StatusSuccess}, statuses)
 	require.True(s.t, events[len(events)-1].Final)
 	require.True(s.t, slices.IsSortedFunc(events, func(a, b api.Event) int { return int(a.Seq - b.Seq) }))
@@ -396,4 +382,133 @@ func testOrphans(s *suite) {
 	require.NoError(s.t, err)
 	require.True(s.t, s.finish(store.Completion{LeaseRef: orphan.LeaseRef, Status: api.StatusSuccess, Result: json.RawMessage(`1`), HasParent: true}))
 	require.Equal(s.t, 1, s.get("parent").ChildrenPending, "the new parent waits for its own child only")
+}
+
+// submitStart submits tasks through SubmitStart on node "node", each with
+// a start lease, and returns the ids it started.
+func (s *suite) submitStart(lease time.Duration, tasks ...store.NewTask) ([]api.Submission, []store.Claimed) {
+	s.t.Helper()
+	for i := range tasks {
+		if tasks[i].Behavior == "" {
+			tasks[i].Behavior, tasks[i].Priority = behavior, 5
+		}
+		tasks[i].StartLease = lease
+	}
+	subs, started, err := s.st.SubmitStart(s.ctx, "node", tasks)
+	require.NoError(s.t, err)
+	require.Len(s.t, subs, len(tasks))
+	return subs, started
+}
+
+func testSubmitStart(s *suite) {
+	head, err := s.st.FeedHead(s.ctx)
+	require.NoError(s.t, err)
+	subs, started := s.submitStart(time.Minute,
+		store.NewTask{ID: "t-a", Params: json.RawMessage(`{"n":1}`), Trace: "tr", GroupKey: "g"},
+		store.NewTask{ID: "t-b"})
+	require.Equal(s.t, []api.Submission{{ID: "t-a", Created: true, Status: api.StatusRunning}, {ID: "t-b", Created: true, Status: api.StatusRunning}}, subs)
+	require.Equal(s.t, []api.TaskID{"t-a", "t-b"}, ids(started))
+	c := started[0]
+	require.Equal(s.t, c.Lease, started[1].Lease, "one lease per behavior and statement, as a claim")
+	require.NotEqual(s.t, [16]byte{}, c.Lease)
+	require.Equal(s.t, time.Minute, c.LeaseDuration)
+	require.Equal(s.t, 1, c.Attempt)
+	require.Equal(s.t, behavior, c.Behavior)
+	require.JSONEq(s.t, `{"n":1}`, string(c.Params))
+	require.Equal(s.t, "g", c.GroupKey)
+	require.Equal(s.t, "tr", c.Trace)
+	task := s.get("t-a")
+	require.Equal(s.t, api.StatusRunning, task.Status)
+	require.Equal(s.t, "node", task.Node)
+	require.Equal(s.t, 1, task.Attempt)
+	require.NotNil(s.t, task.ExecutedAt)
+	require.NotNil(s.t, task.LostNotBefore)
+	require.Empty(s.t, s.claim(10, time.Minute), "a started task leaves no claim hint")
+	held, err := s.st.Renew(s.ctx, []store.Renewal{{LeaseRef: c.LeaseRef, Duration: time.Minute}})
+	require.NoError(s.t, err)
+	require.True(s.t, held["t-a"], "the lease row was written")
+	require.True(s.t, s.finish(success(c.LeaseRef, `1`)))
+	_, statuses := s.changes(head, "t-a")
+	require.Equal(s.t, []api.Status{api.StatusRunning, api.StatusSuccess}, statuses)
+
+	// An operator's lease for the behavior takes precedence, as in a claim.
+	require.NoError(s.t, s.st.SetBehavior(s.ctx, store.BehaviorSettings{Behavior: behavior, Lease: 2 * time.Minute}))
+	_, started = s.submitStart(time.Minute, store.NewTask{ID: "t-c"})
+	require.Len(s.t, started, 1)
+	require.Equal(s.t, 2*time.Minute, started[0].LeaseDuration)
+}
+
+func testSubmitStartFallsBack(s *suite) {
+	s.submit("existing")
+	require.NoError(s.t, s.st.HoldGroup(s.ctx, "held"))
+	subs, started := s.submitStart(time.Minute,
+		store.NewTask{ID: "existing"},
+		store.NewTask{ID: "delayed", Delay: time.Hour},
+		store.NewTask{ID: "in-held", GroupKey: "held"})
+	require.Empty(s.t, started)
+	require.False(s.t, subs[0].Created)
+	for _, sub := range subs {
+		require.Equal(s.t, api.StatusScheduled, sub.Status, sub.ID)
+	}
+	// "existing" is due and waits at priority 5: a new task of that
+	// priority or a lower one (a higher number) does not jump it, one of a
+	// higher one does.
+	_, started = s.submitStart(time.Minute, store.NewTask{ID: "same", Behavior: behavior, Priority: 5},
+		store.NewTask{ID: "lower", Behavior: behavior, Priority: 6})
+	require.Empty(s.t, started)
+	_, started = s.submitStart(time.Minute, store.NewTask{ID: "higher", Behavior: behavior, Priority: 4})
+	require.Equal(s.t, []api.TaskID{"higher"}, ids(started))
+	require.Equal(s.t, []api.TaskID{"existing", "same", "lower"}, ids(s.claim(10, time.Minute)),
+		"the tasks not started wait for claims, the held key's parked")
+	require.NoError(s.t, s.st.ReleaseGroup(s.ctx, "held"))
+	require.Equal(s.t, []api.TaskID{"in-held"}, ids(s.claim(10, time.Minute)))
+
+	require.NoError(s.t, s.st.SetBehavior(s.ctx, store.BehaviorSettings{Behavior: behavior, Paused: true}))
+	subs, started = s.submitStart(time.Minute, store.NewTask{ID: "paused"})
+	require.Empty(s.t, started, "a paused behavior's task does not start")
+	require.Equal(s.t, api.StatusScheduled, subs[0].Status)
+	require.NoError(s.t, s.st.SetBehavior(s.ctx, store.BehaviorSettings{Behavior: behavior}))
+	require.Equal(s.t, []api.TaskID{"paused"}, ids(s.claim(10, time.Minute)))
+}
+
+func testSubmitStartTakeover(s *suite) {
+	const lease = 200 * time.Millisecond
+	_, started := s.submitStart(lease, store.NewTask{ID: "t-a"})
+	require.Len(s.t, started, 1)
+	again := s.takenOver(lease)
+	require.False(s.t, s.finish(success(started[0].LeaseRef, `"stale"`)), "the local run is fenced out")
+	require.True(s.t, s.finish(success(again[0].LeaseRef, `"new"`)))
+}
+
+// takenOver waits until a takeover made t-a, whose lease lasts lease, due
+// again, and claims it: its second attempt.
+func (s *suite) takenOver(lease time.Duration) []store.Claimed {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, n, err := s.st.Takeover(s.ctx, 100)
+		require.NoError(s.t, err)
+		if n == 1 {
+			break
+		}
+		require.True(s.t, time.Now().Before(deadline), "the expired lease was not taken over")
+		time.Sleep(lease / 4)
+	}
+	again := s.claim(1, time.Minute)
+	require.Equal(s.t, []api.TaskID{"t-a"}, ids(again))
+	require.Equal(s.t, 2, again[0].Attempt)
+	return again
+}
+
+// changes reads the change feed of task id after the cursor head, and the
+// statuses it went through.
+func (s *suite) changes(head int64, id api.TaskID) ([]api.Event, []api.Status) {
+	s.t.Helper()
+	events, _, err := s.st.Changes(s.ctx, store.ChangeFilter{Since: head, TaskID: id})
+	require.NoError(s.t, err)
+	var statuses []api.Status
+	for _, e := range events {
+		statuses = append(statuses, e.Status)
+	}
+	return events, statuses
 }
