@@ -239,7 +239,9 @@ type Event struct {
 	Seq      int64      `json:"seq"`
 	TaskID   TaskID     `json:"task_id"`
 	Behavior BehaviorID `json:"behavior"`
-	// Status is the new state, or StatusRemoved.
+	// Status is the new state, or StatusRemoved. A task's first event is
+	// most often scheduled (or held); one that a server started at once on
+	// its own submit begins with running.
 	Status   Status `json:"status"`
 	ParentID TaskID `json:"parent_id,omitempty"`
 	// Final is set when nothing follows: the task finished for good or was
