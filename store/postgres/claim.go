@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/store"
 )
 
@@ -130,7 +131,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	out, err := scanClaimed(rows, req.Limit, behaviors)
+	out, err := s.scanClaimed(rows, req.Limit, behaviors)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +214,7 @@ func (s *Store) claimPerGroup(ctx context.Context, req store.ClaimRequest, behav
 		if err != nil {
 			return err
 		}
-		out, err = scanClaimed(rows, len(g.hints), behaviors)
+		out, err = s.scanClaimed(rows, len(g.hints), behaviors)
 		return err
 	})
 	if err != nil {
@@ -337,15 +338,19 @@ func (g *groupClaim) lockAndCount(ctx context.Context, keys []string, wait bool)
 }
 
 // scanClaimed reads the rows of a claim statement of behaviors, at most
-// limit. The result starts small: a claim for a thousand free slots often
-// finds a few tasks.
-func scanClaimed(rows pgx.Rows, limit int, behaviors []string) ([]store.Claimed, error) {
-	out := make([]store.Claimed, 0, min(limit, 64))
+// limit. The result is sized for as many as the last claim found (at least
+// a few): a claim for a thousand free slots often finds a few tasks, but
+// under load it finds as many as the last one, and growing the result to a
+// thousand showed in profiles.
+func (s *Store) scanClaimed(rows pgx.Rows, limit int, behaviors []string) ([]store.Claimed, error) {
+	out := make([]store.Claimed, 0, min(limit, max(64, int(s.lastClaimed.Load()))))
+	var ids stringChunks
 	var c store.Claimed
-	var behavior, params, progress pgtype.DriverBytes
+	var id, behavior, params, progress pgtype.DriverBytes
 	var leaseUS int64
-	_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Lease, &behavior, &params, &progress, &c.Attempt, &c.Errors,
+	_, err := pgx.ForEachRow(rows, []any{&id, &c.Lease, &behavior, &params, &progress, &c.Attempt, &c.Errors,
 		&c.Priority, &c.ParentID, &c.GroupKey, &c.Trace, &leaseUS, &c.Resubmitted}, func() error {
+		c.ID = api.TaskID(ids.string(id))
 		c.LeaseDuration = time.Duration(leaseUS) * time.Microsecond
 		c.Behavior = internBehavior(behavior, behaviors)
 		c.Params, c.Progress = copyJSON(params), copyJSON(progress)
@@ -355,5 +360,6 @@ func scanClaimed(rows pgx.Rows, limit int, behaviors []string) ([]store.Claimed,
 	if err != nil {
 		return nil, fmt.Errorf("read claimed tasks: %w", err)
 	}
+	s.lastClaimed.Store(int64(len(out)))
 	return out, nil
 }

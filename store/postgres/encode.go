@@ -135,6 +135,31 @@ func internBehavior(b []byte, behaviors []string) api.BehaviorID {
 	return api.BehaviorID(b)
 }
 
+// stringChunks makes strings of the short byte slices of a row's buffer
+// (task ids), many to an allocation: an allocation per string showed in
+// profiles. A chunk is kept in memory as long as any of its strings is, so
+// chunks stay small; each string's bytes are written once, before the
+// string is made, and never after.
+type stringChunks struct {
+	buf []byte // the current chunk: its free capacity takes the next strings
+}
+
+// stringChunk is the size of a chunk of stringChunks: some fifty ids.
+const stringChunk = 2048
+
+// string returns b as a string that does not refer to b.
+func (sc *stringChunks) string(b []byte) string {
+	if len(b) > cap(sc.buf)-len(sc.buf) {
+		if len(b) > stringChunk/8 {
+			return string(b)
+		}
+		sc.buf = make([]byte, 0, stringChunk)
+	}
+	start := len(sc.buf)
+	sc.buf = append(sc.buf, b...)
+	return unsafeString(sc.buf[start:])
+}
+
 // copyJSON returns a copy of JSON in a row's buffer, nil for NULL. Empty
 // objects share one slice: nothing writes to params or progress.
 func copyJSON(b []byte) json.RawMessage {
