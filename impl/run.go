@@ -33,6 +33,7 @@ type run struct {
 	progress json.RawMessage // the last checkpoint
 	active   time.Time       // the run's start or its last checkpoint or heartbeat
 	returned bool            // the behavior returned; its end may not be recorded yet
+	at       int             // the run's index in Server.running, -1 once out of it
 }
 
 // runChunk is how many runs of a claim are allocated together: one
@@ -71,7 +72,8 @@ func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
 	s.mu.Lock()
 	for _, r := range runs {
 		c := &r.claimed
-		s.running[c.LeaseRef] = r // its slot was reserved by the claim
+		r.at = len(s.running) // its slot was reserved by the claim
+		s.running = append(s.running, r)
 		// An older run of the task on this node lost its lease (the task
 		// was taken over and claimed again here): it must not go on beside
 		// this one.
@@ -277,7 +279,14 @@ func (s *Server) endRun(r *run, settled bool) {
 // unless one of them was not settled: that lease must expire, so that a
 // takeover finds its task.
 func (s *Server) endRunLocked(r *run, settled bool) {
-	delete(s.running, r.claimed.LeaseRef)
+	if r.at >= 0 {
+		// The last run takes r's place.
+		last := s.running[len(s.running)-1]
+		s.running[r.at], last.at = last, r.at
+		s.running[len(s.running)-1] = nil
+		s.running = s.running[:len(s.running)-1]
+		r.at = -1
+	}
 	if s.latest[r.claimed.ID] == r {
 		delete(s.latest, r.claimed.ID)
 	}
