@@ -99,6 +99,14 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if o.maxConns > 0 {
 		cfg.MaxConns = o.maxConns
 	}
+	afterConnect := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		registerArrayCodecs(conn.TypeMap())
+		if afterConnect != nil {
+			return afterConnect(ctx, conn)
+		}
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
