@@ -17,7 +17,8 @@ import (
 // sorts, and only the claim: the connection it ran on commits the next
 // statements durably and plans them as configured, in every
 // query mode the store supports (behind PgBouncer the batch is sent as one
-// simple query or unprepared statements).
+// simple query or unprepared statements), and that a finish's array
+// parameters encode in each.
 func TestClaimAsyncCommitStaysInItsTransaction(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.New(t)
@@ -44,6 +45,10 @@ func TestClaimAsyncCommitStaysInItsTransaction(t *testing.T) {
 			var commit, sort string
 			require.NoError(t, st.Pool().QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('enable_sort')`).Scan(&commit, &sort))
 			require.Equal(t, [2]string{"on", "on"}, [2]string{commit, sort}, "the claim's settings leaked into the connection")
+			// The batch statements' array parameters encode in every mode.
+			held, err := st.Finish(ctx, []store.Completion{{LeaseRef: cl[0].LeaseRef, Status: api.StatusSuccess, Result: []byte(`{"n":1}`)}})
+			require.NoError(t, err)
+			require.Equal(t, []bool{true}, held)
 		})
 	}
 }
