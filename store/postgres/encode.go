@@ -191,18 +191,48 @@ type binaryArray interface {
 	// appendBinary appends the array in the binary format, or returns nil
 	// for a NULL array.
 	appendBinary(buf []byte) []byte
+	// binaryLen is how many bytes appendBinary appends.
+	binaryLen() int
+	// Value is what pgx encodes where the codecs are not used.
+	Value() (driver.Value, error)
+}
+
+// leading is the first parameter of a statement whose other parameters are
+// arrays too: it grows pgx's parameter buffer, where the parameters are
+// appended one after the other, once for them all (total bytes), not once
+// per array.
+type leading struct {
+	binaryArray
+	total int
+}
+
+// lead returns first as a leading parameter, the buffer grown for the
+// arrays of the statement, first included.
+func lead(first binaryArray, all ...binaryArray) leading {
+	total := 0
+	for _, a := range all {
+		total += a.binaryLen()
+	}
+	return leading{binaryArray: first, total: total}
+}
+
+func (l leading) appendBinary(buf []byte) []byte {
+	return l.binaryArray.appendBinary(slices.Grow(buf, l.total))
 }
 
 func (a textArray) elementOID() uint32 { return pgtype.TextOID }
+func (a textArray) binaryLen() int {
+	size := arrayHeaderLen
+	for _, s := range a {
+		size += 4 + len(s)
+	}
+	return size
+}
 func (a textArray) appendBinary(buf []byte) []byte {
 	if a == nil {
 		return nil
 	}
-	size := 0
-	for _, s := range a {
-		size += 4 + len(s)
-	}
-	buf = appendArrayHeader(slices.Grow(buf, arrayHeaderLen+size), pgtype.TextOID, len(a), false)
+	buf = appendArrayHeader(slices.Grow(buf, a.binaryLen()), pgtype.TextOID, len(a), false)
 	for _, s := range a {
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
 		buf = append(buf, s...)
@@ -211,16 +241,19 @@ func (a textArray) appendBinary(buf []byte) []byte {
 }
 
 func (a nullTextArray) elementOID() uint32 { return pgtype.TextOID }
+func (a nullTextArray) binaryLen() int {
+	size := arrayHeaderLen
+	for _, t := range a {
+		size += 4 + len(t.String)
+	}
+	return size
+}
 func (a nullTextArray) appendBinary(buf []byte) []byte {
 	if a == nil {
 		return nil
 	}
-	size, nulls := 0, false
-	for _, t := range a {
-		size += 4 + len(t.String)
-		nulls = nulls || !t.Valid
-	}
-	buf = appendArrayHeader(slices.Grow(buf, arrayHeaderLen+size), pgtype.TextOID, len(a), nulls)
+	nulls := slices.ContainsFunc(a, func(t pgtype.Text) bool { return !t.Valid })
+	buf = appendArrayHeader(slices.Grow(buf, a.binaryLen()), pgtype.TextOID, len(a), nulls)
 	for _, t := range a {
 		if !t.Valid {
 			buf = binary.BigEndian.AppendUint32(buf, nullLen)
@@ -233,12 +266,22 @@ func (a nullTextArray) appendBinary(buf []byte) []byte {
 }
 
 func (a uuidArray) elementOID() uint32 { return pgtype.UUIDOID }
+func (a uuidArray) binaryLen() int {
+	size := arrayHeaderLen
+	for _, u := range a {
+		size += 4
+		if u.Valid {
+			size += 16
+		}
+	}
+	return size
+}
 func (a uuidArray) appendBinary(buf []byte) []byte {
 	if a == nil {
 		return nil
 	}
 	nulls := slices.ContainsFunc(a, func(u pgtype.UUID) bool { return !u.Valid })
-	buf = appendArrayHeader(slices.Grow(buf, arrayHeaderLen+len(a)*20), pgtype.UUIDOID, len(a), nulls)
+	buf = appendArrayHeader(slices.Grow(buf, a.binaryLen()), pgtype.UUIDOID, len(a), nulls)
 	for _, u := range a {
 		if !u.Valid {
 			buf = binary.BigEndian.AppendUint32(buf, nullLen)
@@ -251,6 +294,7 @@ func (a uuidArray) appendBinary(buf []byte) []byte {
 }
 
 func (a intArray) elementOID() uint32 { return pgtype.Int8OID }
+func (a intArray) binaryLen() int     { return arrayHeaderLen + len(a)*12 }
 func (a intArray) appendBinary(buf []byte) []byte {
 	return appendFixed(buf, a, pgtype.Int8OID, 8, func(b []byte, v int64) []byte {
 		return binary.BigEndian.AppendUint64(b, uint64(v))
@@ -258,6 +302,7 @@ func (a intArray) appendBinary(buf []byte) []byte {
 }
 
 func (a boolArray) elementOID() uint32 { return pgtype.BoolOID }
+func (a boolArray) binaryLen() int     { return arrayHeaderLen + len(a)*5 }
 func (a boolArray) appendBinary(buf []byte) []byte {
 	return appendFixed(buf, a, pgtype.BoolOID, 1, func(b []byte, v bool) []byte {
 		if v {

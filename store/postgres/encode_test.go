@@ -53,6 +53,7 @@ func TestArrayCodecs(t *testing.T) {
 		{pgtype.UUIDArrayOID, uuidArray{u}},
 		{pgtype.Int8ArrayOID, intArray{-1, 0, 1 << 40}},
 		{pgtype.BoolArrayOID, boolArray{true, false}},
+		{pgtype.TextArrayOID, lead(textArray{"a", "b"}, textArray{"a", "b"}, uuidArray{u})},
 	}
 	for i, c := range cases {
 		want, err := plain.Encode(c.oid, pgtype.BinaryFormatCode, c.value, nil)
@@ -62,6 +63,9 @@ func TestArrayCodecs(t *testing.T) {
 		got, err := fast.Encode(c.oid, pgtype.BinaryFormatCode, c.value, []byte("prefix"))
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
+		}
+		if n := c.value.binaryLen(); want != nil && len(want) != n {
+			t.Fatalf("case %d: binaryLen %d, encoded %d bytes", i, n, len(want))
 		}
 		if want == nil {
 			if got != nil {

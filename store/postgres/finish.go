@@ -171,7 +171,7 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 			q = tx
 		}
 		done = done[:0]
-		rows, err := q.Query(ctx, finishSQL, ids, leases, statuses, results, errs, again, waits)
+		rows, err := q.Query(ctx, finishSQL, lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits)
 		if err != nil {
 			return err
 		}
