@@ -396,8 +396,11 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 	}
 	for i, t := range tasks {
 		if regs[i].Combines() && !t.Share {
-			reg := regs[i]
-			combine := func(persisted json.RawMessage) (json.RawMessage, error) { return reg.Combine(persisted, t.Params) }
+			// The closure captures copies made here, not the loop's t:
+			// capturing t would move every task of the loop to the heap,
+			// one allocation per task.
+			reg, params := regs[i], t.Params
+			combine := func(persisted json.RawMessage) (json.RawMessage, error) { return reg.Combine(persisted, params) }
 			var sub api.Submission
 			if tx != nil {
 				sub, err = c.st.SubmitCombinedTx(ctx, tx, t, combine)

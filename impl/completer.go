@@ -3,6 +3,7 @@ package impl
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/stinthq/stint/spi"
@@ -16,26 +17,67 @@ const maxCompletionBatch = 1000
 // while the previous statement was in flight, so that under load one
 // statement records hundreds of completions and at low load a completion is
 // recorded at once.
+//
+// Ended runs wait in a slice that the completer takes from, not in a
+// bounded channel: a run's goroutine never waits for the record, and a
+// channel cost a lock and, on the completer's side, a select per run, which
+// showed in CPU profiles. Under load a full channel held the goroutines of
+// the runs that ended meanwhile (their slots were free already, so more
+// runs were claimed and more goroutines started): thousands per burn-down.
 type completer struct {
 	st  store.Store
 	log *slog.Logger
-	in  chan *run
 	// recorded is called from the completer's goroutine with a batch once
 	// its completions are recorded (held[i] set, err nil), found fenced out
 	// (held[i] unset, err nil), or given up on (err the database error). It
 	// must be quick.
 	recorded func(batch []*run, held []bool, err error)
+
+	wake    chan struct{} // signalled when pending was empty and got a run
+	mu      sync.Mutex
+	pending []*run // ended runs, oldest from head; those before head are taken
+	head    int
 }
 
 func newCompleter(st store.Store, log *slog.Logger, recorded func([]*run, []bool, error)) *completer {
-	return &completer{st: st, log: log, in: make(chan *run, maxCompletionBatch), recorded: recorded}
+	return &completer{st: st, log: log, recorded: recorded, wake: make(chan struct{}, 1)}
 }
 
-// finish queues r and returns. Not waiting frees the run's goroutine for
-// the next run at once, so a node needs about as many goroutines as runs
-// execute, not as many as wait to be recorded.
+// finish queues r for the record and returns. Not waiting frees the run's
+// goroutine for the next run at once, so a node needs about as many
+// goroutines as runs execute, not as many as wait to be recorded.
 func (c *completer) finish(r *run) {
-	c.in <- r
+	c.mu.Lock()
+	c.pending = append(c.pending, r)
+	first := len(c.pending)-c.head == 1
+	c.mu.Unlock()
+	if first {
+		signal(c.wake)
+	}
+}
+
+// take moves up to maxCompletionBatch of the pending runs, oldest first,
+// to batch.
+func (c *completer) take(batch []*run) []*run {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := min(len(c.pending)-c.head, maxCompletionBatch)
+	batch = append(batch[:0], c.pending[c.head:c.head+n]...)
+	clear(c.pending[c.head : c.head+n])
+	c.head += n
+	switch {
+	case c.head == len(c.pending) && cap(c.pending) > 4*maxCompletionBatch:
+		c.pending, c.head = nil, 0 // let a backlog's slice go
+	case c.head == len(c.pending):
+		c.pending, c.head = c.pending[:0], 0
+	case c.head >= maxCompletionBatch:
+		// Runs keep coming: move the rest to the front, or the slice
+		// would grow for as long as they do.
+		rest := copy(c.pending, c.pending[c.head:])
+		clear(c.pending[rest:])
+		c.pending, c.head = c.pending[:rest], 0
+	}
+	return batch
 }
 
 // loop records completions until ctx ends. Runs are all over by then
@@ -44,20 +86,13 @@ func (c *completer) loop(ctx context.Context) {
 	batch := make([]*run, 0, maxCompletionBatch)
 	var comps []store.Completion
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case r := <-c.in:
-			batch = append(batch[:0], r)
-		}
-	drain:
-		for len(batch) < maxCompletionBatch {
+		if batch = c.take(batch); len(batch) == 0 {
 			select {
-			case r := <-c.in:
-				batch = append(batch, r)
-			default:
-				break drain
+			case <-ctx.Done():
+				return
+			case <-c.wake:
 			}
+			continue
 		}
 		comps = comps[:0]
 		for _, r := range batch {

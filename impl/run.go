@@ -33,7 +33,13 @@ type run struct {
 	progress json.RawMessage // the last checkpoint
 	active   time.Time       // the run's start or its last checkpoint or heartbeat
 	returned bool            // the behavior returned; its end may not be recorded yet
+	at       int             // the run's index in Server.running, -1 once out of it
 }
+
+// runChunk is how many runs of a claim are allocated together: one
+// allocation per run showed in profiles, and a chunk is kept in memory as
+// long as any of its runs is, so it stays small.
+const runChunk = 32
 
 // startRuns takes a slot for each of claimed and queues them for the
 // workers. sent is when the claim was sent: the leases run from no earlier
@@ -43,13 +49,19 @@ func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
 		return
 	}
 	runs := make([]*run, len(claimed))
+	var chunk []run
 	for i, c := range claimed {
 		reg, _ := s.cfg.Registry.Lookup(c.Behavior)
 		lease := c.LeaseDuration
 		if lease <= 0 {
 			lease = reg.Policy.Lease
 		}
-		r := &run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress, active: sent}
+		if len(chunk) == 0 {
+			chunk = make([]run, min(runChunk, len(claimed)-i))
+		}
+		r := &chunk[0]
+		chunk = chunk[1:]
+		*r = run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress, active: sent}
 		// Runs are not children of a server-wide context: registering
 		// each with a parent took a lock shared by all runs and a map
 		// write. Stop cancels the runs it gives up on one by one.
@@ -60,7 +72,8 @@ func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
 	s.mu.Lock()
 	for _, r := range runs {
 		c := &r.claimed
-		s.running[c.LeaseRef] = r // its slot was reserved by the claim
+		r.at = len(s.running) // its slot was reserved by the claim
+		s.running = append(s.running, r)
 		// An older run of the task on this node lost its lease (the task
 		// was taken over and claimed again here): it must not go on beside
 		// this one.
@@ -266,7 +279,14 @@ func (s *Server) endRun(r *run, settled bool) {
 // unless one of them was not settled: that lease must expire, so that a
 // takeover finds its task.
 func (s *Server) endRunLocked(r *run, settled bool) {
-	delete(s.running, r.claimed.LeaseRef)
+	if r.at >= 0 {
+		// The last run takes r's place.
+		last := s.running[len(s.running)-1]
+		s.running[r.at], last.at = last, r.at
+		s.running[len(s.running)-1] = nil
+		s.running = s.running[:len(s.running)-1]
+		r.at = -1
+	}
 	if s.latest[r.claimed.ID] == r {
 		delete(s.latest, r.claimed.ID)
 	}

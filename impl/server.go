@@ -135,9 +135,12 @@ type Server struct {
 	dispatch    dispatch      // runs waiting for a worker goroutine
 	workersDone chan struct{} // closed by Stop: idle workers exit
 
-	mu       sync.Mutex
-	running  map[store.LeaseRef]*run // runs until their end is recorded
-	latest   map[api.TaskID]*run     // the newest run of each task in running
+	mu sync.Mutex
+	// running holds the runs until their end is recorded, in no order
+	// (run.at is a run's index): a slice, since it is only walked, and a
+	// map keyed by lease ref cost a string hash per run start and end.
+	running  []*run
+	latest   map[api.TaskID]*run // the newest run of each task in running
 	slots    slots
 	leases   map[[16]byte]leaseRuns // this node's leases (one per claim statement and behavior)
 	released [][16]byte             // leases whose runs all ended, to drop
@@ -208,7 +211,6 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		cfg:         cfg,
 		slotFreed:   make(chan struct{}, 1),
 		workersDone: make(chan struct{}),
-		running:     map[store.LeaseRef]*run{},
 		latest:      map[api.TaskID]*run{},
 		slots:       newSlots(cfg.MaxWorkers),
 		leases:      map[[16]byte]leaseRuns{},

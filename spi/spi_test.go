@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -24,6 +25,31 @@ func TestDeterministicIDs(t *testing.T) {
 	u := ids.Unique()
 	require.NoError(t, spi.CheckTaskID("id", u))
 	require.NotEqual(t, u, ids.Unique())
+}
+
+// TestUniqueIDs checks that unique ids are UUIDv7s near the current time,
+// strictly ordered within the process, across many refills of their
+// random bytes and many chunks of their text.
+func TestUniqueIDs(t *testing.T) {
+	t.Parallel()
+	ids := spi.NewIDs("demo.echo")
+	before := time.Now().UnixMilli()
+	var prev string
+	var all []string
+	for i := range 3000 {
+		id := string(ids.Unique())
+		u, err := uuid.Parse(id)
+		require.NoError(t, err, "id %d", i)
+		require.Equal(t, u.String(), id, "the text of a UUID")
+		require.Equal(t, uuid.Version(7), u.Version(), "id %s", id)
+		require.Equal(t, uuid.RFC4122, u.Variant(), "id %s", id)
+		require.Greater(t, id, prev, "ids are ordered")
+		sec, _ := u.Time().UnixTime()
+		require.InDelta(t, before/1000, sec, 5, "id %s is of now", id)
+		prev = id
+		all = append(all, id)
+	}
+	require.IsIncreasing(t, all, "ids keep their text as more are made")
 }
 
 func TestCheckIDs(t *testing.T) {

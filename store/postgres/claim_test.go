@@ -17,7 +17,8 @@ import (
 // sorts, and only the claim: the connection it ran on commits the next
 // statements durably and plans them as configured, in every
 // query mode the store supports (behind PgBouncer the batch is sent as one
-// simple query or unprepared statements).
+// simple query or unprepared statements), that the claimed rows are read
+// alike in each, and that a finish's array parameters encode in each.
 func TestClaimAsyncCommitStaysInItsTransaction(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.New(t)
@@ -32,7 +33,9 @@ func TestClaimAsyncCommitStaysInItsTransaction(t *testing.T) {
 			st, err := postgres.Open(ctx, d, postgres.MaxConns(1), postgres.PollOnly())
 			require.NoError(t, err)
 			defer st.Close()
-			_, err = st.Submit(ctx, []store.NewTask{{ID: api.TaskID("async-task-" + mode), Behavior: semBehavior, Priority: 5}})
+			id := api.TaskID("async-task-" + mode)
+			_, err = st.Submit(ctx, []store.NewTask{{ID: id, Behavior: semBehavior, Priority: 7,
+				Params: []byte(`{"a": [1, "x"]}`), GroupKey: "g-" + mode, Trace: "00-trace-" + mode}})
 			require.NoError(t, err)
 			// The test cluster runs with synchronous_commit off: the
 			// pool's one connection turns it on for its session.
@@ -41,9 +44,19 @@ func TestClaimAsyncCommitStaysInItsTransaction(t *testing.T) {
 			cl, err := st.Claim(ctx, store.ClaimRequest{Node: "n1", Behaviors: semLease, Limit: 10})
 			require.NoError(t, err)
 			require.Len(t, cl, 1)
+			// Every column of the claimed row is read, in every mode.
+			c := cl[0]
+			require.JSONEq(t, `{"a": [1, "x"]}`, string(c.Params))
+			require.Nil(t, c.Progress)
+			require.Equal(t, store.Claimed{LeaseRef: store.LeaseRef{ID: id, Lease: c.Lease}, LeaseDuration: time.Minute,
+				Behavior: semBehavior, Params: c.Params, Attempt: 1, Priority: 7, GroupKey: "g-" + mode, Trace: "00-trace-" + mode}, c)
 			var commit, sort string
 			require.NoError(t, st.Pool().QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('enable_sort')`).Scan(&commit, &sort))
 			require.Equal(t, [2]string{"on", "on"}, [2]string{commit, sort}, "the claim's settings leaked into the connection")
+			// The batch statements' array parameters encode in every mode.
+			held, err := st.Finish(ctx, []store.Completion{{LeaseRef: cl[0].LeaseRef, Status: api.StatusSuccess, Result: []byte(`{"n":1}`)}})
+			require.NoError(t, err)
+			require.Equal(t, []bool{true}, held)
 		})
 	}
 }

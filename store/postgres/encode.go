@@ -3,7 +3,9 @@ package postgres
 import (
 	"bytes"
 	"database/sql/driver"
+	"encoding/binary"
 	"encoding/json"
+	"slices"
 	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -135,6 +137,31 @@ func internBehavior(b []byte, behaviors []string) api.BehaviorID {
 	return api.BehaviorID(b)
 }
 
+// stringChunks makes strings of the short byte slices of a row's buffer
+// (task ids), many to an allocation: an allocation per string showed in
+// profiles. A chunk is kept in memory as long as any of its strings is, so
+// chunks stay small; each string's bytes are written once, before the
+// string is made, and never after.
+type stringChunks struct {
+	buf []byte // the current chunk: its free capacity takes the next strings
+}
+
+// stringChunk is the size of a chunk of stringChunks: some fifty ids.
+const stringChunk = 2048
+
+// string returns b as a string that does not refer to b.
+func (sc *stringChunks) string(b []byte) string {
+	if len(b) > cap(sc.buf)-len(sc.buf) {
+		if len(b) > stringChunk/8 {
+			return string(b)
+		}
+		sc.buf = make([]byte, 0, stringChunk)
+	}
+	start := len(sc.buf)
+	sc.buf = append(sc.buf, b...)
+	return unsafeString(sc.buf[start:])
+}
+
 // copyJSON returns a copy of JSON in a row's buffer, nil for NULL. Empty
 // objects share one slice: nothing writes to params or progress.
 func copyJSON(b []byte) json.RawMessage {
@@ -148,3 +175,213 @@ func copyJSON(b []byte) json.RawMessage {
 }
 
 var emptyObject = json.RawMessage("{}")
+
+// The arrays above also encode themselves in PostgreSQL's binary array
+// format in one piece, for the array codecs that registerArrayCodecs
+// installs on the store's connections. pgx's own array codec appends each
+// element through an encode plan of its own, and its buffer, shrunk after
+// every statement, doubled again for every batch statement: that showed
+// in CPU profiles. Elsewhere (a connection without the codecs, the simple
+// protocol) the arrays are encoded by pgx as before.
+
+// binaryArray is an array parameter that encodes itself.
+type binaryArray interface {
+	// elementOID is the type of its elements.
+	elementOID() uint32
+	// appendBinary appends the array in the binary format, or returns nil
+	// for a NULL array.
+	appendBinary(buf []byte) []byte
+	// binaryLen is how many bytes appendBinary appends.
+	binaryLen() int
+	// Value is what pgx encodes where the codecs are not used.
+	Value() (driver.Value, error)
+}
+
+// leading is the first parameter of a statement whose other parameters are
+// arrays too: it grows pgx's parameter buffer, where the parameters are
+// appended one after the other, once for them all (total bytes), not once
+// per array.
+type leading struct {
+	binaryArray
+	total int
+}
+
+// lead returns first as a leading parameter, the buffer grown for the
+// arrays of the statement, first included.
+func lead(first binaryArray, all ...binaryArray) leading {
+	total := 0
+	for _, a := range all {
+		total += a.binaryLen()
+	}
+	return leading{binaryArray: first, total: total}
+}
+
+func (l leading) appendBinary(buf []byte) []byte {
+	return l.binaryArray.appendBinary(slices.Grow(buf, l.total))
+}
+
+func (a textArray) elementOID() uint32 { return pgtype.TextOID }
+func (a textArray) binaryLen() int {
+	size := arrayHeaderLen
+	for _, s := range a {
+		size += 4 + len(s)
+	}
+	return size
+}
+func (a textArray) appendBinary(buf []byte) []byte {
+	if a == nil {
+		return nil
+	}
+	buf = appendArrayHeader(slices.Grow(buf, a.binaryLen()), pgtype.TextOID, len(a), false)
+	for _, s := range a {
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
+		buf = append(buf, s...)
+	}
+	return buf
+}
+
+func (a nullTextArray) elementOID() uint32 { return pgtype.TextOID }
+func (a nullTextArray) binaryLen() int {
+	size := arrayHeaderLen
+	for _, t := range a {
+		size += 4 + len(t.String)
+	}
+	return size
+}
+func (a nullTextArray) appendBinary(buf []byte) []byte {
+	if a == nil {
+		return nil
+	}
+	nulls := slices.ContainsFunc(a, func(t pgtype.Text) bool { return !t.Valid })
+	buf = appendArrayHeader(slices.Grow(buf, a.binaryLen()), pgtype.TextOID, len(a), nulls)
+	for _, t := range a {
+		if !t.Valid {
+			buf = binary.BigEndian.AppendUint32(buf, nullLen)
+			continue
+		}
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(t.String)))
+		buf = append(buf, t.String...)
+	}
+	return buf
+}
+
+func (a uuidArray) elementOID() uint32 { return pgtype.UUIDOID }
+func (a uuidArray) binaryLen() int {
+	size := arrayHeaderLen
+	for _, u := range a {
+		size += 4
+		if u.Valid {
+			size += 16
+		}
+	}
+	return size
+}
+func (a uuidArray) appendBinary(buf []byte) []byte {
+	if a == nil {
+		return nil
+	}
+	nulls := slices.ContainsFunc(a, func(u pgtype.UUID) bool { return !u.Valid })
+	buf = appendArrayHeader(slices.Grow(buf, a.binaryLen()), pgtype.UUIDOID, len(a), nulls)
+	for _, u := range a {
+		if !u.Valid {
+			buf = binary.BigEndian.AppendUint32(buf, nullLen)
+			continue
+		}
+		buf = binary.BigEndian.AppendUint32(buf, 16)
+		buf = append(buf, u.Bytes[:]...)
+	}
+	return buf
+}
+
+func (a intArray) elementOID() uint32 { return pgtype.Int8OID }
+func (a intArray) binaryLen() int     { return arrayHeaderLen + len(a)*12 }
+func (a intArray) appendBinary(buf []byte) []byte {
+	return appendFixed(buf, a, pgtype.Int8OID, 8, func(b []byte, v int64) []byte {
+		return binary.BigEndian.AppendUint64(b, uint64(v))
+	})
+}
+
+func (a boolArray) elementOID() uint32 { return pgtype.BoolOID }
+func (a boolArray) binaryLen() int     { return arrayHeaderLen + len(a)*5 }
+func (a boolArray) appendBinary(buf []byte) []byte {
+	return appendFixed(buf, a, pgtype.BoolOID, 1, func(b []byte, v bool) []byte {
+		if v {
+			return append(b, 1)
+		}
+		return append(b, 0)
+	})
+}
+
+// appendFixed appends a, an array without NULLs of elements of type elem,
+// each size bytes long as put writes it; nil is a NULL array.
+func appendFixed[T any](buf []byte, a []T, elem uint32, size int, put func([]byte, T) []byte) []byte {
+	if a == nil {
+		return nil
+	}
+	buf = appendArrayHeader(slices.Grow(buf, arrayHeaderLen+len(a)*(4+size)), elem, len(a), false)
+	for _, v := range a {
+		buf = put(binary.BigEndian.AppendUint32(buf, uint32(size)), v)
+	}
+	return buf
+}
+
+// arrayHeaderLen is the length of the header of a one-dimensional array:
+// dimensions, null flag, element type, length and lower bound.
+const arrayHeaderLen = 20
+
+// nullLen is the length that stands for a NULL element (-1).
+const nullLen = 0xFFFFFFFF
+
+// appendArrayHeader appends the header of a one-dimensional array of n
+// elements of type elem, starting at 1.
+func appendArrayHeader(buf []byte, elem uint32, n int, nulls bool) []byte {
+	buf = binary.BigEndian.AppendUint32(buf, 1)
+	flag := uint32(0)
+	if nulls {
+		flag = 1
+	}
+	buf = binary.BigEndian.AppendUint32(buf, flag)
+	buf = binary.BigEndian.AppendUint32(buf, elem)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
+	return binary.BigEndian.AppendUint32(buf, 1)
+}
+
+// arrayCodec is pgx's codec of an array type that encodes the
+// binaryArray parameters of its element type itself, in binary.
+type arrayCodec struct {
+	*pgtype.ArrayCodec
+	elem uint32
+}
+
+func (c *arrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
+	if a, ok := value.(binaryArray); ok && format == pgtype.BinaryFormatCode && a.elementOID() == c.elem {
+		return binaryArrayPlan{}
+	}
+	return c.ArrayCodec.PlanEncode(m, oid, format, value)
+}
+
+// binaryArrayPlan encodes a binaryArray.
+type binaryArrayPlan struct{}
+
+func (binaryArrayPlan) Encode(value any, buf []byte) ([]byte, error) {
+	return value.(binaryArray).appendBinary(buf), nil
+}
+
+// registerArrayCodecs installs the array codecs that encode the
+// binaryArray parameters on a connection's type map.
+func registerArrayCodecs(m *pgtype.Map) {
+	for _, a := range [...]struct{ oid, elem uint32 }{
+		{pgtype.TextArrayOID, pgtype.TextOID},
+		{pgtype.UUIDArrayOID, pgtype.UUIDOID},
+		{pgtype.Int8ArrayOID, pgtype.Int8OID},
+		{pgtype.BoolArrayOID, pgtype.BoolOID},
+	} {
+		t, ok := m.TypeForOID(a.oid)
+		if !ok {
+			continue
+		}
+		if ac, ok := t.Codec.(*pgtype.ArrayCodec); ok && ac.ElementType.OID == a.elem {
+			m.RegisterType(&pgtype.Type{Name: t.Name, OID: t.OID, Codec: &arrayCodec{ArrayCodec: ac, elem: a.elem}})
+		}
+	}
+}

@@ -176,7 +176,7 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 			q = tx
 		}
 		var parents []string
-		if err := q.QueryRow(ctx, finishSQL, ids, leases, statuses, results, errs, again, waits).Scan(&lost, &parents); err != nil {
+		if err := q.QueryRow(ctx, finishSQL, lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits).Scan(&lost, &parents); err != nil {
 			return err
 		}
 		for _, ord := range lost {

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +41,9 @@ type Store struct {
 	read         *pgxpool.Pool // the standby's, or nil; see ReadDSN
 	listenConfig *pgx.ConnConfig
 	noListen     bool
+	// lastClaimed is how many tasks the last claim found: the next one's
+	// result is sized for as many.
+	lastClaimed atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -94,6 +98,14 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	}
 	if o.maxConns > 0 {
 		cfg.MaxConns = o.maxConns
+	}
+	afterConnect := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		registerArrayCodecs(conn.TypeMap())
+		if afterConnect != nil {
+			return afterConnect(ctx, conn)
+		}
+		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
