@@ -351,7 +351,9 @@ func (r *Report) writeTable(w io.Writer) {
 			steal += fmt.Sprintf(" NOISY %d/%d", n, max(x.Runs, 1))
 		}
 		perTask := ""
-		if x.GoUSPerTask > 0 || x.DBUSPerTask > 0 {
+		// Latency rows leave it out: at a hundred tasks a second the
+		// systems' idle upkeep is most of their CPU time.
+		if x.Latency == nil && (x.GoUSPerTask > 0 || x.DBUSPerTask > 0) {
 			perTask = fmt.Sprintf("%.1f / %.1f", x.GoUSPerTask, x.DBUSPerTask)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, x.Metric, x.System, tasks, secs, x.value(), spread, steal, perTask, ratio)
@@ -365,7 +367,7 @@ func (r *Report) writeTable(w io.Writer) {
 	fmt.Fprintln(w, "  benchmark (harness, system, nodes, PostgreSQL) / to other processes on the machine / to other virtual machines.")
 	fmt.Fprintln(w, "  BENCH well under 100 with OTHERS and STEAL low: the system waits rather than computes; high OTHERS or STEAL: noise.")
 	fmt.Fprintf(w, "  NOISY n/m: in n of the m runs other processes and steal took more than %d%% of the CPU time; those figures are suspect.\n", noisyPct)
-	fmt.Fprintln(w, "CPU µs/TASK GO/PG: CPU time per task over all runs of the row: of the Go processes (the harness with the system it runs")
+	fmt.Fprintln(w, "CPU µs/TASK GO/PG: CPU time per task over all runs of a throughput row: of the Go processes (the harness with the system it runs")
 	fmt.Fprintln(w, "  in-process, or the harness and the node processes) / of PostgreSQL (backends, autovacuum, WAL writer, checkpointer).")
 	fmt.Fprintln(w, "STINT ÷ THIS: stint's tasks/s over this row's (above 1: stint is faster); for latency stint's p50 and p99 over this row's (below 1: stint is quicker).")
 
