@@ -240,8 +240,8 @@ type Event struct {
 	TaskID   TaskID     `json:"task_id"`
 	Behavior BehaviorID `json:"behavior"`
 	// Status is the new state, or StatusRemoved. A task's first event is
-	// most often scheduled (or held); one that a server started at once on
-	// its own submit begins with running.
+	// its creation, scheduled (a task a server started at once on its own
+	// submit has running right after it, from the same statement).
 	Status   Status `json:"status"`
 	ParentID TaskID `json:"parent_id,omitempty"`
 	// Final is set when nothing follows: the task finished for good or was

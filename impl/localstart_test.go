@@ -50,8 +50,10 @@ func (e *localEnv) submit(key string, opts ...api.SubmitOption) api.Submission {
 	return f.Submission()
 }
 
-// statuses returns the states the change feed recorded for task id.
-func (e *env) statuses(id api.TaskID) []api.Status {
+// statuses returns the states the change feed recorded for task id, and
+// whether its first two (scheduled, then running) came from one statement:
+// a submit that started the task, not a claim after it.
+func (e *env) statuses(id api.TaskID) ([]api.Status, bool) {
 	e.t.Helper()
 	events, _, err := e.st.Changes(e.ctx, api.ChangeFilter{TaskID: id})
 	require.NoError(e.t, err)
@@ -59,7 +61,7 @@ func (e *env) statuses(id api.TaskID) []api.Status {
 	for _, ev := range events {
 		out = append(out, ev.Status)
 	}
-	return out
+	return out, len(events) >= 2 && events[0].Seq == events[1].Seq
 }
 
 // waitStarted waits until task id's run started on the server.
@@ -86,7 +88,9 @@ func (e *localEnv) requireClaimed(sub api.Submission, unblock func()) {
 	require.Equal(e.t, api.StatusScheduled, sub.Status)
 	unblock()
 	e.waitStarted(sub.ID)
-	require.Equal(e.t, []api.Status{api.StatusScheduled, api.StatusRunning}, e.statuses(sub.ID))
+	statuses, submitted := e.statuses(sub.ID)
+	require.Equal(e.t, []api.Status{api.StatusScheduled, api.StatusRunning}, statuses)
+	require.False(e.t, submitted, "running was recorded by the submit, not by a claim")
 }
 
 // submitLocal submits blocking tasks through the server until one starts
@@ -121,7 +125,9 @@ func TestLocalStartRunsASubmitWithoutAClaim(t *testing.T) {
 	require.Equal(t, 1, task.Attempt)
 	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_lease WHERE node = 'local' AND $1 = ANY(task_ids)`, string(sub.ID)))
 	require.Zero(t, e.count(`SELECT count(*) FROM stint_due`), "no claim hint")
-	require.Equal(t, []api.Status{api.StatusRunning}, e.statuses(sub.ID), "never scheduled, so never claimed")
+	statuses, submitted := e.statuses(sub.ID)
+	require.Equal(t, []api.Status{api.StatusScheduled, api.StatusRunning}, statuses)
+	require.True(t, submitted, "running was recorded by a claim, not by the submit")
 
 	// A submit of the running task's id follows the resubmit rule: no
 	// second run now, one after this one.
@@ -234,8 +240,9 @@ func TestLocalRunsAreRenewedAndTakenOverFromAKilledNode(t *testing.T) {
 		return e.count(`SELECT count(*) FROM test_run WHERE node = 'doomed'`) >= total
 	})
 	require.Equal(t, n, e.count(`SELECT count(*) FROM stint_task t WHERE t.behavior = $1 AND t.node = 'doomed'
-		AND NOT EXISTS (SELECT 1 FROM stint_change c WHERE t.id = ANY(c.task_ids) AND 'scheduled' = ANY(c.statuses))`, string(workKind.ID)),
-		"the tasks that started with their submit were never scheduled")
+		AND EXISTS (SELECT 1 FROM stint_change c WHERE t.id = ANY(c.task_ids)
+		    AND (SELECT count(*) FROM unnest(c.task_ids, c.statuses) AS e(id, status) WHERE e.id = t.id) = 2)`, string(workKind.ID)),
+		"the tasks started with their submit: one statement recorded them scheduled and running")
 	var expires time.Time
 	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT min(expires_at) FROM stint_lease WHERE node = 'doomed'`).Scan(&expires))
 	waitFor(t, childLease, "a renewal of the child's leases", func() bool {

@@ -428,8 +428,9 @@ func testSubmitStart(s *suite) {
 	require.NoError(s.t, err)
 	require.True(s.t, held["t-a"], "the lease row was written")
 	require.True(s.t, s.finish(success(c.LeaseRef, `1`)))
-	_, statuses := s.changes(head, "t-a")
-	require.Equal(s.t, []api.Status{api.StatusRunning, api.StatusSuccess}, statuses)
+	events, statuses := s.changes(head, "t-a")
+	require.Equal(s.t, []api.Status{api.StatusScheduled, api.StatusRunning, api.StatusSuccess}, statuses)
+	require.Equal(s.t, events[0].Seq, events[1].Seq, "the submit records the task scheduled and running")
 
 	// An operator's lease for the behavior takes precedence, as in a claim.
 	require.NoError(s.t, s.st.SetBehavior(s.ctx, store.BehaviorSettings{Behavior: behavior, Lease: 2 * time.Minute}))
