@@ -200,7 +200,8 @@ func TestLocalStartLeavesTheOthersToClaims(t *testing.T) {
 // seed is a behavior that runs nothing: as its server starts, it submits
 // test.work tasks that block on their first attempt through that server,
 // as a node's own submits, one by one until n of them started at once
-// (see submitLocal for those that do not).
+// (see submitLocal for those that do not: each is waited for until a
+// claim started it).
 type seed struct{ n int }
 
 func (seed) Kind() api.Kind[KeyParams, struct{}] {
@@ -222,6 +223,26 @@ func (s seed) Start(ctx context.Context, tasks api.Tasks) error {
 		}
 		if sub.Status == api.StatusRunning {
 			started++
+			continue
+		}
+		// Left to the claimers: the claim it woke holds the free slots
+		// while in the database, and a submit meanwhile would be left to
+		// them too. Wait for that claim to start it.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			task, err := tasks.Get(ctx, sub.ID)
+			if err != nil {
+				return err
+			}
+			if task.Status == api.StatusRunning {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("task %s left to the claimers did not start in 30 s", sub.ID)
+			}
+			if err := spi.Sleep(ctx, 10*time.Millisecond); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
