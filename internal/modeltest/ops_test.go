@@ -256,7 +256,19 @@ func (g *generator) try(m *model) (op, bool) {
 				return op{}, false
 			}
 		}
-		return op{kind: opSubmit, behavior: s.id, id: id, group: poolGroup(id), delay: g.pick(5) == 0}, true
+		o := op{kind: opSubmit, behavior: s.id, id: id, group: poolGroup(id), delay: g.pick(5) == 0}
+		// Half the submits go through an in-process node, whose own
+		// submits of due tasks start them on it at once when they may.
+		var in []string
+		for _, n := range m.nodes {
+			if !strings.HasPrefix(n, "proc") {
+				in = append(in, n)
+			}
+		}
+		if len(in) > 0 && g.pick(2) == 0 {
+			o.node = in[g.pick(len(in))]
+		}
+		return o, true
 	case w < 36:
 		id := g.someID(m)
 		if t := m.tasks[id]; t != nil && t.waiting && t.phase == phaseWaiting && g.exclude(defectHoldWaitingParent) {
