@@ -155,8 +155,9 @@ type Store interface {
 	// would take before it). Such a task is stored running under a fresh
 	// lease for node, as a claim stores it (attempt 1, one lease row per
 	// behavior and statement, StartLease long unless an operator set the
-	// behavior's lease), with its running state in the change feed and
-	// no claim hint, and is returned in started, in the order of tasks.
+	// behavior's lease), with its creation (scheduled) and its running
+	// state in the change feed, both from the statement, and no claim
+	// hint, and is returned in started, in the order of tasks.
 	// Every other task is stored as Submit stores it.
 	SubmitStart(ctx context.Context, node string, tasks []NewTask) (subs []api.Submission, started []Claimed, err error)
 	// SubmitCombined submits t, merging its params into those of a still
