@@ -259,13 +259,7 @@ func (g *generator) try(m *model) (op, bool) {
 		o := op{kind: opSubmit, behavior: s.id, id: id, group: poolGroup(id), delay: g.pick(5) == 0}
 		// Half the submits go through an in-process node, whose own
 		// submits of due tasks start them on it at once when they may.
-		var in []string
-		for _, n := range m.nodes {
-			if !strings.HasPrefix(n, "proc") {
-				in = append(in, n)
-			}
-		}
-		if len(in) > 0 && g.pick(2) == 0 {
+		if in := inProcess(m); len(in) > 0 && g.pick(2) == 0 {
 			o.node = in[g.pick(len(in))]
 		}
 		return o, true
@@ -344,12 +338,7 @@ func (g *generator) try(m *model) (op, bool) {
 			}
 			return op{kind: opKillNode, node: n}, true
 		}
-		var inproc []string
-		for _, n := range m.nodes {
-			if !strings.HasPrefix(n, "proc") {
-				inproc = append(inproc, n)
-			}
-		}
+		inproc := inProcess(m)
 		if len(inproc) == 0 {
 			return op{kind: opStartNode}, true
 		}
@@ -359,6 +348,18 @@ func (g *generator) try(m *model) (op, bool) {
 		}
 		return op{kind: opStopNode, node: n}, true
 	}
+}
+
+// inProcess returns the live nodes of m that run in the test's process,
+// not in a child process.
+func inProcess(m *model) []string {
+	var in []string
+	for _, n := range m.nodes {
+		if !strings.HasPrefix(n, "proc") {
+			in = append(in, n)
+		}
+	}
+	return in
 }
 
 // resubmitOn reports whether a task running on node was resubmitted.
