@@ -140,26 +140,32 @@ FROM r LEFT JOIN go g ON g.id = r.id
 
 // submitEvents are the change feed's events of a submit statement s: a
 // created task's state, and the changed state of an existing one (not the
-// resubmit flag of a running task: its state did not change). A task
-// created running (started on the submitting node) has two, scheduled
-// then running, so that every task's first event is its creation, as
-// feed readers expect, wherever it runs.
-const submitEvents = `(SELECT s.id, s.behavior, e.status, s.parent_id
+// resubmit flag of a running task: its state did not change).
+const submitEvents = `s WHERE status <> 'running'`
+
+// startEvents are submitEvents for a statement that may start tasks: a
+// task created running (started on the submitting node) has two events,
+// scheduled then running, so that every task's first event is its
+// creation, as feed readers expect, wherever it runs. Only these
+// statements pay for the second row per task.
+const startEvents = `(SELECT s.id, s.behavior, e.status, s.parent_id
     FROM s, LATERAL (VALUES (1, 'scheduled'), (2, s.status)) AS e(n, status)
     WHERE CASE e.n WHEN 1 THEN s.created AND s.status = 'running' ELSE s.status <> 'running' OR s.created END) events`
 
 // recordSubmitChanges ends the submit statements: it adds the claim hints,
-// records the new states in the change feed (see submitEvents), notifies
-// the claimers in the same transaction when the parameter wake says so,
-// and returns the submissions; with started, also the lease and lease duration (in
-// microseconds) of each task the statement started.
+// records the new states in the change feed (see submitEvents and
+// startEvents), notifies the claimers in the same transaction when the
+// parameter wake says so, and returns the submissions; with started, also
+// the lease and lease duration (in microseconds) of each task the
+// statement started.
 func recordSubmitChanges(wake string, started bool) string {
-	end := `SELECT id, status, created FROM s LEFT JOIN wake ON true`
+	events, end := submitEvents, `SELECT id, status, created FROM s LEFT JOIN wake ON true`
 	if started {
+		events = startEvents
 		end = `SELECT s.id, s.status, s.created, st.lease, st.lease_us FROM s LEFT JOIN started st ON st.id = s.id LEFT JOIN wake ON true`
 	}
 	return `, due AS (` + dueInsert("s") + `
-), feed AS (` + feedInsert(submitEvents, "status", "false") + `
+), feed AS (` + feedInsert(events, "status", "false") + `
 ), wake AS MATERIALIZED (
     SELECT pg_notify('` + store.ChannelDue + `', '') WHERE ` + wake + `::boolean
 )
