@@ -75,7 +75,7 @@ type starter interface {
 	// reserveStarts sets the start lease of each of tasks that may start
 	// on the node and reserves its slot. It reports whether it set any;
 	// then submitStarted must follow the submit.
-	reserveStarts(tasks []store.NewTask) bool
+	reserveStarts(ctx context.Context, tasks []store.NewTask) bool
 	// submitStarted starts the runs of the tasks the submit started
 	// (started, in the order of tasks) and gives back the slots of the
 	// others. sent is when the submit was sent.
@@ -291,7 +291,7 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 // then notified them if led, or in tx at the commit; otherwise the caller
 // kicks the claimers.
 func (c *Client) storePlain(ctx context.Context, tx pgx.Tx, tasks []store.NewTask, alsoDue bool) (subs []api.Submission, led, due bool, err error) {
-	local := tx == nil && c.local != nil && c.local.reserveStarts(tasks)
+	local := tx == nil && c.local != nil && c.local.reserveStarts(ctx, tasks)
 	due = alsoDue || slices.ContainsFunc(tasks, func(t store.NewTask) bool { return t.Delay == 0 && t.StartLease == 0 })
 	if tx != nil {
 		// In a caller's transaction the statement always notifies: the

@@ -1,6 +1,7 @@
 package impl
 
 import (
+	"context"
 	"time"
 
 	"github.com/stinthq/stint/api"
@@ -35,7 +36,16 @@ func (s *Server) localBehavior(b api.BehaviorID) *spi.Registration {
 // reserveStarts sets the start lease of each of tasks that may start on
 // this node, due now and of a behavior it runs, and reserves a slot for
 // each, as a claim reserves its slots; see starter.
-func (s *Server) reserveStarts(tasks []store.NewTask) bool {
+//
+// A claim statement holds the slots it reserved while it is in the
+// database. A submit that finds none free then, when the node's last
+// claim found no backlog, waits for the claims in flight to return (at
+// most localStartWait) rather than fall back at once: a fallback wakes a
+// claim, which would hold the slots the next submit needs, so that under
+// a stream of the node's own submits each would fall back in turn. It
+// waits once per submit. With a backlog it does not wait: the submit
+// statement leaves its tasks to the claimers anyway.
+func (s *Server) reserveStarts(ctx context.Context, tasks []store.NewTask) bool {
 	if s.cfg.NoLocalStart {
 		return false
 	}
@@ -44,14 +54,22 @@ func (s *Server) reserveStarts(tasks []store.NewTask) bool {
 	if !s.started || s.stopped || s.halt != nil {
 		return false
 	}
-	marked := false
+	marked, waited := false, false
 	for i := range tasks {
 		t := &tasks[i]
 		reg := s.localBehavior(t.Behavior)
 		if t.Delay != 0 || reg == nil {
 			continue
 		}
-		if s.slots.reserve(1, startCapped(reg), s.policy) == 0 {
+		n := s.slots.reserve(1, startCapped(reg), s.policy)
+		if n == 0 && !waited && s.idle && s.claiming > 0 {
+			waited = true
+			if !s.waitClaims(ctx) {
+				break
+			}
+			n = s.slots.reserve(1, startCapped(reg), s.policy)
+		}
+		if n == 0 {
 			continue
 		}
 		t.StartLease = reg.Policy.Lease
@@ -63,6 +81,30 @@ func (s *Server) reserveStarts(tasks []store.NewTask) bool {
 		s.localStarts.Add(1)
 	}
 	return marked
+}
+
+// localStartWait bounds how long a submit waits for the claims in flight
+// to give back their slots (see reserveStarts): a claim that finds no
+// backlog returns within about a millisecond.
+const localStartWait = 20 * time.Millisecond
+
+// waitClaims waits, with s.mu held and unlocked meanwhile, until a claim
+// in flight returned, s.startWait passed or ctx ended. It reports whether
+// the server still starts runs.
+func (s *Server) waitClaims(ctx context.Context) bool {
+	returned := s.claimReturned
+	s.startWaiting++
+	s.mu.Unlock()
+	timer := time.NewTimer(s.startWait)
+	select {
+	case <-returned:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	timer.Stop()
+	s.mu.Lock()
+	s.startWaiting--
+	return s.started && !s.stopped && s.halt == nil
 }
 
 // startCapped returns the behaviors a slot reserved for a run of reg

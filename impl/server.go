@@ -62,7 +62,8 @@ type ServerConfig struct {
 	// (Policy.GroupConcurrency) and merges no submits (a Combiner), and
 	// the node has a free slot for it (MaxWorkers and the behavior's own
 	// caps, as for a claim; a claim statement in flight holds every free
-	// slot until it returns); and, checked in the submit statement, the
+	// slot until it returns, and when the last claim found no backlog the
+	// submit waits for it, up to 20 milliseconds); and, checked in the submit statement, the
 	// behavior is not paused, its group key is not held, and no due task
 	// of its behavior with the same or a higher priority waits for a
 	// claim, so that a local start never jumps the claimers' backlog. The
@@ -147,6 +148,17 @@ type Server struct {
 	halt     error                  // set by Stop when it gives up waiting: the cause that cancels every run
 	started  bool
 	stopped  bool
+	// claiming counts the claim statements in flight; claimReturned is
+	// closed (and replaced) when one returns. idle is set when the last
+	// claim of the main group found fewer tasks than it asked for (no
+	// backlog). A local start may wait for a claim, up to startWait
+	// (localStartWait); startWaiting counts the submits waiting. See
+	// reserveStarts.
+	claiming      int
+	claimReturned chan struct{}
+	idle          bool
+	startWait     time.Duration
+	startWaiting  int
 
 	claimCancel context.CancelFunc // stops claiming
 	bgCancel    context.CancelFunc // stops the lease keeper and completer
@@ -207,13 +219,15 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		ids = cfg.Registry.IDs()
 	}
 	s := &Server{
-		Client:      client,
-		cfg:         cfg,
-		slotFreed:   make(chan struct{}, 1),
-		workersDone: make(chan struct{}),
-		latest:      map[api.TaskID]*run{},
-		slots:       newSlots(cfg.MaxWorkers),
-		leases:      map[[16]byte]leaseRuns{},
+		Client:        client,
+		cfg:           cfg,
+		slotFreed:     make(chan struct{}, 1),
+		claimReturned: make(chan struct{}),
+		startWait:     localStartWait,
+		workersDone:   make(chan struct{}),
+		latest:        map[api.TaskID]*run{},
+		slots:         newSlots(cfg.MaxWorkers),
+		leases:        map[[16]byte]leaseRuns{},
 	}
 	client.local = s
 	for _, id := range ids {
@@ -472,7 +486,7 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 		claimed, err := s.st.Claim(cctx, store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: g.limit,
 			LookAhead: s.cfg.LookAhead, PerGroup: g.perGroup})
 		cancel()
-		s.unreserve(g, claimed)
+		s.unreserve(g, claimed, err == nil)
 		if err != nil {
 			return n, false, err
 		}
@@ -493,6 +507,7 @@ type claimGroup struct {
 	limit     int
 	perGroup  int
 	capped    []api.BehaviorID // behaviors with a per-node cap, reserved against it too
+	main      bool             // the claim of every behavior without a tighter cap of its own
 }
 
 // claimGroups splits the behaviors with free capacity into claim
@@ -507,7 +522,7 @@ func (s *Server) claimGroups() []claimGroup {
 		return nil
 	}
 	var groups []claimGroup
-	main := claimGroup{limit: free}
+	main := claimGroup{limit: free, main: true}
 	for _, b := range s.behaviors {
 		bl := store.BehaviorLease{Behavior: b.ID, Lease: b.Policy.Lease}
 		left, capped := s.slots.left(b.ID, b.Policy, free)
@@ -535,6 +550,9 @@ func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g.limit = s.slots.reserve(g.limit, g.capped, s.policy)
+	if g.limit > 0 {
+		s.claiming++
+	}
 	return g, g.limit > 0
 }
 
@@ -544,11 +562,18 @@ func (s *Server) policy(b api.BehaviorID) spi.Policy {
 	return reg.Policy
 }
 
-// unreserve gives back the slots a claim reserved and did not fill.
-func (s *Server) unreserve(g claimGroup, claimed []store.Claimed) {
+// unreserve gives back the slots a claim reserved and did not fill; ok
+// tells whether the claim statement succeeded.
+func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.slots.unreserve(g.limit, g.capped, claimed)
+	if g.main && ok {
+		s.idle = len(claimed) < g.limit
+	}
+	s.claiming--
+	close(s.claimReturned)
+	s.claimReturned = make(chan struct{})
 }
 
 // sleep waits d or until ctx ends; the loops that call it check ctx next.

@@ -1,0 +1,72 @@
+package impl
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
+)
+
+// TestLocalStartWaitsForAClaimWithoutBacklog checks how a server's own
+// submit finds a slot while a claim statement holds every free one: when
+// the last claim found no backlog it waits for the claim to return and
+// takes a slot it gave back; with a backlog, or when its context ends, it
+// leaves the task to the claimers.
+func TestLocalStartWaitsForAClaimWithoutBacklog(t *testing.T) {
+	t.Parallel()
+	// setup returns a started server of 2 slots with a claim in flight
+	// that holds both, and the claim's group.
+	setup := func(idle bool) (*Server, claimGroup) {
+		s := &Server{started: true, slots: newSlots(2), claimReturned: make(chan struct{}), startWait: time.Hour,
+			behaviors: []*spi.Registration{{ID: "b", Policy: spi.Policy{Lease: time.Minute}}}}
+		s.idle = idle
+		groups := s.claimGroups()
+		require.Len(t, groups, 1)
+		g, ok := s.reserve(groups[0])
+		require.True(t, ok)
+		require.Equal(t, 2, g.limit)
+		return s, g
+	}
+	submit := func(s *Server, ctx context.Context) <-chan []store.NewTask {
+		out := make(chan []store.NewTask, 1)
+		go func() {
+			tasks := []store.NewTask{{Behavior: "b"}, {Behavior: "b"}}
+			s.reserveStarts(ctx, tasks)
+			out <- tasks
+		}()
+		return out
+	}
+	waiting := func(s *Server) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.startWaiting > 0
+	}
+
+	s, g := setup(true)
+	done := submit(s, context.Background())
+	require.Eventually(t, func() bool { return waiting(s) }, time.Minute, time.Millisecond, "no backlog: the submit waits for the claim")
+	s.unreserve(g, make([]store.Claimed, 1), true)
+	tasks := <-done
+	require.Equal(t, time.Minute, tasks[0].StartLease, "it starts in the slot the claim gave back")
+	require.Zero(t, tasks[1].StartLease, "the claim filled the other slot, and the submit waits once")
+	require.Zero(t, s.slots.free())
+
+	s, _ = setup(false)
+	tasks = <-submit(s, context.Background())
+	require.Zero(t, tasks[0].StartLease, "a backlog: the submit leaves its tasks to the claimers at once")
+	require.Zero(t, tasks[1].StartLease)
+
+	s, _ = setup(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done = submit(s, ctx)
+	require.Eventually(t, func() bool { return waiting(s) }, time.Minute, time.Millisecond)
+	cancel()
+	tasks = <-done
+	require.Zero(t, tasks[0].StartLease, "the submit's context ended: no slot")
+	require.Zero(t, tasks[1].StartLease)
+	require.False(t, waiting(s))
+}
