@@ -65,7 +65,10 @@ func (s *Server) reserveStarts(ctx context.Context, tasks []store.NewTask) bool 
 		if n == 0 && !waited && s.idle && s.claiming > 0 {
 			waited = true
 			if !s.waitClaims(ctx) {
-				break
+				// The server stopped meanwhile: Stop may be waiting
+				// for local starts already, so none may begin.
+				s.unreserveStarts(tasks[:i])
+				return false
 			}
 			n = s.slots.reserve(1, startCapped(reg), s.policy)
 		}
@@ -81,6 +84,17 @@ func (s *Server) reserveStarts(ctx context.Context, tasks []store.NewTask) bool 
 		s.localStarts.Add(1)
 	}
 	return marked
+}
+
+// unreserveStarts gives back the slots reserveStarts reserved for tasks
+// and clears their start leases. s.mu is held.
+func (s *Server) unreserveStarts(tasks []store.NewTask) {
+	for i := range tasks {
+		if tasks[i].StartLease > 0 {
+			s.slots.unreserve(1, startCapped(s.localBehavior(tasks[i].Behavior)), nil)
+			tasks[i].StartLease = 0
+		}
+	}
 }
 
 // localStartWait bounds how long a submit waits for the claims in flight

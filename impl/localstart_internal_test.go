@@ -14,8 +14,8 @@ import (
 // TestLocalStartWaitsForAClaimWithoutBacklog checks how a server's own
 // submit finds a slot while a claim statement holds every free one: when
 // the last claim found no backlog it waits for the claim to return and
-// takes a slot it gave back; with a backlog, or when its context ends, it
-// leaves the task to the claimers.
+// takes a slot it gave back; with a backlog, when its context ends or
+// when the server stops meanwhile, it leaves the task to the claimers.
 func TestLocalStartWaitsForAClaimWithoutBacklog(t *testing.T) {
 	t.Parallel()
 	// setup returns a started server of 2 slots with a claim in flight
@@ -47,10 +47,23 @@ func TestLocalStartWaitsForAClaimWithoutBacklog(t *testing.T) {
 	}
 
 	s, g := setup(true)
+	s.slots.max = 3 // one slot free for the first task
 	done := submit(s, context.Background())
+	require.Eventually(t, func() bool { return waiting(s) }, time.Minute, time.Millisecond)
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.unreserve(g, nil, true)
+	tasks := <-done
+	require.Zero(t, tasks[0].StartLease, "the server stopped while the submit waited: nothing starts")
+	require.Zero(t, tasks[1].StartLease)
+	require.Equal(t, 3, s.slots.free(), "and the slot the first task had is free again")
+
+	s, g = setup(true)
+	done = submit(s, context.Background())
 	require.Eventually(t, func() bool { return waiting(s) }, time.Minute, time.Millisecond, "no backlog: the submit waits for the claim")
 	s.unreserve(g, make([]store.Claimed, 1), true)
-	tasks := <-done
+	tasks = <-done
 	require.Equal(t, time.Minute, tasks[0].StartLease, "it starts in the slot the claim gave back")
 	require.Zero(t, tasks[1].StartLease, "the claim filled the other slot, and the submit waits once")
 	require.Zero(t, s.slots.free())

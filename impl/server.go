@@ -63,13 +63,13 @@ type ServerConfig struct {
 	// the node has a free slot for it (MaxWorkers and the behavior's own
 	// caps, as for a claim; a claim statement in flight holds every free
 	// slot until it returns, and when the last claim found no backlog the
-	// submit waits for it, up to 20 milliseconds); and, checked in the submit statement, the
-	// behavior is not paused, its group key is not held, and no due task
-	// of its behavior with the same or a higher priority waits for a
-	// claim, so that a local start never jumps the claimers' backlog. The
-	// submit then stores it running under a lease for this node, as a
-	// claim would, and its run starts as a claimed one does. Every other
-	// task waits for a claim.
+	// submit waits for it, up to 20 milliseconds); and, checked in the
+	// submit statement, the behavior is not paused, its group key is not
+	// held, and no due task of its behavior with the same or a higher
+	// priority waits for a claim, so that a local start never jumps the
+	// claimers' backlog. The submit then stores it running under a lease
+	// for this node, as a claim would, and its run starts as a claimed one
+	// does. Every other task waits for a claim.
 	NoLocalStart bool
 	// AwaitPollInterval is ClientConfig.PollInterval for the server's own
 	// Awaits.

@@ -169,9 +169,17 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 //
 // jit off: a claim is short, and a misestimated cost must not buy it tens
 // of milliseconds of compilation.
+//
+// plan_cache_mode force_generic_plan: the claim statement is planned once
+// per connection, not per claim. PostgreSQL otherwise plans a prepared
+// statement anew each time its plan for the parameters looks cheaper than
+// the generic one, as a claim's always does when few tasks are due: each
+// claim then cost about 0.5 ms of planning against 0.3 ms of execution,
+// on the way from a submit to the start of its task. With the settings
+// above, the generic plan walks the claim index as a custom one does.
 const claimSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true),
     set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
-    set_config('jit', 'off', true)`
+    set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // claimPerGroup claims tasks of one behavior, at most req.PerGroup running
 // per group key across all nodes. A transaction-scoped advisory lock per
