@@ -177,6 +177,7 @@ func newStint(ctx context.Context, dsn string, cfg config, log *slog.Logger, o s
 		sc := impl.ServerConfig{Registry: reg, Logger: log, Node: o.node}
 		if !o.defaults {
 			sc.MaxWorkers, sc.PollInterval, sc.FetchCooldown = cfg.stintWorkers, cfg.stintPoll, cfg.stintCooldown
+			sc.ClaimConcurrency = cfg.stintClaims
 		}
 		sc.NoLocalStart = cfg.stintNoLocal
 		if h.srv, err = impl.NewServer(h.st, sc); err != nil {

@@ -86,6 +86,7 @@ type config struct {
 	stintMaxConns int
 	stintPoll     time.Duration
 	stintCooldown time.Duration
+	stintClaims   int
 	stintNoLocal  bool
 
 	riverWorkers  int
@@ -305,6 +306,7 @@ func (c *config) addSystemFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.stintMaxConns, "stint-max-conns", 0, "stint store pool size (0: stint's default)")
 	fs.DurationVar(&c.stintPoll, "stint-poll", 0, "stint ServerConfig.PollInterval (0: stint's default)")
 	fs.DurationVar(&c.stintCooldown, "stint-fetch-cooldown", 0, "stint ServerConfig.FetchCooldown (0: stint's default)")
+	fs.IntVar(&c.stintClaims, "stint-claim-concurrency", 0, "stint ServerConfig.ClaimConcurrency (0: stint's default)")
 
 	fs.IntVar(&c.riverWorkers, "river-workers", c.riverWorkers, "River MaxWorkers of the default queue")
 	fs.IntVar(&c.riverMaxConns, "river-max-conns", 0, "River pool size (0: pgxpool's default, as River's own benchmark)")

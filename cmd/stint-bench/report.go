@@ -203,6 +203,9 @@ func (c config) summary() ConfigSummary {
 	if c.stintCooldown > 0 {
 		over = append(over, fmt.Sprintf("FetchCooldown %s", c.stintCooldown))
 	}
+	if c.stintClaims > 0 {
+		over = append(over, fmt.Sprintf("ClaimConcurrency %d", c.stintClaims))
+	}
 	if c.stintMaxConns > 0 {
 		over = append(over, fmt.Sprintf("pool %d conns", c.stintMaxConns))
 	}

@@ -103,6 +103,7 @@ func (b *bench) nodeArgs(system, dsn, name string) []string {
 		"--stint-max-conns", strconv.Itoa(c.stintMaxConns),
 		"--stint-poll", c.stintPoll.String(),
 		"--stint-fetch-cooldown", c.stintCooldown.String(),
+		"--stint-claim-concurrency", strconv.Itoa(c.stintClaims),
 		"--river-workers", strconv.Itoa(c.riverWorkers),
 		"--river-max-conns", strconv.Itoa(c.riverMaxConns),
 		"--river-fetch-cooldown", c.riverCooldown.String(),
