@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -132,7 +131,7 @@ type Server struct {
 	// schedules are those the behaviors declare, stored at Start.
 	schedules []api.Schedule
 
-	claimers    []*claimer
+	wakes       []chan struct{} // one wake-up channel per claimer
 	slotFreed   chan struct{}
 	dispatch    dispatch      // runs waiting for a worker goroutine
 	workersDone chan struct{} // closed by Stop: idle workers exit
@@ -245,7 +244,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		return nil, errors.New("new server: no behaviors to run")
 	}
 	for range cfg.ClaimConcurrency {
-		s.claimers = append(s.claimers, &claimer{wake: make(chan struct{}, 1)})
+		s.wakes = append(s.wakes, make(chan struct{}, 1))
 	}
 	if s.schedules, err = s.registeredSchedules(); err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
@@ -308,8 +307,8 @@ func (s *Server) Start(ctx context.Context) error {
 	go func() {
 		defer close(s.claimDone)
 		var claimers sync.WaitGroup
-		for _, c := range s.claimers {
-			claimers.Go(func() { s.claimLoop(claimCtx, c) })
+		for _, wake := range s.wakes {
+			claimers.Go(func() { s.claimLoop(claimCtx, wake) })
 		}
 		claimers.Wait()
 	}()
@@ -405,24 +404,10 @@ func (s *Server) Running() int {
 	return s.slots.running()
 }
 
-// claimer is the state of one claim loop.
-type claimer struct {
-	wake chan struct{} // a wake-up, kept while the loop claims
-	idle atomic.Bool   // the loop waits for a wake-up
-}
-
-// wakeClaimer wakes one claimer: one that waits, or else the first, which
-// claims again once its claim in flight returns. Waking them all would
-// send a claim statement per claimer for each due task when tasks come
-// one at a time, all but one of them finding nothing.
 func (s *Server) wakeClaimer() {
-	for _, c := range s.claimers {
-		if c.idle.Load() {
-			signal(c.wake)
-			return
-		}
+	for _, w := range s.wakes {
+		signal(w)
 	}
-	signal(s.claimers[0].wake)
 }
 
 // cancelRemoved cancels the local run of a removed task, if any; its
@@ -436,13 +421,9 @@ func (s *Server) cancelRemoved(id api.TaskID) {
 	}
 }
 
-// claimLoop claims due tasks while there are free slots and claims find
-// some, and waits for a wake-up, a freed slot or the poll interval
-// otherwise. A claim follows one that found tasks even when that one found
-// fewer than it asked for: under a stream of submits, whose notifications
-// are coalesced to one per client and window, the next tasks are due
-// before the next notification.
-func (s *Server) claimLoop(ctx context.Context, c *claimer) {
+// claimLoop claims due tasks while there are free slots, and waits for a
+// wake-up, a freed slot or the poll interval otherwise.
+func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 	poll := time.NewTimer(s.cfg.PollInterval)
 	defer poll.Stop()
 	failures := 0
@@ -478,13 +459,11 @@ func (s *Server) claimLoop(ctx context.Context, c *claimer) {
 			}
 		}
 		poll.Reset(s.cfg.PollInterval)
-		c.idle.Store(true)
 		select {
 		case <-ctx.Done():
-		case <-c.wake:
+		case <-wake:
 		case <-poll.C:
 		}
-		c.idle.Store(false)
 	}
 }
 
