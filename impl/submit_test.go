@@ -216,3 +216,22 @@ func compare(a, b api.TaskID) int {
 	}
 	return 0
 }
+
+// TestTaskAFinishMakesDueWakesTheClaimers checks that a task that a
+// completion makes due at once, here resubmitted while it ran, runs again
+// at once: the finish wakes the claimers, whose poll comes once an hour.
+func TestTaskAFinishMakesDueWakesTheClaimers(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("node", 5*time.Second, func(c *impl.ServerConfig) { c.PollInterval = time.Hour })
+	sub, err := srv.Submit(e.ctx, workReq(workKind, WorkParams{Key: "r", SleepMS: 3000}))
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the run to start", func() bool { return e.count(`SELECT count(*) FROM test_run`) == 1 })
+	again, err := srv.Submit(e.ctx, workReq(workKind, WorkParams{Key: "r", SleepMS: 3000}))
+	require.NoError(t, err)
+	require.Equal(t, api.StatusRunning, again.Status, "the resubmit found the task running")
+	waitFor(t, 30*time.Second, "the second run", func() bool { return e.count(`SELECT count(*) FROM test_run`) == 2 })
+	task, err := srv.Await(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusSuccess, task.Status)
+}

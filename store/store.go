@@ -194,7 +194,10 @@ type Store interface {
 	// Finish records completions in one statement and returns, for each,
 	// whether its lease still held (false: api.ErrHalt for that run). A
 	// completion whose row cannot be written is reported false too, and
-	// never keeps the others of its batch from being recorded.
+	// never keeps the others of its batch from being recorded. A batch
+	// that makes a task due at once (resubmitted while it ran, run again
+	// without a delay) notifies ChannelDue, so that claimers need not wait
+	// for their poll.
 	Finish(ctx context.Context, cs []Completion) ([]bool, error)
 	// Checkpoint stores a run's progress. With a non-nil tx it runs inside
 	// it. It returns api.ErrHalt when the lease no longer holds.

@@ -19,6 +19,9 @@ import (
 // resubmitted run; a snooze ($3 =
 // 'scheduled') does not count as an attempt; a parent waiting for children
 // ($7) is due at once if none is pending, else after the fallback delay.
+// A task the batch makes due at once (resubmitted while it ran, snoozed or
+// retried without a delay, a parent with no child left) wakes the
+// claimers, which would otherwise find it only at their next poll.
 // Awaited tasks are notified in the same transaction, so a woken awaiter
 // sees the result; ids go in chunks of 50 to stay under the 8,000-byte
 // payload limit. The statement returns one row: the ordinals (from 1) of
@@ -58,10 +61,13 @@ WITH c AS (
         SELECT string_agg(id, ',') AS ids FROM (
             SELECT id, (row_number() OVER ()) / 50 AS chunk FROM done WHERE awaited) a
         GROUP BY chunk) b
+), woke AS (
+    SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (
+        SELECT 1 FROM done WHERE schedule_not_before <= now() LIMIT 1) d
 )
 SELECT ARRAY(SELECT c.ord FROM c WHERE c.ord NOT IN (SELECT ord FROM done)),
     ARRAY(SELECT parent_id FROM done WHERE final AND parent_id IS NOT NULL)
-FROM notified`
+FROM notified, woke`
 
 // childrenEndedSQL counts children that finished for good off their
 // parents; the one that brings a waiting parent's count to zero makes it due

@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SubmitStartRunsANewDueTaskUnderALease", testSubmitStart},
 		{"SubmitStartLeavesTheOthersToClaims", testSubmitStartFallsBack},
 		{"SubmitStartedTaskIsTakenOver", testSubmitStartTakeover},
+		{"FinishThatMakesATaskDueWakesTheClaimers", testFinishWakesClaimers},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -512,4 +513,31 @@ func (s *suite) changes(head int64, id api.TaskID) ([]api.Event, []api.Status) {
 		statuses = append(statuses, e.Status)
 	}
 	return events, statuses
+}
+
+// testFinishWakesClaimers checks that a finish that makes a task due at
+// once, here one resubmitted while it ran, notifies ChannelDue.
+func testFinishWakesClaimers(s *suite) {
+	s.submit("t-w")
+	c := s.claim(1, time.Minute)[0]
+	require.Equal(s.t, api.StatusRunning, s.submit("t-w").Status, "the submit sets the resubmit flag")
+
+	due := make(chan struct{}, 16)
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	go func() {
+		_ = s.st.Listen(ctx, []string{store.ChannelDue}, func(string, string) { due <- struct{}{} })
+	}()
+	select {
+	case <-due: // the call that says the listener is connected
+	case <-s.ctx.Done():
+		s.t.Fatal("the listener did not connect")
+	}
+	require.True(s.t, s.finish(success(c.LeaseRef, `{}`)))
+	select {
+	case <-due:
+	case <-s.ctx.Done():
+		s.t.Fatal("the finish that made the task due again sent no notification")
+	}
+	require.Equal(s.t, []api.TaskID{"t-w"}, ids(s.claim(1, time.Minute)), "the task is due again")
 }
