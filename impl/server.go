@@ -404,6 +404,11 @@ func (s *Server) Running() int {
 	return s.slots.running()
 }
 
+// wakeClaimer wakes every claimer. Waking one would do for a single due
+// task, but a claimer that finds every free slot reserved by another's
+// claim in flight waits for a slot, not for a wake-up, and that claim may
+// have started before the task was due: the wake-up kept by the claimer
+// in flight makes it claim again when its claim returns.
 func (s *Server) wakeClaimer() {
 	for _, w := range s.wakes {
 		signal(w)
@@ -421,8 +426,12 @@ func (s *Server) cancelRemoved(id api.TaskID) {
 	}
 }
 
-// claimLoop claims due tasks while there are free slots, and waits for a
-// wake-up, a freed slot or the poll interval otherwise.
+// claimLoop claims due tasks while there are free slots and claims find
+// some, and waits for a wake-up, a freed slot or the poll interval
+// otherwise. A claim follows one that found tasks even when that one found
+// fewer than it asked for: under a stream of submits, whose notifications
+// are coalesced to one per client and window, the next tasks are due
+// before the next notification.
 func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 	poll := time.NewTimer(s.cfg.PollInterval)
 	defer poll.Stop()
