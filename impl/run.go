@@ -420,6 +420,19 @@ func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) e
 	if err != nil {
 		return fmt.Errorf("checkpoint task %s: encode progress: %w", rc.r.claimed.ID, err)
 	}
+	if tx == nil {
+		// A statement abandoned when its context ends may still run on
+		// the server after the call returned, and then land after a later
+		// checkpoint of the same run, putting older progress back. So ctx
+		// stops a checkpoint only before it is sent; once sent, it runs to
+		// its end, bounded by the run's lease.
+		if ctx.Err() != nil {
+			return fmt.Errorf("checkpoint task %s: %w", rc.r.claimed.ID, context.Cause(ctx))
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), rc.r.lease)
+		defer cancel()
+	}
 	err = rc.s.st.Checkpoint(ctx, tx, rc.r.claimed.LeaseRef, raw)
 	if errors.Is(err, api.ErrHalt) {
 		rc.r.cancel(err)

@@ -115,6 +115,10 @@ type RunContext interface {
 	// Checkpoint stores progress (JSON-encoded). It does not renew the
 	// lease (the server does that on its own) and counts as activity for
 	// Policy.ActivityTimeout. It returns api.ErrHalt when the lease is lost.
+	// A context that ends while the write is under way does not abandon
+	// it: Checkpoint returns once the write has landed or failed (waiting
+	// at most the lease), so a run's checkpoints land in the order they
+	// were made, even those of goroutines canceled on a sibling's error.
 	Checkpoint(ctx context.Context, progress any) error
 	// CheckpointTx stores progress inside the caller's transaction, so that
 	// the behavior's own writes and the checkpoint commit together or not at
