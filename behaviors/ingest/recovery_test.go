@@ -255,8 +255,13 @@ func TestFailureAndRecovery(t *testing.T) {
 			e.free.Store(10) // less than any estimate
 			return []line{e.fileLine("bad", "big.bin", "sha256", content("big", 50000))}
 		})
-		// Both jobs wait in Provisioning, re-checking, never failing.
-		waitFor(t, 20*time.Second, "six space checks", func() bool { return r.checks.Load() >= 6 })
+		// Both jobs wait in Provisioning, re-checking, never failing. The
+		// jobs reach it at their own pace: wait for both, not for a count
+		// of checks that one job alone can make.
+		waitFor(t, 20*time.Second, "both jobs in provisioning after six space checks", func() bool {
+			return r.checks.Load() >= 6 && r.jobView(r.goodJob).Status == ingest.JobProvisioning &&
+				r.jobView(r.badJob).Status == ingest.JobProvisioning
+		})
 		for _, j := range []api.TaskID{r.goodJob, r.badJob} {
 			v := r.jobView(j)
 			require.Equal(t, ingest.JobProvisioning, v.Status)
