@@ -120,9 +120,11 @@ func (c *Client) Stats() ClientStats {
 
 // Close sends the due notifications still pending (a trailing one waits
 // out its window of a few milliseconds) and stops the client's listener.
+// The kicks waiting for delayed tasks to fall due are dropped: the
+// claimers' poll finds those tasks.
 // Close the client before its store.
 func (c *Client) Close() {
-	c.kick.flush()
+	c.kick.close()
 	c.hub.close()
 }
 
@@ -276,10 +278,24 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 		return api.Submission{}, err
 	}
 	c.tel.submitted.Add(ctx, 1, c.tel.behavior(t.Behavior)...)
-	if due && tx == nil {
-		c.kick.kick(led)
+	if tx == nil {
+		if due {
+			c.kick.kick(led)
+		}
+		c.kick.kickAfter(t.Delay)
 	}
 	return sub, nil
+}
+
+// earliestDelay returns the shortest delay of tasks that have one, or zero.
+func earliestDelay(tasks []store.NewTask) time.Duration {
+	var d time.Duration
+	for _, t := range tasks {
+		if t.Delay > 0 && (d == 0 || t.Delay < d) {
+			d = t.Delay
+		}
+	}
+	return d
 }
 
 // storePlain stores tasks that no Combiner merges, in tx or, when tx is
@@ -420,8 +436,11 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 	for b, n := range per {
 		c.tel.submitted.Add(ctx, n, c.tel.behavior(b)...)
 	}
-	if tx == nil && due {
-		c.kick.kick(led)
+	if tx == nil {
+		if due {
+			c.kick.kick(led)
+		}
+		c.kick.kickAfter(earliestDelay(tasks))
 	}
 	out := make([]api.Submission, len(reqs))
 	for i := range reqs {

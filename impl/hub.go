@@ -170,7 +170,20 @@ type kicker struct {
 	// sending counts the trailing notifications not sent yet, which
 	// Client.Close awaits: sent after the store's pool closed, they fail.
 	sending sync.WaitGroup
+	// later holds the kicks waiting for delayed tasks to fall due, by
+	// their time in Unix milliseconds; closed stops them for good.
+	later  map[int64]*time.Timer
+	closed bool
 }
+
+// Bounds of the kicks that wait for delayed tasks (see kickAfter): a task
+// due later than maxKickDelay after its submit, or past maxLaterKicks
+// waiting kicks, is left to the claimers' poll, which is then late by a
+// small part of its delay at most.
+const (
+	maxKickDelay  = time.Minute
+	maxLaterKicks = 1024
+)
 
 func newKicker(st store.Store, log *slog.Logger) *kicker {
 	return &kicker{st: st, log: log, window: 5 * time.Millisecond}
@@ -235,6 +248,52 @@ func (k *kicker) kick(led bool) {
 	time.AfterFunc(wait, send)
 }
 
+// kickAfter kicks the claimers once d has passed, for a submit whose
+// earliest task falls due then: without it, a task due a moment after its
+// submit would wait for the claimers' next poll (a second by default).
+// Kicks falling due in the same millisecond are one.
+func (k *kicker) kickAfter(d time.Duration) {
+	if d <= 0 || d > maxKickDelay {
+		return
+	}
+	at := time.Now().Add(d).Truncate(time.Millisecond).Add(time.Millisecond)
+	key := at.UnixMilli()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.later[key]; ok || k.closed || len(k.later) >= maxLaterKicks {
+		return
+	}
+	if k.later == nil {
+		k.later = map[int64]*time.Timer{}
+	}
+	k.later[key] = time.AfterFunc(time.Until(at), func() {
+		k.mu.Lock()
+		delete(k.later, key)
+		if k.closed {
+			k.mu.Unlock()
+			return
+		}
+		// Counted before close can see it, so that close waits for it.
+		k.sending.Add(1)
+		k.mu.Unlock()
+		defer k.sending.Done()
+		k.kick(false)
+	})
+}
+
 // flush waits for the trailing notifications to go out: at most a window
 // and a notification's round trip.
 func (k *kicker) flush() { k.sending.Wait() }
+
+// close drops the kicks waiting for delayed tasks and waits for the
+// notifications under way.
+func (k *kicker) close() {
+	k.mu.Lock()
+	k.closed = true
+	for _, t := range k.later {
+		t.Stop()
+	}
+	k.later = nil
+	k.mu.Unlock()
+	k.flush()
+}

@@ -363,6 +363,7 @@ func (s *Server) execute(r *run) {
 // running map, their leases renewed. The server's lock is taken once for
 // the batch.
 func (s *Server) recorded(batch []*run, held []bool, err error) {
+	var again time.Duration // the earliest run again after a delay: a retry, a snooze, a reschedule
 	for i, r := range batch {
 		r.cancel(context.Canceled)
 		switch {
@@ -370,8 +371,11 @@ func (s *Server) recorded(batch []*run, held []bool, err error) {
 			s.log.Error("stint: recording a run failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
 		case !held[i]:
 			s.log.Info("stint: run ended after its lease was lost; its result was dropped", "task", r.claimed.ID)
+		case r.end.Again && r.end.Delay > 0 && (again == 0 || r.end.Delay < again):
+			again = r.end.Delay
 		}
 	}
+	s.kick.kickAfter(again)
 	s.mu.Lock()
 	for _, r := range batch {
 		// A fenced-out run's task is no longer under this lease.
@@ -485,7 +489,7 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 		}
 		tasks[i] = t
 	}
-	// Only children due now wake claimers; delayed ones are found when due.
+	// Children due now wake the claimers at once, delayed ones when due.
 	anyDue := slices.ContainsFunc(tasks, func(t store.NewTask) bool { return t.Delay == 0 })
 	led := anyDue && rc.s.kick.lead()
 	if led {
@@ -501,6 +505,7 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 	if anyDue {
 		rc.s.kick.kick(led)
 	}
+	rc.s.kick.kickAfter(earliestDelay(tasks))
 	return subs, nil
 }
 

@@ -33,8 +33,10 @@ type ServerConfig struct {
 	// runs are goroutines, and waiting ones cost little.
 	MaxWorkers int
 	// PollInterval is how often the claimer looks for due tasks when no
-	// notification woke it: the bound on the delay of scheduled tasks and
-	// of lost-task takeover past the lease. Defaults to 1 second.
+	// notification woke it: the bound on the lateness of tasks due more
+	// than a minute after their submit or last run (sooner ones are
+	// kicked when due by the process that stored them) and of lost-task
+	// takeover past the lease. Defaults to 1 second.
 	PollInterval time.Duration
 	// ClaimConcurrency is how many claim statements may be in flight at
 	// once. Defaults to 2: while one claim is in the database, the other
