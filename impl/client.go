@@ -279,10 +279,7 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 	}
 	c.tel.submitted.Add(ctx, 1, c.tel.behavior(t.Behavior)...)
 	if tx == nil {
-		if due {
-			c.kick.kick(led)
-		}
-		c.kick.kickAfter(t.Delay)
+		c.kick.stored(due, led, t.Delay)
 	}
 	return sub, nil
 }
@@ -437,10 +434,7 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 		c.tel.submitted.Add(ctx, n, c.tel.behavior(b)...)
 	}
 	if tx == nil {
-		if due {
-			c.kick.kick(led)
-		}
-		c.kick.kickAfter(earliestDelay(tasks))
+		c.kick.stored(due, led, earliestDelay(tasks))
 	}
 	out := make([]api.Submission, len(reqs))
 	for i := range reqs {

@@ -281,6 +281,17 @@ func (k *kicker) kickAfter(d time.Duration) {
 	})
 }
 
+// stored follows a store of tasks outside a caller's transaction: it
+// kicks the claimers at once when a task is due now (led: the statement
+// notified), and again when the earliest delayed one, due after delay,
+// falls due.
+func (k *kicker) stored(due, led bool, delay time.Duration) {
+	if due {
+		k.kick(led)
+	}
+	k.kickAfter(delay)
+}
+
 // flush waits for the trailing notifications to go out: at most a window
 // and a notification's round trip.
 func (k *kicker) flush() { k.sending.Wait() }

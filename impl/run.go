@@ -502,10 +502,7 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 	if err != nil {
 		return nil, err
 	}
-	if anyDue {
-		rc.s.kick.kick(led)
-	}
-	rc.s.kick.kickAfter(earliestDelay(tasks))
+	rc.s.kick.stored(anyDue, led, earliestDelay(tasks))
 	return subs, nil
 }
 
