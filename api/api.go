@@ -101,6 +101,9 @@ type Task struct {
 	UpdatedAt  time.Time  `json:"updated_at"`
 	ExecutedAt *time.Time `json:"executed_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Waiting says what a due task waits on when a rate limit or a
+	// concurrency cap holds it back; nil otherwise.
+	Waiting *Wait `json:"waiting,omitempty"`
 	// Retention is the task's own retention (SubmitRequest.Retention);
 	// zero when its behavior's applies. In JSON, in nanoseconds.
 	Retention time.Duration `json:"retention,omitempty"`

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/stinthq/stint/api"
 )
 
 // Dedup says what a submit does to an existing task of the same id.
@@ -80,6 +82,22 @@ type Policy struct {
 	// it off: behaviors that do not checkpoint would lose every run that
 	// takes longer than the timeout.
 	ActivityTimeout time.Duration
+	// ClusterConcurrency caps the running tasks of this behavior across
+	// all nodes. Zero means no cap. An operator may override it at runtime
+	// (api.Limits.SetConcurrencyLimit with no key).
+	ClusterConcurrency int
+	// FairShare makes claims serve the group keys with due tasks in turn
+	// (weighted by api.ConcurrencyLimit.Weight) instead of in strict
+	// priority and due order, so that one key's backlog does not delay
+	// another key's tasks. Its claims take a short transaction, as
+	// GroupConcurrency's do. Off by default.
+	FairShare bool
+	// RateLimits declares the rate limits this behavior's tasks name
+	// (RateLimiter) with their defaults: a declared limit that the
+	// database does not hold yet is stored with these values by the first
+	// submit that names it, and operators change it at runtime from there.
+	// A submit naming a limit neither stored nor declared is refused.
+	RateLimits []api.RateLimit
 	// Rotation, when set, makes the behavior's tasks preemptible: each node
 	// runs at most Rotation.MaxRunning of them and, while others wait,
 	// stops the longest-running ones in turn (the CouchDB replicator's

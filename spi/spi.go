@@ -77,6 +77,26 @@ type GroupKeyer[P any] interface {
 	GroupKey(p P) string
 }
 
+// RateLimiter is implemented by behaviors whose tasks consume rate limits
+// (api.RateLimit) when they start: a task starts only when every limit it
+// uses admits its units, and waits (no failure, no attempt counted) until
+// then. The uses are derived once, at submit, and kept with the task.
+type RateLimiter[P any] interface {
+	RateUses(p P) []RateUse
+}
+
+// RateUse is the use a task makes of one rate limit.
+type RateUse struct {
+	// Limit names the rate limit.
+	Limit string
+	// Key selects the limit's budget (a customer, an external API); empty
+	// for one budget for all. At most 256 printable bytes.
+	Key string
+	// Units is how much of the budget a start consumes: at least 1 and at
+	// most the limit's Limit. Zero means 1.
+	Units int64
+}
+
 // InitialDelayer is implemented by behaviors that postpone a task's first
 // run by a delay computed from its params (Polaris' initialDelay), e.g. a
 // report due at the end of its period. It applies to every submit that
