@@ -300,14 +300,14 @@ var errNoTick = errors.New("no such tick")
 func readChanges(ctx context.Context, db *pgxpool.Pool, f store.ChangeFilter) ([]api.Event, int64, error) {
 	if f.Since > 0 {
 		var ok bool
-		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stint_feed_tick WHERE tick = $1)`, f.Since).Scan(&ok); err != nil {
+		if err := db.QueryRow(ctx, tickExistsSQL, f.Since).Scan(&ok); err != nil {
 			return nil, f.Since, fmt.Errorf("read changes: %w", err)
 		}
 		if !ok {
 			return nil, f.Since, errNoTick
 		}
 	}
-	rows, err := db.Query(ctx, `SELECT tick FROM stint_feed_tick WHERE tick > $1 ORDER BY tick LIMIT 100`, f.Since)
+	rows, err := db.Query(ctx, nextTicksSQL, f.Since)
 	if err != nil {
 		return nil, f.Since, fmt.Errorf("read changes: %w", err)
 	}
@@ -318,19 +318,7 @@ func readChanges(ctx context.Context, db *pgxpool.Pool, f store.ChangeFilter) ([
 	var out []api.Event
 	cursor := f.Since
 	for _, next := range ticks {
-		rows, err := db.Query(ctx, `
-			WITH a AS (SELECT snap FROM stint_feed_tick WHERE tick = $1),
-			     b AS (SELECT snap FROM stint_feed_tick WHERE tick = $2)
-			SELECT c.seq, u.task_id, u.behavior, u.status, coalesce(u.parent_id, ''), u.final, c.at,
-			    c.progresses[u.pos]
-			FROM stint_change c CROSS JOIN b LEFT JOIN a ON true,
-			     unnest(c.task_ids, c.behaviors, c.statuses, c.parent_ids, c.finals) WITH ORDINALITY
-			         AS u(task_id, behavior, status, parent_id, final, pos)
-			WHERE c.xid < pg_snapshot_xmax(b.snap) AND pg_visible_in_snapshot(c.xid, b.snap)
-			  AND (a.snap IS NULL OR (c.xid >= pg_snapshot_xmin(a.snap) AND NOT pg_visible_in_snapshot(c.xid, a.snap)))
-			  AND ($3 = '' OR u.task_id = $3) AND ($4 = '' OR u.behavior = $4)
-			  AND ($5 = '' OR u.parent_id = $5) AND ($6 = '' OR u.status = $6)
-			ORDER BY c.seq, u.pos`,
+		rows, err := db.Query(ctx, readChangesSQL,
 			cursor, next, string(f.TaskID), string(f.Behavior), string(f.ParentID), string(f.Status))
 		if err != nil {
 			return nil, cursor, fmt.Errorf("read changes: %w", err)
@@ -352,11 +340,35 @@ func readChanges(ctx context.Context, db *pgxpool.Pool, f store.ChangeFilter) ([
 	return out, cursor, nil
 }
 
+// The statements of a feed read (a subscription's poll): feedTickSQL
+// makes a tick, tickExistsSQL checks the reader's cursor, nextTicksSQL
+// lists the ticks after it, and readChangesSQL reads the changes between
+// the ticks $1 and $2 that match the filter $3 to $6 (task, behavior,
+// parent, status; empty for any).
+const (
+	feedTickSQL    = `INSERT INTO stint_feed_tick (snap) VALUES (pg_current_snapshot()) RETURNING tick`
+	tickExistsSQL  = `SELECT EXISTS (SELECT 1 FROM stint_feed_tick WHERE tick = $1)`
+	nextTicksSQL   = `SELECT tick FROM stint_feed_tick WHERE tick > $1 ORDER BY tick LIMIT 100`
+	readChangesSQL = `
+WITH a AS (SELECT snap FROM stint_feed_tick WHERE tick = $1),
+     b AS (SELECT snap FROM stint_feed_tick WHERE tick = $2)
+SELECT c.seq, u.task_id, u.behavior, u.status, coalesce(u.parent_id, ''), u.final, c.at,
+    c.progresses[u.pos]
+FROM stint_change c CROSS JOIN b LEFT JOIN a ON true,
+     unnest(c.task_ids, c.behaviors, c.statuses, c.parent_ids, c.finals) WITH ORDINALITY
+         AS u(task_id, behavior, status, parent_id, final, pos)
+WHERE c.xid < pg_snapshot_xmax(b.snap) AND pg_visible_in_snapshot(c.xid, b.snap)
+  AND (a.snap IS NULL OR (c.xid >= pg_snapshot_xmin(a.snap) AND NOT pg_visible_in_snapshot(c.xid, a.snap)))
+  AND ($3 = '' OR u.task_id = $3) AND ($4 = '' OR u.behavior = $4)
+  AND ($5 = '' OR u.parent_id = $5) AND ($6 = '' OR u.status = $6)
+ORDER BY c.seq, u.pos`
+)
+
 // FeedHead makes a tick and returns it: a reader starting there sees every
 // change that commits after the call.
 func (s *Store) FeedHead(ctx context.Context) (int64, error) {
 	var tick int64
-	if err := s.pool.QueryRow(ctx, `INSERT INTO stint_feed_tick (snap) VALUES (pg_current_snapshot()) RETURNING tick`).Scan(&tick); err != nil {
+	if err := s.pool.QueryRow(ctx, feedTickSQL).Scan(&tick); err != nil {
 		return 0, fmt.Errorf("make feed tick: %w", err)
 	}
 	return tick, nil

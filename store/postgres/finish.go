@@ -273,18 +273,22 @@ func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {
 	for i, r := range refs {
 		ids[i], leases[i] = string(r.ID), uuid(r.Lease)
 	}
-	_, err := s.pool.Exec(ctx, `
-		WITH u AS (
-		    UPDATE stint_task t SET status = 'scheduled', schedule_not_before = now(), lost_not_before = NULL,
-		        executed_at = NULL, attempt = t.attempt - 1, resubmit = t.resubmit OR t.resubmitted, resubmit_due = NULL,
-		        updated_at = now()
-		    FROM unnest($1::text[], $2::uuid[]) AS r(id, lease)
-		    WHERE t.id = r.id AND t.lease = r.lease AND t.status = 'running'
-		    RETURNING t.id, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.status
-		), due AS (`+dueInsert("u")+`)
-		`+feedInsert("u", "'scheduled'::text", "false"), ids, leases)
+	_, err := s.pool.Exec(ctx, unclaimSQL, ids, leases)
 	if err != nil {
 		return fmt.Errorf("unclaim tasks: %w", err)
 	}
 	return nil
 }
+
+// unclaimSQL gives the running tasks $1 back under their leases $2, due
+// at once.
+var unclaimSQL = `
+WITH u AS (
+    UPDATE stint_task t SET status = 'scheduled', schedule_not_before = now(), lost_not_before = NULL,
+        executed_at = NULL, attempt = t.attempt - 1, resubmit = t.resubmit OR t.resubmitted, resubmit_due = NULL,
+        updated_at = now()
+    FROM unnest($1::text[], $2::uuid[]) AS r(id, lease)
+    WHERE t.id = r.id AND t.lease = r.lease AND t.status = 'running'
+    RETURNING t.id, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.status
+), due AS (` + dueInsert("u") + `)
+` + feedInsert("u", "'scheduled'::text", "false")

@@ -20,17 +20,7 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 	for i, r := range rs {
 		ids[i], leases[i], durs[i] = string(r.ID), uuid(r.Lease), r.Duration.Microseconds()
 	}
-	rows, err := s.pool.Query(ctx, `
-		WITH r AS (
-		    SELECT lease, max(us) AS us FROM unnest($2::uuid[], $3::bigint[]) AS r(lease, us) GROUP BY lease
-		), renewed AS (
-		    UPDATE stint_lease l SET expires_at = now() + r.us * interval '1 microsecond'
-		    FROM r WHERE l.lease = r.lease
-		    RETURNING l.lease
-		)
-		SELECT t.id FROM stint_task t
-		JOIN unnest($1::text[], $2::uuid[]) AS x(id, lease) ON t.id = x.id AND t.lease = x.lease
-		WHERE t.status = 'running' AND x.lease IN (SELECT lease FROM renewed)`, ids, leases, durs)
+	rows, err := s.pool.Query(ctx, renewSQL, ids, leases, durs)
 	if err != nil {
 		return nil, fmt.Errorf("renew leases: %w", err)
 	}
@@ -42,6 +32,21 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 	return held, nil
 }
 
+// renewSQL renews the lease rows $2 by the durations $3 (in microseconds;
+// the longest of a lease's runs) and returns those of the tasks $1 that
+// still run under their lease $2, renewed.
+const renewSQL = `
+WITH r AS (
+    SELECT lease, max(us) AS us FROM unnest($2::uuid[], $3::bigint[]) AS r(lease, us) GROUP BY lease
+), renewed AS (
+    UPDATE stint_lease l SET expires_at = now() + r.us * interval '1 microsecond'
+    FROM r WHERE l.lease = r.lease
+    RETURNING l.lease
+)
+SELECT t.id FROM stint_task t
+JOIN unnest($1::text[], $2::uuid[]) AS x(id, lease) ON t.id = x.id AND t.lease = x.lease
+WHERE t.status = 'running' AND x.lease IN (SELECT lease FROM renewed)`
+
 // ReleaseLeases deletes lease rows none of whose runs is left; see
 // store.Store.
 func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
@@ -49,11 +54,14 @@ func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
 	for i, l := range leases {
 		ls[i] = uuid(l)
 	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM stint_lease WHERE lease = ANY($1)`, ls); err != nil {
+	if _, err := s.pool.Exec(ctx, releaseLeasesSQL, ls); err != nil {
 		return fmt.Errorf("release leases: %w", err)
 	}
 	return nil
 }
+
+// releaseLeasesSQL deletes the lease rows $1.
+const releaseLeasesSQL = `DELETE FROM stint_lease WHERE lease = ANY($1)`
 
 // takeoverSQL takes over up to $1 expired leases: it makes their tasks that
 // still run under them due again (their node died, stalled or was cut off

@@ -77,9 +77,9 @@ func (s *Store) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
 	var t api.Task
 	err := s.reading(ctx, func(db *pgxpool.Pool, standby bool) error {
 		var err error
-		t, err = scanTask(db.QueryRow(ctx, `SELECT `+taskColumns+` FROM stint_task WHERE id = $1`, id))
+		t, err = scanTask(db.QueryRow(ctx, getTaskSQL, id))
 		if err == api.ErrNotFound && standby {
-			t, err = scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM stint_task WHERE id = $1`, id))
+			t, err = scanTask(s.pool.QueryRow(ctx, getTaskSQL, id))
 		}
 		return err
 	})
@@ -89,10 +89,15 @@ func (s *Store) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
 	return t, err
 }
 
+// getTaskSQL reads the task $1 (an await's poll).
+var getTaskSQL = `SELECT ` + taskColumns + ` FROM stint_task WHERE id = $1`
+
+// markAwaitedSQL sets the awaited flag of the task $1 and returns it.
+var markAwaitedSQL = `UPDATE stint_task SET awaited = true WHERE id = $1 RETURNING ` + taskColumns
+
 // MarkAwaited sets the awaited flag and returns the task as of that write.
 func (s *Store) MarkAwaited(ctx context.Context, id api.TaskID) (api.Task, error) {
-	t, err := scanTask(s.pool.QueryRow(ctx,
-		`UPDATE stint_task SET awaited = true WHERE id = $1 RETURNING `+taskColumns, id))
+	t, err := scanTask(s.pool.QueryRow(ctx, markAwaitedSQL, id))
 	if err != nil && err != api.ErrNotFound {
 		return t, fmt.Errorf("mark task %s awaited: %w", id, err)
 	}
