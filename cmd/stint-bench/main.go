@@ -246,6 +246,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == nodeCommand {
 		os.Exit(nodeMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == clientCommand {
+		os.Exit(clientMain(os.Args[2:]))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

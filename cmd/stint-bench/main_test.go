@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envNode) != "" && len(os.Args) > 1 && os.Args[1] == nodeCommand {
 		os.Exit(nodeMain(os.Args[2:]))
 	}
+	if os.Getenv(envNode) != "" && len(os.Args) > 1 && os.Args[1] == clientCommand {
+		os.Exit(clientMain(os.Args[2:]))
+	}
 	pgtest.Main(m)
 }
 

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"time"
 )
@@ -20,8 +18,8 @@ import (
 // stdin, and stops when stdin closes.
 const nodeCommand = "node"
 
-// envNode marks a node process, so that a test binary re-executed as a node
-// runs nodeMain instead of the tests.
+// envNode marks a child process (a node or a client), so that a test binary
+// re-executed as one runs it instead of the tests.
 const envNode = "STINT_BENCH_NODE"
 
 // scaleRun inserts cfg.scaleN tasks, then k node processes of system work
@@ -47,7 +45,7 @@ func (b *bench) scaleRun(ctx context.Context, system string, k int) ([]Result, e
 		return nil, err
 	}
 
-	nodes := make([]*nodeProc, 0, k)
+	nodes := make([]*child, 0, k)
 	defer func() {
 		for _, p := range nodes {
 			p.kill()
@@ -60,7 +58,7 @@ func (b *bench) scaleRun(ctx context.Context, system string, k int) ([]Result, e
 			args = append(args, "--cpuprofile", path)
 			b.rep.Profiles = append(b.rep.Profiles, path)
 		}
-		p, err := startNode(ctx, append(args, b.nodeArgs(system, dsn, fmt.Sprintf("bench-node-%d", i+1))...))
+		p, err := startSelf(ctx, nodeCommand, append(args, b.nodeArgs(system, dsn, fmt.Sprintf("bench-node-%d", i+1))...))
 		if err != nil {
 			return nil, err
 		}
@@ -110,88 +108,6 @@ func (b *bench) nodeArgs(system, dsn, name string) []string {
 		"--river-fetch-poll", c.riverPoll.String(),
 		"--v=" + strconv.FormatBool(c.verbose),
 	}
-}
-
-// nodeProc is a running node process.
-type nodeProc struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	exited chan error
-}
-
-// startNode re-executes this binary as a node and waits until it is ready.
-func startNode(ctx context.Context, args []string) (*nodeProc, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find the bench binary: %w", err)
-	}
-	cmd := exec.Command(exe, append([]string{nodeCommand}, args...)...)
-	cmd.Env = append(os.Environ(), envNode+"=1")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, fmt.Errorf("node stdin: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("node stdout: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start node process: %w", err)
-	}
-	p := &nodeProc{cmd: cmd, stdin: stdin, exited: make(chan error, 1)}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if sc.Text() == "ready" {
-				close(ready)
-			}
-		}
-		p.exited <- cmd.Wait()
-	}()
-	select {
-	case <-ready:
-		return p, nil
-	case err := <-p.exited:
-		return nil, fmt.Errorf("node process %d exited before it was ready: %v", cmd.Process.Pid, err)
-	case <-ctx.Done():
-		p.kill()
-		return nil, fmt.Errorf("wait for node process: %w", ctx.Err())
-	case <-time.After(time.Minute):
-		p.kill()
-		return nil, fmt.Errorf("node process %d not ready after a minute", cmd.Process.Pid)
-	}
-}
-
-// start tells the node to start working.
-func (p *nodeProc) start() error {
-	if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
-		return fmt.Errorf("start node process %d: %w", p.cmd.Process.Pid, err)
-	}
-	return nil
-}
-
-// stop closes the node's stdin, which stops it, and waits for it to exit.
-func (p *nodeProc) stop(timeout time.Duration) error {
-	_ = p.stdin.Close()
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			return fmt.Errorf("node process %d: %w", p.cmd.Process.Pid, err)
-		}
-		return nil
-	case <-time.After(timeout):
-		p.kill()
-		return fmt.Errorf("node process %d did not stop within %s", p.cmd.Process.Pid, timeout)
-	}
-}
-
-// kill ends the node process if it still runs.
-func (p *nodeProc) kill() {
-	_ = p.stdin.Close()
-	_ = p.cmd.Process.Kill() // an error only says it has exited already
-
 }
 
 // nodeMain runs a node process; see nodeCommand.
