@@ -20,8 +20,10 @@ type bench struct {
 	log      *slog.Logger
 	db       *dbServer
 	progress io.Writer // progress lines, or nil
+	warn     io.Writer // lines always shown (a peer that cannot run), or nil
 
-	statements bool // pg_stat_statements is available
+	statements bool             // pg_stat_statements is available
+	graphile   *graphileInstall // Graphile Worker, when it runs
 	rep        *Report
 }
 
@@ -62,27 +64,35 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 			}
 		}
 	}
-	var jobs []job
-	if c.burndown && c.has(sysStint) {
-		jobs = append(jobs, job{"burn-down", sysStint, b.onFresh("burndown", sysStint, b.burndown)})
+	b.graphile = b.graphileAvailable(ctx)
+	// peers are the systems with a worker and a client side that run.
+	var peers []string
+	for _, sys := range []string{sysStint, sysRiver, sysGraphile} {
+		if c.has(sys) && (sys != sysGraphile || b.graphile != nil) {
+			peers = append(peers, sys)
+		}
 	}
-	if c.burndown && c.has(sysRiver) {
-		jobs = append(jobs, job{"burn-down", sysRiver, b.onFresh("burndown", sysRiver, b.burndown)})
+	fresh := func(scenario, prefix string, fn func(context.Context, harness, string, string) ([]Result, error)) []job {
+		var jobs []job
+		for _, sys := range peers {
+			jobs = append(jobs, job{scenario, sys, b.onFresh(prefix, sys, fn)})
+		}
+		return jobs
+	}
+	var jobs []job
+	if c.burndown {
+		jobs = fresh("burn-down", "burndown", b.burndown)
 	}
 	if c.floor && c.has(sysFloor) {
 		jobs = append(jobs, job{"floor", sysFloor, b.floorRun})
 	}
-	if len(jobs) > 0 {
-		rounds(jobs...)
-	}
-	if c.streaming {
-		jobs = nil
-		if c.has(sysStint) {
-			jobs = append(jobs, job{"streaming", sysStint, b.onFresh("streaming", sysStint, b.streaming)})
-		}
-		if c.has(sysRiver) {
-			jobs = append(jobs, job{"streaming", sysRiver, b.onFresh("streaming", sysRiver, b.streaming)})
-		}
+	for _, jobs := range [][]job{
+		jobs,
+		when(c.streaming, fresh("streaming", "streaming", b.streaming(false))),
+		when(c.streaming, fresh(scenarioStreamingClient, "streaming_client", b.streaming(true))),
+		when(c.burst, fresh("burst", "burst", b.burst)),
+		when(c.drainBurst, fresh("drain-burst", "drainburst", b.drainBurst)),
+	} {
 		if len(jobs) > 0 {
 			rounds(jobs...)
 		}
@@ -106,10 +116,8 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	if c.scale {
 		for _, k := range c.scaleNodes {
 			jobs = nil
-			for _, sys := range []string{sysStint, sysRiver} {
-				if c.has(sys) {
-					jobs = append(jobs, job{fmt.Sprintf("scale %d", k), sys, func(ctx context.Context) ([]Result, error) { return b.scaleRun(ctx, sys, k) }})
-				}
+			for _, sys := range peers {
+				jobs = append(jobs, job{fmt.Sprintf("scale %d", k), sys, func(ctx context.Context) ([]Result, error) { return b.scaleRun(ctx, sys, k) }})
 			}
 			if len(jobs) > 0 {
 				rounds(jobs...)
@@ -119,6 +127,14 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	b.rep.Results = aggregate(raw)
 	b.rep.computeRatios()
 	return b.rep, nil
+}
+
+// when returns jobs if cond holds, else none.
+func when(cond bool, jobs []job) []job {
+	if !cond {
+		return nil
+	}
+	return jobs
 }
 
 // job is one scenario of one system.
@@ -164,23 +180,26 @@ func (b *bench) onFresh(prefix, system string, scenario func(context.Context, ha
 		if err != nil {
 			return nil, err
 		}
-		var h harness
-		if system == sysStint {
-			sh, err := newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: true, client: true})
-			if err != nil {
-				return nil, err
-			}
-			h = sh
-		} else {
-			rh, err := newRiver(ctx, dsn, b.cfg, b.log, riverOptions{worker: true, inserter: true})
-			if err != nil {
-				return nil, err
-			}
-			h = rh
+		h, err := b.newHarness(ctx, system, dsn)
+		if err != nil {
+			return nil, err
 		}
 		defer h.close()
 		return scenario(ctx, h, system, dsn)
 	}
+}
+
+// newHarness builds system on dsn with its worker side and client side.
+func (b *bench) newHarness(ctx context.Context, system, dsn string) (harness, error) {
+	switch system {
+	case sysStint:
+		return newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: true, client: true})
+	case sysRiver:
+		return newRiver(ctx, dsn, b.cfg, b.log, riverOptions{worker: true, inserter: true})
+	case sysGraphile:
+		return newGraphile(ctx, b.graphile, dsn, b.cfg.graphileProcs)
+	}
+	return nil, fmt.Errorf("unknown system %q", system)
 }
 
 // burndown inserts cfg.n tasks in batches, then works them all: the insert
@@ -314,10 +333,31 @@ func checkCompleted(ctx context.Context, pool *pgxpool.Pool, query string, want 
 
 // ---- streaming
 
-// streaming inserts batches from a goroutine of its own, keeping at most
-// cfg.streamBacklog tasks inserted but not started, while the workers run;
-// after the warm-up it counts the tasks completed during cfg.streamDur.
-func (b *bench) streaming(ctx context.Context, h harness, system, dsn string) ([]Result, error) {
+// streaming returns the streaming scenario, its tasks submitted by the
+// harness's client side or, with viaClient, by a separate client process.
+func (b *bench) streaming(viaClient bool) func(context.Context, harness, string, string) ([]Result, error) {
+	return func(ctx context.Context, h harness, system, dsn string) ([]Result, error) {
+		if !viaClient {
+			return b.stream(ctx, h, system, dsn, "streaming", h.insert)
+		}
+		add, stopClient, err := b.clientProcess(ctx, h, system, dsn)
+		if err != nil {
+			return nil, err
+		}
+		defer stopClient()
+		return b.stream(ctx, h, system, dsn, scenarioStreamingClient, func(ctx context.Context, n int) error { return add(ctx, n, n) })
+	}
+}
+
+// scenarioStreamingClient names the streaming scenario whose tasks come
+// from a separate client process.
+const scenarioStreamingClient = "streaming, client process"
+
+// stream inserts batches with insert from a goroutine of its own, keeping
+// at most cfg.streamBacklog tasks inserted but not started, while the
+// workers run; after the warm-up it counts the tasks completed during
+// cfg.streamDur.
+func (b *bench) stream(ctx context.Context, h harness, system, dsn, scenario string, insert func(context.Context, int) error) ([]Result, error) {
 	pr := h.probe()
 	var inserted atomic.Int64
 	ictx, icancel := context.WithCancel(ctx)
@@ -336,7 +376,7 @@ func (b *bench) streaming(ctx context.Context, h harness, system, dsn string) ([
 				sleep(ictx, time.Millisecond)
 				continue
 			}
-			if err := h.insert(ictx, b.cfg.streamBatch); err != nil {
+			if err := insert(ictx, b.cfg.streamBatch); err != nil {
 				if ictx.Err() == nil {
 					ierr = err
 				}
@@ -370,14 +410,14 @@ func (b *bench) streaming(ctx context.Context, h harness, system, dsn string) ([
 	}
 	win := begin()
 	i0, t0 := inserted.Load(), win.start
-	stopProf := b.profile(system, "streaming")
+	stopProf := b.profile(system, sanitize(scenario))
 	b.resetStatements(ctx)
 	sleep(ctx, b.cfg.streamDur)
 	c1, err := count(ctx, h.observer(), h.queries().completed)
 	i1, t1 := inserted.Load(), time.Now()
 	cpu := win.usage()
 	stopProf()
-	b.collectStatements(ctx, system+" streaming", dsn, t1.Sub(t0))
+	b.collectStatements(ctx, system+" "+scenario, dsn, t1.Sub(t0))
 	if err != nil {
 		return fail(err)
 	}
@@ -393,8 +433,8 @@ func (b *bench) streaming(ctx context.Context, h harness, system, dsn string) ([
 	}
 	secs := t1.Sub(t0).Seconds()
 	return []Result{
-		{Scenario: "streaming", Metric: "insert", System: system, Tasks: i1 - i0, Seconds: secs, CPU: cpu},
-		{Scenario: "streaming", Metric: "work", System: system, Tasks: c1 - c0, Seconds: secs, CPU: cpu},
+		{Scenario: scenario, Metric: "insert", System: system, Tasks: i1 - i0, Seconds: secs, CPU: cpu},
+		{Scenario: scenario, Metric: "work", System: system, Tasks: c1 - c0, Seconds: secs, CPU: cpu},
 	}, nil
 }
 

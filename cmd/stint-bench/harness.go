@@ -85,6 +85,10 @@ type queries struct {
 type harness interface {
 	// insert submits n no-op tasks with one batch call of the client side.
 	insert(ctx context.Context, n int) error
+	// insertOwn submits n no-op tasks with one batch call of the worker
+	// side itself (stint's server node, River's working client, a Graphile
+	// Worker process).
+	insertOwn(ctx context.Context, n int) error
 	// start starts working tasks.
 	start(ctx context.Context) error
 	// stop stops working, letting runs finish.
@@ -191,16 +195,28 @@ func newStint(ctx context.Context, dsn string, cfg config, log *slog.Logger, o s
 }
 
 func (h *stintHarness) insert(ctx context.Context, n int) error {
+	if _, err := h.cli.SubmitMany(ctx, h.requests(n)); err != nil {
+		return fmt.Errorf("stint submit %d tasks: %w", n, err)
+	}
+	return nil
+}
+
+func (h *stintHarness) insertOwn(ctx context.Context, n int) error {
+	if _, err := h.srv.SubmitMany(ctx, h.requests(n)); err != nil {
+		return fmt.Errorf("stint server submit %d tasks: %w", n, err)
+	}
+	return nil
+}
+
+// requests returns n no-op submit requests.
+func (h *stintHarness) requests(n int) []api.SubmitRequest {
 	if len(h.reqs) < n {
 		h.reqs = make([]api.SubmitRequest, n)
 		for i := range h.reqs {
 			h.reqs[i] = api.SubmitRequest{Behavior: noopKind.ID}
 		}
 	}
-	if _, err := h.cli.SubmitMany(ctx, h.reqs[:n]); err != nil {
-		return fmt.Errorf("stint submit %d tasks: %w", n, err)
-	}
-	return nil
+	return h.reqs[:n]
 }
 
 func (h *stintHarness) start(ctx context.Context) error {
@@ -359,16 +375,28 @@ func riverPool(ctx context.Context, dsn string, maxConns int) (*pgxpool.Pool, er
 }
 
 func (h *riverHarness) insert(ctx context.Context, n int) error {
+	if _, err := h.ins.InsertMany(ctx, h.jobs(n)); err != nil {
+		return fmt.Errorf("river insert %d jobs: %w", n, err)
+	}
+	return nil
+}
+
+func (h *riverHarness) insertOwn(ctx context.Context, n int) error {
+	if _, err := h.cl.InsertMany(ctx, h.jobs(n)); err != nil {
+		return fmt.Errorf("river worker insert %d jobs: %w", n, err)
+	}
+	return nil
+}
+
+// jobs returns the insert parameters of n no-op jobs.
+func (h *riverHarness) jobs(n int) []river.InsertManyParams {
 	if len(h.params) < n {
 		h.params = make([]river.InsertManyParams, n)
 		for i := range h.params {
 			h.params[i] = river.InsertManyParams{Args: riverArgs{}}
 		}
 	}
-	if _, err := h.ins.InsertMany(ctx, h.params[:n]); err != nil {
-		return fmt.Errorf("river insert %d jobs: %w", n, err)
-	}
-	return nil
+	return h.params[:n]
 }
 
 func (h *riverHarness) start(ctx context.Context) error {

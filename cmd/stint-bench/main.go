@@ -59,8 +59,8 @@ type config struct {
 	json    bool
 	verbose bool
 
-	burndown, streaming, latency, scale, floor bool
-	systems                                    string
+	burndown, streaming, burst, drainBurst, latency, scale, floor bool
+	systems                                                       string
 
 	n             int
 	batch         int
@@ -73,6 +73,9 @@ type config struct {
 	latWarmup     time.Duration
 	latNoAwait    bool
 	latSubmit     string
+	burstN        int
+	burstBatch    int
+	drainCycles   int
 	scaleN        int
 	scaleNodes    []int
 	floorN        int
@@ -94,6 +97,8 @@ type config struct {
 	riverCooldown time.Duration
 	riverPoll     time.Duration
 
+	graphileProcs int
+
 	cpuprofile string
 	sqlprofile bool
 }
@@ -110,7 +115,10 @@ func defaultConfig() config {
 		latRate:       100,
 		latDur:        5 * time.Second,
 		latWarmup:     time.Second,
-		latSubmit:     "client",
+		latSubmit:     "client,server",
+		burstN:        100_000,
+		burstBatch:    5_000,
+		drainCycles:   3,
 		scaleN:        100_000,
 		scaleNodes:    []int{1, 2, 4},
 		floorN:        100_000,
@@ -123,6 +131,7 @@ func defaultConfig() config {
 		riverWorkers:  1_000,
 		riverCooldown: time.Millisecond,
 		riverPoll:     20 * time.Millisecond,
+		graphileProcs: 2,
 	}
 }
 
@@ -142,11 +151,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.verbose, "v", false, "log progress and the systems' warnings to stderr")
 
 	fs.BoolVar(&c.burndown, "burndown", false, "run the burn-down scenario")
-	fs.BoolVar(&c.streaming, "streaming", false, "run the streaming scenario")
+	fs.BoolVar(&c.streaming, "streaming", false, "run the streaming scenario, with the submits from the harness's own client and from a separate client process")
+	fs.BoolVar(&c.burst, "burst", false, "run the burst scenario")
+	fs.BoolVar(&c.drainBurst, "drain-burst", false, "run the drain-burst scenario")
 	fs.BoolVar(&c.latency, "latency", false, "run the latency scenario")
 	fs.BoolVar(&c.scale, "scale", false, "run the multi-process scale scenario")
 	fs.BoolVar(&c.floor, "floor", false, "run the SQL floor")
-	fs.StringVar(&c.systems, "systems", c.systems, "comma-separated `systems` to run: stint, river, floor")
+	fs.StringVar(&c.systems, "systems", c.systems, "comma-separated `systems` to run: stint, river, graphile (Graphile Worker: needs Node.js and npm, installs itself on first use), floor")
 
 	fs.IntVar(&c.n, "n", c.n, "burn-down: number of tasks")
 	fs.IntVar(&c.batch, "batch", c.batch, "burn-down, scale and floor: tasks per insert statement")
@@ -160,6 +171,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.latNoAwait, "latency-no-await", false, "latency: stint submits without awaiting (a diagnostic: shows what Await costs submit->start)")
 	fs.StringVar(&c.latSubmit, "latency-submit", c.latSubmit, "latency: comma-separated `submitters` of stint's tasks, each a row: client (an impl.Client on a pool of its own, as another process), server (the server node itself: its submits start their tasks at once on it)")
 	fs.BoolVar(&c.stintNoLocal, "stint-no-local-start", false, "stint: turn off the server's local start of the tasks it submits (ServerConfig.NoLocalStart), at defaults too")
+	fs.IntVar(&c.burstN, "burst-n", c.burstN, "burst and drain-burst: tasks per burst")
+	fs.IntVar(&c.burstBatch, "burst-batch", c.burstBatch, "burst and drain-burst: tasks per submit call")
+	fs.IntVar(&c.drainCycles, "drain-cycles", c.drainCycles, "drain-burst: cycles of (queue empty, ANALYZE, burst)")
 	fs.IntVar(&c.scaleN, "scale-n", c.scaleN, "scale: number of tasks per run")
 	scaleNodes := fs.String("scale-nodes", "1,2,4", "scale: comma-separated `counts` of node processes")
 	fs.IntVar(&c.floorN, "floor-n", c.floorN, "floor: number of tasks")
@@ -177,8 +191,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if !c.burndown && !c.streaming && !c.latency && !c.scale && !c.floor {
-		c.burndown, c.streaming, c.latency, c.scale, c.floor = true, true, true, true, true
+	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor {
+		c.burndown, c.streaming, c.burst, c.drainBurst, c.latency, c.scale, c.floor = true, true, true, true, true, true, true
 	}
 	nodes, err := parseInts(*scaleNodes)
 	if err != nil {
@@ -186,12 +200,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c.scaleNodes = nodes
 	for _, s := range splitList(c.systems) {
-		if s != sysStint && s != sysRiver && s != sysFloor {
-			return c, fmt.Errorf("--systems: unknown system %q (want stint, river or floor)", s)
+		if s != sysStint && s != sysRiver && s != sysGraphile && s != sysFloor {
+			return c, fmt.Errorf("--systems: unknown system %q (want stint, river, graphile or floor)", s)
 		}
 	}
 	for name, v := range map[string]int{"n": c.n, "batch": c.batch, "stream-batch": c.streamBatch, "stream-backlog": c.streamBacklog,
-		"rate": c.latRate, "scale-n": c.scaleN, "floor-n": c.floorN, "floor-workers": c.floorWorkers, "floor-claim": c.floorClaim, "river-workers": c.riverWorkers, "runs": c.runs} {
+		"rate": c.latRate, "scale-n": c.scaleN, "floor-n": c.floorN, "floor-workers": c.floorWorkers, "floor-claim": c.floorClaim, "river-workers": c.riverWorkers, "runs": c.runs,
+		"burst-n": c.burstN, "burst-batch": c.burstBatch, "drain-cycles": c.drainCycles, "graphile-processes": c.graphileProcs} {
 		if v <= 0 {
 			return c, fmt.Errorf("--%s must be positive, not %d", name, v)
 		}
@@ -269,7 +284,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if cfg.verbose {
 		logLevel = slog.LevelWarn
 	}
-	b := &bench{cfg: cfg, log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))}
+	b := &bench{cfg: cfg, log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel})), warn: stderr}
 	if cfg.verbose {
 		b.progress = stderr
 	}
@@ -315,6 +330,8 @@ func (c *config) addSystemFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.riverMaxConns, "river-max-conns", 0, "River pool size (0: pgxpool's default, as River's own benchmark)")
 	fs.DurationVar(&c.riverCooldown, "river-fetch-cooldown", c.riverCooldown, "River FetchCooldown (tuned runs)")
 	fs.DurationVar(&c.riverPoll, "river-fetch-poll", c.riverPoll, "River FetchPollInterval (tuned runs)")
+
+	fs.IntVar(&c.graphileProcs, "graphile-processes", c.graphileProcs, "Graphile Worker worker processes (its performance documentation: 2 on a 2-core machine); scale runs its own counts")
 
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of each stint run to `PREFIX`-<run>.pprof")
 }

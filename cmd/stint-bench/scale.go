@@ -29,6 +29,9 @@ func (b *bench) scaleRun(ctx context.Context, system string, k int) ([]Result, e
 	if err != nil {
 		return nil, err
 	}
+	if system == sysGraphile {
+		return b.scaleGraphile(ctx, dsn, k)
+	}
 	var h harness
 	switch system {
 	case sysStint:
@@ -92,11 +95,50 @@ func (b *bench) scaleRun(ctx context.Context, system string, k int) ([]Result, e
 	return []Result{{Scenario: "scale", Metric: "work", System: system, Nodes: k, Tasks: int64(n), Seconds: end.Sub(start).Seconds(), CPU: cpu}}, nil
 }
 
+// scaleGraphile is scaleRun for Graphile Worker, whose worker processes
+// are its harness's own.
+func (b *bench) scaleGraphile(ctx context.Context, dsn string, k int) ([]Result, error) {
+	h, err := newGraphile(ctx, b.graphile, dsn, k)
+	if err != nil {
+		return nil, err
+	}
+	defer h.close()
+	n := b.cfg.scaleN
+	if _, err := insertAll(ctx, h, n, b.cfg.batch); err != nil {
+		return nil, err
+	}
+	b.resetStatements(ctx)
+	win := begin()
+	start := win.start
+	if err := h.start(ctx); err != nil {
+		return nil, err
+	}
+	end, err := waitDrained(ctx, h.observer(), h.queries(), b.cfg.pollEvery)
+	cpu := win.usage()
+	b.collectStatements(ctx, fmt.Sprintf("%s scale %d nodes", sysGraphile, k), dsn, end.Sub(start))
+	stopErr := h.stop(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if stopErr != nil {
+		return nil, stopErr
+	}
+	if err := checkCompleted(ctx, h.observer(), h.queries().completed, int64(n)); err != nil {
+		return nil, err
+	}
+	return []Result{{Scenario: "scale", Metric: "work", System: sysGraphile, Nodes: k, Tasks: int64(n), Seconds: end.Sub(start).Seconds(), CPU: cpu}}, nil
+}
+
 // nodeArgs are the arguments of a node process.
 func (b *bench) nodeArgs(system, dsn, name string) []string {
+	return append(b.childArgs(system, dsn), "--name", name)
+}
+
+// childArgs are the arguments of a node or client process.
+func (b *bench) childArgs(system, dsn string) []string {
 	c := b.cfg
 	return []string{
-		"--system", system, "--dsn", dsn, "--name", name,
+		"--system", system, "--dsn", dsn,
 		"--stint-workers", strconv.Itoa(c.stintWorkers),
 		"--stint-max-conns", strconv.Itoa(c.stintMaxConns),
 		"--stint-poll", c.stintPoll.String(),
