@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,9 +35,10 @@ func TestMain(m *testing.M) {
 // checks that the counts add up.
 func TestScenarios(t *testing.T) {
 	cfg := defaultConfig()
-	cfg.burndown, cfg.streaming, cfg.latency, cfg.scale, cfg.floor = true, true, true, true, true
+	cfg.burndown, cfg.streaming, cfg.burst, cfg.drainBurst, cfg.latency, cfg.scale, cfg.floor = true, true, true, true, true, true, true
 	const n = 500
-	cfg.n, cfg.scaleN, cfg.floorN = n, n, n
+	cfg.n, cfg.scaleN, cfg.floorN, cfg.burstN = n, n, n, n
+	cfg.burstBatch, cfg.drainCycles = 200, 2
 	cfg.batch = 200 // several insert statements
 	cfg.floorClaim = 100
 	cfg.streamDur, cfg.streamWarmup = time.Second, 0
@@ -87,8 +90,16 @@ func TestScenarios(t *testing.T) {
 		}
 	}
 	for _, sys := range []string{sysStint, sysRiver} {
-		if r := find("streaming", "work", sys, 0); r.Tasks <= 0 || r.PerSec <= 0 {
-			t.Errorf("streaming %s: %d tasks at %.0f/s, want some", sys, r.Tasks, r.PerSec)
+		for _, scenario := range []string{"streaming", scenarioStreamingClient} {
+			if r := find(scenario, "work", sys, 0); r.Tasks <= 0 || r.PerSec <= 0 {
+				t.Errorf("%s %s: %d tasks at %.0f/s, want some", scenario, sys, r.Tasks, r.PerSec)
+			}
+		}
+		if r := find("burst", "work", sys, 0); r.Tasks != n || r.PerSec <= 0 {
+			t.Errorf("burst %s: %d tasks at %.0f/s, want %d at > 0", sys, r.Tasks, r.PerSec, n)
+		}
+		if r := find("drain-burst", "work", sys, 0); r.Tasks != 2*n || r.PerSec <= 0 {
+			t.Errorf("drain-burst %s: %d tasks at %.0f/s, want %d at > 0", sys, r.Tasks, r.PerSec, 2*n)
 		}
 		for _, k := range cfg.scaleNodes {
 			if r := find("scale", "work", sys, k); r.Tasks != n || r.PerSec <= 0 {
@@ -99,6 +110,7 @@ func TestScenarios(t *testing.T) {
 	total := cfg.latRate * int(cfg.latDur/time.Second)
 	for _, c := range []struct{ metric, system string }{
 		{"submit->stored", "stint (defaults)"}, {"submit->start", "stint (defaults)"}, {"submit->await", "stint (defaults)"},
+		{"submit->start", "stint (defaults, server submits)"},
 		{"submit->stored", "river (defaults)"}, {"submit->start", "river (defaults)"},
 		{"submit->stored", "river (tuned)"}, {"submit->start", "river (tuned)"},
 	} {
@@ -111,7 +123,7 @@ func TestScenarios(t *testing.T) {
 	var table bytes.Buffer
 	rep.writeTable(&table)
 	t.Log("\n" + table.String())
-	for _, want := range []string{"fsync=", "burn-down", "streaming", "latency", "scale 2 nodes", "STINT ÷ THIS"} {
+	for _, want := range []string{"fsync=", "burn-down", "streaming", scenarioStreamingClient, "drain-burst", "latency", "scale 2 nodes", "STINT ÷ THIS", "PostgreSQL CPU per task, 2 nodes ÷ 1 node, stint"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}
@@ -142,6 +154,9 @@ func TestAggregate(t *testing.T) {
 	if bd.Runs != 3 || bd.Seconds != 2 || len(bd.PerRun) != 3 || bd.PerRun[1] != 25 || bd.CPU != (usage{60, 2, 20, 0.5, 1}) {
 		t.Errorf("burn-down: %+v, want the median run of 3 (2 s), steal 20", bd)
 	}
+	if bd.Slowest != 25 || bd.SlowestOverMedian != 0.5 {
+		t.Errorf("burn-down: slowest %.1f/s, %.2f of the median, want 25/s, 0.5 (25 of 50)", bd.Slowest, bd.SlowestOverMedian)
+	}
 	if math.Abs(bd.GoUSPerTask-5000) > 1e-6 || math.Abs(bd.DBUSPerTask-10000) > 1e-6 {
 		t.Errorf("burn-down: %.1f / %.1f us of CPU per task, want 5000 / 10000 (1.5 s and 3 s over 300 tasks)", bd.GoUSPerTask, bd.DBUSPerTask)
 	}
@@ -154,6 +169,63 @@ func TestAggregate(t *testing.T) {
 	}
 	if lat.Runs != 2 || lat.Tasks != 3 || lat.Latency == nil || lat.Latency.Count != 3 || lat.Latency.P50MS != 2 || lat.CPU != unknownUsage {
 		t.Errorf("latency: %+v %+v, want 3 pooled samples with p50 2 ms", lat, lat.Latency)
+	}
+}
+
+// TestRatios checks stint's ratios to the other systems, median and run by
+// run, and the scale scenario's PostgreSQL CPU per task.
+func TestRatios(t *testing.T) {
+	raw := []Result{}
+	// Three rounds: stint 300, 200, 100 tasks/s; River 100, 100, 100;
+	// Graphile Worker 150 each.
+	for _, stint := range []float64{300, 200, 100} {
+		raw = append(raw,
+			Result{Scenario: "burst", Metric: "work", System: sysStint, Tasks: int64(stint), Seconds: 1, CPU: unknownUsage},
+			Result{Scenario: "burst", Metric: "work", System: sysRiver, Tasks: 100, Seconds: 1, CPU: unknownUsage},
+			Result{Scenario: "burst", Metric: "work", System: sysGraphile, Tasks: 150, Seconds: 1, CPU: unknownUsage})
+	}
+	for _, x := range []struct {
+		system     string
+		nodes      int
+		dbSecs     float64
+		tasksOfRun int64
+	}{
+		{sysStint, 1, 0.1, 1000}, {sysStint, 4, 0.2, 1000}, {sysRiver, 1, 0.3, 1000}, {sysRiver, 2, 0.3, 1000}, {sysRiver, 4, 0.45, 1000},
+	} {
+		raw = append(raw, Result{Scenario: "scale", Metric: "work", System: x.system, Nodes: x.nodes, Tasks: x.tasksOfRun, Seconds: 1, CPU: usage{Ours: 50, DBSecs: x.dbSecs}})
+	}
+	rep := &Report{Results: aggregate(raw)}
+	rep.computeRatios()
+	byKey := map[string]Result{}
+	for _, r := range rep.Results {
+		byKey[fmt.Sprintf("%s %s %d", r.Scenario, r.System, r.Nodes)] = r
+	}
+	river, graphile := byKey["burst river 0"], byKey["burst graphile 0"]
+	if river.StintRatio != 2 || river.StintRatioMin != 1 || !slices.Equal(river.StintRatioPerRun, []float64{3, 2, 1}) {
+		t.Errorf("stint ÷ River: %.2f, runs %v (min %.2f), want 2, runs [3 2 1] (min 1)", river.StintRatio, river.StintRatioPerRun, river.StintRatioMin)
+	}
+	if math.Abs(graphile.StintRatio-200.0/150) > 1e-9 || math.Abs(graphile.StintRatioMin-100.0/150) > 1e-9 {
+		t.Errorf("stint ÷ Graphile: %.3f (min %.3f), want 1.333 (min 0.667)", graphile.StintRatio, graphile.StintRatioMin)
+	}
+	if s := byKey["burst stint 0"]; s.StintRatio != 0 || s.Slowest != 100 || s.SlowestOverMedian != 0.5 {
+		t.Errorf("stint's own row: ratio %.2f, slowest %.0f (%.2f of the median), want none, 100 (0.5)", s.StintRatio, s.Slowest, s.SlowestOverMedian)
+	}
+	want := []ScaleCPU{{System: sysStint, Nodes: 4, OneUS: 100, NodesUS: 200, Ratio: 2}, {System: sysRiver, Nodes: 4, OneUS: 300, NodesUS: 450, Ratio: 1.5}}
+	if len(rep.ScaleDBCPU) != len(want) {
+		t.Fatalf("scale CPU: %+v, want %+v", rep.ScaleDBCPU, want)
+	}
+	for i, w := range want {
+		g := rep.ScaleDBCPU[i]
+		if g.System != w.System || g.Nodes != w.Nodes || math.Abs(g.OneUS-w.OneUS) > 1e-6 || math.Abs(g.NodesUS-w.NodesUS) > 1e-6 || math.Abs(g.Ratio-w.Ratio) > 1e-9 {
+			t.Errorf("scale CPU %d: %+v, want %+v", i, g, w)
+		}
+	}
+	var table bytes.Buffer
+	rep.writeTable(&table)
+	for _, line := range []string{"2.00× (runs 1.00–3.00×)", "4 nodes ÷ 1 node, stint: 200.0 ÷ 100.0 µs = 2.00×", "3: 100–300 (0.50×)"} {
+		if !strings.Contains(table.String(), line) {
+			t.Errorf("table lacks %q:\n%s", line, table.String())
+		}
 	}
 }
 
@@ -192,9 +264,52 @@ func TestParseFlags(t *testing.T) {
 	if c.burndown || !c.latency || len(c.scaleNodes) != 2 || c.scaleNodes[1] != 3 || c.has(sysRiver) || !c.has(sysStint) {
 		t.Errorf("picked: %+v", c)
 	}
-	for _, bad := range [][]string{{"--n", "0"}, {"--systems", "sidekiq"}, {"--scale-nodes", "x"}, {"extra"}} {
-		if _, err := parseFlags(bad, io.Discard); err == nil {
-			t.Errorf("%q: no error", bad)
+	c, err = parseFlags([]string{"--burst", "--systems", "stint, graphile"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.burst || c.drainBurst || c.streaming || !c.has(sysGraphile) || c.has(sysRiver) {
+		t.Errorf("picked: %+v", c)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--n", "0"}, "--n must be positive"},
+		{[]string{"--systems", "sidekiq"}, `unknown system "sidekiq" (want stint, river, graphile or floor)`},
+		{[]string{"--systems", "stint,graphile-worker"}, `unknown system "graphile-worker"`},
+		{[]string{"--scale-nodes", "x"}, "--scale-nodes"},
+		{[]string{"--burst-n", "0"}, "--burst-n must be positive"},
+		{[]string{"--burst-batch", "-5"}, "--burst-batch must be positive"},
+		{[]string{"--drain-cycles", "0"}, "--drain-cycles must be positive"},
+		{[]string{"--graphile-processes", "0"}, "--graphile-processes must be positive"},
+		{[]string{"--latency-submit", "browser"}, `unknown submitter "browser"`},
+		{[]string{"--burst-n", "many"}, "invalid value"},
+		{[]string{"--no-such-flag"}, "not defined"},
+		{[]string{"extra"}, "unexpected arguments"},
+	} {
+		var stderr bytes.Buffer
+		_, err := parseFlags(bad.args, &stderr)
+		if err == nil {
+			t.Errorf("%q: no error", bad.args)
+			continue
+		}
+		if msg := err.Error() + stderr.String(); !strings.Contains(msg, bad.want) {
+			t.Errorf("%q: error %q (stderr %q), want it to say %q", bad.args, err, stderr.String(), bad.want)
+		}
+	}
+}
+
+// TestRunRejectsBadFlags checks that the command exits 2 on a bad flag,
+// saying why, before it starts anything.
+func TestRunRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"--systems", "stint,sidekiq"}, {"--burst-n", "0"}} {
+		var out, errs bytes.Buffer
+		if code := run(args, &out, &errs); code != 2 {
+			t.Errorf("%q: exit code %d, want 2", args, code)
+		}
+		if !strings.HasPrefix(errs.String(), "stint-bench: --") || out.Len() != 0 {
+			t.Errorf("%q: stdout %q, stderr %q, want only the error on stderr", args, out.String(), errs.String())
 		}
 	}
 }

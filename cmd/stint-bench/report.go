@@ -19,21 +19,28 @@ type Report struct {
 	Postgres Settings      `json:"postgres"`
 	Config   ConfigSummary `json:"config"`
 	Results  []Result      `json:"results"`
-	SQL      []SQLProfile  `json:"sql_profiles,omitempty"`
+	// ScaleDBCPU compares PostgreSQL's CPU time per task of the most node
+	// processes with that of one, per system: the work is the same, so
+	// what grows is the nodes' contention.
+	ScaleDBCPU []ScaleCPU    `json:"scale_db_cpu,omitempty"`
+	SQL        []SQLProfile  `json:"sql_profiles,omitempty"`
 	Profiles []string      `json:"cpu_profiles,omitempty"`
 	Notes    []string      `json:"notes,omitempty"`
 }
 
 // ConfigSummary describes how each system and scenario was configured.
 type ConfigSummary struct {
-	Stint     string `json:"stint"`
-	River     string `json:"river"`
-	Floor     string `json:"floor"`
-	BurnDown  string `json:"burn_down"`
-	Streaming string `json:"streaming"`
-	Latency   string `json:"latency"`
-	Scale     string `json:"scale"`
-	Runs      string `json:"runs"`
+	Stint      string `json:"stint"`
+	River      string `json:"river"`
+	Graphile   string `json:"graphile"`
+	Floor      string `json:"floor"`
+	BurnDown   string `json:"burn_down"`
+	Streaming  string `json:"streaming"`
+	Burst      string `json:"burst"`
+	DrainBurst string `json:"drain_burst"`
+	Latency    string `json:"latency"`
+	Scale      string `json:"scale"`
+	Runs       string `json:"runs"`
 }
 
 // Result is one row: one metric of one scenario on one system.
@@ -53,6 +60,10 @@ type Result struct {
 	Seconds float64   `json:"seconds,omitempty"`
 	PerSec  float64   `json:"tasks_per_sec,omitempty"`
 	PerRun  []float64 `json:"per_run_tasks_per_sec,omitempty"`
+	// Slowest is the slowest run's tasks/s and SlowestOverMedian that over
+	// the median's (throughput rows of more than one run).
+	Slowest           float64 `json:"slowest_tasks_per_sec,omitempty"`
+	SlowestOverMedian float64 `json:"slowest_over_median,omitempty"`
 	Latency *Latency  `json:"latency,omitempty"`
 	// CPU is how the machine's CPU time went during the measured windows
 	// (mean over runs).
@@ -71,7 +82,12 @@ type Result struct {
 	// latency (below 1: stint is quicker); StintRatioP99 is the p99 one.
 	StintRatio    float64 `json:"stint_ratio,omitempty"`
 	StintRatioP99 float64 `json:"stint_ratio_p99,omitempty"`
-	Error         string  `json:"error,omitempty"`
+	// StintRatioPerRun is stint's tasks/s over this row's run by run (the
+	// systems' i-th runs ran in the same round), and StintRatioMin the
+	// least of them; only where both rows have every run.
+	StintRatioPerRun []float64 `json:"stint_ratio_per_run,omitempty"`
+	StintRatioMin    float64   `json:"stint_ratio_min,omitempty"`
+	Error            string    `json:"error,omitempty"`
 
 	samples []time.Duration // latency samples of one run
 }
@@ -141,6 +157,10 @@ func aggregate(raw []Result) []Result {
 			row = runs[idx[len(idx)/2]]
 			if len(runs) > 1 {
 				row.PerRun = perRun
+				if median := perRun[idx[len(idx)/2]]; median > 0 {
+					row.Slowest = perRun[idx[0]]
+					row.SlowestOverMedian = row.Slowest / median
+				}
 			}
 		}
 		row.Runs = len(runs)
@@ -219,12 +239,18 @@ func (c config) summary() ConfigSummary {
 	}
 	river := fmt.Sprintf("MaxWorkers %d, FetchCooldown %s, FetchPollInterval %s (tuned; latency also at defaults), %s; inserts through an insert-only client on its own pool; no-op worker",
 		c.riverWorkers, c.riverCooldown, c.riverPoll, pool)
+	graphile := fmt.Sprintf("graphile-worker %s on Node.js, %d worker processes, each with concurrentJobs 24, a pool of 25 connections, localQueue size 500 and completeJobBatchDelay and failJobBatchDelay 0 (its performance documentation's tuning); jobs added with batched addJobs from a client process; no-op task", graphileVersion, c.graphileProcs)
 	return ConfigSummary{
-		Stint:     stint,
-		River:     river,
+		Stint:    stint,
+		River:    river,
+		Graphile: graphile,
+		Burst: fmt.Sprintf("%s tasks submitted by the worker side itself (stint: the server node's SubmitMany; River: the working client's InsertMany; Graphile Worker: addJobs in its first worker process) in calls of %s, as fast as it can, while it works them; from its start on an empty database until none is left",
+			num(int64(c.burstN)), num(int64(c.burstBatch))),
+		DrainBurst: fmt.Sprintf("%d cycles of (queue empty, ANALYZE, a burst of %s tasks from a client process in calls of %s) while working; all the tasks over the sum of the cycles' times, each from its burst's start until none is left",
+			c.drainCycles, num(int64(c.burstN)), num(int64(c.burstBatch))),
 		Floor:     fmt.Sprintf("stint's tables without checks, feed or notifications; insert unnest %s/statement (tasks and hints); %d goroutines claim %s (hints FOR UPDATE SKIP LOCKED, one lease row) and complete (UPDATE FROM unnest)", num(int64(c.batch)), c.floorWorkers, num(int64(c.floorClaim))),
 		BurnDown:  fmt.Sprintf("%s tasks inserted in batches of %s, then worked; done = no pending task, polled every %s", num(int64(c.n)), num(int64(c.batch)), c.pollEvery),
-		Streaming: fmt.Sprintf("batches of %s inserted by a separate client (backlog at most %s) while working; %s warm-up, then a %s window", num(int64(c.streamBatch)), num(int64(c.streamBacklog)), c.streamWarmup, c.streamDur),
+		Streaming: fmt.Sprintf("batches of %s inserted by a separate client (backlog at most %s) while working; %s warm-up, then a %s window; \"client process\" rows: the client in a process of its own (Graphile Worker's always is)", num(int64(c.streamBatch)), num(int64(c.streamBacklog)), c.streamWarmup, c.streamDur),
 		Latency:   fmt.Sprintf("%d single tasks/s for %s after a %s warm-up; start recorded in the task's run", c.latRate, c.latDur, c.latWarmup),
 		Scale:     fmt.Sprintf("%s tasks inserted, then worked by %v node processes", num(int64(c.scaleN)), c.scaleNodes),
 		Runs:      fmt.Sprintf("%d per scenario and system, systems interleaved in rotating order", c.runs),
@@ -258,8 +284,61 @@ func (r *Report) computeRatios() {
 			}
 		case x.PerSec > 0:
 			x.StintRatio = s.PerSec / x.PerSec
+			if len(x.PerRun) > 1 && len(x.PerRun) == len(s.PerRun) {
+				x.StintRatioPerRun = make([]float64, len(x.PerRun))
+				for i, v := range x.PerRun {
+					if v > 0 {
+						x.StintRatioPerRun[i] = s.PerRun[i] / v
+					}
+				}
+				x.StintRatioMin = slices.Min(x.StintRatioPerRun)
+			}
 		}
 	}
+	r.ScaleDBCPU = scaleCPU(r.Results)
+}
+
+// ScaleCPU is PostgreSQL's CPU time per task with one node process and
+// with the most the scale scenario ran, for one system.
+type ScaleCPU struct {
+	System string `json:"system"`
+	// Nodes is the largest node count.
+	Nodes int `json:"nodes"`
+	// OneUS and NodesUS are the microseconds of PostgreSQL CPU time per
+	// task with one node and with Nodes, over all runs.
+	OneUS   float64 `json:"one_node_us_per_task"`
+	NodesUS float64 `json:"nodes_us_per_task"`
+	// Ratio is NodesUS over OneUS.
+	Ratio float64 `json:"ratio"`
+}
+
+// scaleCPU compares each system's scale rows of the most nodes with its
+// row of one node.
+func scaleCPU(results []Result) []ScaleCPU {
+	one := map[string]Result{}
+	most := map[string]Result{}
+	var order []string
+	for _, x := range results {
+		if x.Scenario != "scale" || x.Error != "" || x.DBUSPerTask <= 0 {
+			continue
+		}
+		if x.Nodes == 1 {
+			one[x.System] = x
+			order = append(order, x.System)
+		}
+		if m, ok := most[x.System]; !ok || x.Nodes > m.Nodes {
+			most[x.System] = x
+		}
+	}
+	var out []ScaleCPU
+	for _, sys := range order {
+		o, m := one[sys], most[sys]
+		if m.Nodes <= 1 {
+			continue
+		}
+		out = append(out, ScaleCPU{System: sys, Nodes: m.Nodes, OneUS: o.DBUSPerTask, NodesUS: m.DBUSPerTask, Ratio: m.DBUSPerTask / o.DBUSPerTask})
+	}
+	return out
 }
 
 // failed reports whether a run failed.
@@ -309,16 +388,19 @@ func (r *Report) writeTable(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "stint:     %s\n", c.Stint)
 	fmt.Fprintf(w, "River:     %s\n", c.River)
+	fmt.Fprintf(w, "Graphile:  %s\n", c.Graphile)
 	fmt.Fprintf(w, "floor:     %s\n", c.Floor)
 	fmt.Fprintf(w, "burn-down: %s\n", c.BurnDown)
 	fmt.Fprintf(w, "streaming: %s\n", c.Streaming)
+	fmt.Fprintf(w, "burst:     %s\n", c.Burst)
+	fmt.Fprintf(w, "drain-burst: %s\n", c.DrainBurst)
 	fmt.Fprintf(w, "latency:   %s\n", c.Latency)
 	fmt.Fprintf(w, "scale:     %s\n", c.Scale)
 	fmt.Fprintf(w, "runs:      %s\n\n", c.Runs)
 
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tMETRIC\tSYSTEM\tTASKS\tSECONDS\tRESULT\tRUNS: RANGE\tCPU% BENCH/OTHERS/STEAL\tCPU µs/TASK GO/PG\tSTINT ÷ THIS")
+	fmt.Fprintln(tw, "SCENARIO\tMETRIC\tSYSTEM\tTASKS\tSECONDS\tRESULT\tRUNS: SLOWEST–FASTEST (SLOWEST ÷ MEDIAN)\tCPU% BENCH/OTHERS/STEAL\tCPU µs/TASK GO/PG\tSTINT ÷ THIS")
 	last := ""
 	for _, x := range r.Results {
 		label := x.scenarioLabel()
@@ -337,12 +419,14 @@ func (r *Report) writeTable(w io.Writer) {
 		switch {
 		case x.StintRatio > 0 && x.Latency != nil:
 			ratio = fmt.Sprintf("p50 %.2f×  p99 %.2f×", x.StintRatio, x.StintRatioP99)
+		case x.StintRatio > 0 && len(x.StintRatioPerRun) > 0:
+			ratio = fmt.Sprintf("%.2f× (runs %.2f–%.2f×)", x.StintRatio, x.StintRatioMin, slices.Max(x.StintRatioPerRun))
 		case x.StintRatio > 0:
 			ratio = fmt.Sprintf("%.2f×", x.StintRatio)
 		}
 		spread := ""
 		if len(x.PerRun) > 1 {
-			spread = fmt.Sprintf("%d: %s–%s", len(x.PerRun), num(int64(slices.Min(x.PerRun))), num(int64(slices.Max(x.PerRun))))
+			spread = fmt.Sprintf("%d: %s–%s (%.2f×)", len(x.PerRun), num(int64(slices.Min(x.PerRun))), num(int64(slices.Max(x.PerRun))), x.SlowestOverMedian)
 		} else if x.Runs > 1 {
 			spread = fmt.Sprintf("%d: pooled", x.Runs)
 		}
@@ -365,14 +449,22 @@ func (r *Report) writeTable(w io.Writer) {
 	for _, line := range strings.Split(strings.TrimRight(table.String(), "\n"), "\n") {
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}
-	fmt.Fprintln(w, "\nRESULT: the median run; RUNS: RANGE: the number of runs and their slowest–fastest tasks/s (latency pools all runs' samples).")
+	for _, sc := range r.ScaleDBCPU {
+		fmt.Fprintf(w, "\nscale, PostgreSQL CPU per task, %d nodes ÷ 1 node, %s: %.1f ÷ %.1f µs = %.2f×", sc.Nodes, sc.System, sc.NodesUS, sc.OneUS, sc.Ratio)
+	}
+	if len(r.ScaleDBCPU) > 0 {
+		fmt.Fprintln(w, " (the same work: what grows is the nodes' contention)")
+	}
+	fmt.Fprintln(w, "\nRESULT: the median run; RUNS: the number of runs, their slowest–fastest tasks/s and the slowest over the median (latency pools all runs' samples).")
 	fmt.Fprintln(w, "CPU% BENCH/OTHERS/STEAL: how the machine's CPU time (all cores) went during the measured windows, mean over runs: to this")
 	fmt.Fprintln(w, "  benchmark (harness, system, nodes, PostgreSQL) / to other processes on the machine / to other virtual machines.")
 	fmt.Fprintln(w, "  BENCH well under 100 with OTHERS and STEAL low: the system waits rather than computes; high OTHERS or STEAL: noise.")
 	fmt.Fprintf(w, "  NOISY n/m: in n of the m runs other processes and steal took more than %d%% of the CPU time; those figures are suspect.\n", noisyPct)
 	fmt.Fprintln(w, "CPU µs/TASK GO/PG: CPU time per task over all runs of a throughput row: of the Go processes (the harness with the system it runs")
-	fmt.Fprintln(w, "  in-process, or the harness and the node processes) / of PostgreSQL (backends, autovacuum, WAL writer, checkpointer).")
-	fmt.Fprintln(w, "STINT ÷ THIS: stint's tasks/s over this row's (above 1: stint is faster); for latency stint's p50 and p99 over this row's (below 1: stint is quicker).")
+	fmt.Fprintln(w, "  in-process, or the harness and the node and client processes; Graphile Worker's Node.js processes) / of PostgreSQL (backends,")
+	fmt.Fprintln(w, "  autovacuum, WAL writer, checkpointer).")
+	fmt.Fprintln(w, "STINT ÷ THIS: stint's tasks/s over this row's (above 1: stint is faster), the medians' and, in brackets, the least and most of the runs'")
+	fmt.Fprintln(w, "  (the systems' i-th runs ran in the same round); for latency stint's p50 and p99 over this row's (below 1: stint is quicker).")
 
 	for _, s := range r.SQL {
 		fmt.Fprintf(w, "\nSQL profile, %s (%.2f s wall; pg_stat_statements, top by total execution time):\n", s.Run, s.WallSecs)
