@@ -22,10 +22,10 @@ type Report struct {
 	// ScaleDBCPU compares PostgreSQL's CPU time per task of the most node
 	// processes with that of one, per system: the work is the same, so
 	// what grows is the nodes' contention.
-	ScaleDBCPU []ScaleCPU    `json:"scale_db_cpu,omitempty"`
-	SQL        []SQLProfile  `json:"sql_profiles,omitempty"`
-	Profiles []string      `json:"cpu_profiles,omitempty"`
-	Notes    []string      `json:"notes,omitempty"`
+	ScaleDBCPU []ScaleCPU   `json:"scale_db_cpu,omitempty"`
+	SQL        []SQLProfile `json:"sql_profiles,omitempty"`
+	Profiles   []string     `json:"cpu_profiles,omitempty"`
+	Notes      []string     `json:"notes,omitempty"`
 }
 
 // ConfigSummary describes how each system and scenario was configured.
@@ -62,9 +62,9 @@ type Result struct {
 	PerRun  []float64 `json:"per_run_tasks_per_sec,omitempty"`
 	// Slowest is the slowest run's tasks/s and SlowestOverMedian that over
 	// the median's (throughput rows of more than one run).
-	Slowest           float64 `json:"slowest_tasks_per_sec,omitempty"`
-	SlowestOverMedian float64 `json:"slowest_over_median,omitempty"`
-	Latency *Latency  `json:"latency,omitempty"`
+	Slowest           float64  `json:"slowest_tasks_per_sec,omitempty"`
+	SlowestOverMedian float64  `json:"slowest_over_median,omitempty"`
+	Latency           *Latency `json:"latency,omitempty"`
 	// CPU is how the machine's CPU time went during the measured windows
 	// (mean over runs).
 	CPU usage `json:"cpu"`
