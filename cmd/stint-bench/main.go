@@ -1,29 +1,48 @@
-// Command stint-bench runs stint and River side by side against the same
-// PostgreSQL and prints one table (or, with --json, one JSON document).
+// Command stint-bench runs stint and its peers, River and Graphile Worker,
+// side by side against the same PostgreSQL and prints one table (or, with
+// --json, one JSON document).
 //
 // By default it starts its own throwaway PostgreSQL cluster (pgcluster, with
 // durable settings unless --fast is given) in a temporary directory; with
 // --db it uses an existing server instead, whose user must be allowed to
 // create databases. Every scenario and system gets a fresh database.
 //
+// River runs in-process (riverqueue/river). Graphile Worker (--systems
+// ...,graphile) runs in Node.js processes: the npm package graphile-worker
+// is installed with npm into the user's cache folder on first use, and runs
+// tuned as its performance documentation says; where Node.js or npm is
+// missing the benchmark says so and runs the others.
+//
 // Scenarios (all run unless some are picked with their flags):
 //
-//	--burndown   N no-op tasks inserted first, then worked: insert and work rates
-//	--streaming  inserts and work at the same time for D seconds: completed tasks/s
-//	--latency    single tasks at a steady low rate: submit->stored (the submit call
-//	             returned), submit->start and, for stint, submit->awaited result:
-//	             p50/p99, after a warm-up. stint's tasks are submitted through a
-//	             separate impl.Client (as another process would), or with
-//	             --latency-submit server through the server node itself, whose
-//	             submits start their tasks at once (its own row, "server
-//	             submits"); --stint-no-local-start turns that off to compare
-//	--scale      1, 2 and 4 server nodes as separate processes working a burn-down
-//	--floor      the same database doing only batched insert, claim and complete
-//	             statements on stint's tables (tasks, claim hints, leases): the floor
+//	--burndown    N no-op tasks inserted first, then worked: insert and work rates
+//	--streaming   inserts and work at the same time for D seconds: completed
+//	              tasks/s, with the inserts from the harness's client (a pool of
+//	              its own) and, in a second row, from a separate client process
+//	--burst       a server node starts on an empty database and submits N tasks
+//	              itself, in batches, as fast as it can, while it runs them: N
+//	              over the time until the last one is stored finished
+//	--drain-burst cycles of (queue empty, ANALYZE, a burst of N tasks from a
+//	              client process) while the workers run: all the tasks over the
+//	              cycles' time
+//	--latency     single tasks at a steady low rate: submit->stored (the submit
+//	              call returned), submit->start and, for stint, submit->awaited
+//	              result: p50/p99, after a warm-up. stint's tasks are submitted
+//	              through a separate impl.Client (as another process would) and
+//	              through the server node itself, whose submits start their
+//	              tasks at once (--latency-submit picks);
+//	              --stint-no-local-start turns that off to compare
+//	--scale       1, 2 and 4 server nodes as separate processes working a
+//	              burn-down; the report compares PostgreSQL's CPU time per task
+//	              of the most nodes with one's
+//	--floor       the same database doing only batched insert, claim and complete
+//	              statements on stint's tables (tasks, claim hints, leases): the floor
 //
 // Each scenario runs --runs times per system, the systems interleaved, and
-// the table shows the median run with the range; latency pools the samples
-// of all runs. The CPU column splits the machine's CPU time during the
+// the table shows the median run, the slowest and fastest (and the slowest
+// over the median), and stint's ratio to each peer, of the medians and run
+// by run; latency pools the samples of all runs. Throughput is the rate of
+// the whole measured run: burst and drain-burst leave no warm-up out. The CPU column splits the machine's CPU time during the
 // measured window (from /proc): the benchmark's own process tree (itself,
 // its node processes, its PostgreSQL), other processes, and time stolen by
 // the hypervisor. On a shared machine the last two explain much of the
@@ -141,7 +160,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("stint-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: stint-bench [flags]\n\nRuns stint and River side by side on one PostgreSQL; see the package documentation.\n\nFlags:\n")
+		fmt.Fprintf(stderr, "Usage: stint-bench [flags]\n\nRuns stint, River and Graphile Worker side by side on one PostgreSQL; see the package documentation.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.dbURL, "db", "", "`URL` of an existing PostgreSQL server (maintenance database) to create the benchmark databases on; default: start a throwaway cluster")
