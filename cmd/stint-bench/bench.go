@@ -215,30 +215,48 @@ func (b *bench) burndown(ctx context.Context, h harness, system, dsn string) ([]
 	}
 	res := []Result{{Scenario: "burn-down", Metric: "insert", System: system, Tasks: int64(n), Seconds: insertDur.Seconds(), CPU: win.usage()}}
 
-	stopProf = b.profile(system, "burndown-work")
-	b.resetStatements(ctx)
-	win = begin()
-	start := win.start
-	if err := h.start(ctx); err != nil {
-		stopProf()
-		return nil, err
-	}
-	end, err := waitDrained(ctx, h.observer(), h.queries(), b.cfg.pollEvery)
-	cpu := win.usage()
-	stopProf()
-	b.collectStatements(ctx, system+" burn-down work", dsn, end.Sub(start))
-	stopErr := h.stop(context.WithoutCancel(ctx))
+	secs, cpu, err := b.workAll(ctx, h, system, dsn, "burn-down work", n, nil)
 	if err != nil {
 		return nil, err
 	}
+	return append(res, Result{Scenario: "burn-down", Metric: "work", System: system, Tasks: int64(n), Seconds: secs, CPU: cpu}), nil
+}
+
+// workAll starts h's worker side, runs during (if not nil) and waits until
+// no task is left, then stops the workers and checks that n tasks
+// completed. It returns the seconds from the start until none was left and
+// the CPU usage meanwhile; run names it in profiles.
+func (b *bench) workAll(ctx context.Context, h harness, system, dsn, run string, n int, during func(context.Context) error) (float64, usage, error) {
+	stopProf := b.profile(system, sanitize(run))
+	b.resetStatements(ctx)
+	win := begin()
+	start := win.start
+	if err := h.start(ctx); err != nil {
+		stopProf()
+		return 0, usage{}, err
+	}
+	var err error
+	if during != nil {
+		err = during(ctx)
+	}
+	var end time.Time
+	if err == nil {
+		end, err = waitDrained(ctx, h.observer(), h.queries(), b.cfg.pollEvery)
+	}
+	cpu := win.usage()
+	stopProf()
+	b.collectStatements(ctx, system+" "+run, dsn, time.Since(start))
+	stopErr := h.stop(context.WithoutCancel(ctx))
+	if err != nil {
+		return 0, usage{}, err
+	}
 	if stopErr != nil {
-		return nil, stopErr
+		return 0, usage{}, stopErr
 	}
 	if err := checkCompleted(ctx, h.observer(), h.queries().completed, int64(n)); err != nil {
-		return nil, err
+		return 0, usage{}, err
 	}
-	res = append(res, Result{Scenario: "burn-down", Metric: "work", System: system, Tasks: int64(n), Seconds: end.Sub(start).Seconds(), CPU: cpu})
-	return res, nil
+	return end.Sub(start).Seconds(), cpu, nil
 }
 
 // insertAll inserts n tasks in batches through h's client side.

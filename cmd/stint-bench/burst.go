@@ -14,33 +14,13 @@ import (
 // can while it runs them: tasks/s from the start until no task is left.
 func (b *bench) burst(ctx context.Context, h harness, system, dsn string) ([]Result, error) {
 	n := b.cfg.burstN
-	stopProf := b.profile(system, "burst")
-	b.resetStatements(ctx)
-	win := begin()
-	start := win.start
-	if err := h.start(ctx); err != nil {
-		stopProf()
-		return nil, err
-	}
-	err := addChunks(ctx, n, b.cfg.burstBatch, h.insertOwn)
-	var end time.Time
-	if err == nil {
-		end, err = waitDrained(ctx, h.observer(), h.queries(), b.cfg.pollEvery)
-	}
-	cpu := win.usage()
-	stopProf()
-	b.collectStatements(ctx, system+" burst", dsn, time.Since(start))
-	stopErr := h.stop(context.WithoutCancel(ctx))
+	secs, cpu, err := b.workAll(ctx, h, system, dsn, "burst", n, func(ctx context.Context) error {
+		return addChunks(ctx, n, b.cfg.burstBatch, h.insertOwn)
+	})
 	if err != nil {
 		return nil, err
 	}
-	if stopErr != nil {
-		return nil, stopErr
-	}
-	if err := checkCompleted(ctx, h.observer(), h.queries().completed, int64(n)); err != nil {
-		return nil, err
-	}
-	return []Result{{Scenario: "burst", Metric: "work", System: system, Tasks: int64(n), Seconds: end.Sub(start).Seconds(), CPU: cpu}}, nil
+	return []Result{{Scenario: "burst", Metric: "work", System: system, Tasks: int64(n), Seconds: secs, CPU: cpu}}, nil
 }
 
 // drainBurst starts the worker side, then runs cfg.drainCycles cycles of:

@@ -188,32 +188,47 @@ func addChunks(ctx context.Context, n, chunk int, insert func(context.Context, i
 	return nil
 }
 
-// clientMain runs a client process; see clientCommand.
-func clientMain(args []string) int {
-	cfg := defaultConfig()
-	fs := flag.NewFlagSet(clientCommand, flag.ContinueOnError)
-	system := fs.String("system", sysStint, "stint or river")
-	dsn := fs.String("dsn", "", "database")
+// parseChildFlags parses the flags of a node or client process: the
+// system, its database, the systems' tuning and those extra adds.
+func parseChildFlags(command string, args []string, extra func(*flag.FlagSet)) (cfg config, system, dsn string, err error) {
+	cfg = defaultConfig()
+	fs := flag.NewFlagSet(command, flag.ContinueOnError)
+	fs.StringVar(&system, "system", sysStint, "stint or river")
+	fs.StringVar(&dsn, "dsn", "", "database")
 	cfg.addSystemFlags(fs)
 	fs.BoolVar(&cfg.verbose, "v", false, "")
-	if err := fs.Parse(args); err != nil {
+	if extra != nil {
+		extra(fs)
+	}
+	err = fs.Parse(args)
+	return cfg, system, dsn, err
+}
+
+// childLogger logs a child's errors, and its warnings too when verbose.
+func childLogger(verbose bool) *slog.Logger {
+	level := slog.LevelError
+	if verbose {
+		level = slog.LevelWarn
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// clientMain runs a client process; see clientCommand.
+func clientMain(args []string) int {
+	cfg, system, dsn, err := parseChildFlags(clientCommand, args, nil)
+	if err != nil {
 		return 2
 	}
 	ctx := context.Background()
-	level := slog.LevelError
-	if cfg.verbose {
-		level = slog.LevelWarn
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := childLogger(cfg.verbose)
 	var h harness
-	var err error
-	switch *system {
+	switch system {
 	case sysStint:
-		h, err = newStint(ctx, *dsn, cfg, log, stintOptions{client: true})
+		h, err = newStint(ctx, dsn, cfg, log, stintOptions{client: true})
 	case sysRiver:
-		h, err = newRiver(ctx, *dsn, cfg, log, riverOptions{inserter: true})
+		h, err = newRiver(ctx, dsn, cfg, log, riverOptions{inserter: true})
 	default:
-		err = fmt.Errorf("unknown system %q", *system)
+		err = fmt.Errorf("unknown system %q", system)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "stint-bench client: %v\n", err)

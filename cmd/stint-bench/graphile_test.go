@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os/exec"
 	"strings"
 	"testing"
@@ -45,16 +43,7 @@ func TestGraphile(t *testing.T) {
 	cfg.timeout = 2 * time.Minute
 	cfg.runs = 1
 
-	pgtest.New(t)
-	b := &bench{
-		cfg: cfg,
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		db: &dbServer{admin: pgtest.AdminDSN(), source: "pgtest",
-			create: func(context.Context, string) (string, error) { return pgtest.New(t), nil }},
-		progress: t.Output(),
-		warn:     t.Output(),
-	}
-	rep, err := b.run(ctx)
+	rep, err := newTestBench(t, cfg).run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,17 +48,9 @@ func TestScenarios(t *testing.T) {
 	cfg.timeout = time.Minute
 	cfg.runs = 1
 
-	pgtest.New(t) // starts the cluster, so that AdminDSN has one
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	b := &bench{
-		cfg: cfg,
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		db: &dbServer{admin: pgtest.AdminDSN(), source: "pgtest",
-			create: func(context.Context, string) (string, error) { return pgtest.New(t), nil }},
-		progress: t.Output(),
-	}
-	rep, err := b.run(ctx)
+	rep, err := newTestBench(t, cfg).run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +122,19 @@ func TestScenarios(t *testing.T) {
 	}
 	if _, err := json.Marshal(rep); err != nil {
 		t.Errorf("encode the report: %v", err)
+	}
+}
+
+// newTestBench returns a bench with cfg whose databases are pgtest's.
+func newTestBench(t *testing.T, cfg config) *bench {
+	pgtest.New(t) // starts the cluster, so that AdminDSN has one
+	return &bench{
+		cfg: cfg,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		db: &dbServer{admin: pgtest.AdminDSN(), source: "pgtest",
+			create: func(context.Context, string) (string, error) { return pgtest.New(t), nil }},
+		progress: t.Output(),
+		warn:     t.Output(),
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 	"time"
@@ -107,26 +106,11 @@ func (b *bench) scaleGraphile(ctx context.Context, dsn string, k int) ([]Result,
 	if _, err := insertAll(ctx, h, n, b.cfg.batch); err != nil {
 		return nil, err
 	}
-	b.resetStatements(ctx)
-	win := begin()
-	start := win.start
-	if err := h.start(ctx); err != nil {
-		return nil, err
-	}
-	end, err := waitDrained(ctx, h.observer(), h.queries(), b.cfg.pollEvery)
-	cpu := win.usage()
-	b.collectStatements(ctx, fmt.Sprintf("%s scale %d nodes", sysGraphile, k), dsn, end.Sub(start))
-	stopErr := h.stop(context.WithoutCancel(ctx))
+	secs, cpu, err := b.workAll(ctx, h, sysGraphile, dsn, fmt.Sprintf("scale %d nodes", k), n, nil)
 	if err != nil {
 		return nil, err
 	}
-	if stopErr != nil {
-		return nil, stopErr
-	}
-	if err := checkCompleted(ctx, h.observer(), h.queries().completed, int64(n)); err != nil {
-		return nil, err
-	}
-	return []Result{{Scenario: "scale", Metric: "work", System: sysGraphile, Nodes: k, Tasks: int64(n), Seconds: end.Sub(start).Seconds(), CPU: cpu}}, nil
+	return []Result{{Scenario: "scale", Metric: "work", System: sysGraphile, Nodes: k, Tasks: int64(n), Seconds: secs, CPU: cpu}}, nil
 }
 
 // nodeArgs are the arguments of a node process.
@@ -154,18 +138,13 @@ func (b *bench) childArgs(system, dsn string) []string {
 
 // nodeMain runs a node process; see nodeCommand.
 func nodeMain(args []string) int {
-	cfg := defaultConfig()
-	fs := flag.NewFlagSet(nodeCommand, flag.ContinueOnError)
-	system := fs.String("system", sysStint, "stint or river")
-	dsn := fs.String("dsn", "", "database")
-	name := fs.String("name", "", "node name")
-	cfg.addSystemFlags(fs)
-	fs.BoolVar(&cfg.verbose, "v", false, "")
-	if err := fs.Parse(args); err != nil {
+	var name string
+	cfg, system, dsn, err := parseChildFlags(nodeCommand, args, func(fs *flag.FlagSet) { fs.StringVar(&name, "name", "", "node name") })
+	if err != nil {
 		return 2
 	}
-	if err := runNode(cfg, *system, *dsn, *name); err != nil {
-		fmt.Fprintf(os.Stderr, "stint-bench node %s: %v\n", *name, err)
+	if err := runNode(cfg, system, dsn, name); err != nil {
+		fmt.Fprintf(os.Stderr, "stint-bench node %s: %v\n", name, err)
 		return 1
 	}
 	return 0
@@ -173,11 +152,7 @@ func nodeMain(args []string) int {
 
 func runNode(cfg config, system, dsn, name string) error {
 	ctx := context.Background()
-	level := slog.LevelError
-	if cfg.verbose {
-		level = slog.LevelWarn
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := childLogger(cfg.verbose)
 	var h harness
 	var err error
 	switch system {
