@@ -37,7 +37,8 @@ func TestGraphile(t *testing.T) {
 	const n = 400
 	cfg.n, cfg.scaleN, cfg.burstN = n, n, n
 	cfg.batch, cfg.burstBatch, cfg.drainCycles = 150, 150, 2
-	cfg.streamDur, cfg.streamWarmup = time.Second, 0
+	// The warm-up lets the Node.js workers start before the window.
+	cfg.streamDur, cfg.streamWarmup = time.Second, 2*time.Second
 	cfg.streamBatch, cfg.streamBacklog = 100, 400
 	cfg.scaleNodes = []int{1, 2}
 	cfg.timeout = 2 * time.Minute
