@@ -67,6 +67,10 @@ type Operator interface {
 	// QueueLag returns how long the longest-waiting due task (not running,
 	// not held) has been due; zero when none is.
 	QueueLag(ctx context.Context) (time.Duration, error)
+	// History returns what each behavior did per HistoryBucket over the
+	// last window (at most HistoryRetention), as the server nodes recorded
+	// it in the database.
+	History(ctx context.Context, window time.Duration) (History, error)
 	// ReadFeed reads the change feed after f.Since, in order, keeping the
 	// changes f selects, and returns the cursor to read after them: the
 	// filtered form of Tasks.Changes.

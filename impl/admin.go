@@ -308,3 +308,9 @@ func (c *Client) CountChildren(ctx context.Context, parents []api.TaskID, behavi
 }
 
 var _ api.Operator = (*Client)(nil)
+
+// History returns what each behavior did per minute over the last window,
+// as the server nodes recorded it; see api.Operator.
+func (c *Client) History(ctx context.Context, window time.Duration) (api.History, error) {
+	return c.st.History(ctx, window)
+}

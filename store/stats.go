@@ -20,3 +20,24 @@ type (
 	// NodeRunning counts the running tasks of one node.
 	NodeRunning = api.NodeRunning
 )
+
+// HistoryCount is the runs of one behavior that a node saw end since its
+// last record of the history.
+type HistoryCount struct {
+	Behavior api.BehaviorID
+	// Succeeded and Failed count the runs that ended so; Retried counts
+	// those of the failed whose task runs again.
+	Succeeded, Failed, Retried int64
+}
+
+// HistoryRecord is what a node adds to the history: its run ends, and
+// whether it offers to sample the backlog.
+type HistoryRecord struct {
+	Counts []HistoryCount
+	// Sample asks to sample the due backlog and queue lag of the bucket,
+	// unless a node did already.
+	Sample bool
+	// Behaviors are sampled with a zero backlog when none of their tasks
+	// is due, so that their charts show the zero rather than a gap.
+	Behaviors []api.BehaviorID
+}

@@ -308,6 +308,15 @@ type Store interface {
 	// QueueLag returns how long the longest-waiting due task (not running,
 	// not held) has been due; zero when none is.
 	QueueLag(ctx context.Context) (time.Duration, error)
+	// RecordHistory adds r's run ends to the history's current bucket (of
+	// api.HistoryBucket, by the database clock). With r.Sample set, and
+	// when no node has sampled the bucket yet, it then samples the due
+	// backlog and queue lag of every behavior into the bucket and deletes
+	// the points older than api.HistoryRetention; it reports whether it
+	// took the sample.
+	RecordHistory(ctx context.Context, r HistoryRecord) (sampled bool, err error)
+	// History reads the history of the last window.
+	History(ctx context.Context, window time.Duration) (api.History, error)
 
 	// Listen calls fn for every notification on channels until ctx ends,
 	// reconnecting after errors. After each (re)connect it calls fn with

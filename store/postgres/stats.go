@@ -59,23 +59,8 @@ func readStats(ctx context.Context, db *pgxpool.Pool) (store.Stats, error) {
 		}); err != nil {
 			return fmt.Errorf("count tasks: %w", err)
 		}
-		rows, err = tx.Query(ctx, `
-			SELECT d.behavior, count(DISTINCT d.id), min(d.due) FROM stint_due d
-			JOIN stint_task t ON `+hintMatches("t", "d")+`
-			WHERE d.due <= $1
-			  AND (d.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = d.group_key))
-			GROUP BY d.behavior ORDER BY d.behavior`, st.Now)
-		if err != nil {
-			return fmt.Errorf("count due tasks: %w", err)
-		}
-		var d store.DueCount
-		var oldest time.Time
-		if _, err := pgx.ForEachRow(rows, []any{&d.Behavior, &d.Count, &oldest}, func() error {
-			d.OldestAge = max(st.Now.Sub(oldest), 0)
-			st.Due = append(st.Due, d)
-			return nil
-		}); err != nil {
-			return fmt.Errorf("count due tasks: %w", err)
+		if st.Due, err = readDue(ctx, tx, st.Now); err != nil {
+			return err
 		}
 		rows, err = tx.Query(ctx, `
 			SELECT l.node, count(*), count(*) FILTER (WHERE l.expires_at <= $1) FROM stint_lease l
@@ -94,6 +79,34 @@ func readStats(ctx context.Context, db *pgxpool.Pool) (store.Stats, error) {
 		return nil
 	})
 	return st, err
+}
+
+// readDue counts the tasks due by now and waiting for a worker, per
+// behavior, with the age of the longest-waiting of each: the claim hints
+// due by now whose task still matches them and whose group is not held.
+// It walks the due hints, so its cost grows with the backlog, not with the
+// task table.
+func readDue(ctx context.Context, tx pgx.Tx, now time.Time) ([]store.DueCount, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT d.behavior, count(DISTINCT d.id), min(d.due) FROM stint_due d
+		JOIN stint_task t ON `+hintMatches("t", "d")+`
+		WHERE d.due <= $1
+		  AND (d.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = d.group_key))
+		GROUP BY d.behavior ORDER BY d.behavior`, now)
+	if err != nil {
+		return nil, fmt.Errorf("count due tasks: %w", err)
+	}
+	var due []store.DueCount
+	var d store.DueCount
+	var oldest time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&d.Behavior, &d.Count, &oldest}, func() error {
+		d.OldestAge = max(now.Sub(oldest), 0)
+		due = append(due, d)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count due tasks: %w", err)
+	}
+	return due, nil
 }
 
 // QueueLag returns the age of the oldest due task, by the database clock.

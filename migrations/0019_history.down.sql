@@ -1,0 +1,2 @@
+DROP TABLE stint_history_sample;
+DROP TABLE stint_history;
