@@ -27,6 +27,7 @@ type run struct {
 	cancel  context.CancelCauseFunc
 	rc      runContext       // what the behavior gets
 	end     store.Completion // how it ended, once it did
+	tel     *behaviorTelemetry // counts its start and its end
 
 	// Guarded by Server.mu.
 	deadline time.Time       // local lease expiry: the send time of the last renewal + lease
@@ -61,7 +62,9 @@ func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
 		}
 		r := &chunk[0]
 		chunk = chunk[1:]
-		*r = run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress, active: sent}
+		*r = run{claimed: c, reg: reg, lease: lease, started: sent, deadline: sent.Add(lease), progress: c.Progress, active: sent,
+			tel: s.tel.of(c.Behavior)}
+		r.tel.ends.starts.Add(1)
 		// Runs are not children of a server-wide context: registering
 		// each with a parent took a lock shared by all runs and a map
 		// write. Stop cancels the runs it gives up on one by one.
@@ -352,7 +355,7 @@ func (s *Server) execute(r *run) {
 	default:
 		c.Status, c.Result = api.StatusSuccess, out.Result
 	}
-	s.tel.runEnded(ctx, span, c, r.claimed.Behavior)
+	s.tel.runEnded(span, c)
 	s.freeSlot(r)
 	r.end = c
 	s.completer.finish(r)
@@ -371,8 +374,11 @@ func (s *Server) recorded(batch []*run, held []bool, err error) {
 			s.log.Error("stint: recording a run failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
 		case !held[i]:
 			s.log.Info("stint: run ended after its lease was lost; its result was dropped", "task", r.claimed.ID)
-		case r.end.Again && r.end.Delay > 0 && (again == 0 || r.end.Delay < again):
-			again = r.end.Delay
+		default:
+			r.tel.ended(r.end)
+			if r.end.Again && r.end.Delay > 0 && (again == 0 || r.end.Delay < again) {
+				again = r.end.Delay
+			}
 		}
 	}
 	s.kick.kickAfter(again)

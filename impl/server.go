@@ -102,6 +102,11 @@ type Maintenance struct {
 	// Batch caps the changes one statement trims from the feed; a round
 	// trims batches until one comes back short. Defaults to 10,000.
 	Batch int
+	// HistoryInterval is how often the node adds the runs that ended on
+	// it to the dashboard's history in the database, and offers to sample
+	// the backlog and queue lag (one node per minute does). Defaults to
+	// 10 seconds.
+	HistoryInterval time.Duration
 }
 
 func (m Maintenance) withDefaults() Maintenance {
@@ -119,6 +124,9 @@ func (m Maintenance) withDefaults() Maintenance {
 	}
 	if m.Batch <= 0 {
 		m.Batch = 10_000
+	}
+	if m.HistoryInterval <= 0 {
+		m.HistoryInterval = 10 * time.Second
 	}
 	return m
 }
@@ -251,7 +259,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	if s.schedules, err = s.registeredSchedules(); err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
-	observeServer(cfg.MeterProvider, s.Running, st.QueueLag)
+	observeServer(cfg.MeterProvider, cfg.Node, ids, s.Running, st.Stats)
 	return s, nil
 }
 
@@ -298,8 +306,9 @@ func (s *Server) Start(ctx context.Context) error {
 	go func() { defer s.bgDone.Done(); s.leaseLoop(bgCtx) }()
 	go func() { defer s.bgDone.Done(); s.takeoverLoop(bgCtx) }()
 	go func() { defer s.bgDone.Done(); s.maintainLoop(bgCtx) }()
-	s.bgDone.Add(1)
+	s.bgDone.Add(2)
 	go func() { defer s.bgDone.Done(); s.scheduleLoop(bgCtx) }()
+	go func() { defer s.bgDone.Done(); s.historyLoop(bgCtx) }()
 	for _, b := range s.behaviors {
 		if b.Policy.Rotation != nil {
 			s.bgDone.Add(1)
@@ -374,6 +383,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	rcancel()
 	s.bgCancel()
 	s.bgDone.Wait()
+	s.recordLastHistory()
 	s.Client.Close()
 	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

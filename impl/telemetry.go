@@ -2,7 +2,9 @@ package impl
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -22,6 +24,11 @@ const instrumentationName = "github.com/stinthq/stint"
 // telemetry holds the OpenTelemetry instruments. The engine uses only the
 // OpenTelemetry API; with no SDK configured (the default) every call is a
 // no-op.
+//
+// The metric names are chosen so that OpenTelemetry's Prometheus exporter
+// serves them under Prometheus' conventions: dots become underscores, a
+// unit of seconds adds _seconds, and a counter adds _total. Their
+// attributes (behavior, status, outcome, node) become the labels.
 type telemetry struct {
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
@@ -29,7 +36,7 @@ type telemetry struct {
 	// provider, which may get an SDK at any time.
 	global bool
 
-	submitted, claimed, succeeded, failed, renewals metric.Int64Counter
+	submitted, renewals metric.Int64Counter
 	// takeovers counts the tasks of expired leases this node made due
 	// again.
 	takeovers    metric.Int64Counter
@@ -41,44 +48,126 @@ type telemetry struct {
 
 // behaviorTelemetry is what the instruments need of a behavior, built once:
 // building an attribute set hashes it, and every string concatenation
-// allocates.
+// allocates. It also counts the behavior's runs: the run counters are
+// observed from these counts when a reader collects, and the history
+// records them, so that a run costs an atomic add, not an instrument call.
 type behaviorTelemetry struct {
+	id api.BehaviorID
 	// add is the options of a counter's Add, a slice so that a call does
 	// not allocate one for its variadic argument.
 	add     []metric.AddOption
 	runName string
+	// observe, succeeded and failed are the attributes of the observed
+	// counters: the behavior, and the behavior with each outcome.
+	observe, succeeded, failed metric.ObserveOption
+
+	// ends counts this process's runs: started, and ended with their end
+	// recorded, by outcome; retries are the failed runs whose task runs
+	// again.
+	ends struct {
+		starts, succeeded, failed, retried atomic.Int64
+	}
+	// recorded are the counts of ends the history has; only the history
+	// loop uses them.
+	recorded struct {
+		succeeded, failed, retried int64
+	}
 }
 
 // runSpanOptions start every run span: a run is its own trace, linked to
 // its submitter.
 var runSpanOptions = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer)}
 
-// observeServer registers the gauges of a server: the tasks it runs, and
-// the queue lag (the age of the oldest due task), which is read from the
-// database only when a reader collects it.
-func observeServer(mp metric.MeterProvider, running func() int, lag func(context.Context) (time.Duration, error)) {
+// taskStatuses are the statuses the task gauge reports for every behavior,
+// zero or not, so that a chart of one shows a zero rather than a gap.
+var taskStatuses = []api.Status{api.StatusScheduled, api.StatusRunning, api.StatusHeld, api.StatusSuccess, api.StatusFailure}
+
+// statsMaxAge is how long the gauges reuse a snapshot of the statistics,
+// so that one collection reads them once, and so does a second reader
+// (Prometheus and OTLP) that collects at the same moment.
+const statsMaxAge = time.Second
+
+// observeServer registers the gauges of a server: the tasks this node runs
+// (labelled with its node id), and, read from the database once per
+// collection when a reader collects, the cluster's tasks per behavior and
+// status, its due backlog and its queue lag (how long the longest-waiting
+// due task of each behavior has been due). behaviors are reported even
+// with no tasks. Every node reports the cluster's gauges alike: aggregate
+// them across nodes with max, not sum.
+func observeServer(mp metric.MeterProvider, node string, behaviors []api.BehaviorID, running func() int, stats func(context.Context) (store.Stats, error)) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
 	m := mp.Meter(instrumentationName)
-	_, _ = m.Int64ObservableGauge("stint.tasks.running",
+	nodeAttr := metric.WithAttributes(attribute.String("node", node))
+	_, _ = m.Int64ObservableGauge("stint.running_tasks",
 		metric.WithDescription("Tasks this node runs now."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(int64(running()))
+			o.Observe(int64(running()), nodeAttr)
 			return nil
 		}))
-	_, _ = m.Float64ObservableGauge("stint.queue.lag", metric.WithUnit("s"),
-		metric.WithDescription("How long the longest-waiting due task has been due."),
-		metric.WithFloat64Callback(func(ctx context.Context, o metric.Float64Observer) error {
-			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			d, err := lag(ctx)
-			if err != nil {
-				return err
+	tasks, _ := m.Int64ObservableGauge("stint.tasks",
+		metric.WithDescription("Tasks in the database, by behavior and status (the cluster's, read from the database)."))
+	backlog, _ := m.Int64ObservableGauge("stint.due_backlog",
+		metric.WithDescription("Tasks due now and waiting for a worker, by behavior (the cluster's)."))
+	lag, _ := m.Float64ObservableGauge("stint.queue.lag", metric.WithUnit("s"),
+		metric.WithDescription("How long the longest-waiting due task of each behavior has been due (the cluster's)."))
+	cached := &statsCache{read: stats}
+	_, _ = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		st, err := cached.get(ctx)
+		if err != nil {
+			return err
+		}
+		counts := map[api.BehaviorID]map[api.Status]int64{}
+		for _, b := range behaviors {
+			counts[b] = map[api.Status]int64{}
+		}
+		for _, c := range st.Counts {
+			if counts[c.Behavior] == nil {
+				counts[c.Behavior] = map[api.Status]int64{}
 			}
-			o.Observe(d.Seconds())
-			return nil
-		}))
+			counts[c.Behavior][c.Status] += c.Count
+		}
+		due := map[api.BehaviorID]store.DueCount{}
+		for _, d := range st.Due {
+			due[d.Behavior] = d
+		}
+		for b, byStatus := range counts {
+			battr := attribute.String("behavior", string(b))
+			for _, status := range taskStatuses {
+				o.ObserveInt64(tasks, byStatus[status], metric.WithAttributes(battr, attribute.String("status", string(status))))
+			}
+			d := due[b]
+			o.ObserveInt64(backlog, d.Count, metric.WithAttributes(battr))
+			o.ObserveFloat64(lag, d.OldestAge.Seconds(), metric.WithAttributes(battr))
+		}
+		return nil
+	}, tasks, backlog, lag)
+}
+
+// statsCache reuses a snapshot of the statistics for statsMaxAge.
+type statsCache struct {
+	read func(context.Context) (store.Stats, error)
+
+	mu   sync.Mutex
+	at   time.Time
+	last store.Stats
+}
+
+func (c *statsCache) get(ctx context.Context) (store.Stats, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < statsMaxAge {
+		return c.last, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := c.read(ctx)
+	if err != nil {
+		return store.Stats{}, fmt.Errorf("read stats for the gauges: %w", err)
+	}
+	c.at, c.last = time.Now(), st
+	return st, nil
 }
 
 // defaultTracerProvider is OpenTelemetry's global provider as it is before
@@ -99,14 +188,29 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	// Instrument creation fails only on invalid names; ours are constants,
 	// and a failed instrument is a working no-op.
 	t.submitted, _ = m.Int64Counter("stint.tasks.submitted", metric.WithDescription("Tasks submitted, by behavior."))
-	t.claimed, _ = m.Int64Counter("stint.tasks.claimed", metric.WithDescription("Tasks claimed by this node, by behavior."))
-	t.succeeded, _ = m.Int64Counter("stint.tasks.succeeded", metric.WithDescription("Runs that succeeded, by behavior."))
-	t.failed, _ = m.Int64Counter("stint.tasks.failed", metric.WithDescription("Runs that failed, by behavior."))
 	t.renewals, _ = m.Int64Counter("stint.lease.renewals", metric.WithDescription("Leases renewed by this node."))
-	t.takeovers, _ = m.Int64Counter("stint.tasks.taken_over",
+	t.takeovers, _ = m.Int64Counter("stint.takeovers",
 		metric.WithDescription("Tasks of expired leases (of nodes that died or stalled) this node made due again."))
-	t.claimSize, _ = m.Int64Histogram("stint.claim.size", metric.WithDescription("Tasks per claim statement."))
-	t.claimLatency, _ = m.Float64Histogram("stint.claim.duration", metric.WithUnit("s"), metric.WithDescription("Duration of claim statements."))
+	t.claimSize, _ = m.Int64Histogram("stint.claim.size", metric.WithDescription("Tasks per claim statement."),
+		metric.WithExplicitBucketBoundaries(0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
+	t.claimLatency, _ = m.Float64Histogram("stint.claim.duration", metric.WithUnit("s"), metric.WithDescription("Duration of claim statements."),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+	starts, _ := m.Int64ObservableCounter("stint.task.starts", metric.WithDescription("Runs this node started (claimed or started locally), by behavior."))
+	finishes, _ := m.Int64ObservableCounter("stint.task.finishes",
+		metric.WithDescription("Runs this node ended with their end recorded, by behavior and outcome (success, failure)."))
+	retries, _ := m.Int64ObservableCounter("stint.task.retries",
+		metric.WithDescription("Failed runs of this node whose task runs again, by behavior."))
+	_, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		t.perBehavior.Range(func(_, v any) bool {
+			bt := v.(*behaviorTelemetry)
+			o.ObserveInt64(starts, bt.ends.starts.Load(), bt.observe)
+			o.ObserveInt64(finishes, bt.ends.succeeded.Load(), bt.succeeded)
+			o.ObserveInt64(finishes, bt.ends.failed.Load(), bt.failed)
+			o.ObserveInt64(retries, bt.ends.retried.Load(), bt.observe)
+			return true
+		})
+		return nil
+	}, starts, finishes, retries)
 	return t
 }
 
@@ -119,12 +223,17 @@ func (t *telemetry) of(b api.BehaviorID) *behaviorTelemetry {
 	if bt, ok := t.perBehavior.Load(b); ok {
 		return bt.(*behaviorTelemetry)
 	}
+	battr := attribute.String("behavior", string(b))
 	bt := &behaviorTelemetry{
-		add:     []metric.AddOption{metric.WithAttributes(attribute.String("stint.behavior", string(b)))},
-		runName: "stint.run " + string(b),
+		id:        b,
+		add:       []metric.AddOption{metric.WithAttributes(battr)},
+		runName:   "stint.run " + string(b),
+		observe:   metric.WithAttributes(battr),
+		succeeded: metric.WithAttributes(battr, attribute.String("outcome", "success")),
+		failed:    metric.WithAttributes(battr, attribute.String("outcome", "failure")),
 	}
-	t.perBehavior.Store(b, bt)
-	return bt
+	v, _ := t.perBehavior.LoadOrStore(b, bt)
+	return v.(*behaviorTelemetry)
 }
 
 // startSubmit starts the span of a submit and returns the traceparent to
@@ -170,14 +279,12 @@ func (t *telemetry) runStarted(ctx context.Context, c store.Claimed, node string
 	return ctx, span
 }
 
-// runEnded records how a run ended on its span and counters.
-func (t *telemetry) runEnded(ctx context.Context, span trace.Span, c store.Completion, behavior api.BehaviorID) {
+// runEnded records how a run ended on its span.
+func (t *telemetry) runEnded(span trace.Span, c store.Completion) {
 	switch c.Status {
 	case api.StatusSuccess:
-		t.succeeded.Add(ctx, 1, t.behavior(behavior)...)
 		span.SetStatus(codes.Ok, "")
 	case api.StatusFailure:
-		t.failed.Add(ctx, 1, t.behavior(behavior)...)
 		span.SetStatus(codes.Error, c.Error.Error())
 	default:
 		span.SetAttributes(attribute.Bool("stint.snoozed", true))
@@ -185,17 +292,23 @@ func (t *telemetry) runEnded(ctx context.Context, span trace.Span, c store.Compl
 	span.End()
 }
 
+// ended counts a run whose end was recorded.
+func (bt *behaviorTelemetry) ended(c store.Completion) {
+	switch c.Status {
+	case api.StatusSuccess:
+		bt.ends.succeeded.Add(1)
+	case api.StatusFailure:
+		bt.ends.failed.Add(1)
+		if c.Again {
+			bt.ends.retried.Add(1)
+		}
+	}
+}
+
 // claimDone records a claim statement.
 func (t *telemetry) claimDone(ctx context.Context, claimed []store.Claimed, took time.Duration) {
 	t.claimSize.Record(ctx, int64(len(claimed)))
 	t.claimLatency.Record(ctx, took.Seconds())
-	per := map[api.BehaviorID]int64{}
-	for _, c := range claimed {
-		per[c.Behavior]++
-	}
-	for b, n := range per {
-		t.claimed.Add(ctx, n, t.behavior(b)...)
-	}
 }
 
 // tookOver counts the tasks of expired leases a takeover made due again.

@@ -61,32 +61,17 @@ func TestRunSpanLinksToSubmitSpanAndCountersMatch(t *testing.T) {
 		require.NotEqual(t, parent.SpanContext().TraceID(), s.SpanContext.TraceID(), "a run is its own trace")
 	}
 
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	sums := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
-				for _, dp := range sum.DataPoints {
-					sums[m.Name] += dp.Value
-				}
-			}
-		}
-	}
-	gauges := map[string]float64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if g, ok := m.Data.(metricdata.Gauge[float64]); ok && len(g.DataPoints) > 0 {
-				gauges[m.Name] = g.DataPoints[0].Value
-			}
-		}
-	}
+	sums, gauges := collectMetrics(t, reader)
 	require.Contains(t, gauges, "stint.queue.lag")
 	require.Zero(t, gauges["stint.queue.lag"], "nothing is due")
 	require.Equal(t, int64(n), sums["stint.tasks.submitted"])
-	require.Equal(t, int64(n), sums["stint.tasks.claimed"])
-	require.Equal(t, int64(n), sums["stint.tasks.succeeded"])
-	require.Zero(t, sums["stint.tasks.failed"])
+	waitFor(t, 10*time.Second, "the finishes to be counted", func() bool {
+		sums, _ = collectMetrics(t, reader)
+		return sums["stint.task.finishes{outcome=success}"] == n
+	})
+	require.Equal(t, int64(n), sums["stint.task.starts"])
+	require.Zero(t, sums["stint.task.finishes{outcome=failure}"])
+	require.Zero(t, sums["stint.task.retries"])
 	_ = srv
 }
 
@@ -127,8 +112,9 @@ func TestRunSpansFollowTheGlobalProvider(t *testing.T) {
 	require.Equal(t, []string{string(f.ID())}, runs(), "only the run after the SDK was set has a span")
 }
 
-// collectMetrics reads every int64 sum and float64 gauge of reader, by
-// name.
+// collectMetrics reads every int64 sum, by name and also by name and
+// outcome ("name{outcome=success}"), and the largest value of each
+// float64 gauge, by name.
 func collectMetrics(t *testing.T, reader *sdkmetric.ManualReader) (sums map[string]int64, gauges map[string]float64) {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -140,10 +126,15 @@ func collectMetrics(t *testing.T, reader *sdkmetric.ManualReader) (sums map[stri
 			case metricdata.Sum[int64]:
 				for _, dp := range d.DataPoints {
 					sums[m.Name] += dp.Value
+					if o, ok := dp.Attributes.Value("outcome"); ok {
+						sums[m.Name+"{outcome="+o.AsString()+"}"] += dp.Value
+					}
 				}
 			case metricdata.Gauge[float64]:
-				if len(d.DataPoints) > 0 {
-					gauges[m.Name] = d.DataPoints[0].Value
+				for i, dp := range d.DataPoints {
+					if i == 0 || dp.Value > gauges[m.Name] {
+						gauges[m.Name] = dp.Value
+					}
 				}
 			}
 		}
@@ -174,7 +165,7 @@ func TestTelemetryTakeoverCounterAndQueueLagGauge(t *testing.T) {
 	e.server("heir", 5*time.Second, func(cfg *impl.ServerConfig) { cfg.MeterProvider = mp })
 	waitFor(t, 30*time.Second, "the takeover to be counted", func() bool {
 		sums, _ := collectMetrics(t, reader)
-		return sums["stint.tasks.taken_over"] == 1
+		return sums["stint.takeovers"] == 1
 	})
 	task, err := c.Get(e.ctx, sub.ID)
 	require.NoError(t, err)
@@ -192,5 +183,5 @@ func TestTelemetryTakeoverCounterAndQueueLagGauge(t *testing.T) {
 		return gauges["stint.queue.lag"] == 0
 	})
 	sums, _ := collectMetrics(t, reader)
-	require.Equal(t, int64(1), sums["stint.tasks.taken_over"], "one task was taken over, once")
+	require.Equal(t, int64(1), sums["stint.takeovers"], "one task was taken over, once")
 }
