@@ -25,8 +25,8 @@ type run struct {
 	started time.Time
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
-	rc      runContext       // what the behavior gets
-	end     store.Completion // how it ended, once it did
+	rc      runContext         // what the behavior gets
+	end     store.Completion   // how it ended, once it did
 	tel     *behaviorTelemetry // counts its start and its end
 
 	// Guarded by Server.mu.
