@@ -1,0 +1,71 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/store"
+)
+
+// Every record adds its counts to the bucket's row; only the first sample
+// of a bucket is taken, and taking one trims points past the retention.
+func TestHistoryAddsCountsAndSamplesOncePerBucket(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "due-a"}, store.NewTask{ID: "due-b"}, store.NewTask{ID: "due-c"})
+	_, err := st.Pool().Exec(ctx, `INSERT INTO stint_history (bucket, behavior, succeeded) VALUES (now() - interval '25 hours', $1, 7)`, semBehavior)
+	require.NoError(t, err)
+
+	rec := store.HistoryRecord{
+		Counts:    []store.HistoryCount{{Behavior: semBehavior, Succeeded: 2, Failed: 1, Retried: 1}},
+		Sample:    true,
+		Behaviors: []api.BehaviorID{semBehavior, "sem.idle"},
+	}
+	sampled, err := st.RecordHistory(ctx, rec)
+	require.NoError(t, err)
+	// The bucket may have turned between the two records: then the
+	// second one takes the new bucket's sample.
+	again, err := st.RecordHistory(ctx, rec)
+	require.NoError(t, err)
+	require.True(t, sampled)
+
+	h, err := st.History(ctx, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, api.HistoryBucket, h.Bucket)
+	var work, idle api.HistoryPoint
+	var buckets int
+	for _, p := range h.Points {
+		require.False(t, p.At.Before(h.From), "a point before the window")
+		require.Equal(t, p.At, p.At.Truncate(api.HistoryBucket), "a point at a bucket's start")
+		switch p.Behavior {
+		case semBehavior:
+			work.Succeeded, work.Failed, work.Retried = work.Succeeded+p.Succeeded, work.Failed+p.Failed, work.Retried+p.Retried
+			if p.Sampled {
+				work.Due, work.Sampled = p.Due, true
+			}
+			buckets++
+		case "sem.idle":
+			idle = p
+		}
+	}
+	require.Equal(t, []int64{4, 2, 2}, []int64{work.Succeeded, work.Failed, work.Retried}, "both records' counts")
+	require.True(t, work.Sampled)
+	require.Equal(t, int64(3), work.Due, "the three due tasks")
+	require.True(t, idle.Sampled, "a behavior with nothing due is sampled as zero")
+	require.Zero(t, idle.Due)
+	if buckets == 1 {
+		require.False(t, again, "one sample per bucket")
+	}
+
+	var old int
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM stint_history WHERE bucket < now() - interval '24 hours'`).Scan(&old))
+	require.Zero(t, old, "the point past the retention was trimmed")
+
+	for _, w := range []time.Duration{0, -time.Minute, api.HistoryRetention + time.Minute} {
+		_, err := st.History(ctx, w)
+		require.ErrorIs(t, err, api.ErrInvalid, "window %s", w)
+	}
+}
