@@ -24,10 +24,14 @@
 //	GET    /api/v1/nodes                    read    with heartbeat age and health
 //	GET    /api/v1/schedules                read    the periodic schedules with their next tick
 //	GET    /api/v1/stats                    read    counts per behavior and status, backlog, queue lag, running per node
+//	GET    /api/v1/history                  read    per minute and behavior: runs ended by outcome, backlog, queue lag; window (default 1h)
 //	GET    /api/v1/changes                  read    the latest changes, newest first; limit (default 50)
 //	GET    /api/v1/events                   read    Server-Sent Events; filters id, behavior, status, parent; since
 //	POST   /api/v1/groups/{key}/hold        admin   also release
 //	POST   /api/v1/behaviors/{id}/pause     admin   also resume
+//
+// With Config.Metrics, GET /metrics (read role) serves the process's
+// metrics in the Prometheus text format.
 //
 // Endpoints of other parts are added as Config.Routes; ingest.Routes is one
 // of the ingest batches (GET /api/v1/batches, /batches/{id}, /jobs/{id}, and
@@ -114,6 +118,10 @@ type Config struct {
 	// Logger receives request logs (at debug level) and errors. Defaults
 	// to slog.Default().
 	Logger *slog.Logger
+	// Metrics, when set, is served at GET /metrics to callers with the
+	// read role: the Prometheus text exposition of the process's metrics
+	// (package cli gives OpenTelemetry's Prometheus exporter). Optional.
+	Metrics http.Handler
 }
 
 // Route is an extra endpoint under /api/v1/.
@@ -197,6 +205,7 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /nodes", RoleRead, h.nodes},
 		{"GET /schedules", RoleRead, h.schedules},
 		{"GET /stats", RoleRead, h.stats},
+		{"GET /history", RoleRead, h.history},
 		{"GET /events", RoleRead, h.events},
 		{"GET /changes", RoleRead, h.recentChanges},
 		{"POST /groups/{key}/hold", RoleAdmin, h.groupAction(true)},
@@ -222,6 +231,9 @@ func New(cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("new web handler: %w", err)
 	}
 	h.mux.HandleFunc(apiPrefix+"/", h.apiFallback)
+	if cfg.Metrics != nil {
+		h.mux.HandleFunc("GET "+metricsPath, h.serveMetrics)
+	}
 	h.mux.HandleFunc("GET /{$}", h.static.serve)
 	h.mux.HandleFunc("GET /assets/{file}", h.static.serve)
 
