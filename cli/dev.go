@@ -131,10 +131,16 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	metrics, err := httpSrv.newMetrics(ctx)
+	if err != nil {
+		return err
+	}
+	defer metrics.shutdown()
 	srv, err := impl.NewServer(st, impl.ServerConfig{
-		Registry:   reg,
-		MaxWorkers: o.workers,
-		Logger:     c.log,
+		Registry:      reg,
+		MaxWorkers:    o.workers,
+		Logger:        c.log,
+		MeterProvider: metrics.meterProvider(),
 	})
 	if err != nil {
 		return err

@@ -72,6 +72,8 @@ type httpServer struct {
 	devToken string
 	// fallback lets dev move to a free port when its default one is taken.
 	fallback bool
+	// metrics serves /metrics; nil serves none.
+	metrics *httpMetrics
 
 	srv  *http.Server
 	done chan error
@@ -166,6 +168,21 @@ func listenAddr(v string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
+// newMetrics builds the meter provider whose metrics /metrics serves, for
+// the server that s serves; a nil s (HTTP off) has none, and its server
+// uses OpenTelemetry's global provider.
+func (s *httpServer) newMetrics(ctx context.Context) (*httpMetrics, error) {
+	if s == nil {
+		return nil, nil
+	}
+	m, err := newHTTPMetrics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("start HTTP: %w", err)
+	}
+	s.metrics = m
+	return m, nil
+}
+
 // start serves the API and dashboard for client, with the behaviors of
 // reg, until stop. It returns once the address is bound.
 func (s *httpServer) start(client *impl.Client, reg *spi.Registry) error {
@@ -179,6 +196,9 @@ func (s *httpServer) start(client *impl.Client, reg *spi.Registry) error {
 		Tokens:         s.tokens,
 		InsecureNoAuth: s.noAuth,
 		Logger:         log,
+	}
+	if s.metrics != nil {
+		cfg.Metrics = s.metrics.handler
 	}
 	if _, ok := reg.Lookup(ingest.BatchBehavior); ok {
 		cfg.Routes = append(cfg.Routes, ingest.Routes(ingest.NewAdmin(client))...)

@@ -75,12 +75,18 @@ func (c *cli) runServer(ctx context.Context, o *serverOptions) error {
 	if err != nil {
 		return err
 	}
+	metrics, err := httpSrv.newMetrics(ctx)
+	if err != nil {
+		return err
+	}
+	defer metrics.shutdown()
 	srv, err := impl.NewServer(st, impl.ServerConfig{
-		Node:       o.node,
-		Registry:   reg,
-		Behaviors:  behaviors,
-		MaxWorkers: o.workers,
-		Logger:     c.log,
+		Node:          o.node,
+		Registry:      reg,
+		Behaviors:     behaviors,
+		MaxWorkers:    o.workers,
+		Logger:        c.log,
+		MeterProvider: metrics.meterProvider(),
 	})
 	if err != nil {
 		return err

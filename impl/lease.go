@@ -169,7 +169,7 @@ func (s *Server) takeOver(ctx context.Context) {
 			}
 			return
 		}
-		s.tel.tookOver(ctx, tasks)
+		s.tel.tookOver(tasks)
 		if tasks > 0 {
 			s.log.Info("stint: took over the tasks of expired leases", "leases", leases, "tasks", tasks)
 		}

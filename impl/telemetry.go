@@ -38,8 +38,9 @@ type telemetry struct {
 
 	submitted, renewals metric.Int64Counter
 	// takeovers counts the tasks of expired leases this node made due
-	// again.
-	takeovers    metric.Int64Counter
+	// again, observed as stint.takeovers: observed, it is exported (as
+	// zero) before the first takeover.
+	takeovers    atomic.Int64
 	claimSize    metric.Int64Histogram
 	claimLatency metric.Float64Histogram
 
@@ -189,8 +190,6 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	// and a failed instrument is a working no-op.
 	t.submitted, _ = m.Int64Counter("stint.tasks.submitted", metric.WithDescription("Tasks submitted, by behavior."))
 	t.renewals, _ = m.Int64Counter("stint.lease.renewals", metric.WithDescription("Leases renewed by this node."))
-	t.takeovers, _ = m.Int64Counter("stint.takeovers",
-		metric.WithDescription("Tasks of expired leases (of nodes that died or stalled) this node made due again."))
 	t.claimSize, _ = m.Int64Histogram("stint.claim.size", metric.WithDescription("Tasks per claim statement."),
 		metric.WithExplicitBucketBoundaries(0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
 	t.claimLatency, _ = m.Float64Histogram("stint.claim.duration", metric.WithUnit("s"), metric.WithDescription("Duration of claim statements."),
@@ -200,7 +199,10 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 		metric.WithDescription("Runs this node ended with their end recorded, by behavior and outcome (success, failure)."))
 	retries, _ := m.Int64ObservableCounter("stint.task.retries",
 		metric.WithDescription("Failed runs of this node whose task runs again, by behavior."))
+	takeovers, _ := m.Int64ObservableCounter("stint.takeovers",
+		metric.WithDescription("Tasks of expired leases (of nodes that died or stalled) this node made due again."))
 	_, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(takeovers, t.takeovers.Load())
 		t.perBehavior.Range(func(_, v any) bool {
 			bt := v.(*behaviorTelemetry)
 			o.ObserveInt64(starts, bt.ends.starts.Load(), bt.observe)
@@ -210,7 +212,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 			return true
 		})
 		return nil
-	}, starts, finishes, retries)
+	}, starts, finishes, retries, takeovers)
 	return t
 }
 
@@ -312,6 +314,6 @@ func (t *telemetry) claimDone(ctx context.Context, claimed []store.Claimed, took
 }
 
 // tookOver counts the tasks of expired leases a takeover made due again.
-func (t *telemetry) tookOver(ctx context.Context, tasks int) {
-	t.takeovers.Add(ctx, int64(tasks))
+func (t *telemetry) tookOver(tasks int) {
+	t.takeovers.Add(int64(tasks))
 }
