@@ -460,10 +460,12 @@
     const feed = h('ul', { class: 'feed', id: 'activity' });
     const nodesBox = h('div');
     const groupsBox = h('div', { class: 'panel-body' });
+    const historyBox = h('div', { class: 'panel-body', id: 'history' });
     const el = h('div', {},
       h('div', { class: 'page-head' }, h('h1', {}, 'Overview')),
       cards,
       panel('Queues', 'tasks by behavior and state; counts link to the tasks', queues),
+      panel('Last hour', 'per behavior, per minute, as the database keeps it', historyBox),
       h('div', { class: 'grid2' },
         panel('Activity', 'state changes as they happen', feed),
         h('div', {},
@@ -560,8 +562,18 @@
       }
     }
 
+    // The history gains a point a minute: read it twice as often.
+    async function loadHistory() {
+      try {
+        window.stintCharts.render(historyBox, await api('GET', '/history'));
+      } catch (e) {
+        fill(historyBox, h('p', { class: 'error-text' }, e.message));
+      }
+    }
+
     const feedSoon = throttle(renderFeed, 250);
     const nodesTimer = setInterval(loadNodes, 5000);
+    const historyTimer = setInterval(loadHistory, 30000);
     // The queue lag grows while nothing happens: count it on.
     const lagTimer = setInterval(() => {
       const el = document.getElementById('m-lag');
@@ -570,13 +582,14 @@
     renderStats();
     renderFeed();
     loadNodes();
+    loadHistory();
     return {
       name: 'overview', el,
       onStats: renderStats,
       onEvent: feedSoon,
       onRecent: feedSoon,
-      refresh: loadNodes,
-      dispose: () => { clearInterval(nodesTimer); clearInterval(lagTimer); },
+      refresh: () => { loadNodes(); loadHistory(); },
+      dispose: () => { clearInterval(nodesTimer); clearInterval(lagTimer); clearInterval(historyTimer); },
     };
   }
 
