@@ -259,7 +259,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	if s.schedules, err = s.registeredSchedules(); err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
-	observeServer(cfg.MeterProvider, cfg.Node, ids, s.Running, st.Stats)
+	observeServer(cfg.MeterProvider, cfg.Node, ids, s.Running, st.MetricStats)
 	return s, nil
 }
 

@@ -308,6 +308,12 @@ type Store interface {
 	// QueueLag returns how long the longest-waiting due task (not running,
 	// not held) has been due; zero when none is.
 	QueueLag(ctx context.Context) (time.Duration, error)
+	// MetricStats is Stats for the metrics, cheaper on a large backlog:
+	// the counts per behavior and status, and the backlog counted from the
+	// claim hints without checking each against its task (a hint made
+	// stale by a later change counts until a claim drops it). Running is
+	// empty.
+	MetricStats(ctx context.Context) (Stats, error)
 	// RecordHistory adds r's run ends to the history's current bucket (of
 	// api.HistoryBucket, by the database clock). With r.Sample set, and
 	// when no node has sampled the bucket yet, it then samples the due

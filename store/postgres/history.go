@@ -64,7 +64,7 @@ func (s *Store) RecordHistory(ctx context.Context, r store.HistoryRecord) (bool,
 		if err != nil {
 			return fmt.Errorf("claim the sample: %w", err)
 		}
-		due, err := readDue(ctx, tx, now)
+		due, err := readDue(ctx, tx, now, false)
 		if err != nil {
 			return err
 		}

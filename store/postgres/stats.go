@@ -48,21 +48,14 @@ func readStats(ctx context.Context, db *pgxpool.Pool) (store.Stats, error) {
 		if err := tx.QueryRow(ctx, statsClock).Scan(&st.Now); err != nil {
 			return fmt.Errorf("read the clock: %w", err)
 		}
-		rows, err := tx.Query(ctx, `SELECT behavior, status, count(*) FROM stint_task GROUP BY behavior, status ORDER BY behavior, status`)
-		if err != nil {
-			return fmt.Errorf("count tasks: %w", err)
-		}
-		var c store.StatusCount
-		if _, err := pgx.ForEachRow(rows, []any{&c.Behavior, &c.Status, &c.Count}, func() error {
-			st.Counts = append(st.Counts, c)
-			return nil
-		}); err != nil {
-			return fmt.Errorf("count tasks: %w", err)
-		}
-		if st.Due, err = readDue(ctx, tx, st.Now); err != nil {
+		var err error
+		if st.Counts, err = readCounts(ctx, tx); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `
+		if st.Due, err = readDue(ctx, tx, st.Now, true); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
 			SELECT l.node, count(*), count(*) FILTER (WHERE l.expires_at <= $1) FROM stint_lease l
 			JOIN stint_task t ON t.id = ANY(l.task_ids) AND t.lease = l.lease AND t.status = 'running'
 			GROUP BY 1 ORDER BY 1`, st.Now)
@@ -81,15 +74,65 @@ func readStats(ctx context.Context, db *pgxpool.Pool) (store.Stats, error) {
 	return st, err
 }
 
+// MetricStats reads the statistics the metrics report, in one read-only
+// transaction: the tasks per behavior and status (a scan of the task
+// table, as for Stats), and the backlog per behavior from the claim hints alone
+// (see readDue). Running is left empty.
+func (s *Store) MetricStats(ctx context.Context) (store.Stats, error) {
+	var st store.Stats
+	err := s.reading(ctx, func(db *pgxpool.Pool, _ bool) error {
+		return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			st = store.Stats{}
+			if err := tx.QueryRow(ctx, statsClock).Scan(&st.Now); err != nil {
+				return fmt.Errorf("read the clock: %w", err)
+			}
+			var err error
+			if st.Counts, err = readCounts(ctx, tx); err != nil {
+				return err
+			}
+			st.Due, err = readDue(ctx, tx, st.Now, false)
+			return err
+		})
+	})
+	if err != nil {
+		return store.Stats{}, fmt.Errorf("read metric stats: %w", err)
+	}
+	return st, nil
+}
+
+// readCounts counts the tasks per behavior and status: a scan of the whole
+// task table, whose cost grows with it.
+func readCounts(ctx context.Context, tx pgx.Tx) ([]store.StatusCount, error) {
+	rows, err := tx.Query(ctx, `SELECT behavior, status, count(*) FROM stint_task GROUP BY behavior, status ORDER BY behavior, status`)
+	if err != nil {
+		return nil, fmt.Errorf("count tasks: %w", err)
+	}
+	var counts []store.StatusCount
+	var c store.StatusCount
+	if _, err := pgx.ForEachRow(rows, []any{&c.Behavior, &c.Status, &c.Count}, func() error {
+		counts = append(counts, c)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count tasks: %w", err)
+	}
+	return counts, nil
+}
+
 // readDue counts the tasks due by now and waiting for a worker, per
 // behavior, with the age of the longest-waiting of each: the claim hints
-// due by now whose task still matches them and whose group is not held.
-// It walks the due hints, so its cost grows with the backlog, not with the
-// task table.
-func readDue(ctx context.Context, tx pgx.Tx, now time.Time) ([]store.DueCount, error) {
+// due by now whose group is not held. It walks the due hints, so its cost
+// grows with the backlog, not with the task table. Exact, it counts only
+// the hints whose task still matches them; that join took seconds for a
+// backlog of a million, so the metrics and the history's samples count
+// the hints alone, where a hint made stale by a later change counts until
+// a claim drops it (as for QueueLag).
+func readDue(ctx context.Context, tx pgx.Tx, now time.Time, exact bool) ([]store.DueCount, error) {
+	count, join := "count(*)", ""
+	if exact {
+		count, join = "count(DISTINCT d.id)", "JOIN stint_task t ON "+hintMatches("t", "d")
+	}
 	rows, err := tx.Query(ctx, `
-		SELECT d.behavior, count(DISTINCT d.id), min(d.due) FROM stint_due d
-		JOIN stint_task t ON `+hintMatches("t", "d")+`
+		SELECT d.behavior, `+count+`, min(d.due) FROM stint_due d `+join+`
 		WHERE d.due <= $1
 		  AND (d.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = d.group_key))
 		GROUP BY d.behavior ORDER BY d.behavior`, now)
