@@ -21,6 +21,23 @@ func historyBucket(t string) string {
 	return fmt.Sprintf("date_bin('%d seconds', %s, timestamptz 'epoch')", int(api.HistoryBucket/time.Second), t)
 }
 
+// The statements that read and trim the history walk the primary keys,
+// which lead with the bucket, from the window's start or up to the
+// retention's, after historySettingsSQL in their transaction: without
+// statistics (a table never analyzed) the planner would read the whole
+// table and sort it.
+const (
+	historySettingsSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+		set_config('enable_sort', 'off', true)`
+	historyReadSQL = `SELECT behavior, bucket, succeeded, failed, retried, due, lag_us FROM stint_history
+		WHERE bucket >= $1 ORDER BY bucket, behavior`
+	historyTrimSQL       = `DELETE FROM stint_history WHERE bucket < now() - $1::interval`
+	historySampleTrimSQL = `DELETE FROM stint_history_sample WHERE bucket < now() - $1::interval`
+)
+
+// historyRetention is api.HistoryRetention as an interval.
+var historyRetention = fmt.Sprintf("%d seconds", int(api.HistoryRetention/time.Second))
+
 // RecordHistory adds a node's run ends to the current bucket and samples
 // the backlog once per bucket; see store.Store. The counts are one
 // statement on their own: every node adds to the same rows, and a
@@ -94,11 +111,13 @@ func (s *Store) RecordHistory(ctx context.Context, r store.HistoryRecord) (bool,
 			names, counts, lags); err != nil {
 			return fmt.Errorf("record the sample: %w", err)
 		}
-		retention := fmt.Sprintf("%d seconds", int(api.HistoryRetention/time.Second))
-		if _, err := tx.Exec(ctx, `DELETE FROM stint_history WHERE bucket < now() - $1::interval`, retention); err != nil {
+		if _, err := tx.Exec(ctx, historySettingsSQL); err != nil {
 			return fmt.Errorf("trim history: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM stint_history_sample WHERE bucket < now() - $1::interval`, retention); err != nil {
+		if _, err := tx.Exec(ctx, historyTrimSQL, historyRetention); err != nil {
+			return fmt.Errorf("trim history: %w", err)
+		}
+		if _, err := tx.Exec(ctx, historySampleTrimSQL, historyRetention); err != nil {
 			return fmt.Errorf("trim history samples: %w", err)
 		}
 		sampled = true
@@ -120,32 +139,37 @@ func (s *Store) History(ctx context.Context, window time.Duration) (api.History,
 	}
 	h := api.History{Bucket: api.HistoryBucket, Points: []api.HistoryPoint{}}
 	err := s.reading(ctx, func(db *pgxpool.Pool, _ bool) error {
-		h.Points = h.Points[:0]
-		span := fmt.Sprintf("%d microseconds", window.Microseconds())
-		if err := db.QueryRow(ctx, `SELECT now(), `+historyBucket("now() - $1::interval"), span).Scan(&h.Now, &h.From); err != nil {
-			return err
-		}
-		rows, err := db.Query(ctx, `
-			SELECT behavior, bucket, succeeded, failed, retried, due, lag_us FROM stint_history
-			WHERE bucket >= $1 ORDER BY behavior, bucket`, h.From)
-		if err != nil {
-			return err
-		}
-		var p api.HistoryPoint
-		var due, lag *int64
-		_, err = pgx.ForEachRow(rows, []any{&p.Behavior, &p.At, &p.Succeeded, &p.Failed, &p.Retried, &due, &lag}, func() error {
-			p.Sampled, p.Due, p.QueueLag = due != nil, 0, 0
-			if due != nil {
-				p.Due = *due
+		return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			h.Points = h.Points[:0]
+			if _, err := tx.Exec(ctx, historySettingsSQL); err != nil {
+				return err
 			}
-			if lag != nil {
-				p.QueueLag = time.Duration(*lag) * time.Microsecond
+			span := fmt.Sprintf("%d microseconds", window.Microseconds())
+			if err := tx.QueryRow(ctx, `SELECT now(), `+historyBucket("now() - $1::interval"), span).Scan(&h.Now, &h.From); err != nil {
+				return err
 			}
-			h.Points = append(h.Points, p)
-			return nil
+			rows, err := tx.Query(ctx, historyReadSQL, h.From)
+			if err != nil {
+				return err
+			}
+			var p api.HistoryPoint
+			var due, lag *int64
+			_, err = pgx.ForEachRow(rows, []any{&p.Behavior, &p.At, &p.Succeeded, &p.Failed, &p.Retried, &due, &lag}, func() error {
+				p.Sampled, p.Due, p.QueueLag = due != nil, 0, 0
+				if due != nil {
+					p.Due = *due
+				}
+				if lag != nil {
+					p.QueueLag = time.Duration(*lag) * time.Microsecond
+				}
+				h.Points = append(h.Points, p)
+				return nil
+			})
+			return err
 		})
-		return err
 	})
+	// Read in the primary key's order; the history is by behavior.
+	slices.SortStableFunc(h.Points, func(a, b api.HistoryPoint) int { return cmp.Compare(a.Behavior, b.Behavior) })
 	if err != nil {
 		return api.History{}, fmt.Errorf("read history: %w", err)
 	}
