@@ -230,6 +230,9 @@ func (s *httpServer) start(client *impl.Client, reg *spi.Registry) error {
 	if s.devToken != "" {
 		fmt.Fprintf(s.c.stdout, "dashboard: %s/#token=%s\n", url, s.devToken)
 		fmt.Fprintf(s.c.stdout, "api: curl -H 'Authorization: Bearer %s' %s/api/v1/stats\n", s.devToken, url)
+		if s.metrics != nil {
+			fmt.Fprintf(s.c.stdout, "metrics: curl -H 'Authorization: Bearer %s' %s/metrics\n", s.devToken, url)
+		}
 	} else {
 		fmt.Fprintf(s.c.stdout, "dashboard: %s/\n", url)
 	}
