@@ -72,7 +72,7 @@ task again.`
 				return &exitError{code: exitFailure, err: errors.New(strings.TrimSuffix(err.Error(), ": "+api.ErrConflict.Error()))}
 			case err != nil:
 				// The store's error names the action and the task.
-				return schemaHint(err)
+				return c.schemaHint(err)
 			}
 			fmt.Fprintf(c.stdout, "task %s %s\n", id, a.done)
 			return nil

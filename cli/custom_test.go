@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -203,4 +206,59 @@ type clash struct{ greet }
 
 func (clash) Kind() api.Kind[greetParams, greetResult] {
 	return api.Kind[greetParams, greetResult]{ID: "demo.echo"}
+}
+
+// TestProgramNamesItself runs this test binary as a program of one's own
+// calling cli.Main, under the name acme (a link to it): its help, its
+// commands' examples, its usage errors and its error messages name acme,
+// and no command line in them names stint.
+func TestProgramNamesItself(t *testing.T) {
+	t.Parallel()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	acme := filepath.Join(t.TempDir(), "acme")
+	require.NoError(t, os.Symlink(self, acme))
+	run := func(args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, acme, args...)
+		cmd.Env = append(os.Environ(), "STINT_CLI_TEST_MAIN=1", "STINT_DATABASE_URL=")
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if err != nil {
+			require.ErrorAs(t, err, &exit, "stderr: %s", errOut.String())
+			code = exit.ExitCode()
+		}
+		return out.String(), errOut.String(), code
+	}
+	stintCommandLine := regexp.MustCompile(`(^|[\s'"])stint (dev|server|migrate|submit|tasks|nodes|schedules|stats|ingest|batches|replications)\b`)
+
+	out, _, code := run("--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "acme runs durable tasks on PostgreSQL")
+	require.Contains(t, out, "Start with 'acme dev'")
+	require.Contains(t, out, "acme [command]")
+	require.NotRegexp(t, stintCommandLine, out)
+	for _, sub := range [][]string{{"submit"}, {"tasks", "ls"}, {"server"}, {"schedules", "add"}, {"ingest", "submit"}} {
+		out, _, code := run(append(sub, "--help")...)
+		require.Equal(t, 0, code, "%v", sub)
+		require.Contains(t, out, "acme "+strings.Join(sub, " ")+" ", "%v", sub)
+		require.NotRegexp(t, stintCommandLine, out, "%v", sub)
+	}
+
+	_, errOut, code := run("bogus")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `acme: error: unknown command "bogus" for "acme"`)
+	require.Contains(t, errOut, "Run 'acme --help' for usage.")
+	_, errOut, code = run("tasks", "show", "x", "--limit", "3")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "acme: error: unknown flag: --limit")
+	require.Contains(t, errOut, "Run 'acme tasks show --help' for usage.")
+	_, errOut, code = run("tasks", "show", "some-task")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "acme: error: no database: pass --db")
+	require.NotContains(t, errOut, "stint:")
 }

@@ -103,18 +103,18 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	}
 	defer func() {
 		if cluster.Reused() {
-			c.log.Info("stint dev: leaving the PostgreSQL server running, as it was running before", "port", cluster.Port())
+			c.log.Info(c.name+" dev: leaving the PostgreSQL server running, as it was running before", "port", cluster.Port())
 			return
 		}
-		c.log.Info("stint dev: stopping PostgreSQL")
+		c.log.Info(c.name+" dev: stopping PostgreSQL")
 		if serr := cluster.Stop(); serr != nil {
 			err = errors.Join(err, fmt.Errorf("stop PostgreSQL: %w", serr))
 			return
 		}
-		c.log.Info("stint dev: PostgreSQL stopped")
+		c.log.Info(c.name+" dev: PostgreSQL stopped")
 	}()
 	if err := os.WriteFile(filepath.Join(dir, devPortFile), []byte(strconv.Itoa(cluster.Port())+"\n"), 0o644); err != nil {
-		c.log.Warn("stint dev: cannot remember the port for the next run", "err", err)
+		c.log.Warn(c.name+" dev: cannot remember the port for the next run", "err", err)
 	}
 
 	if err := ensureDatabase(ctx, cluster.DSN("postgres"), devDatabase); err != nil {
@@ -182,7 +182,7 @@ func (c *cli) devDirs(data string) (dir, pgdata string, err error) {
 		return "", "", fmt.Errorf("place the PostgreSQL data directory: %w", err)
 	}
 	if moved {
-		fmt.Fprintf(c.stdout, "stint dev: PostgreSQL runs as an unprivileged user that cannot enter %s, so its data is in %s\n", dir, pgdata)
+		fmt.Fprintf(c.stdout, "%s dev: PostgreSQL runs as an unprivileged user that cannot enter %s, so its data is in %s\n", c.name, dir, pgdata)
 	}
 	return dir, pgdata, nil
 }
@@ -190,11 +190,16 @@ func (c *cli) devDirs(data string) (dir, pgdata string, err error) {
 // printDevReady says where things are and what to try. The try-it lines
 // are the README's quickstart, word for word.
 func (c *cli) printDevReady(cluster *pgcluster.Cluster, dsn, node string) {
-	fmt.Fprintf(c.stdout, "stint dev: PostgreSQL data in %s (server log: %s)\n", cluster.DataDir(), cluster.LogFile())
+	fmt.Fprintf(c.stdout, "%s dev: PostgreSQL data in %s (server log: %s)\n", c.name, cluster.DataDir(), cluster.LogFile())
 	fmt.Fprintf(c.stdout, "url: %s\n", dsn)
 	fmt.Fprintf(c.stdout, "ready: node %s runs %s; press Ctrl-C to stop. In another terminal, try:\n", node, c.knownBehaviors())
 	fmt.Fprintf(c.stdout, "  URL='%s'\n", dsn)
-	fmt.Fprintf(c.stdout, "  go run ./cmd/stint submit demo.echo --params '{\"text\":\"hi\"}' --wait --db \"$URL\"\n")
+	// stint's own command is the README's: run from the repository.
+	command := c.name
+	if command == "stint" {
+		command = "go run ./cmd/stint"
+	}
+	fmt.Fprintf(c.stdout, "  %s submit demo.echo --params '{\"text\":\"hi\"}' --wait --db \"$URL\"\n", command)
 }
 
 // startCluster starts or reuses the PostgreSQL server in pgdata. With port
@@ -207,11 +212,11 @@ func (c *cli) startCluster(ctx context.Context, dir, pgdata string, port int) (*
 		previous = readPort(filepath.Join(dir, devPortFile))
 		opts.Port = previous
 	}
-	c.log.Info("stint dev: starting PostgreSQL", "data", opts.DataDir, "port", opts.Port)
+	c.log.Info(c.name+" dev: starting PostgreSQL", "data", opts.DataDir, "port", opts.Port)
 	cluster, err := pgcluster.Start(ctx, opts)
 	if err != nil && previous != 0 && ctx.Err() == nil {
 		firstLine, _, _ := strings.Cut(err.Error(), "\n")
-		c.log.Warn("stint dev: cannot use the previous port; trying a free one", "port", previous, "err", firstLine)
+		c.log.Warn(c.name+" dev: cannot use the previous port; trying a free one", "port", previous, "err", firstLine)
 		opts.Port = 0
 		cluster, err = pgcluster.Start(ctx, opts)
 	}
@@ -219,7 +224,7 @@ func (c *cli) startCluster(ctx context.Context, dir, pgdata string, port int) (*
 		return nil, fmt.Errorf("start PostgreSQL: %w", err)
 	}
 	if cluster.Reused() {
-		c.log.Info("stint dev: reusing the PostgreSQL server already running", "port", cluster.Port())
+		c.log.Info(c.name+" dev: reusing the PostgreSQL server already running", "port", cluster.Port())
 	}
 	return cluster, nil
 }
@@ -269,17 +274,17 @@ func (c *cli) demoRoundTrip(ctx context.Context, tasks api.Tasks) {
 	f, err := api.Submit(ctx, tasks, demo.Echo, demo.EchoParams{Text: "hello from stint dev"})
 	if err != nil {
 		if ctx.Err() == nil {
-			c.log.Error("stint dev: submit the demo task", "err", err)
+			c.log.Error(c.name+" dev: submit the demo task", "err", err)
 		}
 		return
 	}
-	c.log.Info("stint dev: submitted a demo task", "behavior", demo.Echo.ID, "id", f.ID())
+	c.log.Info(c.name+" dev: submitted a demo task", "behavior", demo.Echo.ID, "id", f.ID())
 	res, err := f.Await(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			c.log.Error("stint dev: the demo task failed", "id", f.ID(), "err", err)
+			c.log.Error(c.name+" dev: the demo task failed", "id", f.ID(), "err", err)
 		}
 		return
 	}
-	c.log.Info("stint dev: the demo task finished: round trip done", "id", f.ID(), "result", res.Text, "attempt", res.Attempt)
+	c.log.Info(c.name+" dev: the demo task finished: round trip done", "id", f.ID(), "result", res.Text, "attempt", res.Attempt)
 }

@@ -137,7 +137,7 @@ func (s *httpServer) readTokenFile(path string) error {
 		return usageErrorf("--token-file: %w", err)
 	}
 	if info.Mode().Perm()&0o077 != 0 {
-		s.c.log.Warn("stint http: the token file is readable by others; chmod 600 it", "file", path, "mode", info.Mode().Perm().String())
+		s.c.log.Warn(s.c.name+" http: the token file is readable by others; chmod 600 it", "file", path, "mode", info.Mode().Perm().String())
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -175,7 +175,7 @@ func (s *httpServer) newMetrics(ctx context.Context) (*httpMetrics, error) {
 	if s == nil {
 		return nil, nil
 	}
-	m, err := newHTTPMetrics(ctx)
+	m, err := newHTTPMetrics(ctx, s.c.name)
 	if err != nil {
 		return nil, fmt.Errorf("start HTTP: %w", err)
 	}
@@ -210,7 +210,7 @@ func (s *httpServer) start(client *impl.Client, reg *spi.Registry) error {
 	}
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil && s.fallback {
-		log.Warn("stint http: the default address is taken; using a free port", "addr", s.addr, "err", err)
+		log.Warn(s.c.name+" http: the default address is taken; using a free port", "addr", s.addr, "err", err)
 		host, _, _ := net.SplitHostPort(s.addr)
 		ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
 	}
@@ -223,9 +223,9 @@ func (s *httpServer) start(client *impl.Client, reg *spi.Registry) error {
 
 	url := "http://" + displayAddr(ln.Addr())
 	if s.noAuth {
-		log.Warn("stint http: serving WITHOUT AUTH (--insecure-no-auth): everyone who can reach the address is admin", "url", url)
+		log.Warn(s.c.name+" http: serving WITHOUT AUTH (--insecure-no-auth): everyone who can reach the address is admin", "url", url)
 	} else {
-		log.Info("stint http: serving the API and dashboard", "url", url, "tokens", s.tokens.Len())
+		log.Info(s.c.name+" http: serving the API and dashboard", "url", url, "tokens", s.tokens.Len())
 	}
 	if s.devToken != "" {
 		fmt.Fprintf(s.c.stdout, "dashboard: %s/#token=%s\n", url, s.devToken)
@@ -261,11 +261,11 @@ func (s *httpServer) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), httpStopTimeout)
 	defer cancel()
 	if err := s.srv.Shutdown(ctx); err != nil {
-		s.c.log.Warn("stint http: stop", "err", err)
+		s.c.log.Warn(s.c.name+" http: stop", "err", err)
 		_ = s.srv.Close()
 	}
 	if err := <-s.done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		s.c.log.Warn("stint http: server ended", "err", err)
+		s.c.log.Warn(s.c.name+" http: server ended", "err", err)
 	}
-	s.c.log.Info("stint http: stopped")
+	s.c.log.Info(s.c.name+" http: stopped")
 }

@@ -37,7 +37,7 @@ func (c *cli) openIngestAdmin(ctx context.Context, db *dbFlag) (*ingest.Admin, *
 }
 
 // ingestError words an admin error for the command line.
-func ingestError(verb string, id string, err error) error {
+func (c *cli) ingestError(verb string, id string, err error) error {
 	if errors.Is(err, api.ErrNotFound) {
 		return fmt.Errorf("%s %s: not found", verb, id)
 	}
@@ -53,7 +53,7 @@ func ingestError(verb string, id string, err error) error {
 		}
 		return &exitError{code: exitFailure, err: errors.New(msg)}
 	}
-	return fmt.Errorf("%s %s: %w", verb, id, schemaHint(err))
+	return fmt.Errorf("%s %s: %w", verb, id, c.schemaHint(err))
 }
 
 // newIngestCmd returns `stint ingest` and its subcommands.
@@ -146,7 +146,7 @@ func (c *cli) newIngestActionCmds() []*cobra.Command {
 			defer closeAdmin()
 			more, err := a.do(ctx, admin, args[0])
 			if err != nil {
-				return ingestError(a.use, args[0], err)
+				return c.ingestError(a.use, args[0], err)
 			}
 			fmt.Fprintf(c.stdout, "%s %s%s\n", args[0], a.done, more)
 			return nil
@@ -179,7 +179,7 @@ func (c *cli) newIngestQueueCmds() []*cobra.Command {
 				err = admin.ResumeQueue(ctx)
 			}
 			if err != nil {
-				return fmt.Errorf("%s the ingest queue: %w", use, schemaHint(err))
+				return fmt.Errorf("%s the ingest queue: %w", use, c.schemaHint(err))
 			}
 			fmt.Fprintf(c.stdout, "ingest queue %s\n", done)
 			return nil
@@ -276,7 +276,7 @@ func (c *cli) runIngestSubmit(cmd *cobra.Command, o *ingestSubmitOptions) error 
 	defer closeClient()
 	f, err := ingest.SubmitBatch(ctx, client, p)
 	if err != nil {
-		return schemaHint(err)
+		return c.schemaHint(err)
 	}
 	if o.json {
 		if err := writeJSONLine(c.stdout, f.Submission()); err != nil {
@@ -330,7 +330,7 @@ func (c *cli) printFailedJobs(ctx context.Context, tasks api.Tasks, id api.TaskI
 		}
 		fmt.Fprintf(c.stdout, "  job %s: %s\n", j.ID, msg)
 	}
-	fmt.Fprintf(c.stdout, "see every job: stint batches show %s\n", id)
+	fmt.Fprintf(c.stdout, "see every job: %s batches show %s\n", c.name, id)
 }
 
 // ingestFlags are the flags of ingest submit by the batch params' fields.
@@ -403,7 +403,7 @@ func (c *cli) newBatchesLsCmd() *cobra.Command {
 		defer closeAdmin()
 		batches, next, err := admin.Batches(ctx, profile, api.TaskID(after), limit)
 		if err != nil {
-			return schemaHint(err)
+			return c.schemaHint(err)
 		}
 		if asJSON {
 			return writeJSON(c.stdout, struct {
@@ -464,7 +464,7 @@ func (c *cli) newBatchesShowCmd() *cobra.Command {
 		defer closeAdmin()
 		b, err := admin.Batch(ctx, id)
 		if err != nil {
-			return ingestError("show batch", args[0], err)
+			return c.ingestError("show batch", args[0], err)
 		}
 		if asJSON {
 			return writeJSON(c.stdout, b)

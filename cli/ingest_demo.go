@@ -102,25 +102,25 @@ func (d *ingestDemo) run(ctx context.Context, c *cli, tasks api.Tasks) {
 		}
 	}()
 	if d.err != nil {
-		c.log.Error("stint dev: no demo batch", "err", d.err)
+		c.log.Error(c.name+" dev: no demo batch", "err", d.err)
 		return
 	}
 	f, err := ingest.SubmitBatch(ctx, tasks, ingest.BatchParams{Submitter: "stint dev", Profile: demoProfile,
 		Title: "stint dev demo", Manifest: d.manifest})
 	if err != nil {
 		if ctx.Err() == nil {
-			c.log.Error("stint dev: submit the demo batch", "err", err)
+			c.log.Error(c.name+" dev: submit the demo batch", "err", err)
 		}
 		return
 	}
-	c.log.Info("stint dev: submitted a demo ingest batch", "behavior", ingest.BatchBehavior, "id", f.ID(), "objects", 3)
+	c.log.Info(c.name+" dev: submitted a demo ingest batch", "behavior", ingest.BatchBehavior, "id", f.ID(), "objects", 3)
 	res, err := f.Await(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			c.log.Error("stint dev: the demo batch failed", "id", f.ID(), "err", err)
+			c.log.Error(c.name+" dev: the demo batch failed", "id", f.ID(), "err", err)
 		}
 		return
 	}
-	c.log.Info("stint dev: the demo batch completed: see 'stint batches show "+string(f.ID())+"'",
+	c.log.Info(c.name+" dev: the demo batch completed: see '"+c.name+" batches show "+string(f.ID())+"'",
 		"id", f.ID(), "status", res.Status, "succeeded", len(res.Report.Succeeded), "failed", len(res.Report.Failed))
 }

@@ -37,6 +37,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -70,7 +72,9 @@ const (
 
 // Main runs the stint command line on os.Args with the behaviors of reg in
 // addition to stint's built-in ones, and exits with its code: 0 on success,
-// 1 on failure, 2 for bad input. A program that defines its own behaviors
+// 1 on failure, 2 for bad input. Help, usage and error messages name the
+// program as it was run (the last element of os.Args[0], without .exe),
+// so a program of one's own names itself. A program that defines its own behaviors
 // calls it from its main to get every stint command (server, dev, submit,
 // tasks, the HTTP API and dashboard, ...) for them. reg may be nil; a
 // behavior with a built-in's id is an error. SIGINT and SIGTERM stop the
@@ -83,12 +87,13 @@ func Main(reg *spi.Registry) {
 		<-ctx.Done()
 		stop()
 	}()
-	shutdownTelemetry, err := setupTelemetry(ctx, os.Stderr)
+	name := programName(os.Args[0])
+	shutdownTelemetry, err := setupTelemetry(ctx, name, os.Stderr)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "stint: error:", err)
+		fmt.Fprintf(os.Stderr, "%s: error: %v\n", name, err)
 		os.Exit(exitFailure)
 	}
-	code := Run(ctx, os.Args[1:], reg, os.Stdin, os.Stdout, os.Stderr)
+	code := RunAs(ctx, name, os.Args[1:], reg, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = shutdownTelemetry(flushCtx)
@@ -100,18 +105,38 @@ func Main(reg *spi.Registry) {
 // and the behaviors of reg in addition to the built-in ones, reading stdin
 // and writing to stdout and stderr, until it is done or ctx ends. It
 // returns the exit code: 0 on success, 1 on failure, 2 for bad input. It
-// sets up no signal handling or telemetry: Main does.
+// sets up no signal handling or telemetry: Main does. Its help and
+// messages name the program stint; RunAs names it otherwise.
 func Run(ctx context.Context, args []string, reg *spi.Registry, stdin io.Reader, stdout, stderr io.Writer) int {
-	c, err := newCLI(stdout, stderr, reg)
+	return RunAs(ctx, "stint", args, reg, stdin, stdout, stderr)
+}
+
+// RunAs is Run for the program called name, which its help, usage and
+// error messages name ("name: error: ...", "Run 'name submit --help'").
+func RunAs(ctx context.Context, name string, args []string, reg *spi.Registry, stdin io.Reader, stdout, stderr io.Writer) int {
+	if name == "" {
+		name = "stint"
+	}
+	c, err := newCLI(name, stdout, stderr, reg)
 	if err != nil {
-		fmt.Fprintf(stderr, "stint: error: %v\n", err)
+		fmt.Fprintf(stderr, "%s: error: %v\n", name, err)
 		return exitFailure
 	}
 	defer c.builtins.close()
 	root := c.newRootCmd()
 	root.SetIn(stdin)
 	root.SetArgs(args)
-	return execute(ctx, root, stderr)
+	return execute(ctx, name, root, stderr)
+}
+
+// programName returns the name of the program run as arg0: its last path
+// element, without the .exe of Windows.
+func programName(arg0 string) string {
+	name := strings.TrimSuffix(filepath.Base(arg0), ".exe")
+	if name == "" || name == "." || name == string(filepath.Separator) {
+		return "stint"
+	}
+	return name
 }
 
 // exitError is an error together with the exit code it ends the process
@@ -174,9 +199,9 @@ func exitCode(err error) int {
 	return exitUsage
 }
 
-// execute runs root with ctx, prints any error to stderr and returns the
-// process exit code.
-func execute(ctx context.Context, root *cobra.Command, stderr io.Writer) int {
+// execute runs root, the command tree of the program name, with ctx,
+// prints any error to stderr and returns the process exit code.
+func execute(ctx context.Context, name string, root *cobra.Command, stderr io.Writer) int {
 	cmd, err := root.ExecuteContextC(ctx)
 	code := exitCode(err)
 	if err == nil {
@@ -186,7 +211,7 @@ func execute(ctx context.Context, root *cobra.Command, stderr io.Writer) int {
 	if errors.As(err, &ee) && ee.err == nil {
 		return code
 	}
-	fmt.Fprintf(stderr, "stint: error: %v\n", err)
+	fmt.Fprintf(stderr, "%s: error: %v\n", name, err)
 	if code == exitUsage && cmd != nil && !errors.Is(err, api.ErrInvalid) {
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
@@ -196,6 +221,8 @@ func execute(ctx context.Context, root *cobra.Command, stderr io.Writer) int {
 // cli holds what every command shares: the outputs, the logger and the
 // behaviors.
 type cli struct {
+	// name is the program's name, which help and messages use.
+	name           string
 	stdout, stderr io.Writer
 	level          *slog.LevelVar
 	log            *slog.Logger
@@ -211,10 +238,11 @@ type cli struct {
 	postgresBinDir func(context.Context) (string, error)
 }
 
-// newCLI returns the shared state of one run of the command line, with
-// the program's behaviors (nil for none) besides the built-in ones.
-func newCLI(stdout, stderr io.Writer, behaviors *spi.Registry) (*cli, error) {
-	c := &cli{stdout: stdout, stderr: stderr, level: new(slog.LevelVar), behaviors: behaviors,
+// newCLI returns the shared state of one run of the command line of the
+// program name, with the program's behaviors (nil for none) besides the
+// built-in ones.
+func newCLI(name string, stdout, stderr io.Writer, behaviors *spi.Registry) (*cli, error) {
+	c := &cli{name: name, stdout: stdout, stderr: stderr, level: new(slog.LevelVar), behaviors: behaviors,
 		postgresBinDir: pgcluster.EnsureBinDir}
 	c.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.level}))
 	c.builtins = &builtins{log: c.log}
@@ -273,7 +301,33 @@ Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
 		c.newReplicationsCmd(),
 	)
 	classifyErrors(root)
+	nameProgram(root, c.name)
 	return root
+}
+
+// commandLine matches the program's name where help text shows a command
+// line: "stint" before one of its commands or at the start of a line.
+var commandLine = regexp.MustCompile(`(^|[\s'"` + "`" + `(])stint( (?:dev|server|migrate|submit|tasks|nodes|schedules|stats|ingest|batches|replications)\b|\s|$)`)
+
+// nameProgram renames the program in the help of root and its
+// descendants, written for stint, to name: the command path, and every
+// command line of the help text. The framework keeps its name where the
+// text is about it ("the stint database").
+func nameProgram(root *cobra.Command, name string) {
+	if name == "stint" {
+		return
+	}
+	root.Use = name
+	var walk func(*cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		for _, s := range []*string{&cmd.Short, &cmd.Long, &cmd.Example} {
+			*s = commandLine.ReplaceAllString(*s, "${1}"+name+"${2}")
+		}
+		for _, sub := range cmd.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }
 
 // classifyErrors wraps the RunE of cmd and its descendants so that every
@@ -401,10 +455,10 @@ func (c *cli) openClient(ctx context.Context, db *dbFlag) (client *impl.Client, 
 }
 
 // schemaHint adds advice to an error caused by a missing stint table.
-func schemaHint(err error) error {
+func (c *cli) schemaHint(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		return fmt.Errorf("%w (is the schema migrated? run 'stint migrate up --db URL')", err)
+		return fmt.Errorf("%w (is the schema migrated? run '%s migrate up --db URL')", err, c.name)
 	}
 	return err
 }

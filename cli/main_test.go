@@ -23,8 +23,13 @@ import (
 
 // TestMain gives the ingest behaviors of the servers the tests start a
 // directory of this test binary's own, removed at the end, instead of the
-// default one shared by every process on the machine.
+// default one shared by every process on the machine. Run with
+// STINT_CLI_TEST_MAIN=1, the test binary is a program calling Main, under
+// whatever name it was run as (see TestProgramNamesItself).
 func TestMain(m *testing.M) {
+	if os.Getenv("STINT_CLI_TEST_MAIN") == "1" {
+		Main(nil)
+	}
 	dir, err := os.MkdirTemp("", "stint-cmd-test-ingest-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -76,7 +81,7 @@ func runCLI(ctx context.Context, args ...string) result {
 // runCLIWith is runCLI with the run's state changed by mod first.
 func runCLIWith(ctx context.Context, mod func(*cli), args ...string) result {
 	var stdout, stderr syncBuffer
-	c, err := newCLI(&stdout, &stderr, nil)
+	c, err := newCLI("stint", &stdout, &stderr, nil)
 	if err != nil {
 		return result{stderr: err.Error(), code: exitFailure}
 	}
@@ -85,7 +90,7 @@ func runCLIWith(ctx context.Context, mod func(*cli), args ...string) result {
 	root := c.newRootCmd()
 	root.SetIn(strings.NewReader(""))
 	root.SetArgs(args)
-	code := execute(ctx, root, &stderr)
+	code := execute(ctx, "stint", root, &stderr)
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }
 
@@ -156,7 +161,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 func TestRegistryHoldsBuiltInBehaviors(t *testing.T) {
 	t.Parallel()
-	c, err := newCLI(io.Discard, io.Discard, nil)
+	c, err := newCLI("stint", io.Discard, io.Discard, nil)
 	require.NoError(t, err)
 	for _, id := range []api.BehaviorID{"demo.echo", "ingest.batch", "replication", "cleanup"} {
 		_, ok := c.reg.Lookup(id)

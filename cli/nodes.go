@@ -56,7 +56,7 @@ older than its heartbeat interval (5s by default) has probably died.`,
 		defer st.Close()
 		nodes, err := st.Nodes(ctx)
 		if err != nil {
-			return fmt.Errorf("list nodes: %w", schemaHint(err))
+			return fmt.Errorf("list nodes: %w", c.schemaHint(err))
 		}
 		var now time.Time
 		if err := st.Pool().QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {

@@ -33,8 +33,8 @@ import (
 // variables (headers, protocol settings, OTEL_SERVICE_NAME) themselves.
 // The returned function flushes and shuts the SDK down. A server that
 // serves HTTP has a meter provider of its own, which also feeds /metrics
-// (see newHTTPMetrics).
-func setupTelemetry(ctx context.Context, stderr io.Writer) (shutdown func(context.Context) error, err error) {
+// (see newHTTPMetrics). name is the resource's service name.
+func setupTelemetry(ctx context.Context, name string, stderr io.Writer) (shutdown func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
 	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
 		return noop, nil
@@ -44,7 +44,7 @@ func setupTelemetry(ctx context.Context, stderr io.Writer) (shutdown func(contex
 	if !traces && !metrics {
 		return noop, nil
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName("stint")))
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(name)))
 	if err != nil {
 		return noop, fmt.Errorf("telemetry resource: %w", err)
 	}
@@ -68,7 +68,7 @@ func setupTelemetry(ctx context.Context, stderr io.Writer) (shutdown func(contex
 		shutdowns = append(shutdowns, mp.Shutdown)
 	}
 	otel.SetTextMapPropagator(propagation.TraceContext{})
-	fmt.Fprintln(stderr, "stint: OpenTelemetry export on (OTLP/gRPC)")
+	fmt.Fprintf(stderr, "%s: OpenTelemetry export on (OTLP/gRPC)\n", name)
 	return func(ctx context.Context) error {
 		var errs []error
 		for _, s := range shutdowns {
@@ -110,8 +110,8 @@ func (m *httpMetrics) shutdown() {
 // it), and, when the environment asks for OTLP metrics as setupTelemetry
 // reads it, a periodic OTLP reader exports the same instruments. It
 // returns nil when OTEL_SDK_DISABLED is "true": then nothing is served at
-// /metrics.
-func newHTTPMetrics(ctx context.Context) (*httpMetrics, error) {
+// /metrics. name is the resource's service name.
+func newHTTPMetrics(ctx context.Context, name string) (*httpMetrics, error) {
 	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
 		return nil, nil
 	}
@@ -123,7 +123,7 @@ func newHTTPMetrics(ctx context.Context) (*httpMetrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Prometheus exporter: %w", err)
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName("stint")))
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(name)))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry resource: %w", err)
 	}

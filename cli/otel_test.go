@@ -23,7 +23,7 @@ func TestTelemetryIsOffUnlessTheEnvironmentAsks(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", tc.endpoint)
 		t.Setenv("OTEL_SDK_DISABLED", tc.disabled)
 		var stderr bytes.Buffer
-		shutdown, err := setupTelemetry(ctx, &stderr)
+		shutdown, err := setupTelemetry(ctx, "stint", &stderr)
 		require.NoError(t, err)
 		require.Equal(t, tc.on, stderr.Len() > 0, "endpoint %q disabled %q: %s", tc.endpoint, tc.disabled, stderr.String())
 		sctx, scancel := context.WithTimeout(ctx, time.Second)

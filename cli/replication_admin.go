@@ -58,7 +58,7 @@ otherwise it runs once until caught up.`,
 		defer closeAll()
 		id, err := replication.Define(ctx, st.Pool(), client, replication.Definition{Name: args[0], Continuous: continuous, Params: p})
 		if err != nil {
-			return schemaHint(err)
+			return c.schemaHint(err)
 		}
 		fmt.Fprintf(c.stdout, "replication %s defined: task %s\n", args[0], id)
 		return nil
@@ -88,7 +88,7 @@ halts at its next write. The target keeps the rows copied so far.`,
 			return fmt.Errorf("replication definition %q not found", args[0])
 		}
 		if err != nil {
-			return schemaHint(err)
+			return c.schemaHint(err)
 		}
 		fmt.Fprintf(c.stdout, "replication %s undefined\n", args[0])
 		return nil

@@ -84,11 +84,11 @@ count (reset after a healthy run), the node and the tables.`,
 		if definitionsUnreadable(err) {
 			// No definitions table, or a role that may not read it
 			// (stint_client): tasks only.
-			fmt.Fprintf(c.stderr, "stint: persistent definitions not shown: %v\n", err)
+			fmt.Fprintf(c.stderr, "%s: persistent definitions not shown: %v\n", c.name, err)
 			list, err = replication.List(ctx, client, nil)
 		}
 		if err != nil {
-			return schemaHint(err)
+			return c.schemaHint(err)
 		}
 		var out []replication.Info
 		for _, info := range list {
@@ -148,14 +148,14 @@ func (c *cli) newReplicationsShowCmd() *cobra.Command {
 		pool := st.Pool()
 		info, def, err := replication.Lookup(ctx, client, pool, args[0])
 		if definitionsUnreadable(err) {
-			fmt.Fprintf(c.stderr, "stint: persistent definitions not shown: %v\n", err)
+			fmt.Fprintf(c.stderr, "%s: persistent definitions not shown: %v\n", c.name, err)
 			info, def, err = replication.Lookup(ctx, client, nil, args[0])
 		}
 		if errors.Is(err, api.ErrNotFound) {
 			return fmt.Errorf("replication %q not found (neither a task id nor a definition name)", args[0])
 		}
 		if err != nil {
-			return schemaHint(err)
+			return c.schemaHint(err)
 		}
 		if asJSON {
 			return writeJSON(c.stdout, struct {

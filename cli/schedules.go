@@ -43,7 +43,7 @@ func (c *cli) newSchedulesLsCmd() *cobra.Command {
 		defer closeClient()
 		list, err := client.Schedules(cmd.Context())
 		if err != nil {
-			return fmt.Errorf("list schedules: %w", schemaHint(err))
+			return fmt.Errorf("list schedules: %w", c.schemaHint(err))
 		}
 		if asJSON {
 			if list == nil {
@@ -113,7 +113,7 @@ func (c *cli) newSchedulesAddCmd() *cobra.Command {
 			if errors.Is(err, api.ErrInvalid) {
 				return usageErrorf("%w", err)
 			}
-			return fmt.Errorf("add schedule: %w", schemaHint(err))
+			return fmt.Errorf("add schedule: %w", c.schemaHint(err))
 		}
 		fmt.Fprintf(c.stdout, "schedule %s added\n", sc.Name)
 		return nil
@@ -142,7 +142,7 @@ func (c *cli) newSchedulesRmCmd() *cobra.Command {
 			case errors.Is(err, api.ErrNotFound):
 				return fmt.Errorf("schedule %s: no such schedule", args[0])
 			}
-			return fmt.Errorf("remove schedule: %w", schemaHint(err))
+			return fmt.Errorf("remove schedule: %w", c.schemaHint(err))
 		}
 		fmt.Fprintf(c.stdout, "schedule %s removed\n", args[0])
 		return nil

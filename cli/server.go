@@ -94,7 +94,7 @@ func (c *cli) runServer(ctx context.Context, o *serverOptions) error {
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
-	c.log.Info("stint server: running; send SIGINT or SIGTERM to stop", "node", srv.Node())
+	c.log.Info(c.name+" server: running; send SIGINT or SIGTERM to stop", "node", srv.Node())
 	if err := httpSrv.start(srv.Client, reg); err != nil {
 		return errors.Join(err, c.stopServer(srv, serverStopTimeout))
 	}

@@ -34,7 +34,7 @@ func (c *cli) newStatsCmd() *cobra.Command {
 		defer st.Close()
 		stats, err := st.Stats(ctx)
 		if err != nil {
-			return fmt.Errorf("read statistics: %w", schemaHint(err))
+			return fmt.Errorf("read statistics: %w", c.schemaHint(err))
 		}
 		if asJSON {
 			return writeJSON(c.stdout, stats)

@@ -117,7 +117,7 @@ func (c *cli) runSubmit(cmd *cobra.Command, o *submitOptions, behavior string) e
 
 	sub, err := client.Submit(ctx, req)
 	if err != nil {
-		return schemaHint(err)
+		return c.schemaHint(err)
 	}
 	if o.json {
 		if err := writeJSONLine(c.stdout, sub); err != nil {
@@ -149,7 +149,7 @@ func (c *cli) waitAndPrint(ctx context.Context, tasks api.Tasks, id api.TaskID, 
 	task, err := c.awaitWithProgress(waitCtx, tasks, id)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return fmt.Errorf("gave up waiting for task %s after %s; it is still there: see 'stint tasks show %s'", id, o.timeout, id)
+			return fmt.Errorf("gave up waiting for task %s after %s; it is still there: see '%s tasks show %s'", id, o.timeout, c.name, id)
 		}
 		if errors.Is(err, api.ErrNotFound) {
 			return fmt.Errorf("task %s was removed while waiting for it", id)

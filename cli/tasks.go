@@ -100,7 +100,7 @@ func (c *cli) runTasksLs(cmd *cobra.Command, o *tasksLsOptions) error {
 		Limit:    o.limit,
 	})
 	if err != nil {
-		return fmt.Errorf("list tasks: %w", schemaHint(err))
+		return fmt.Errorf("list tasks: %w", c.schemaHint(err))
 	}
 	c.reg.RedactTasks(page.Tasks) // no password is ever printed
 	if o.json {
@@ -155,7 +155,7 @@ func (c *cli) newTasksShowCmd() *cobra.Command {
 			return fmt.Errorf("task %s not found", id)
 		}
 		if err != nil {
-			return fmt.Errorf("get task %s: %w", id, schemaHint(err))
+			return fmt.Errorf("get task %s: %w", id, c.schemaHint(err))
 		}
 		c.reg.RedactTask(&t) // no password is ever printed
 		if asJSON {

@@ -208,7 +208,7 @@ func TestTasksWaitAndStats(t *testing.T) {
 
 func TestRetryingTaskIsShownApartFromAFailure(t *testing.T) {
 	t.Parallel()
-	c, err := newCLI(io.Discard, io.Discard, nil)
+	c, err := newCLI("stint", io.Discard, io.Discard, nil)
 	require.NoError(t, err)
 	next := time.Date(2030, 1, 2, 3, 4, 5, 0, time.Local)
 	retrying := api.Task{ID: "task-r", Behavior: "demo.echo", Status: api.StatusFailure, Attempt: 2, Errors: 2,
