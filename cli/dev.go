@@ -106,12 +106,12 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 			c.log.Info(c.name+" dev: leaving the PostgreSQL server running, as it was running before", "port", cluster.Port())
 			return
 		}
-		c.log.Info(c.name+" dev: stopping PostgreSQL")
+		c.log.Info(c.name + " dev: stopping PostgreSQL")
 		if serr := cluster.Stop(); serr != nil {
 			err = errors.Join(err, fmt.Errorf("stop PostgreSQL: %w", serr))
 			return
 		}
-		c.log.Info(c.name+" dev: PostgreSQL stopped")
+		c.log.Info(c.name + " dev: PostgreSQL stopped")
 	}()
 	if err := os.WriteFile(filepath.Join(dir, devPortFile), []byte(strconv.Itoa(cluster.Port())+"\n"), 0o644); err != nil {
 		c.log.Warn(c.name+" dev: cannot remember the port for the next run", "err", err)

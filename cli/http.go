@@ -267,5 +267,5 @@ func (s *httpServer) stop() {
 	if err := <-s.done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		s.c.log.Warn(s.c.name+" http: server ended", "err", err)
 	}
-	s.c.log.Info(s.c.name+" http: stopped")
+	s.c.log.Info(s.c.name + " http: stopped")
 }
