@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 		runChildNode()
 		return
 	}
-	pgtest.Main(m)
+	pgtest.MainWithExamples(m)
 }
 
 // runChildNode runs a server node in this process until it is killed, for

@@ -87,6 +87,47 @@ func Main(m *testing.M) {
 	os.Exit(Run(m))
 }
 
+// EnvExampleDatabaseURL names the environment variable that
+// MainWithExamples sets for a package's Example functions: the one many
+// programs read their database from.
+const EnvExampleDatabaseURL = "DATABASE_URL"
+
+// MainWithExamples is Main for a package with Example functions, which
+// have no testing.T to call New with: before the tests run, it creates a
+// database like New's, dropped at the end, and sets DATABASE_URL to its
+// DSN, where the examples read it as a program reads its environment.
+// The package's examples share that database.
+func MainWithExamples(m *testing.M) {
+	mainCalled.Store(true)
+	if os.Getenv(EnvDatabaseURL) == "" {
+		_ = ensureServer()
+	}
+	setupOnce.Do(setup)
+	if setupErr != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: no database for the examples: %v\n", setupErr)
+		os.Exit(1)
+	}
+	name := fmt.Sprintf("%s_examples", prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	err := createDatabase(ctx, name)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv(EnvExampleDatabaseURL, dsnFor(name))
+	code := Run(m)
+	if shared {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		if err := dropDatabase(ctx, name); err != nil && code == 0 {
+			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+			code = 1
+		}
+		cancel()
+	}
+	os.Exit(code)
+}
+
 // Run is Main without the exit: it returns the exit code, for a TestMain that has more to clean up.
 // Before the tests run, it installs the PostgreSQL server binaries if they are missing and it can.
 func Run(m *testing.M) int {
