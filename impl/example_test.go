@@ -34,7 +34,7 @@ var Greet = api.Kind[GreetParams, Greeting]{ID: "example.greet"}
 // greeter is example.greet: it greets by name.
 type greeter struct{}
 
-func (greeter) Kind() api.Kind[GreetParams, Greeting]         { return Greet }
+func (greeter) Kind() api.Kind[GreetParams, Greeting]        { return Greet }
 func (greeter) TaskID(ids spi.IDs, p GreetParams) api.TaskID { return ids.Deterministic(p.Name) }
 func (greeter) Run(_ context.Context, _ spi.RunContext, p GreetParams) (Greeting, error) {
 	return Greeting{Text: "hello, " + p.Name}, nil
