@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Setenv(envIngestDir, dir)
-	code := pgtest.Run(m)
+	code := pgtest.RunWithExamples(m)
 	if err := os.RemoveAll(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		code = 1

@@ -98,6 +98,12 @@ const EnvExampleDatabaseURL = "DATABASE_URL"
 // DSN, where the examples read it as a program reads its environment.
 // The package's examples share that database.
 func MainWithExamples(m *testing.M) {
+	os.Exit(RunWithExamples(m))
+}
+
+// RunWithExamples is MainWithExamples without the exit: it returns the
+// exit code, for a TestMain that has more to clean up.
+func RunWithExamples(m *testing.M) int {
 	mainCalled.Store(true)
 	if os.Getenv(EnvDatabaseURL) == "" {
 		_ = ensureServer()
@@ -105,7 +111,7 @@ func MainWithExamples(m *testing.M) {
 	setupOnce.Do(setup)
 	if setupErr != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: no database for the examples: %v\n", setupErr)
-		os.Exit(1)
+		return 1
 	}
 	name := fmt.Sprintf("%s_examples", prefix)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -113,7 +119,7 @@ func MainWithExamples(m *testing.M) {
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
 	os.Setenv(EnvExampleDatabaseURL, dsnFor(name))
 	code := Run(m)
@@ -125,7 +131,7 @@ func MainWithExamples(m *testing.M) {
 		}
 		cancel()
 	}
-	os.Exit(code)
+	return code
 }
 
 // Run is Main without the exit: it returns the exit code, for a TestMain that has more to clean up.
