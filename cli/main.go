@@ -11,7 +11,7 @@
 //
 //	func main() {
 //		reg := spi.NewRegistry()
-//		spi.MustRegister(reg, greet{})
+//		spi.MustRegister[GreetParams, GreetResult](reg, greet{})
 //		cli.Main(reg)
 //	}
 //
