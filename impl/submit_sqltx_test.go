@@ -169,16 +169,11 @@ func TestSubmitSQLTxRefusesBadInput(t *testing.T) {
 	tx, err := db.BeginTx(e.ctx, nil)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
-	for _, req := range []api.SubmitRequest{
-		{Behavior: "no.such.behavior", Params: json.RawMessage(`{}`)},
-		{Behavior: workKind.ID, Params: json.RawMessage(`{"key":`)},
-		{Behavior: workKind.ID, Params: json.RawMessage(`{"key":"x"}`), ID: "x"},
-		{Behavior: workKind.ID, Params: json.RawMessage(`{"key":"neg"}`), Delay: -time.Second},
-	} {
+	for _, req := range badSubmits {
 		_, err := c.SubmitSQLTx(e.ctx, tx, req)
 		require.ErrorIs(t, err, api.ErrInvalid, "%+v", req)
 	}
-	_, err = c.SubmitManySQLTx(e.ctx, tx, []api.SubmitRequest{workReq(workKind, WorkParams{Key: "good"}), {Behavior: workKind.ID, Params: json.RawMessage(`[]`)}})
+	_, err = c.SubmitManySQLTx(e.ctx, tx, badSubmitMany)
 	require.ErrorIs(t, err, api.ErrInvalid)
 	sub, err := c.SubmitSQLTx(e.ctx, tx, workReq(workKind, WorkParams{Key: "after"}))
 	require.NoError(t, err, "the transaction is still usable")

@@ -85,6 +85,19 @@ func TestSubmitTxRolledBackLeavesNothing(t *testing.T) {
 	require.Equal(t, "marker", n.Payload, "the rolled-back submits notified nobody")
 }
 
+// badSubmits are requests a submit refuses before writing anything: an
+// unknown behavior, malformed params, an id the behavior does not derive,
+// a negative delay.
+var badSubmits = []api.SubmitRequest{
+	{Behavior: "no.such.behavior", Params: json.RawMessage(`{}`)},
+	{Behavior: workKind.ID, Params: json.RawMessage(`{"key":`)},
+	{Behavior: workKind.ID, Params: json.RawMessage(`{"key":"x"}`), ID: "x"},
+	{Behavior: workKind.ID, Params: json.RawMessage(`{"key":"neg"}`), Delay: -time.Second},
+}
+
+// badSubmitMany is a SubmitMany refused as a whole for one bad request.
+var badSubmitMany = []api.SubmitRequest{workReq(workKind, WorkParams{Key: "good"}), {Behavior: workKind.ID, Params: json.RawMessage(`[]`)}}
+
 // TestSubmitTxRefusesWhatSubmitRefuses checks bad input: each is refused
 // before anything is written, and the caller's transaction stays usable.
 func TestSubmitTxRefusesWhatSubmitRefuses(t *testing.T) {
@@ -99,16 +112,11 @@ func TestSubmitTxRefusesWhatSubmitRefuses(t *testing.T) {
 	tx, err := e.pool.Begin(e.ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(e.ctx) }()
-	for _, req := range []api.SubmitRequest{
-		{Behavior: "no.such.behavior", Params: json.RawMessage(`{}`)},
-		{Behavior: workKind.ID, Params: json.RawMessage(`{"key":`)},
-		{Behavior: workKind.ID, Params: json.RawMessage(`{"key":"x"}`), ID: "x"},
-		{Behavior: workKind.ID, Params: json.RawMessage(`{"key":"neg"}`), Delay: -time.Second},
-	} {
+	for _, req := range badSubmits {
 		_, err := c.SubmitTx(e.ctx, tx, req)
 		require.ErrorIs(t, err, api.ErrInvalid, "%+v", req)
 	}
-	_, err = c.SubmitManyTx(e.ctx, tx, []api.SubmitRequest{workReq(workKind, WorkParams{Key: "good"}), {Behavior: workKind.ID, Params: json.RawMessage(`[]`)}})
+	_, err = c.SubmitManyTx(e.ctx, tx, badSubmitMany)
 	require.ErrorIs(t, err, api.ErrInvalid)
 	sub, err := c.SubmitTx(e.ctx, tx, workReq(workKind, WorkParams{Key: "after"}))
 	require.NoError(t, err, "the transaction is still usable")

@@ -103,19 +103,16 @@ var errCallersTx = errors.New("the database/sql transaction is its owner's to co
 
 // Commit releases the savepoint.
 func (t *connTx) Commit(ctx context.Context) error {
-	if t.depth == 0 {
-		return errCallersTx
-	}
-	if t.closed {
-		return pgx.ErrTxClosed
-	}
-	t.closed = true
-	_, err := t.conn.Exec(ctx, "RELEASE SAVEPOINT "+t.savepoint())
-	return err
+	return t.end(ctx, "RELEASE SAVEPOINT "+t.savepoint())
 }
 
 // Rollback rolls back to the savepoint and releases it.
 func (t *connTx) Rollback(ctx context.Context) error {
+	return t.end(ctx, "ROLLBACK TO SAVEPOINT "+t.savepoint()+"; RELEASE SAVEPOINT "+t.savepoint())
+}
+
+// end ends t's savepoint with the statements sql.
+func (t *connTx) end(ctx context.Context, sql string) error {
 	if t.depth == 0 {
 		return errCallersTx
 	}
@@ -123,7 +120,7 @@ func (t *connTx) Rollback(ctx context.Context) error {
 		return pgx.ErrTxClosed
 	}
 	t.closed = true
-	_, err := t.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+t.savepoint()+"; RELEASE SAVEPOINT "+t.savepoint())
+	_, err := t.conn.Exec(ctx, sql)
 	return err
 }
 
