@@ -27,6 +27,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -104,6 +105,9 @@ func MainWithExamples(m *testing.M) {
 // RunWithExamples is MainWithExamples without the exit: it returns the
 // exit code, for a TestMain that has more to clean up.
 func RunWithExamples(m *testing.M) int {
+	if !examplesMayRun() {
+		return Run(m)
+	}
 	mainCalled.Store(true)
 	if os.Getenv(EnvDatabaseURL) == "" {
 		_ = ensureServer()
@@ -132,6 +136,22 @@ func RunWithExamples(m *testing.M) int {
 		cancel()
 	}
 	return code
+}
+
+// examplesMayRun reports whether the test binary's flags let Example
+// functions run: not in a fuzzing worker, which runs the fuzz target
+// alone, nor with -test.run '^$', which runs no test, nor with -test.list.
+func examplesMayRun() bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	value := func(name string) string {
+		if f := flag.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	return value("test.fuzzworker") != "true" && value("test.run") != "^$" && value("test.list") == ""
 }
 
 // Run is Main without the exit: it returns the exit code, for a TestMain that has more to clean up.
