@@ -8,14 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/spi"
-	"github.com/stinthq/stint/store"
 )
 
 // sqlDB opens the test's database through database/sql and pgx's stdlib
@@ -94,25 +92,12 @@ func TestSubmitManySQLTxMixedAndCombined(t *testing.T) {
 		return subs
 	}
 
-	listener, err := pgx.Connect(e.ctx, e.dsn)
-	require.NoError(t, err)
-	defer listener.Close(context.Background())
-	_, err = listener.Exec(e.ctx, `LISTEN `+store.ChannelDue)
-	require.NoError(t, err)
+	listener := e.listenDue()
 	tx, err := db.BeginTx(e.ctx, nil)
 	require.NoError(t, err)
 	submitAll(tx)
 	require.NoError(t, tx.Rollback())
-	page, err := c.List(e.ctx, api.Filter{})
-	require.NoError(t, err)
-	require.Empty(t, page.Tasks)
-	// Notifications arrive in commit order: anything the rolled-back
-	// submits sent would come before this marker.
-	_, err = e.pool.Exec(e.ctx, `SELECT pg_notify($1, 'marker')`, store.ChannelDue)
-	require.NoError(t, err)
-	note, err := listener.WaitForNotification(e.ctx)
-	require.NoError(t, err)
-	require.Equal(t, "marker", note.Payload, "the rolled-back submits notified nobody")
+	e.requireRolledBack(c, listener)
 
 	tx, err = db.BeginTx(e.ctx, nil)
 	require.NoError(t, err)
@@ -120,7 +105,7 @@ func TestSubmitManySQLTxMixedAndCombined(t *testing.T) {
 	require.NoError(t, tx.Commit())
 	wait, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 	defer cancel()
-	note, err = listener.WaitForNotification(wait)
+	note, err := listener.WaitForNotification(wait)
 	require.NoError(t, err, "the commit notified the claimers")
 	require.Empty(t, note.Payload)
 	for _, sub := range subs {

@@ -59,11 +59,7 @@ func TestSubmitTxRolledBackLeavesNothing(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	c := e.client()
-	listener, err := pgx.Connect(e.ctx, e.dsn)
-	require.NoError(t, err)
-	defer listener.Close(context.Background())
-	_, err = listener.Exec(e.ctx, `LISTEN `+store.ChannelDue)
-	require.NoError(t, err)
+	listener := e.listenDue()
 
 	tx, err := e.pool.Begin(e.ctx)
 	require.NoError(t, err)
@@ -72,17 +68,34 @@ func TestSubmitTxRolledBackLeavesNothing(t *testing.T) {
 	_, err = c.SubmitManyTx(e.ctx, tx, []api.SubmitRequest{workReq(workKind, WorkParams{Key: "two"}), workReq(shareKind, WorkParams{Key: "three"})})
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(e.ctx))
-	page, err := c.List(e.ctx, api.Filter{})
-	require.NoError(t, err)
-	require.Empty(t, page.Tasks)
+	e.requireRolledBack(c, listener)
+}
 
+// listenDue returns a connection listening to the claimers' channel.
+func (e *env) listenDue() *pgx.Conn {
+	e.t.Helper()
+	listener, err := pgx.Connect(e.ctx, e.dsn)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { listener.Close(context.Background()) })
+	_, err = listener.Exec(e.ctx, `LISTEN `+store.ChannelDue)
+	require.NoError(e.t, err)
+	return listener
+}
+
+// requireRolledBack checks that the submits of a rolled-back transaction
+// left no task and sent listener, listening since before them, nothing.
+func (e *env) requireRolledBack(c *impl.Client, listener *pgx.Conn) {
+	e.t.Helper()
+	page, err := c.List(e.ctx, api.Filter{})
+	require.NoError(e.t, err)
+	require.Empty(e.t, page.Tasks)
 	// Notifications arrive in commit order: anything the rolled-back
 	// submits sent would come before this marker.
 	_, err = e.pool.Exec(e.ctx, `SELECT pg_notify($1, 'marker')`, store.ChannelDue)
-	require.NoError(t, err)
+	require.NoError(e.t, err)
 	n, err := listener.WaitForNotification(e.ctx)
-	require.NoError(t, err)
-	require.Equal(t, "marker", n.Payload, "the rolled-back submits notified nobody")
+	require.NoError(e.t, err)
+	require.Equal(e.t, "marker", n.Payload, "the rolled-back submits notified nobody")
 }
 
 // badSubmits are requests a submit refuses before writing anything: an
