@@ -317,7 +317,7 @@ const shownFailedJobs = 5
 func (c *cli) printFailedJobs(ctx context.Context, tasks api.Tasks, id api.TaskID) {
 	page, err := tasks.List(ctx, api.Filter{ParentID: id, Status: api.StatusFailure, Limit: shownFailedJobs + 1})
 	if err != nil {
-		c.log.Warn("stint: cannot list the failed jobs", "batch", id, "err", err)
+		c.log.Warn(c.name+": cannot list the failed jobs", "batch", id, "err", err)
 	}
 	for i, j := range page.Tasks {
 		if i == shownFailedJobs {

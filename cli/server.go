@@ -105,7 +105,7 @@ func (c *cli) runServer(ctx context.Context, o *serverOptions) error {
 
 // stopServer stops srv, giving its running tasks up to timeout to finish.
 func (c *cli) stopServer(srv *impl.Server, timeout time.Duration) error {
-	c.log.Info("stint: stopping: waiting for running tasks", "node", srv.Node(), "running", srv.Running(), "timeout", timeout)
+	c.log.Info(c.name+": stopping: waiting for running tasks", "node", srv.Node(), "running", srv.Running(), "timeout", timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := srv.Stop(ctx); err != nil {
