@@ -19,6 +19,7 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	batcher
 }
 
 // database is a querier that can also begin a transaction: the pool, or a
@@ -318,18 +319,16 @@ func readChanges(ctx context.Context, db *pgxpool.Pool, f store.ChangeFilter) ([
 	var out []api.Event
 	cursor := f.Since
 	for _, next := range ticks {
-		rows, err := db.Query(ctx, readChangesSQL,
-			cursor, next, string(f.TaskID), string(f.Behavior), string(f.ParentID), string(f.Status))
-		if err != nil {
-			return nil, cursor, fmt.Errorf("read changes: %w", err)
-		}
 		var e api.Event
 		var progress []byte
-		if _, err := pgx.ForEachRow(rows, []any{&e.Seq, &e.TaskID, &e.Behavior, &e.Status, &e.ParentID, &e.Final, &e.At, &progress}, func() error {
-			e.Progress = progress
-			out = append(out, e)
-			return nil
-		}); err != nil {
+		if _, err := indexed(ctx, db, func(rows pgx.Rows) error {
+			_, err := pgx.ForEachRow(rows, []any{&e.Seq, &e.TaskID, &e.Behavior, &e.Status, &e.ParentID, &e.Final, &e.At, &progress}, func() error {
+				e.Progress = progress
+				out = append(out, e)
+				return nil
+			})
+			return err
+		}, readChangesSQL, cursor, next, string(f.TaskID), string(f.Behavior), string(f.ParentID), string(f.Status)); err != nil {
 			return nil, cursor, fmt.Errorf("read changes: %w", err)
 		}
 		cursor = next
@@ -344,7 +343,11 @@ func readChanges(ctx context.Context, db *pgxpool.Pool, f store.ChangeFilter) ([
 // makes a tick, tickExistsSQL checks the reader's cursor, nextTicksSQL
 // lists the ticks after it, and readChangesSQL reads the changes between
 // the ticks $1 and $2 that match the filter $3 to $6 (task, behavior,
-// parent, status; empty for any).
+// parent, status; empty for any). The changes are found by the range of
+// transaction ids the two ticks bound (stint_change_xid), and ordered by
+// seq + 0: ordered by seq itself, the planner may walk the whole feed in
+// the primary key's order to spare a sort of the few changes between two
+// ticks.
 const (
 	feedTickSQL    = `INSERT INTO stint_feed_tick (snap) VALUES (pg_current_snapshot()) RETURNING tick`
 	tickExistsSQL  = `SELECT EXISTS (SELECT 1 FROM stint_feed_tick WHERE tick = $1)`
@@ -357,11 +360,13 @@ SELECT c.seq, u.task_id, u.behavior, u.status, coalesce(u.parent_id, ''), u.fina
 FROM stint_change c CROSS JOIN b LEFT JOIN a ON true,
      unnest(c.task_ids, c.behaviors, c.statuses, c.parent_ids, c.finals) WITH ORDINALITY
          AS u(task_id, behavior, status, parent_id, final, pos)
-WHERE c.xid < pg_snapshot_xmax(b.snap) AND pg_visible_in_snapshot(c.xid, b.snap)
+WHERE c.xid < (SELECT pg_snapshot_xmax(snap) FROM stint_feed_tick WHERE tick = $2)
+  AND c.xid >= coalesce((SELECT pg_snapshot_xmin(snap) FROM stint_feed_tick WHERE tick = $1), '0'::xid8)
+  AND pg_visible_in_snapshot(c.xid, b.snap)
   AND (a.snap IS NULL OR (c.xid >= pg_snapshot_xmin(a.snap) AND NOT pg_visible_in_snapshot(c.xid, a.snap)))
   AND ($3 = '' OR u.task_id = $3) AND ($4 = '' OR u.behavior = $4)
   AND ($5 = '' OR u.parent_id = $5) AND ($6 = '' OR u.status = $6)
-ORDER BY c.seq, u.pos`
+ORDER BY c.seq + 0, u.pos`
 )
 
 // FeedHead makes a tick and returns it: a reader starting there sees every

@@ -60,18 +60,12 @@ var claimHintsSQL = claimCTEs(`
 // is a HOT update. It records the running state in the change feed and
 // returns the claimed tasks.
 //
-// The tasks are found by primary key from the array of the hints' ids, and
-// each is matched to a hint by a lookup in a hash of the hints (the IN
-// under IS TRUE stays a hashed subplan, never a join), so that the plan is
-// one index probe per hint whatever the statistics say. The match stays in
-// the UPDATE's condition, so that a task changed by a concurrent statement
-// is checked again on its new version. A join with the hints was planned,
-// on tables empty or analyzed while empty, as a nested loop over a
-// sequential scan of stint_task (one scan of the table per hint: a second
-// per claim of 1,000 at 4,000 tasks), and with the array alone as a nested
-// loop that reads every hint again for each task (a million comparisons
-// per claim of 1,000). The tasks come out of the index in id order: they
-// are returned sorted back into pickup order.
+// Each hint's task is found by a probe of the primary key (see
+// hintMatches), whatever the statistics say: with t.id = h.id, a plan made
+// on tables empty or analyzed while empty joined the hints to a
+// sequential scan of stint_task, one scan of the table per hint (a second
+// per claim of 1,000 at 4,000 tasks). The claimed tasks are returned in
+// pickup order.
 func claimCTEs(hints string) string {
 	return `
 WITH cfg AS MATERIALIZED (
@@ -92,9 +86,8 @@ WITH cfg AS MATERIALIZED (
         resubmitted = t.resubmit,
         resubmit = false,
         updated_at = now()
-    FROM cfg
-    WHERE t.id = ANY(ARRAY(SELECT id FROM hint)) AND t.behavior = cfg.behavior AND t.status IN ` + waitingStatuses + `
-      AND ((t.id, t.schedule_not_before, t.priority) IN (SELECT id, due, priority FROM hint)) IS TRUE
+    FROM hint h, cfg
+    WHERE ` + hintMatches("t", "h") + ` AND t.behavior = cfg.behavior
     RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
         t.parent_id, t.group_key, t.trace, cfg.lease_us, t.resubmitted, t.schedule_not_before AS due
 ), leases AS (
@@ -180,14 +173,11 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 // finish, a submit) flushes all WAL before its own, so nothing durable can
 // depend on a claim that is lost.
 //
-// enable_seqscan off: the planner sees the tables' current size in pages
-// but the density of rows of their last analyze, and a generic plan is
-// made once per connection; a plan made while the queue was empty, or
-// after it was analyzed while empty, reads the claim hints and tasks by
-// sequential scans for as long as the connection lives, a cost that grows
-// with the tables. Every table the claim reads has an index condition the
-// statement gives it (the behavior, the hints' ctids, the tasks' ids), so
-// this setting leaves only those paths.
+// enable_seqscan off, as for every hot statement (see seqscanOffSQL): a
+// plan made on tables empty or analyzed while empty reads the claim hints
+// and tasks by sequential scans otherwise. The claim gives each table it
+// reads an index condition (the behavior, the hints' ctids, the tasks'
+// ids), so this setting leaves only those paths.
 //
 // enable_sort and enable_bitmapscan off leave the planner one way to find
 // a behavior's first hints in pickup order: walking the claim index, which

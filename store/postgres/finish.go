@@ -52,7 +52,7 @@ WITH c AS (
         resubmit_due = NULL,
         updated_at = now()
     FROM c
-    WHERE t.id = c.id AND t.lease = c.lease AND t.status = 'running'
+    WHERE t.id = ANY(ARRAY[c.id]) AND t.lease = c.lease AND t.status = 'running'
     RETURNING t.id, c.ord, t.behavior, t.status, t.parent_id, t.awaited, t.priority, t.schedule_not_before, t.group_key,
         t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AS final
 ), due AS (` + dueInsert("done") + `
@@ -84,7 +84,7 @@ WITH woken AS (
             THEN now() ELSE p.held_due END,
         waiting_children = p.waiting_children AND p.children_pending - e.n > 0
     FROM (SELECT parent, count(*) AS n FROM unnest($1::text[]) AS parent GROUP BY parent) e
-    WHERE p.id = e.parent
+    WHERE p.id = ANY(ARRAY[e.parent])
     RETURNING p.id, p.behavior, p.priority, p.schedule_not_before, p.group_key, p.status,
         p.status = 'scheduled' AND p.schedule_not_before = now() AS woke
 ), due AS (` + dueInsert("(SELECT * FROM woken WHERE woke) w") + `
@@ -177,12 +177,12 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 	// the transaction committed: a transaction that fails records none.
 	var lost []int64
 	err := run(ctx, func(tx pgx.Tx) error {
-		var q querier = s.pool
+		var q batcher = s.pool
 		if tx != nil {
 			q = tx
 		}
 		var parents []string
-		if err := q.QueryRow(ctx, finishSQL, lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits).Scan(&lost, &parents); err != nil {
+		if err := indexedRow(ctx, q, finishSQL, lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits).Scan(&lost, &parents); err != nil {
 			return err
 		}
 		for _, ord := range lost {
@@ -196,7 +196,7 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 		if tx == nil {
 			return fmt.Errorf("tasks with parents were finished outside a transaction: set Completion.HasParent")
 		}
-		_, err := tx.Exec(ctx, childrenEndedSQL, parents)
+		_, err := indexed(ctx, tx, nil, childrenEndedSQL, parents)
 		return err
 	})
 	if err != nil {
@@ -234,12 +234,12 @@ SELECT count(*) FROM u`
 // alone: inside a caller's transaction a write to it would hold up the
 // renewals of every run of the same claim until that transaction ends.
 func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.LeaseRef, progress json.RawMessage) error {
-	var q querier = s.pool
+	var q batcher = s.pool
 	if tx != nil {
 		q = tx
 	}
 	var n int
-	if err := q.QueryRow(ctx, checkpointSQL, string(r.ID), uuid(r.Lease), string(progress)).Scan(&n); err != nil {
+	if err := indexedRow(ctx, q, checkpointSQL, string(r.ID), uuid(r.Lease), string(progress)).Scan(&n); err != nil {
 		return fmt.Errorf("checkpoint task %s: %w", r.ID, err)
 	}
 	if n == 0 {
@@ -253,7 +253,7 @@ func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.LeaseRef, pro
 // written when it becomes due, from its row, so the new priority orders
 // its next claim.
 func (s *Store) SetPriority(ctx context.Context, r store.LeaseRef, priority int) error {
-	tag, err := s.pool.Exec(ctx, `
+	tag, err := indexed(ctx, s.pool, nil, `
 		UPDATE stint_task SET priority = $3, updated_at = now()
 		WHERE id = $1 AND lease = $2 AND status = 'running'`, string(r.ID), uuid(r.Lease), priority)
 	if err != nil {
@@ -273,7 +273,7 @@ func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {
 	for i, r := range refs {
 		ids[i], leases[i] = string(r.ID), uuid(r.Lease)
 	}
-	_, err := s.pool.Exec(ctx, unclaimSQL, ids, leases)
+	_, err := indexed(ctx, s.pool, nil, unclaimSQL, ids, leases)
 	if err != nil {
 		return fmt.Errorf("unclaim tasks: %w", err)
 	}
@@ -288,7 +288,7 @@ WITH u AS (
         executed_at = NULL, attempt = t.attempt - 1, resubmit = t.resubmit OR t.resubmitted, resubmit_due = NULL,
         updated_at = now()
     FROM unnest($1::text[], $2::uuid[]) AS r(id, lease)
-    WHERE t.id = r.id AND t.lease = r.lease AND t.status = 'running'
+    WHERE t.id = ANY(ARRAY[r.id]) AND t.lease = r.lease AND t.status = 'running'
     RETURNING t.id, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.status
 ), due AS (` + dueInsert("u") + `)
 ` + feedInsert("u", "'scheduled'::text", "false")

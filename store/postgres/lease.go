@@ -20,13 +20,12 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 	for i, r := range rs {
 		ids[i], leases[i], durs[i] = string(r.ID), uuid(r.Lease), r.Duration.Microseconds()
 	}
-	rows, err := s.pool.Query(ctx, renewSQL, ids, leases, durs)
-	if err != nil {
-		return nil, fmt.Errorf("renew leases: %w", err)
-	}
 	held := make(map[api.TaskID]bool, len(rs))
 	var id string
-	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { held[api.TaskID(id)] = true; return nil }); err != nil {
+	if _, err := indexed(ctx, s.pool, func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { held[api.TaskID(id)] = true; return nil })
+		return err
+	}, renewSQL, ids, leases, durs); err != nil {
 		return nil, fmt.Errorf("renew leases: %w", err)
 	}
 	return held, nil
@@ -34,18 +33,22 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 
 // renewSQL renews the lease rows $2 by the durations $3 (in microseconds;
 // the longest of a lease's runs) and returns those of the tasks $1 that
-// still run under their lease $2, renewed.
+// still run under their lease $2, renewed. The runs are grouped by lease
+// first, so that each lease row renewed brings its runs' ids along and no
+// join of the runs with the renewed leases is needed; each lease row and
+// task is found by its primary key (see hintMatches for the = ANY(ARRAY[])
+// form).
 const renewSQL = `
 WITH r AS (
-    SELECT lease, max(us) AS us FROM unnest($2::uuid[], $3::bigint[]) AS r(lease, us) GROUP BY lease
+    SELECT lease, max(us) AS us, array_agg(id) AS ids
+    FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS r(id, lease, us) GROUP BY lease
 ), renewed AS (
     UPDATE stint_lease l SET expires_at = now() + r.us * interval '1 microsecond'
-    FROM r WHERE l.lease = r.lease
-    RETURNING l.lease
+    FROM r WHERE l.lease = ANY(ARRAY[r.lease])
+    RETURNING l.lease, r.ids
 )
-SELECT t.id FROM stint_task t
-JOIN unnest($1::text[], $2::uuid[]) AS x(id, lease) ON t.id = x.id AND t.lease = x.lease
-WHERE t.status = 'running' AND x.lease IN (SELECT lease FROM renewed)`
+SELECT t.id FROM renewed l, unnest(l.ids) AS x(id), stint_task t
+WHERE t.id = ANY(ARRAY[x.id]) AND t.lease = l.lease AND t.status = 'running'`
 
 // ReleaseLeases deletes lease rows none of whose runs is left; see
 // store.Store.
@@ -54,7 +57,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
 	for i, l := range leases {
 		ls[i] = uuid(l)
 	}
-	if _, err := s.pool.Exec(ctx, releaseLeasesSQL, ls); err != nil {
+	if _, err := indexed(ctx, s.pool, nil, releaseLeasesSQL, ls); err != nil {
 		return fmt.Errorf("release leases: %w", err)
 	}
 	return nil
@@ -69,38 +72,42 @@ const releaseLeasesSQL = `DELETE FROM stint_lease WHERE lease = ANY($1)`
 // lock: it skips leases another takeover holds, and tasks whose row another
 // transaction locked (a stalled node inside its own transaction after
 // CheckpointTx); a lease with such a task is kept, so that a later takeover
-// finds that task once the lock is gone. A lost task is due at the time it
+// finds that task once the lock is gone (kept: the leases with a task it
+// could not lock, counted per lease rather than matched task by task). A
+// lost task is due at the time it
 // was due when claimed, so that it goes back to its place in the queue
 // rather than behind every task that became due while it ran. The lost run
 // counts as an attempt (the next claim increments it), as a lost Polaris
 // task does. A submit that came during the lost run asks for no run of its
 // own: the re-run covers it, and is reported as a resubmitted run. Tasks
-// are found by their ids in arrays, so that the plan is a primary-key probe
-// per task whatever the statistics say: a join let the planner read every
-// task to find, most often, none.
+// are found by their ids from the leases' arrays, each by a probe of the
+// primary key (see hintMatches for the = ANY(ARRAY[]) form), so that the
+// plan is a probe per task whatever the statistics say: a join let the
+// planner read every task to find, most often, none.
 var takeoverSQL = `
 WITH expired AS MATERIALIZED (
     SELECT lease, task_ids FROM stint_lease WHERE expires_at <= now()
     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
 ), owned AS MATERIALIZED (
-    SELECT t.id, t.lease FROM stint_task t
-    WHERE t.id = ANY(ARRAY(SELECT unnest(task_ids) FROM expired))
-      AND t.lease = ANY(ARRAY(SELECT lease FROM expired)) AND t.status = 'running'
+    SELECT t.id, t.lease FROM expired e, unnest(e.task_ids) AS x(id), stint_task t
+    WHERE t.id = ANY(ARRAY[x.id]) AND t.lease = e.lease AND t.status = 'running'
 ), free AS MATERIALIZED (
-    SELECT t.id, t.lease FROM stint_task t
-    WHERE t.id = ANY(ARRAY(SELECT id FROM owned))
-      AND t.lease = ANY(ARRAY(SELECT lease FROM owned)) AND t.status = 'running'
-    FOR UPDATE SKIP LOCKED
+    SELECT t.id, t.lease FROM owned o, stint_task t
+    WHERE t.id = ANY(ARRAY[o.id]) AND t.lease = o.lease AND t.status = 'running'
+    FOR UPDATE OF t SKIP LOCKED
+), kept AS MATERIALIZED (
+    SELECT o.lease FROM (SELECT lease, count(*) AS n FROM owned GROUP BY lease) o
+    LEFT JOIN (SELECT lease, count(*) AS n FROM free GROUP BY lease) f ON f.lease = o.lease
+    WHERE f.n IS DISTINCT FROM o.n
 ), dropped AS (
     DELETE FROM stint_lease l USING expired e
-    WHERE l.lease = e.lease AND NOT EXISTS (
-        SELECT 1 FROM owned o WHERE o.lease = e.lease AND NOT EXISTS (SELECT 1 FROM free f WHERE f.id = o.id AND f.lease = o.lease))
+    WHERE l.lease = ANY(ARRAY[e.lease]) AND NOT EXISTS (SELECT 1 FROM kept k WHERE k.lease = e.lease)
     RETURNING l.lease
 ), lost AS (
     UPDATE stint_task t SET status = 'scheduled', schedule_not_before = least(t.schedule_not_before, now()), lost_not_before = NULL,
         executed_at = NULL, resubmit = t.resubmit OR t.resubmitted, resubmit_due = NULL, updated_at = now()
     FROM free f
-    WHERE t.id = f.id AND t.lease = f.lease AND t.status = 'running'
+    WHERE t.id = ANY(ARRAY[f.id]) AND t.lease = f.lease AND t.status = 'running'
     RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
 ), due AS (` + dueInsert("lost") + `
 ), feed AS (` + feedInsert("lost", "'scheduled'::text", "false") + `
@@ -111,7 +118,7 @@ SELECT (SELECT count(*) FROM dropped), (SELECT count(*) FROM lost) FROM (SELECT 
 
 // Takeover makes the tasks of expired leases due again; see store.Store.
 func (s *Store) Takeover(ctx context.Context, limit int) (leases, tasks int, err error) {
-	if err := s.pool.QueryRow(ctx, takeoverSQL, limit).Scan(&leases, &tasks); err != nil {
+	if err := indexedRow(ctx, s.pool, takeoverSQL, limit).Scan(&leases, &tasks); err != nil {
 		return 0, 0, fmt.Errorf("take over expired leases: %w", err)
 	}
 	return leases, tasks, nil

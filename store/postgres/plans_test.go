@@ -20,11 +20,13 @@ import (
 
 // hotStatement is a statement of the hot path, with the arguments it is
 // explained with on the filled tables of planFill, and the settings
-// statement its transaction runs first (if any).
+// statement its transaction runs first: seqscanOffSQL unless given, none
+// with plain.
 type hotStatement struct {
 	name     string
 	sql      string
 	settings string
+	plain    bool
 	args     []any
 }
 
@@ -62,9 +64,12 @@ func hotStatements() []hotStatement {
 		hints[i] = pgtype.TID{BlockNumber: uint32(i / 100), OffsetNumber: uint16(i%100 + 1), Valid: true}
 	}
 	node, behaviors, leaseUS := "n", []string{"bench.noop"}, []int64{time.Minute.Microseconds()}
-	return []hotStatement{
+	stmts := []hotStatement{
 		{name: "submit", sql: submitSQL, args: append(submitted.args(), false, true)},
+		{name: "submit in a transaction", sql: submitSQL, settings: seqscanSaveOffSQL, args: append(submitted.args(), false, true)},
 		{name: "submit sharing", sql: shareSQL, args: append(submitted.args(), true)},
+		{name: "submit sharing: the tasks left as they were", sql: sharedSQL, args: []any{ids}},
+		{name: "submit combining: lock", sql: combineLockSQL, args: []any{"due-000001"}},
 		{name: "submit starting", sql: submitStartSQL, args: append(started.args(), false, true, started.startLeases, node)},
 		{name: "submit sharing starting", sql: shareStartSQL, args: append(started.args(), true, started.startLeases, node)},
 		{name: "claim", sql: claimSQL, settings: claimSettingsSQL, args: []any{node, behaviors, leaseUS, 1000, int64(0)}},
@@ -87,11 +92,17 @@ func hotStatements() []hotStatement {
 		{name: "release leases", sql: releaseLeasesSQL, args: []any{leases[:1]}},
 		{name: "await: read", sql: getTaskSQL, args: []any{"run-000001"}},
 		{name: "await: mark awaited", sql: markAwaitedSQL, args: []any{"due-000001"}},
-		{name: "subscription: tick", sql: feedTickSQL},
-		{name: "subscription: cursor", sql: tickExistsSQL, args: []any{int64(1)}},
-		{name: "subscription: ticks", sql: nextTicksSQL, args: []any{int64(1)}},
+		{name: "subscription: tick", sql: feedTickSQL, plain: true},
+		{name: "subscription: cursor", sql: tickExistsSQL, plain: true, args: []any{int64(1)}},
+		{name: "subscription: ticks", sql: nextTicksSQL, plain: true, args: []any{int64(1)}},
 		{name: "subscription: changes", sql: readChangesSQL, args: []any{int64(1), int64(2), "", "", "", ""}},
 	}
+	for i := range stmts {
+		if stmts[i].settings == "" && !stmts[i].plain {
+			stmts[i].settings = seqscanOffSQL
+		}
+	}
+	return stmts
 }
 
 // planFill fills the tables the hot statements read with 100,000 tasks:
@@ -139,9 +150,11 @@ var planTables = map[string][]string{
 	"stint_change": {"stint_change_xid"},
 }
 
-// planSmallCTEs are the CTEs of hot statements that hold a row per
-// behavior of the statement: a nested loop may read them for each row.
-var planSmallCTEs = []string{"cfg"}
+// planSmallCTEs are the CTEs of hot statements that a nested loop may read
+// again for each row: they hold a row per behavior of the statement (cfg),
+// one row (wake, woke, notified), or at most a takeover's limit of leases
+// (kept).
+var planSmallCTEs = []string{"cfg", "wake", "woke", "notified", "kept"}
 
 // Every hot statement reads the tasks, claim hints, leases and changes
 // it needs through an index, whatever the statistics say, so that its cost
@@ -208,9 +221,6 @@ func TestHotStatementsStayIndexDriven(t *testing.T) {
 			_, err = conn.Exec(ctx, planFill)
 			require.NoError(t, err)
 			for i, s := range stmts {
-				if !strings.HasPrefix(s.name, "claim") {
-					continue // the other statements follow
-				}
 				execute := executes[i]
 				for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
 					var p string

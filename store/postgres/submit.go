@@ -43,7 +43,7 @@ const resubmitConflict = `ON CONFLICT (id) DO UPDATE SET
     executed_at = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.executed_at END,
     finished_at = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.finished_at END,
     updated_at = now()
-RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key`
+RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.lease`
 
 // finishedForGood is the condition under which the existing task t of a
 // submit finished for good: it has an outcome and waits for no next run.
@@ -54,7 +54,7 @@ var shareSQL = submitStatement(shareConflict, 11, false)
 
 // shareConflict is the conflict clause of shareSQL.
 const shareConflict = `ON CONFLICT (id) DO NOTHING
-RETURNING t.id, t.status, true AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key`
+RETURNING t.id, t.status, true AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.lease`
 
 // submitStartSQL and shareStartSQL are submitSQL and shareSQL that start
 // tasks on the submitting node (see store.Store.SubmitStart). Their
@@ -116,22 +116,23 @@ WITH r AS MATERIALIZED (
     FROM (SELECT behavior, max(start_us) AS lease_us FROM r WHERE start_us > 0 GROUP BY behavior) w
     LEFT JOIN stint_behavior b ON b.behavior = w.behavior
 ), go AS MATERIALIZED (
-    SELECT r.id, cfg.lease, cfg.lease_us FROM r JOIN cfg ON cfg.behavior = r.behavior
-    WHERE r.start_us > 0 AND r.delay_us = 0
-      AND r.behavior NOT IN (SELECT behavior FROM paused)
-      AND (r.group_key = '' OR r.group_key NOT IN (SELECT group_key FROM held))
-      AND NOT EXISTS (SELECT 1 FROM stint_due d
-          WHERE NOT d.parked AND d.behavior = r.behavior AND d.priority <= r.priority AND d.due <= now())
+    SELECT r.*, CASE WHEN r.start_us > 0 AND r.delay_us = 0
+        AND r.behavior NOT IN (SELECT behavior FROM paused)
+        AND (r.group_key = '' OR r.group_key NOT IN (SELECT group_key FROM held))
+        AND NOT EXISTS (SELECT 1 FROM stint_due d
+            WHERE NOT d.parked AND d.behavior = r.behavior AND d.priority <= r.priority AND d.due <= now())
+        THEN true ELSE false END AS starts
+    FROM r
 ), s AS (
 INSERT INTO stint_task AS t (` + columns + `, status, lease, node, attempt, executed_at, lost_not_before)
 SELECT ` + values + `,
-       CASE WHEN g.id IS NULL THEN 'scheduled' ELSE 'running' END, g.lease,
-       CASE WHEN g.id IS NOT NULL THEN ` + node + ` END, CASE WHEN g.id IS NULL THEN 0 ELSE 1 END,
-       CASE WHEN g.id IS NOT NULL THEN now() END, now() + g.lease_us * interval '1 microsecond'
-FROM r LEFT JOIN go g ON g.id = r.id
+       CASE WHEN g.lease IS NULL THEN 'scheduled' ELSE 'running' END, g.lease,
+       CASE WHEN g.lease IS NOT NULL THEN ` + node + ` END, CASE WHEN g.lease IS NULL THEN 0 ELSE 1 END,
+       CASE WHEN g.lease IS NOT NULL THEN now() END, now() + g.lease_us * interval '1 microsecond'
+FROM go r LEFT JOIN cfg g ON r.starts AND g.behavior = r.behavior
 ` + conflict + `
 ), started AS MATERIALIZED (
-    SELECT s.id, g.lease, g.lease_us FROM s JOIN go g ON g.id = s.id WHERE s.created AND s.status = 'running'
+    SELECT s.id, s.lease, g.lease_us FROM s JOIN cfg g ON g.lease = s.lease WHERE s.created AND s.status = 'running'
 ), leases AS (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids)
     SELECT lease, ` + node + `, now() + max(lease_us) * interval '1 microsecond', array_agg(id) FROM started GROUP BY lease
@@ -162,7 +163,8 @@ func recordSubmitChanges(wake string, started bool) string {
 	events, end := submitEvents, `SELECT id, status, created FROM s LEFT JOIN wake ON true`
 	if started {
 		events = startEvents
-		end = `SELECT s.id, s.status, s.created, st.lease, st.lease_us FROM s LEFT JOIN started st ON st.id = s.id LEFT JOIN wake ON true`
+		end = `SELECT s.id, s.status, s.created, g.lease, g.lease_us
+FROM s LEFT JOIN cfg g ON s.created AND s.status = 'running' AND g.lease = s.lease LEFT JOIN wake ON true`
 	}
 	return `, due AS (` + dueInsert("s") + `
 ), feed AS (` + feedInsert(events, "status", "false") + `
@@ -256,10 +258,6 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 			}
 			args = append(args, cols.startLeases, node)
 		}
-		rows, err := tx.Query(ctx, query, args...)
-		if err != nil {
-			return nil, nil, err
-		}
 		var into map[api.TaskID]startLease
 		if starting {
 			if leases == nil {
@@ -267,7 +265,7 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 			}
 			into = leases
 		}
-		if err := collectSubmissions(rows, got, into); err != nil {
+		if _, err := indexed(ctx, tx, func(rows pgx.Rows) error { return collectSubmissions(rows, got, into) }, query, args...); err != nil {
 			return nil, nil, err
 		}
 		if share {
@@ -279,11 +277,7 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 		}
 	}
 	if len(missing) > 0 {
-		rows, err := tx.Query(ctx, `SELECT id, status, false FROM stint_task WHERE id = ANY($1)`, missing)
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := collectSubmissions(rows, got, nil); err != nil {
+		if _, err := indexed(ctx, tx, func(rows pgx.Rows) error { return collectSubmissions(rows, got, nil) }, sharedSQL, missing); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -301,6 +295,12 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 	}
 	return out, started, nil
 }
+
+// sharedSQL reads the tasks $1 that a sharing submit left as they were.
+const sharedSQL = `SELECT id, status, false FROM stint_task WHERE id = ANY($1)`
+
+// combineLockSQL locks the task $1 for a combining submit and reads it.
+const combineLockSQL = `SELECT status, params FROM stint_task WHERE id = $1 FOR UPDATE`
 
 // startLease is the lease a submit started a task under, and its duration
 // in microseconds.
@@ -385,7 +385,7 @@ func submitCombinedOn(ctx context.Context, db database, t store.NewTask, combine
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var status string
 		var persisted []byte
-		err := tx.QueryRow(ctx, `SELECT status, params FROM stint_task WHERE id = $1 FOR UPDATE`, t.ID).Scan(&status, &persisted)
+		err := indexedRow(ctx, tx, combineLockSQL, t.ID).Scan(&status, &persisted)
 		replace := false
 		switch {
 		case isNoRows(err):

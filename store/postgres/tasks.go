@@ -77,9 +77,9 @@ func (s *Store) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
 	var t api.Task
 	err := s.reading(ctx, func(db *pgxpool.Pool, standby bool) error {
 		var err error
-		t, err = scanTask(db.QueryRow(ctx, getTaskSQL, id))
+		t, err = scanTask(indexedRow(ctx, db, getTaskSQL, id))
 		if err == api.ErrNotFound && standby {
-			t, err = scanTask(s.pool.QueryRow(ctx, getTaskSQL, id))
+			t, err = scanTask(indexedRow(ctx, s.pool, getTaskSQL, id))
 		}
 		return err
 	})
@@ -97,7 +97,7 @@ var markAwaitedSQL = `UPDATE stint_task SET awaited = true WHERE id = $1 RETURNI
 
 // MarkAwaited sets the awaited flag and returns the task as of that write.
 func (s *Store) MarkAwaited(ctx context.Context, id api.TaskID) (api.Task, error) {
-	t, err := scanTask(s.pool.QueryRow(ctx, markAwaitedSQL, id))
+	t, err := scanTask(indexedRow(ctx, s.pool, markAwaitedSQL, id))
 	if err != nil && err != api.ErrNotFound {
 		return t, fmt.Errorf("mark task %s awaited: %w", id, err)
 	}
@@ -199,7 +199,16 @@ const waitingStatuses = `('scheduled', 'success', 'failure')`
 // stint_due) still stands for the task t: the task waits to run at the
 // hint's due time and priority. Claims take only such hints; counts of the
 // backlog count only them.
+//
+// The task is matched as t.id = ANY(ARRAY[d.id]), as every hot statement
+// matches rows of stint_task or stint_lease to rows of its input: such a
+// condition can drive a probe of the primary key for each input row, but
+// it can be neither a hash nor a merge join's clause. With sequential
+// scans off (see seqscanOffSQL), a nested loop from the input into the
+// primary key is then the only plan, whatever the statistics. With
+// t.id = d.id, a plan made on empty tables joined the input to a walk of
+// the whole primary key (or, with sequential scans on, a sequential scan).
 func hintMatches(t, d string) string {
-	return t + `.id = ` + d + `.id AND ` + t + `.status IN ` + waitingStatuses + `
+	return t + `.id = ANY(ARRAY[` + d + `.id]) AND ` + t + `.status IN ` + waitingStatuses + `
       AND ` + t + `.schedule_not_before = ` + d + `.due AND ` + t + `.priority = ` + d + `.priority`
 }

@@ -1,0 +1,116 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The hot statements run with sequential scans off (enable_seqscan), set
+// for their transaction alone in the same round trip.
+//
+// The planner takes a table's size in pages as it is now, but its number
+// of rows per page from its last analyze, and a prepared statement's
+// generic plan is made once per connection. A plan made while the queue
+// was empty, or after an analyze found it empty, reads tasks, claim hints
+// and leases by sequential scans, and a connection keeps that plan for as
+// long as it lives: each statement then costs more as the tables grow (a
+// finish of 1,000 tasks scanned all the tasks). Each hot statement gives
+// each of those tables an index condition (primary keys from arrays of
+// ids, a behavior, a lease expiry), so that with sequential scans off the
+// planner has only index paths left, whatever the statistics say;
+// TestHotStatementsStayIndexDriven checks them. The setting is made with
+// set_config(..., true), scoped to the transaction, so that a pooler in
+// transaction mode never carries it to another client.
+const (
+	// seqscanOffSQL turns sequential scans off for the transaction.
+	seqscanOffSQL = `SELECT set_config('enable_seqscan', 'off', true)`
+	// seqscanSaveOffSQL does it in a caller's transaction, keeping the
+	// caller's setting for seqscanRestoreSQL.
+	seqscanSaveOffSQL = `SELECT set_config('stint.enable_seqscan', current_setting('enable_seqscan'), true),
+    set_config('enable_seqscan', 'off', true)`
+	// seqscanRestoreSQL gives a caller's transaction its setting back.
+	seqscanRestoreSQL = `SELECT set_config('enable_seqscan', current_setting('stint.enable_seqscan'), true)`
+)
+
+// batcher sends batches: the pool, a connection or a transaction.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// indexed runs the statement sql with args on db with sequential scans
+// off, in one round trip. On the pool, the batch is one implicit
+// transaction that the setting ends with; in a transaction (a caller's, or
+// one of the store's), the setting is put back after the statement, so
+// that the caller's own statements are planned as before. read, if not
+// nil, reads the statement's rows.
+func indexed(ctx context.Context, db batcher, read func(pgx.Rows) error, sql string, args ...any) (pgconn.CommandTag, error) {
+	_, inTx := db.(pgx.Tx)
+	batch := &pgx.Batch{}
+	if inTx {
+		batch.Queue(seqscanSaveOffSQL)
+	} else {
+		batch.Queue(seqscanOffSQL)
+	}
+	batch.Queue(sql, args...)
+	if inTx {
+		batch.Queue(seqscanRestoreSQL)
+	}
+	br := db.SendBatch(ctx, batch)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	var tag pgconn.CommandTag
+	if read == nil {
+		var err error
+		if tag, err = br.Exec(); err != nil {
+			return tag, err
+		}
+	} else {
+		rows, err := br.Query()
+		if err != nil {
+			return tag, err
+		}
+		err = read(rows)
+		rows.Close()
+		if err != nil {
+			return tag, err
+		}
+		if err := rows.Err(); err != nil {
+			return tag, err
+		}
+		tag = rows.CommandTag()
+	}
+	return tag, br.Close()
+}
+
+// indexedRow is QueryRow for a statement run as indexed runs it: its Scan
+// runs the statement and scans its one row into dest, or returns
+// pgx.ErrNoRows if there is none.
+func indexedRow(ctx context.Context, db batcher, sql string, args ...any) pgx.Row {
+	return indexedQueryRow{ctx: ctx, db: db, sql: sql, args: args}
+}
+
+type indexedQueryRow struct {
+	ctx  context.Context
+	db   batcher
+	sql  string
+	args []any
+}
+
+func (r indexedQueryRow) Scan(dest ...any) error {
+	found := false
+	_, err := indexed(r.ctx, r.db, func(rows pgx.Rows) error {
+		if !rows.Next() {
+			return rows.Err()
+		}
+		found = true
+		return rows.Scan(dest...)
+	}, r.sql, r.args...)
+	if err == nil && !found {
+		return pgx.ErrNoRows
+	}
+	return err
+}
