@@ -61,7 +61,7 @@ var claimHintsSQL = claimCTEs(`
 // returns the claimed tasks.
 //
 // Each hint's task is found by a probe of the primary key (see
-// hintMatches), whatever the statistics say: with t.id = h.id, a plan made
+// seqscanOffSQL), whatever the statistics say: with t.id = h.id, a plan made
 // on tables empty or analyzed while empty joined the hints to a
 // sequential scan of stint_task, one scan of the table per hint (a second
 // per claim of 1,000 at 4,000 tasks). The claimed tasks are returned in
@@ -87,7 +87,7 @@ WITH cfg AS MATERIALIZED (
         resubmit = false,
         updated_at = now()
     FROM hint h, cfg
-    WHERE ` + hintMatches("t", "h") + ` AND t.behavior = cfg.behavior
+    WHERE ` + hintProbe("t", "h") + ` AND t.behavior = cfg.behavior
     RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
         t.parent_id, t.group_key, t.trace, cfg.lease_us, t.resubmitted, t.schedule_not_before AS due
 ), leases AS (
@@ -105,7 +105,7 @@ FROM claimed ORDER BY priority, due`
 // tells whether the hint still stands for its task.
 var perGroupCandidatesSQL = `
 SELECT c.ctid, c.id, coalesce(c.group_key, ''),
-    EXISTS (SELECT 1 FROM stint_task t WHERE ` + hintMatches("t", "c") + `) AS live
+    EXISTS (SELECT 1 FROM stint_task t WHERE ` + hintProbe("t", "c") + `) AS live
 FROM stint_due c
 WHERE NOT c.parked AND c.behavior = $1
   AND c.due <= now() + $2 * interval '1 microsecond'

@@ -17,12 +17,22 @@ import (
 // and leases by sequential scans, and a connection keeps that plan for as
 // long as it lives: each statement then costs more as the tables grow (a
 // finish of 1,000 tasks scanned all the tasks). Each hot statement gives
-// each of those tables an index condition (primary keys from arrays of
-// ids, a behavior, a lease expiry), so that with sequential scans off the
-// planner has only index paths left, whatever the statistics say;
+// each of those tables an index condition (a primary key, a behavior, a
+// lease expiry), so that with sequential scans off the planner has only
+// index paths left, whatever the statistics say;
 // TestHotStatementsStayIndexDriven checks them. The setting is made with
 // set_config(..., true), scoped to the transaction, so that a pooler in
 // transaction mode never carries it to another client.
+//
+// A hot statement matches the rows of stint_task and stint_lease to the
+// rows of its input (a claim's hints, a finish's completions) as
+// t.id = ANY(ARRAY[input.id]), not t.id = input.id: such a condition
+// drives a probe of the primary key per input row but can be neither a
+// hash nor a merge join's clause, so that with sequential scans off a
+// nested loop from the input into the primary key is the only plan. With
+// t.id = input.id, plans made on empty tables joined the input to a walk
+// of the whole primary key (whose order suits a merge join), or to a
+// sequential scan per input row.
 const (
 	// seqscanOffSQL turns sequential scans off for the transaction.
 	seqscanOffSQL = `SELECT set_config('enable_seqscan', 'off', true)`

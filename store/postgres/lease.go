@@ -36,8 +36,7 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 // still run under their lease $2, renewed. The runs are grouped by lease
 // first, so that each lease row renewed brings its runs' ids along and no
 // join of the runs with the renewed leases is needed; each lease row and
-// task is found by its primary key (see hintMatches for the = ANY(ARRAY[])
-// form).
+// task is found by a probe of its primary key (see seqscanOffSQL).
 const renewSQL = `
 WITH r AS (
     SELECT lease, max(us) AS us, array_agg(id) AS ids
@@ -81,7 +80,7 @@ const releaseLeasesSQL = `DELETE FROM stint_lease WHERE lease = ANY($1)`
 // task does. A submit that came during the lost run asks for no run of its
 // own: the re-run covers it, and is reported as a resubmitted run. Tasks
 // are found by their ids from the leases' arrays, each by a probe of the
-// primary key (see hintMatches for the = ANY(ARRAY[]) form), so that the
+// primary key (see seqscanOffSQL), so that the
 // plan is a probe per task whatever the statistics say: a join let the
 // planner read every task to find, most often, none.
 var takeoverSQL = `

@@ -199,16 +199,19 @@ const waitingStatuses = `('scheduled', 'success', 'failure')`
 // stint_due) still stands for the task t: the task waits to run at the
 // hint's due time and priority. Claims take only such hints; counts of the
 // backlog count only them.
-//
-// The task is matched as t.id = ANY(ARRAY[d.id]), as every hot statement
-// matches rows of stint_task or stint_lease to rows of its input: such a
-// condition can drive a probe of the primary key for each input row, but
-// it can be neither a hash nor a merge join's clause. With sequential
-// scans off (see seqscanOffSQL), a nested loop from the input into the
-// primary key is then the only plan, whatever the statistics. With
-// t.id = d.id, a plan made on empty tables joined the input to a walk of
-// the whole primary key (or, with sequential scans on, a sequential scan).
 func hintMatches(t, d string) string {
-	return t + `.id = ANY(ARRAY[` + d + `.id]) AND ` + t + `.status IN ` + waitingStatuses + `
+	return t + `.id = ` + d + `.id AND ` + hintState(t, d)
+}
+
+// hintProbe is hintMatches for the claims: the task is found by a probe of
+// the primary key per hint (see seqscanOffSQL), where a count of the
+// backlog may join all hints to all tasks at once.
+func hintProbe(t, d string) string {
+	return t + `.id = ANY(ARRAY[` + d + `.id]) AND ` + hintState(t, d)
+}
+
+// hintState is the part of hintMatches that compares the task's state.
+func hintState(t, d string) string {
+	return t + `.status IN ` + waitingStatuses + `
       AND ` + t + `.schedule_not_before = ` + d + `.due AND ` + t + `.priority = ` + d + `.priority`
 }
