@@ -21,6 +21,39 @@ import (
 // alike in each, and that a finish's array parameters encode in each.
 func TestClaimAsyncCommitStaysInItsTransaction(t *testing.T) {
 	t.Parallel()
+	inEachQueryMode(t, func(t *testing.T, ctx context.Context, st *postgres.Store, mode string) {
+		id := api.TaskID("async-task-" + mode)
+		_, err := st.Submit(ctx, []store.NewTask{{ID: id, Behavior: semBehavior, Priority: 7,
+			Params: []byte(`{"a": [1, "x"]}`), GroupKey: "g-" + mode, Trace: "00-trace-" + mode}})
+		require.NoError(t, err)
+		// The test cluster runs with synchronous_commit off: the
+		// pool's one connection turns it on for its session.
+		_, err = st.Pool().Exec(ctx, `SET synchronous_commit = on`)
+		require.NoError(t, err)
+		cl, err := st.Claim(ctx, store.ClaimRequest{Node: "n1", Behaviors: semLease, Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, cl, 1)
+		// Every column of the claimed row is read, in every mode.
+		c := cl[0]
+		require.JSONEq(t, `{"a": [1, "x"]}`, string(c.Params))
+		require.Nil(t, c.Progress)
+		require.Equal(t, store.Claimed{LeaseRef: store.LeaseRef{ID: id, Lease: c.Lease}, LeaseDuration: time.Minute,
+			Behavior: semBehavior, Params: c.Params, Attempt: 1, Priority: 7, GroupKey: "g-" + mode, Trace: "00-trace-" + mode}, c)
+		var commit, sort string
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('enable_sort')`).Scan(&commit, &sort))
+		require.Equal(t, [2]string{"on", "on"}, [2]string{commit, sort}, "the claim's settings leaked into the connection")
+		// The batch statements' array parameters encode in every mode.
+		held, err := st.Finish(ctx, []store.Completion{{LeaseRef: cl[0].LeaseRef, Status: api.StatusSuccess, Result: []byte(`{"n":1}`)}})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, held)
+	})
+}
+
+// inEachQueryMode runs fn on a store of one connection in each query mode
+// the store supports (pgx's default, and the exec and simple protocol
+// modes used behind PgBouncer), on one fresh database.
+func inEachQueryMode(t *testing.T, fn func(t *testing.T, ctx context.Context, st *postgres.Store, mode string)) {
+	t.Helper()
 	dsn := pgtest.New(t)
 	for _, mode := range []string{"", "exec", "simple_protocol"} {
 		t.Run("mode="+mode, func(t *testing.T) {
@@ -33,30 +66,7 @@ func TestClaimAsyncCommitStaysInItsTransaction(t *testing.T) {
 			st, err := postgres.Open(ctx, d, postgres.MaxConns(1), postgres.PollOnly())
 			require.NoError(t, err)
 			defer st.Close()
-			id := api.TaskID("async-task-" + mode)
-			_, err = st.Submit(ctx, []store.NewTask{{ID: id, Behavior: semBehavior, Priority: 7,
-				Params: []byte(`{"a": [1, "x"]}`), GroupKey: "g-" + mode, Trace: "00-trace-" + mode}})
-			require.NoError(t, err)
-			// The test cluster runs with synchronous_commit off: the
-			// pool's one connection turns it on for its session.
-			_, err = st.Pool().Exec(ctx, `SET synchronous_commit = on`)
-			require.NoError(t, err)
-			cl, err := st.Claim(ctx, store.ClaimRequest{Node: "n1", Behaviors: semLease, Limit: 10})
-			require.NoError(t, err)
-			require.Len(t, cl, 1)
-			// Every column of the claimed row is read, in every mode.
-			c := cl[0]
-			require.JSONEq(t, `{"a": [1, "x"]}`, string(c.Params))
-			require.Nil(t, c.Progress)
-			require.Equal(t, store.Claimed{LeaseRef: store.LeaseRef{ID: id, Lease: c.Lease}, LeaseDuration: time.Minute,
-				Behavior: semBehavior, Params: c.Params, Attempt: 1, Priority: 7, GroupKey: "g-" + mode, Trace: "00-trace-" + mode}, c)
-			var commit, sort string
-			require.NoError(t, st.Pool().QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('enable_sort')`).Scan(&commit, &sort))
-			require.Equal(t, [2]string{"on", "on"}, [2]string{commit, sort}, "the claim's settings leaked into the connection")
-			// The batch statements' array parameters encode in every mode.
-			held, err := st.Finish(ctx, []store.Completion{{LeaseRef: cl[0].LeaseRef, Status: api.StatusSuccess, Result: []byte(`{"n":1}`)}})
-			require.NoError(t, err)
-			require.Equal(t, []bool{true}, held)
+			fn(t, ctx, st, mode)
 		})
 	}
 }

@@ -3,13 +3,11 @@ package postgres_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
-	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/store"
 	"github.com/stinthq/stint/store/postgres"
 )
@@ -20,43 +18,31 @@ import (
 // transaction gives the transaction its setting back, whichever it was.
 func TestSeqscanSettingStaysInItsStatement(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.New(t)
-	for _, mode := range []string{"", "exec", "simple_protocol"} {
-		t.Run("mode="+mode, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			d := dsn
-			if mode != "" {
-				d += sep(dsn) + "default_query_exec_mode=" + mode
-			}
-			st, err := postgres.Open(ctx, d, postgres.MaxConns(1), postgres.PollOnly())
+	inEachQueryMode(t, func(t *testing.T, ctx context.Context, st *postgres.Store, mode string) {
+		seqscan := func(q interface {
+			QueryRow(context.Context, string, ...any) pgx.Row
+		}) string {
+			var v string
+			require.NoError(t, q.QueryRow(ctx, `SELECT current_setting('enable_seqscan')`).Scan(&v))
+			return v
+		}
+		id := api.TaskID("seqscan-" + mode)
+		_, err := st.Submit(ctx, []store.NewTask{{ID: id, Behavior: semBehavior, Priority: 5}})
+		require.NoError(t, err)
+		_, err = st.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "on", seqscan(st.Pool()), "a statement on the pool left its setting on the connection")
+		for _, caller := range []string{"on", "off"} {
+			tx, err := st.Pool().Begin(ctx)
 			require.NoError(t, err)
-			defer st.Close()
-			seqscan := func(q interface {
-				QueryRow(context.Context, string, ...any) pgx.Row
-			}) string {
-				var v string
-				require.NoError(t, q.QueryRow(ctx, `SELECT current_setting('enable_seqscan')`).Scan(&v))
-				return v
-			}
-			id := api.TaskID("seqscan-" + mode)
-			_, err = st.Submit(ctx, []store.NewTask{{ID: id, Behavior: semBehavior, Priority: 5}})
+			defer tx.Rollback(ctx) //nolint:errcheck // committed below unless the test failed
+			_, err = tx.Exec(ctx, `SELECT set_config('enable_seqscan', $1, true)`, caller)
 			require.NoError(t, err)
-			_, err = st.Get(ctx, id)
+			_, err = st.SubmitTx(ctx, tx, []store.NewTask{{ID: api.TaskID("seqscan-tx-" + caller + mode), Behavior: semBehavior, Priority: 5}})
 			require.NoError(t, err)
-			require.Equal(t, "on", seqscan(st.Pool()), "a statement on the pool left its setting on the connection")
-			for _, caller := range []string{"on", "off"} {
-				tx, err := st.Pool().Begin(ctx)
-				require.NoError(t, err)
-				defer tx.Rollback(ctx) //nolint:errcheck // committed below unless the test failed
-				_, err = tx.Exec(ctx, `SELECT set_config('enable_seqscan', $1, true)`, caller)
-				require.NoError(t, err)
-				_, err = st.SubmitTx(ctx, tx, []store.NewTask{{ID: api.TaskID("seqscan-tx-" + caller + mode), Behavior: semBehavior, Priority: 5}})
-				require.NoError(t, err)
-				require.Equal(t, caller, seqscan(tx), "a statement in the caller's transaction changed its setting")
-				require.NoError(t, tx.Commit(ctx))
-			}
-			require.Equal(t, "on", seqscan(st.Pool()))
-		})
-	}
+			require.Equal(t, caller, seqscan(tx), "a statement in the caller's transaction changed its setting")
+			require.NoError(t, tx.Commit(ctx))
+		}
+		require.Equal(t, "on", seqscan(st.Pool()))
+	})
 }
