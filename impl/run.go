@@ -431,16 +431,10 @@ func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) e
 		return fmt.Errorf("checkpoint task %s: encode progress: %w", rc.r.claimed.ID, err)
 	}
 	if tx == nil {
-		// A statement abandoned when its context ends may still run on
-		// the server after the call returned, and then land after a later
-		// checkpoint of the same run, putting older progress back. So ctx
-		// stops a checkpoint only before it is sent; once sent, it runs to
-		// its end, bounded by the run's lease.
-		if ctx.Err() != nil {
-			return fmt.Errorf("checkpoint task %s: %w", rc.r.claimed.ID, context.Cause(ctx))
-		}
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), rc.r.lease)
+		if ctx, cancel, err = rc.sending(ctx, "checkpoint"); err != nil {
+			return err
+		}
 		defer cancel()
 	}
 	err = rc.s.st.Checkpoint(ctx, tx, rc.r.claimed.LeaseRef, raw)
@@ -461,7 +455,12 @@ func (rc *runContext) SetPriority(ctx context.Context, priority int) error {
 	if priority < 0 || priority > 32767 {
 		return api.Invalid("priority", "%d is outside 0..32767", priority)
 	}
-	err := rc.s.st.SetPriority(ctx, rc.r.claimed.LeaseRef, priority)
+	ctx, cancel, err := rc.sending(ctx, "set priority of")
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	err = rc.s.st.SetPriority(ctx, rc.r.claimed.LeaseRef, priority)
 	if errors.Is(err, api.ErrHalt) {
 		rc.r.cancel(err)
 	}
@@ -501,6 +500,11 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 	if led {
 		tasks[0].WakeClaimers = true
 	}
+	ctx, cancel, err := rc.sending(ctx, "spawn children of")
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
 	subs, err := rc.s.st.Spawn(ctx, rc.r.claimed.LeaseRef, tasks)
 	if errors.Is(err, api.ErrHalt) {
 		rc.r.cancel(err)
@@ -510,6 +514,21 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 	}
 	rc.s.kick.stored(anyDue, led, earliestDelay(tasks))
 	return subs, nil
+}
+
+// sending returns the context of a write of the run (a checkpoint, a
+// priority, children) about to be sent. A statement abandoned when its
+// context ends may still run on the server after the call returned, and
+// then land after a later write of the same run and win: older progress or
+// priority put back, children spawned after the run went on without them.
+// So ctx stops a write only before it is sent; once sent, it runs to its
+// end, bounded by the run's lease. verb names the write in the error.
+func (rc *runContext) sending(ctx context.Context, verb string) (context.Context, context.CancelFunc, error) {
+	if ctx.Err() != nil {
+		return ctx, func() {}, fmt.Errorf("%s task %s: %w", verb, rc.r.claimed.ID, context.Cause(ctx))
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rc.r.lease)
+	return ctx, cancel, nil
 }
 
 func (rc *runContext) renewal() store.Renewal {

@@ -151,7 +151,9 @@ type RunContext interface {
 	// claim is not affected: the priority orders the task's next claim,
 	// after a snooze, a wait for children or a retry, and shows in Get and
 	// List at once. It is fenced: a run that lost its lease changes
-	// nothing and gets api.ErrHalt.
+	// nothing and gets api.ErrHalt. Like Checkpoint, a context that ends
+	// while the write is under way does not abandon it, so a run's writes
+	// land in the order they were made.
 	SetPriority(ctx context.Context, priority int) error
 	// Heartbeat renews the lease now. The server renews leases on its own;
 	// this is for runs that want to know early that they lost theirs.
@@ -159,7 +161,9 @@ type RunContext interface {
 	// Spawn submits child tasks of this task, validated like any submit.
 	// It is fenced: a run that lost its lease spawns nothing and gets
 	// api.ErrHalt. Children are listed with api.Filter{ParentID: id}; a
-	// run may return WaitForChildren to sleep until they all end.
+	// run may return WaitForChildren to sleep until they all end. Like
+	// Checkpoint, a context that ends while the write is under way does
+	// not abandon it: Spawn returns once the children are stored or not.
 	Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]api.Submission, error)
 }
 
