@@ -49,6 +49,9 @@ func (c *cli) newSchedulesLsCmd() *cobra.Command {
 			if list == nil {
 				list = []api.ScheduleInfo{}
 			}
+			for i := range list {
+				c.reg.RedactSchedule(&list[i].Schedule) // no password is ever printed
+			}
 			return writeJSON(c.stdout, struct {
 				Schedules []api.ScheduleInfo `json:"schedules"`
 			}{list})

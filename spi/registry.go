@@ -103,6 +103,7 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 			reg.Schedules = append(reg.Schedules, sc)
 		}
 	}
+	reg.secrets = planSecrets(reflect.TypeFor[P]())
 	if rd, ok := b.(Redactor[P]); ok {
 		reg.redact = func(raw json.RawMessage) (json.RawMessage, error) {
 			p, err := reg.decode(raw)
@@ -191,6 +192,7 @@ type Registration struct {
 	customRetry bool
 	starter     Starter
 	redact      func(json.RawMessage) (json.RawMessage, error)
+	secrets     *secretPlan // where the params hold secrets, nil if nowhere
 
 	// initialDelay is nil unless the behavior is an InitialDelayer.
 	initialDelay func(any) time.Duration

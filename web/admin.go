@@ -296,6 +296,9 @@ func (h *Handler) schedules(w http.ResponseWriter, r *http.Request) error {
 	if list == nil {
 		list = []api.ScheduleInfo{}
 	}
+	for i := range list {
+		h.cfg.Registry.RedactSchedule(&list[i].Schedule) // no password is ever shown
+	}
 	WriteJSON(w, http.StatusOK, SchedulesResponse{Schedules: list})
 	return nil
 }

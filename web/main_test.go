@@ -18,6 +18,7 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/behaviors/demo"
 	"github.com/stinthq/stint/behaviors/ingest"
+	"github.com/stinthq/stint/behaviors/replication"
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/spi"
@@ -86,7 +87,7 @@ type testEnv struct {
 
 // newEnv starts a server node running demo.echo and test.fail on a fresh
 // database, and the API on an httptest server, with the batch endpoints
-// (ingest is registered for submits; no node runs it). configure adjusts
+// (ingest and replication are registered for submits; no node runs them). configure adjusts
 // the API's configuration.
 func newEnv(t *testing.T, configure ...func(*web.Config)) *testEnv {
 	t.Helper()
@@ -99,7 +100,8 @@ func newEnv(t *testing.T, configure ...func(*web.Config)) *testEnv {
 	require.NoError(t, demo.Register(reg))
 	require.NoError(t, spi.Register(reg, spi.Behavior[noteParams, struct{}](testBehavior{failKind})))
 	require.NoError(t, spi.Register(reg, spi.Behavior[noteParams, struct{}](testBehavior{idleKind})))
-	require.NoError(t, ingest.RegisterForSubmit(reg)) // submitted, never run here
+	require.NoError(t, ingest.RegisterForSubmit(reg))                   // submitted, never run here
+	require.NoError(t, replication.Register(reg, replication.Config{})) // submitted, never run here
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv, err := impl.NewServer(st, impl.ServerConfig{
 		Node:              "node-" + strings.ReplaceAll(t.Name(), "/", "-"),

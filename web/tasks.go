@@ -204,6 +204,7 @@ func (h *Handler) taskAction(verb string, do func(context.Context, api.TaskID) e
 		if err != nil {
 			return TaskError(id, "get", err)
 		}
+		h.cfg.Registry.RedactTask(&t) // the dashboard shows this answer
 		WriteJSON(w, http.StatusOK, t)
 		return nil
 	}

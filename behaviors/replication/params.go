@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -73,8 +72,8 @@ type Endpoint struct {
 	// DSN is the database's connection string (URL or key=value). It is
 	// stored in the task's params as given, password included, for the
 	// runs; the ids, the monitoring output and every reader of the task
-	// (Behavior.RedactParams) see it without the password.
-	DSN string `json:"dsn"`
+	// (by its stint tag, see spi.RedactDSN) see it without the password.
+	DSN string `json:"dsn" stint:"dsn"`
 	// Table is the table's name, optionally schema-qualified
 	// ("schema.table"). Names are used as written (quoted), so they are
 	// case-sensitive.
@@ -238,44 +237,13 @@ func mustIdentity(dsn string) string {
 	return id
 }
 
-// RedactDSN returns dsn with its password replaced by "xxxxx", for display.
-func RedactDSN(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" && u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-		q := u.Query()
-		if q.Has("password") {
-			q.Set("password", "xxxxx")
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
-	}
-	// key=value form: blank the value of password=.
-	fields := strings.Fields(dsn)
-	for i, f := range fields {
-		if strings.HasPrefix(f, "password=") {
-			fields[i] = "password=xxxxx"
-		}
-	}
-	return strings.Join(fields, " ")
-}
-
-// RedactParams returns p with the passwords of both endpoints' DSNs
-// blanked: the params as readers of the task see them (spi.Redactor).
-func (b *Behavior) RedactParams(p Params) Params {
-	p.Source.DSN = RedactDSN(p.Source.DSN)
-	p.Target.DSN = RedactDSN(p.Target.DSN)
-	return p
-}
-
 // redactError returns err's message with any password of dsn blanked.
 func redactError(err error, dsn string) string {
 	msg := err.Error()
 	if cfg, perr := pgconn.ParseConfig(dsn); perr == nil && cfg.Password != "" {
 		msg = strings.ReplaceAll(msg, cfg.Password, "xxxxx")
 	}
-	return strings.ReplaceAll(msg, dsn, RedactDSN(dsn))
+	return strings.ReplaceAll(msg, dsn, spi.RedactDSN(dsn))
 }
 
 // jobParts are what a task id is derived from (the couch job_id): source,
@@ -316,5 +284,3 @@ func ReplicationID(p Params, keys []string, continuous bool) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
-
-var _ spi.Redactor[Params] = (*Behavior)(nil)

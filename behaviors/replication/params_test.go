@@ -103,8 +103,8 @@ func TestIDs(t *testing.T) {
 	require.NotEqual(t, ReplicationID(p, keys, false), ReplicationID(p, []string{"id", "region"}, false))
 	require.NotEqual(t, ReplicationID(p, keys, false), ReplicationID(p, keys, true))
 
-	require.Equal(t, "postgres://app:xxxxx@db1:5432/shop", RedactDSN(p.Source.DSN))
-	require.Equal(t, "host=db2 user=app password=xxxxx dbname=copy", RedactDSN(p.Target.DSN))
+	require.Equal(t, "postgres://app:xxxxx@db1:5432/shop", spi.RedactDSN(p.Source.DSN))
+	require.Equal(t, "host=db2 user=app password=xxxxx dbname=copy", spi.RedactDSN(p.Target.DSN))
 }
 
 func TestCombineKeepsPersistentParams(t *testing.T) {
@@ -138,5 +138,20 @@ func TestStateOf(t *testing.T) {
 		{api.Task{Status: api.StatusSuccess, Resubmit: true}, StatePending},
 	} {
 		require.Equal(t, tc.want, StateOf(tc.task), "%+v", tc.task)
+	}
+}
+
+// Readers see both endpoints' DSNs without their passwords, quoted ones
+// too, by the DSN field's tag alone.
+func TestReadersSeeNoPassword(t *testing.T) {
+	t.Parallel()
+	reg := spi.NewRegistry()
+	require.NoError(t, Register(reg, Config{}))
+	raw := `{"source":{"dsn":"host=h user=u password='part one Secret' dbname=d","table":"t"},` +
+		`"target":{"dsn":"postgres://u:url-Secret@h/d?password=query-Secret","table":"t"},"change_column":"v"}`
+	for _, b := range []api.BehaviorID{OneShotBehavior, ContinuousBehavior} {
+		got := string(reg.RedactParams(b, json.RawMessage(raw)))
+		require.JSONEq(t, `{"source":{"dsn":"host=h user=u password=xxxxx dbname=d","table":"t"},`+
+			`"target":{"dsn":"postgres://u:xxxxx@h/d?password=xxxxx","table":"t"},"change_column":"v"}`, got)
 	}
 }

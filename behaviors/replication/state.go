@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
 )
 
 // Penalty returns the backoff penalty after crash number n (1 for the
@@ -117,8 +118,8 @@ func InfoOf(t api.Task) Info {
 	var p Params
 	if err := p.UnmarshalJSON(t.Params); err == nil || p.Source.DSN != "" {
 		info.Definition, info.Owner = p.Definition, p.Owner
-		info.Source = Endpoint{DSN: RedactDSN(p.Source.DSN), Table: p.Source.Table}
-		info.Target = Endpoint{DSN: RedactDSN(p.Target.DSN), Table: p.Target.Table}
+		info.Source = Endpoint{DSN: spi.RedactDSN(p.Source.DSN), Table: p.Source.Table}
+		info.Target = Endpoint{DSN: spi.RedactDSN(p.Target.DSN), Table: p.Target.Table}
 	}
 	if prog, err := decodeProgress(t.Progress); err == nil && len(t.Progress) > 0 {
 		info.Progress = &prog
@@ -180,8 +181,8 @@ func (i Info) LagText(now time.Time) string {
 // pending.
 func InfoOfDefinition(d StoredDefinition) Info {
 	info := Info{TaskID: d.TaskID, Definition: d.Name, Continuous: d.Continuous, State: d.State, Owner: d.Params.Owner,
-		Source:    Endpoint{DSN: RedactDSN(d.Params.Source.DSN), Table: d.Params.Source.Table},
-		Target:    Endpoint{DSN: RedactDSN(d.Params.Target.DSN), Table: d.Params.Target.Table},
+		Source:    Endpoint{DSN: spi.RedactDSN(d.Params.Source.DSN), Table: d.Params.Source.Table},
+		Target:    Endpoint{DSN: spi.RedactDSN(d.Params.Target.DSN), Table: d.Params.Target.Table},
 		UpdatedAt: d.UpdatedAt}
 	if d.StateAt != nil {
 		info.UpdatedAt = *d.StateAt
