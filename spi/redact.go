@@ -52,9 +52,18 @@ func (r *Registry) RedactParams(behavior api.BehaviorID, raw json.RawMessage) js
 }
 
 // RedactTask replaces the params of t by what readers may see (see
-// RedactParams).
+// RedactParams), and its error's message by itself without the passwords
+// of connection strings in it (RedactSecrets): a run's error may quote the
+// DSN it failed to connect with.
 func (r *Registry) RedactTask(t *api.Task) {
 	t.Params = r.RedactParams(t.Behavior, t.Params)
+	if t.Error != nil {
+		if m := RedactSecrets(t.Error.Message); m != t.Error.Message {
+			e := *t.Error
+			e.Message = m
+			t.Error = &e
+		}
+	}
 }
 
 // RedactSchedule replaces the params of s by what readers may see (see

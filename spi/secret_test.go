@@ -100,8 +100,10 @@ func TestRedactParamsBySecretFields(t *testing.T) {
 	require.Contains(t, string(enc), `"token":"t0ken-1"`, "a Secret encodes as its value")
 	require.Equal(t, "xxxxx xxxxx", fmt.Sprintf("%v %s", sp.Token, sp.Extra), "printed, a Secret shows no secret")
 
-	task := api.Task{Behavior: "test.secret", Params: json.RawMessage(raw)}
+	task := api.Task{Behavior: "test.secret", Params: json.RawMessage(raw),
+		Error: &api.TaskError{Message: "connect to postgres://u:url-pw@h/d: refused"}}
 	reg.RedactTask(&task)
+	require.Equal(t, "connect to postgres://u:xxxxx@h/d: refused", task.Error.Message)
 	got := string(task.Params)
 	for _, secret := range []string{"t0ken-1", "k3y-2", "one Secret", "url-pw", "v4ult-3", "p0inter-4", "3xtra-5"} {
 		require.NotContains(t, got, secret)
