@@ -14,8 +14,9 @@ import (
 
 // The codes of error responses.
 const (
-	// CodeInvalid is bad input (400), or a request body over the limit
-	// (413). Field names the offending input.
+	// CodeInvalid is bad input (400), a request body over the limit (413)
+	// or not JSON by its Content-Type (415). Field names the offending
+	// input.
 	CodeInvalid = "invalid"
 	// CodeNotFound is an unknown task, behavior or path (404).
 	CodeNotFound = "not_found"
