@@ -150,10 +150,6 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	if !utf8.Valid(params) {
 		return store.NewTask{}, nil, api.Invalid("params", "not valid UTF-8")
 	}
-	if bytes.Contains(params, []byte(`\u0000`)) {
-		// PostgreSQL's jsonb cannot hold NUL characters.
-		return store.NewTask{}, nil, api.Invalid("params", `contains a NUL character (\u0000)`)
-	}
 	p, err := reg.Decode(params)
 	if err != nil {
 		return store.NewTask{}, nil, err

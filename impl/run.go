@@ -430,6 +430,9 @@ func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) e
 	if err != nil {
 		return fmt.Errorf("checkpoint task %s: encode progress: %w", rc.r.claimed.ID, err)
 	}
+	if err := spi.CheckJSONB("progress", raw); err != nil {
+		return fmt.Errorf("checkpoint task %s: %w", rc.r.claimed.ID, err)
+	}
 	if tx == nil {
 		var cancel context.CancelFunc
 		if ctx, cancel, err = rc.sending(ctx, "checkpoint"); err != nil {

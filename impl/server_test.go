@@ -347,7 +347,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"unknown field", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a","bogus":1}`)}, "params.bogus"},
 		{"malformed JSON", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":`)}, "params"},
 		{"trailing data", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a"} {}`)}, "params"},
-		{"NUL in params", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a\u0000b"}`)}, "params"},
+		{"NUL in params", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a\u0000b"}`)}, "params.key"},
 		{"invalid UTF-8", api.SubmitRequest{Behavior: workKind.ID, Params: []byte("{\"key\":\"\xff\"}")}, "params"},
 		{"params over the size limit", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(big)}, "params"},
 		{"deeply nested JSON", api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"a","sleep_ms":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`)}, "params"},

@@ -17,7 +17,8 @@ func FuzzDecode(f *testing.F) {
 		`{}`, `{"name":"ok","count":2}`, `{"name":"a","inner":{"url":"http://x"}}`, `{"name":"\u0000"}`,
 		`{"name":"a","x":1}`, `[`, `{"name":1e999}`, `{"name":"a"}{}`, "\xff\xfe", `{"inner":{"url":[1,2]}}`,
 		`{"name":"` + string(make([]byte, 200)) + `"}`, `{"count":-9223372036854775809}`, `null`,
-		"{\"nAme\":\"\xff000\"}", `{"name":"ééééé"}`,
+		"{\"nAme\":\"\xff000\"}", `{"name":"ééééé"}`, `{"name":"a\ud800"}`, `{"name":"\ud83d\ude00"}`, `{"name":"\\ud800"}`,
+		`{"name":"a","inner":{"url":"\udc00"}}`, `{"\ud800":1}`,
 	} {
 		f.Add([]byte(seed))
 	}

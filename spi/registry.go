@@ -66,7 +66,11 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 		if err == nil {
 			raw, merr := emptyObject, error(nil)
 			if !empty {
-				raw, merr = json.Marshal(res)
+				if raw, merr = json.Marshal(res); merr == nil {
+					// A result PostgreSQL refuses would fail its finish
+					// again at every run: the run fails for good instead.
+					merr = CheckJSONB("result", raw)
+				}
 			}
 			if merr != nil {
 				return reg.failure(p, &api.TaskError{Code: "bad_result", Message: "encode result: " + merr.Error()}, rc, failures)
@@ -300,6 +304,7 @@ func (r *Registration) Fail(p any, te *api.TaskError, rc RunContext, failures in
 // failure applies the retry decision to a failed run.
 func (r *Registration) failure(p any, te *api.TaskError, rc RunContext, failures int) Outcome {
 	n := failures + 1
+	te = storableError(te)
 	out := Outcome{Err: te}
 	if r.customRetry {
 		out.Delay, out.Again = r.retry(p, te, n)
@@ -354,6 +359,9 @@ func decodeParams(raw json.RawMessage, p any) error {
 	}
 	if dec.More() {
 		return api.Invalid("params", "unexpected data after the JSON value")
+	}
+	if err := CheckJSONB("params", raw); err != nil {
+		return err
 	}
 	if err := validateParams(p); err != nil {
 		return err

@@ -49,3 +49,22 @@ func TestFailTask(t *testing.T) {
 	ae := e.requireError(http.MethodPost, path, adminToken, web.FailBody{Reason: "again"}, http.StatusConflict, web.CodeConflict, "")
 	require.Contains(t, ae.Error.Message, "finished for good")
 }
+
+// Params PostgreSQL's jsonb refuses are a 400 naming the member, as a NUL
+// character is, not a 500 from the database.
+func TestSubmitParamsJSONBRefuses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, tc := range []struct{ params, field string }{
+		{`{"text":"\ud800"}`, "params.text"},
+		{`{"text":"a\udfffb"}`, "params.text"},
+		{`{"text":"\u0000"}`, "params.text"},
+	} {
+		body := `{"behavior":"demo.echo","params":` + tc.params + `}`
+		ae := e.requireError(http.MethodPost, "/api/v1/tasks", submitToken, body, http.StatusBadRequest, web.CodeInvalid, tc.field)
+		require.Contains(t, ae.Error.Message, tc.field, tc.params)
+	}
+	var list api.Page
+	e.json(http.MethodGet, "/api/v1/tasks?behavior=demo.echo", readToken, nil, http.StatusOK, &list)
+	require.Empty(t, list.Tasks, "nothing is stored")
+}
