@@ -29,7 +29,7 @@ var anyKind = api.Kind[anyParams, json.RawMessage]{ID: "test.any"}
 type anyBehavior struct{}
 
 func (anyBehavior) Kind() api.Kind[anyParams, json.RawMessage] { return anyKind }
-func (anyBehavior) TaskID(ids spi.IDs, p anyParams) api.TaskID  { return ids.Deterministic(p.Key) }
+func (anyBehavior) TaskID(ids spi.IDs, p anyParams) api.TaskID { return ids.Deterministic(p.Key) }
 func (anyBehavior) Run(ctx context.Context, rc spi.RunContext, p anyParams) (json.RawMessage, error) {
 	var text string
 	_ = json.Unmarshal(p.Data, &text)
