@@ -6,10 +6,11 @@ import (
 )
 
 // Schedule fires a task of a behavior periodically. Each tick fires
-// exactly once across all nodes. After downtime, the missed ticks fire
-// once, as the latest of them, not one task each: a schedule says how
-// often work should run, and a backlog of identical runs is rarely what
-// its owner wants.
+// exactly once across all nodes, every tick that falls while a node that
+// runs the behavior is up. After downtime (a tick overdue by more than ten
+// seconds), the missed ticks fire once, as the latest of them, not one
+// task each: a schedule says how often work should run, and a backlog of
+// identical runs is rarely what its owner wants.
 type Schedule struct {
 	// Name identifies the schedule: 1 to 64 characters from [a-z0-9._-],
 	// starting with a letter or digit.

@@ -14,9 +14,26 @@ import (
 	"github.com/stinthq/stint/store"
 )
 
-// scheduleCheck is how often a server looks for schedule ticks that are
-// due. Ticks have a resolution of one second.
+// scheduleCheck is the longest a server waits between two looks for due
+// schedule ticks: a schedule added at runtime is seen within it. Between
+// looks it sleeps until the next tick of its schedules falls due, by the
+// database's clock, so that it looks just after each tick rather than a
+// fixed time after its last look (which drifts later by the look's own
+// time, until two ticks fall due at one look). Ticks have a resolution of
+// one second.
 const scheduleCheck = time.Second
+
+// scheduleMargin is how long after a tick a server looks for it, against
+// the error of its reading of the database's clock; also its shortest
+// wait.
+const scheduleMargin = 5 * time.Millisecond
+
+// scheduleDowntime is how overdue a tick must be to count as missed while
+// no server fired its schedule: such ticks fire once, as the latest of
+// them. Ticks less overdue fell while servers were up, only late to look
+// (a slow look, a busy machine, a schedule locked for a while by another
+// node's firing), and each of them fires.
+const scheduleDowntime = 10 * time.Second
 
 var (
 	scheduleName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
@@ -119,18 +136,26 @@ func lastTickOr(r store.Schedule) time.Time {
 	return r.CreatedAt
 }
 
-// dueTick returns the tick of sched to fire at now, if one is due: the
-// latest tick after the last one that is not after now. Missed ticks fire
-// once, as the latest of them.
-func dueTick(sched cron.Schedule, after, now time.Time) (time.Time, bool) {
+// dueTicks returns the ticks of sched to fire at now, in order: those
+// after the last one that are not after now. When the first of them is
+// overdue by more than scheduleDowntime, they were missed while no server
+// fired the schedule, and only the latest of them is returned: missed
+// ticks fire once. Otherwise each fires.
+func dueTicks(sched cron.Schedule, after, now time.Time) []time.Time {
 	tick := sched.Next(after)
 	if tick.IsZero() || tick.After(now) {
-		return time.Time{}, false
+		return nil
 	}
+	ticks := []time.Time{tick}
+	downtime := now.Sub(tick) > scheduleDowntime
 	for next := sched.Next(tick); !next.IsZero() && !next.After(now); next = sched.Next(next) {
-		tick = next
+		if downtime {
+			ticks[0] = next
+		} else {
+			ticks = append(ticks, next)
+		}
 	}
-	return tick, true
+	return ticks
 }
 
 // registeredSchedules checks the schedules the server's behaviors declare.
@@ -152,22 +177,28 @@ func (s *Server) registeredSchedules() ([]api.Schedule, error) {
 // last tick lets one of them fire each tick.
 func (s *Server) scheduleLoop(ctx context.Context) {
 	for {
-		if err := s.fireDueTicks(ctx); err != nil && ctx.Err() == nil {
+		wait, err := s.fireDueTicks(ctx)
+		if err != nil && ctx.Err() == nil {
 			s.log.Warn("stint: firing schedules failed; trying again", "err", err)
 		}
-		if sleep(ctx, scheduleCheck); ctx.Err() != nil {
+		if sleep(ctx, wait); ctx.Err() != nil {
 			return
 		}
 	}
 }
 
 // fireDueTicks fires every schedule tick that is due, by the database's
-// clock.
-func (s *Server) fireDueTicks(ctx context.Context) error {
+// clock, and returns how long to wait until the next tick of its
+// schedules falls due (at most scheduleCheck). A schedule another node
+// holds, stopped inside its firing, is passed over, not waited for: its
+// ticks fire once it is let go.
+func (s *Server) fireDueTicks(ctx context.Context) (time.Duration, error) {
 	rows, now, err := s.st.Schedules(ctx)
+	read := time.Now()
 	if err != nil {
-		return err
+		return scheduleCheck, err
 	}
+	wait := scheduleCheck
 	for _, r := range rows {
 		if !s.runsBehavior(r.Behavior) {
 			continue
@@ -176,25 +207,33 @@ func (s *Server) fireDueTicks(ctx context.Context) error {
 		if err != nil {
 			continue // written by a newer version, or by hand
 		}
-		tick, ok := dueTick(sched, lastTickOr(r), now)
-		if !ok {
-			continue
+		last, aim := r.LastTick, lastTickOr(r)
+		for _, tick := range dueTicks(sched, aim, now) {
+			aim = tick // fired here or elsewhere: the next look is for the one after
+			var task *store.NewTask
+			t, _, err := s.prepare(api.SubmitRequest{Behavior: r.Behavior, Params: r.Params, ID: tickID(r.Name, tick)})
+			if err != nil {
+				// Params stored by hand or by another version: the tick
+				// passes without a task rather than being tried every second.
+				s.log.Warn("stint: a schedule's task is invalid; its tick passes without one", "schedule", r.Name, "err", err)
+			} else {
+				t.WakeClaimers = true
+				task = &t
+			}
+			fired, err := s.st.FireSchedule(ctx, r.Name, last, tick, task)
+			if err != nil {
+				return scheduleCheck, err
+			}
+			if !fired {
+				break // another node fired it, or holds the schedule
+			}
+			last = &tick
 		}
-		var task *store.NewTask
-		t, _, err := s.prepare(api.SubmitRequest{Behavior: r.Behavior, Params: r.Params, ID: tickID(r.Name, tick)})
-		if err != nil {
-			// Params stored by hand or by another version: the tick
-			// passes without a task rather than being tried every second.
-			s.log.Warn("stint: a schedule's task is invalid; its tick passes without one", "schedule", r.Name, "err", err)
-		} else {
-			t.WakeClaimers = true
-			task = &t
-		}
-		if _, err := s.st.FireSchedule(ctx, r.Name, r.LastTick, tick, task); err != nil {
-			return err
+		if next := sched.Next(aim); !next.IsZero() {
+			wait = min(wait, next.Sub(now)-time.Since(read)+scheduleMargin)
 		}
 	}
-	return nil
+	return max(wait, scheduleMargin), nil
 }
 
 // runsBehavior reports whether the server runs behavior b.

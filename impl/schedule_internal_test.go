@@ -1,6 +1,7 @@
 package impl
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -9,7 +10,7 @@ import (
 	"github.com/stinthq/stint/api"
 )
 
-func TestDueTick(t *testing.T) {
+func TestDueTicks(t *testing.T) {
 	t.Parallel()
 	at := func(s string) time.Time {
 		v, err := time.Parse(time.RFC3339, s)
@@ -19,11 +20,15 @@ func TestDueTick(t *testing.T) {
 	cases := []struct {
 		name, spec, zone string
 		after, now       string
-		want             string // empty: none due
+		want             string // the due ticks, space-separated; empty: none due
 	}{
 		{"not yet", "@every 1m", "", "2026-01-01T10:00:00Z", "2026-01-01T10:00:30Z", ""},
 		{"due", "@every 1m", "", "2026-01-01T10:00:00Z", "2026-01-01T10:01:00Z", "2026-01-01T10:01:00Z"},
 		{"missed ticks fire once, as the latest", "@every 1m", "", "2026-01-01T10:00:00Z", "2026-01-01T13:30:10Z", "2026-01-01T13:30:00Z"},
+		{"ticks a late look finds each fire", "@every 1s", "", "2026-01-01T10:00:00Z", "2026-01-01T10:00:03.5Z",
+			"2026-01-01T10:00:01Z 2026-01-01T10:00:02Z 2026-01-01T10:00:03Z"},
+		{"ticks overdue past the downtime bound fire once", "@every 1s", "", "2026-01-01T10:00:00Z", "2026-01-01T10:00:11.5Z",
+			"2026-01-01T10:00:11Z"},
 		{"hourly", "@hourly", "", "2026-01-01T10:00:00Z", "2026-01-01T11:59:59Z", "2026-01-01T11:00:00Z"},
 		{"cron in a time zone", "0 9 * * *", "Europe/Berlin", "2026-01-01T00:00:00Z", "2026-01-01T08:30:00Z", "2026-01-01T08:00:00Z"},
 		{"cron in a time zone, before", "0 9 * * *", "Europe/Berlin", "2026-01-01T00:00:00Z", "2026-01-01T07:59:00Z", ""},
@@ -32,13 +37,15 @@ func TestDueTick(t *testing.T) {
 	for _, tc := range cases {
 		sched, err := parseSchedule(api.Schedule{Name: "s", Spec: tc.spec, TimeZone: tc.zone})
 		require.NoError(t, err, tc.name)
-		tick, ok := dueTick(sched, at(tc.after), at(tc.now))
-		if tc.want == "" {
-			require.False(t, ok, tc.name)
-			continue
+		var want []time.Time
+		for _, w := range strings.Fields(tc.want) {
+			want = append(want, at(w))
 		}
-		require.True(t, ok, tc.name)
-		require.Equal(t, at(tc.want), tick.UTC(), tc.name)
+		var got []time.Time
+		for _, tick := range dueTicks(sched, at(tc.after), at(tc.now)) {
+			got = append(got, tick.UTC())
+		}
+		require.Equal(t, want, got, tc.name)
 	}
 }
 

@@ -288,8 +288,9 @@ type Store interface {
 	// FireSchedule fires one tick of a schedule: in one transaction, it
 	// moves the schedule's last tick from last to tick, and if that
 	// compare-and-set held, submits task (if not nil). It reports whether
-	// it fired; false means another node fired that tick, or the schedule
-	// is gone.
+	// it fired; false means another node fired that tick, or holds the
+	// schedule in its own firing (it does not wait for it), or the
+	// schedule is gone.
 	FireSchedule(ctx context.Context, name string, last *time.Time, tick time.Time, task *NewTask) (bool, error)
 	// Maintain drops dead feed consumers and nodes and trims the feed.
 	Maintain(ctx context.Context, p MaintainParams) (MaintainResult, error)

@@ -85,7 +85,14 @@ func (s *Store) Schedules(ctx context.Context) ([]store.Schedule, time.Time, err
 func (s *Store) FireSchedule(ctx context.Context, name string, last *time.Time, tick time.Time, task *store.NewTask) (bool, error) {
 	fired := false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE stint_schedule SET last_tick = $3 WHERE name = $1 AND last_tick IS NOT DISTINCT FROM $2`,
+		// A schedule locked by another node's firing is skipped, not
+		// waited for: that node may be stopped inside its transaction,
+		// and the schedules of every node would wait on it.
+		tag, err := tx.Exec(ctx, `
+			UPDATE stint_schedule s SET last_tick = $3
+			FROM (SELECT name FROM stint_schedule WHERE name = $1 AND last_tick IS NOT DISTINCT FROM $2
+			      FOR UPDATE SKIP LOCKED) l
+			WHERE s.name = l.name`,
 			name, last, tick)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
