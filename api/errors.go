@@ -24,6 +24,18 @@ var (
 	ErrConflict = errors.New("stint: task state does not allow this")
 	// ErrClosed is returned by a server or client after it was stopped.
 	ErrClosed = errors.New("stint: closed")
+	// ErrUnavailable is wrapped by the error of a call the database could
+	// not serve for a reason of its own rather than the call's: it cannot
+	// be reached, is starting, shutting down or in recovery, refuses
+	// writes (read-only, a standby, a full disk), or too many connections.
+	// Nothing was changed; the same call may succeed later. The error
+	// names the cause (see ErrReadOnly).
+	ErrUnavailable = errors.New("stint: database unavailable")
+	// ErrReadOnly is wrapped, with ErrUnavailable, by the error of a write
+	// the database refused because it accepts no writes now: a standby
+	// (in recovery, or a primary restarting into recovery), or
+	// default_transaction_read_only turned on.
+	ErrReadOnly = fmt.Errorf("%w: the database accepts no writes", ErrUnavailable)
 )
 
 // InvalidError is bad input, naming the field that is wrong. It wraps

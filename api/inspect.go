@@ -15,6 +15,30 @@ type Node struct {
 	MaxWorkers  int          `json:"max_workers"`
 	StartedAt   time.Time    `json:"started_at"`
 	HeartbeatAt time.Time    `json:"heartbeat_at"`
+	// Incidents are the database incidents going on at the node, as it
+	// reported them with its last heartbeat: only those that let it write
+	// its heartbeat (a failing listener) show while they last; the others
+	// show as a late heartbeat, and as LastIncident once they end.
+	Incidents []NodeIncident `json:"incidents,omitempty"`
+	// LastIncident is the last database incident the node saw end.
+	LastIncident *NodeIncident `json:"last_incident,omitempty"`
+}
+
+// NodeIncident is a database incident a node saw: a time when the
+// database could not serve its calls for one cause.
+type NodeIncident struct {
+	// Cause is unreachable, recovery, shutdown, read_only, disk_full,
+	// too_many_connections or listener.
+	Cause string `json:"cause"`
+	// Started is the node's time of the first failure.
+	Started time.Time `json:"started"`
+	// Ended is the node's time of the first success after it; zero while
+	// it lasts.
+	Ended time.Time `json:"ended,omitzero"`
+	// Failures counts the calls that failed with this cause.
+	Failures int `json:"failures"`
+	// Err is the last failure's error.
+	Err string `json:"error"`
 }
 
 // BehaviorSettings are a behavior's runtime settings, shared by all nodes.

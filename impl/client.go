@@ -25,6 +25,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -62,6 +63,7 @@ type Client struct {
 	hub  *hub
 	kick *kicker
 	tel  *telemetry
+	inc  *incidents
 	// local is the server of a server's client, which starts due tasks
 	// of its own submits at once; nil on a client-only process.
 	local starter
@@ -95,15 +97,47 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	mp := cfg.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	inc := newIncidents(cfg.Logger, mp)
 	return &Client{
 		st:   st,
 		reg:  cfg.Registry,
 		cfg:  cfg,
 		log:  cfg.Logger,
-		hub:  newHub(st, cfg.Logger),
+		hub:  newHub(st, cfg.Logger, inc.listenerState),
 		kick: newKicker(st, cfg.Logger),
 		tel:  newTelemetry(cfg.TracerProvider, cfg.MeterProvider),
+		inc:  inc,
 	}, nil
+}
+
+// Incidents returns the database incidents going on, as this process
+// sees them, and the last one that ended (nil if none).
+func (c *Client) Incidents() (open []api.NodeIncident, last *api.NodeIncident) {
+	h := c.inc.health()
+	return h.Incidents, h.Last
+}
+
+// written follows a write of op to the database: on success it ends the
+// incidents the success proves over; an error that shows a database
+// incident is reported to the tracker and comes back wrapping
+// api.ErrUnavailable with its cause (see unavailable). A failure the
+// caller's own ctx caused is no incident.
+func (c *Client) written(ctx context.Context, op string, err error) error {
+	switch {
+	case err == nil:
+		c.inc.ok(false)
+		return nil
+	case ctx.Err() != nil:
+		return err
+	case classify(err) != "":
+		c.inc.failed(op, err)
+		return unavailable(err)
+	}
+	return err
 }
 
 // ClientStats are counters of a client's work.
@@ -221,8 +255,12 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 const maxRetention = 100 * 365 * 24 * time.Hour
 
 // Submit validates and stores one task; see api.Tasks.
+// A submit the database cannot serve (down, in recovery, refusing writes)
+// fails with an error wrapping api.ErrUnavailable that names the cause,
+// and stores nothing.
 func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Submission, error) {
-	return c.submit(ctx, nil, req)
+	sub, err := c.submit(ctx, nil, req)
+	return sub, c.written(ctx, "submit", err)
 }
 
 // SubmitTx is Submit in the caller's transaction tx, which may hold the
@@ -234,7 +272,8 @@ func (c *Client) SubmitTx(ctx context.Context, tx pgx.Tx, req api.SubmitRequest)
 	if tx == nil {
 		return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, api.Invalid("tx", "is nil"))
 	}
-	return c.submit(ctx, tx, req)
+	sub, err := c.submit(ctx, tx, req)
+	return sub, c.written(ctx, "submit", err)
 }
 
 // submit stores one task, in tx or, when tx is nil, on its own.
@@ -334,7 +373,8 @@ func (c *Client) storePlain(ctx context.Context, tx pgx.Tx, tasks []store.NewTas
 // any request is invalid, none is stored. Behaviors with a Combiner are
 // merged one by one after the statement.
 func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) ([]api.Submission, error) {
-	return c.submitMany(ctx, nil, reqs)
+	subs, err := c.submitMany(ctx, nil, reqs)
+	return subs, c.written(ctx, "submit", err)
 }
 
 // SubmitManyTx is SubmitMany in the caller's transaction tx; see SubmitTx.
@@ -342,7 +382,8 @@ func (c *Client) SubmitManyTx(ctx context.Context, tx pgx.Tx, reqs []api.SubmitR
 	if tx == nil {
 		return nil, fmt.Errorf("submit many: %w", api.Invalid("tx", "is nil"))
 	}
-	return c.submitMany(ctx, tx, reqs)
+	subs, err := c.submitMany(ctx, tx, reqs)
+	return subs, c.written(ctx, "submit", err)
 }
 
 // submitMany stores tasks, in tx or, when tx is nil, on their own.

@@ -27,6 +27,7 @@ const maxCompletionBatch = 1000
 type completer struct {
 	st  store.Store
 	log *slog.Logger
+	inc *incidents
 	// recorded is called from the completer's goroutine with a batch once
 	// its completions are recorded (held[i] set, err nil), found fenced out
 	// (held[i] unset, err nil), or given up on (err the database error). It
@@ -39,8 +40,8 @@ type completer struct {
 	head    int
 }
 
-func newCompleter(st store.Store, log *slog.Logger, recorded func([]*run, []bool, error)) *completer {
-	return &completer{st: st, log: log, recorded: recorded, wake: make(chan struct{}, 1)}
+func newCompleter(st store.Store, log *slog.Logger, inc *incidents, recorded func([]*run, []bool, error)) *completer {
+	return &completer{st: st, log: log, inc: inc, recorded: recorded, wake: make(chan struct{}, 1)}
 }
 
 // finish queues r for the record and returns. Not waiting frees the run's
@@ -103,17 +104,28 @@ func (c *completer) loop(ctx context.Context) {
 	}
 }
 
+// finishTimeout bounds a statement recording completions: one that does
+// not return by then (a database that stopped answering) is tried again.
+const finishTimeout = 30 * time.Second
+
 // flush records a batch, retrying database errors for a while: a
 // completion is worth keeping, and the leases keep being renewed meanwhile.
+// Given up on, the runs' tasks are taken over after their lease.
 func (c *completer) flush(ctx context.Context, batch []*run, comps []store.Completion) {
 	var err error
 	for try := 1; try <= 8; try++ {
 		var held []bool
-		if held, err = c.st.Finish(context.WithoutCancel(ctx), comps); err == nil {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		held, err = c.st.Finish(fctx, comps)
+		cancel()
+		if err == nil {
+			c.inc.ok(false)
 			c.recorded(batch, held, nil)
 			return
 		}
-		c.log.Warn("stint: recording completions failed; retrying", "tasks", len(batch), "try", try, "err", err)
+		if !c.inc.failed("finish", err) {
+			c.log.Warn("stint: recording completions failed; retrying", "tasks", len(batch), "try", try, "err", err)
+		}
 		sleep(ctx, spi.Backoff(50*time.Millisecond, 2*time.Second, try))
 	}
 	c.recorded(batch, nil, err)

@@ -18,6 +18,9 @@ import (
 type hub struct {
 	st  store.Store
 	log *slog.Logger
+	// state is told of every failure of the listening connection and of
+	// each time it listens again.
+	state func(error)
 
 	mu        sync.Mutex
 	waiters   map[api.TaskID]map[chan struct{}]struct{}
@@ -28,11 +31,12 @@ type hub struct {
 	done      chan struct{}
 }
 
-func newHub(st store.Store, log *slog.Logger) *hub {
-	return &hub{st: st, log: log, waiters: map[api.TaskID]map[chan struct{}]struct{}{}, all: map[chan struct{}]struct{}{}}
+func newHub(st store.Store, log *slog.Logger, state func(error)) *hub {
+	return &hub{st: st, log: log, state: state, waiters: map[api.TaskID]map[chan struct{}]struct{}{}, all: map[chan struct{}]struct{}{}}
 }
 
-// start begins listening, once.
+// start begins listening, once, for good: a listener that returns an error
+// is started again after a pause, never left stopped.
 func (h *hub) start() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -43,9 +47,12 @@ func (h *hub) start() {
 	h.cancel, h.done = cancel, make(chan struct{})
 	go func() {
 		defer close(h.done)
-		err := h.st.Listen(ctx, []string{store.ChannelDue, store.ChannelFinished, store.ChannelRemoved}, h.dispatch)
-		if err != nil && ctx.Err() == nil {
-			h.log.Error("stint: listener stopped", "err", err)
+		for ctx.Err() == nil {
+			err := h.st.Listen(ctx, []string{store.ChannelDue, store.ChannelFinished, store.ChannelRemoved}, h.dispatch, h.state)
+			if err != nil && ctx.Err() == nil {
+				h.state(err)
+				sleep(ctx, time.Second)
+			}
 		}
 	}()
 }

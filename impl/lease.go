@@ -56,32 +56,62 @@ func (s *Server) leaseLoop(ctx context.Context) {
 		}
 		s.renewLeases(ctx)
 		s.releaseLeases(ctx)
-		if time.Since(lastBeat) >= s.cfg.NodeHeartbeat {
+		beat := time.Since(lastBeat) >= s.cfg.NodeHeartbeat
+		select {
+		case <-s.beatNow:
+			// An incident started or ended: show it at once.
+			beat = true
+		default:
+		}
+		if beat {
 			lastBeat = time.Now()
-			err := s.st.HeartbeatNode(ctx, s.cfg.Node)
-			if errors.Is(err, api.ErrNotFound) {
-				// Dropped as dead while it was paused or cut off: register
-				// again, so that operators see it.
-				err = s.register(ctx)
-			}
-			if err != nil && ctx.Err() == nil {
-				s.log.Warn("stint: node heartbeat failed", "err", err)
-			}
+			s.heartbeat(ctx)
 		}
 	}
 }
 
-// takeoverLoop takes over expired leases every lease tick.
+// dbTimeout bounds the statements of the loops that have no tighter
+// bound: a database that stopped answering (a silent network loss) fails
+// them, and the loop tries again, rather than waiting forever.
+const dbTimeout = 10 * time.Second
+
+// heartbeat renews the node's row with its health (see incidents).
+func (s *Server) heartbeat(ctx context.Context) {
+	hctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	err := s.st.HeartbeatNode(hctx, s.cfg.Node, s.inc.health())
+	if errors.Is(err, api.ErrNotFound) {
+		// Dropped as dead while it was paused or cut off: register
+		// again, so that operators see it.
+		err = s.register(hctx)
+	}
+	switch {
+	case err == nil:
+		s.inc.ok(false)
+	case ctx.Err() != nil:
+	case !s.inc.failed("heartbeat", err):
+		s.log.Warn("stint: node heartbeat failed", "err", err)
+	}
+}
+
+// takeoverLoop takes over expired leases every lease tick, and after a
+// failure waits longer each time (up to the poll interval).
 func (s *Server) takeoverLoop(ctx context.Context) {
-	t := time.NewTicker(s.leaseTick())
-	defer t.Stop()
+	failures := 0
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		d := s.leaseTick()
+		if failures > 0 {
+			d = max(d, spi.Backoff(d, max(d, s.cfg.PollInterval), failures))
 		}
-		s.takeOver(ctx)
+		sleep(ctx, d)
+		if ctx.Err() != nil {
+			return
+		}
+		if s.takeOver(ctx) {
+			failures = 0
+		} else {
+			failures++
+		}
 	}
 }
 
@@ -116,11 +146,12 @@ func (s *Server) renewLeases(ctx context.Context) {
 	sent := time.Now()
 	held, err := s.st.Renew(rctx, due)
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !s.inc.failed("renew", err) {
 			s.log.Warn("stint: lease renewal failed", "tasks", len(due), "err", err)
 		}
 		return
 	}
+	s.inc.ok(false)
 	s.tel.renewals.Add(ctx, int64(len(held)))
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -143,7 +174,9 @@ func (s *Server) releaseLeases(ctx context.Context) {
 	if len(released) == 0 {
 		return
 	}
-	if err := s.st.ReleaseLeases(ctx, released); err != nil && ctx.Err() == nil {
+	rctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	if err := s.st.ReleaseLeases(rctx, released); err != nil && ctx.Err() == nil && !s.inc.failed("release", err) {
 		// Harmless: the rows expire and a takeover drops them.
 		s.log.Warn("stint: releasing leases failed", "leases", len(released), "err", err)
 	}
@@ -155,8 +188,9 @@ const takeoverBatch = 100
 // takeOver makes the tasks of expired leases (of nodes that died, stalled
 // or lost the database for longer than a lease) due again. Every node
 // does it on every lease tick: the statement costs one index probe when
-// nothing expired, and skips the leases and tasks others hold locked.
-func (s *Server) takeOver(ctx context.Context) {
+// nothing expired, and skips the leases and tasks others hold locked. It
+// reports whether the statements succeeded.
+func (s *Server) takeOver(ctx context.Context) bool {
 	for {
 		// The statement waits for no lock; the bound is for a database
 		// that does not answer.
@@ -164,17 +198,18 @@ func (s *Server) takeOver(ctx context.Context) {
 		leases, tasks, err := s.st.Takeover(tctx, takeoverBatch)
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && !s.inc.failed("takeover", err) {
 				s.log.Warn("stint: taking over expired leases failed", "err", err)
 			}
-			return
+			return false
 		}
+		s.inc.ok(false)
 		s.tel.tookOver(tasks)
 		if tasks > 0 {
 			s.log.Info("stint: took over the tasks of expired leases", "leases", leases, "tasks", tasks)
 		}
 		if leases < takeoverBatch {
-			return
+			return true
 		}
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"github.com/stinthq/stint/store"
 )
 
+// maintainTimeout bounds one statement of the upkeep.
+const maintainTimeout = time.Minute
+
 // maintainLoop runs the upkeep every server does: it drops dead feed
 // consumers and nodes and trims the change feed, a batch at a time until
 // one comes back short. Every node runs it; the statements are idempotent.
@@ -20,15 +23,17 @@ func (s *Server) maintainLoop(ctx context.Context) {
 		}
 		var total store.MaintainResult
 		for {
-			res, err := s.st.Maintain(ctx, store.MaintainParams{
+			mctx, cancel := context.WithTimeout(ctx, maintainTimeout)
+			res, err := s.st.Maintain(mctx, store.MaintainParams{
 				ConsumerTimeout:  m.ConsumerTimeout,
 				NodeTimeout:      m.NodeTimeout,
 				FeedMinRetention: m.FeedMinRetention,
 				FeedMaxRetention: m.FeedMaxRetention,
 				Batch:            m.Batch,
 			})
+			cancel()
 			if err != nil {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && !s.inc.failed("maintain", err) {
 					s.log.Warn("stint: maintenance failed", "err", err)
 				}
 				break

@@ -332,7 +332,7 @@ func (s *Server) execute(r *run) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err := s.st.Unclaim(ctx, []store.LeaseRef{r.claimed.LeaseRef})
-		if err != nil {
+		if err != nil && !s.inc.failed("unclaim", err) {
 			s.log.Warn("stint: unclaim failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
 		}
 		// Only now: a rotation must not start the next task while the
@@ -367,19 +367,29 @@ func (s *Server) execute(r *run) {
 // the batch.
 func (s *Server) recorded(batch []*run, held []bool, err error) {
 	var again time.Duration // the earliest run again after a delay: a retry, a snooze, a reschedule
+	// One line per batch, not per run: an incident can end thousands of
+	// runs at once.
+	var fenced []api.TaskID
 	for i, r := range batch {
 		r.cancel(context.Canceled)
 		switch {
 		case err != nil:
-			s.log.Error("stint: recording a run failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
 		case !held[i]:
-			s.log.Info("stint: run ended after its lease was lost; its result was dropped", "task", r.claimed.ID)
+			fenced = append(fenced, r.claimed.ID)
 		default:
 			r.tel.ended(r.end)
 			if r.end.Again && r.end.Delay > 0 && (again == 0 || r.end.Delay < again) {
 				again = r.end.Delay
 			}
 		}
+	}
+	if err != nil {
+		s.log.Error("stint: recording runs failed; their tasks are taken over after their lease", "tasks", len(batch),
+			"first", batch[0].claimed.ID, "err", err)
+	}
+	if len(fenced) > 0 {
+		s.log.Info("stint: runs ended after their lease was lost; their results were dropped", "tasks", len(fenced),
+			"first", fenced[0])
 	}
 	s.kick.kickAfter(again)
 	s.mu.Lock()

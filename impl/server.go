@@ -170,6 +170,7 @@ type Server struct {
 	startWait     time.Duration
 	startWaiting  int
 
+	beatNow     chan struct{}      // asks the lease keeper for a heartbeat now
 	claimCancel context.CancelFunc // stops claiming
 	bgCancel    context.CancelFunc // stops the lease keeper and completer
 	claimDone   chan struct{}
@@ -238,8 +239,10 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		latest:        map[api.TaskID]*run{},
 		slots:         newSlots(cfg.MaxWorkers),
 		leases:        map[[16]byte]leaseRuns{},
+		beatNow:       make(chan struct{}, 1),
 	}
 	client.local = s
+	client.inc.change = func() { signal(s.beatNow) }
 	for _, id := range ids {
 		reg, ok := cfg.Registry.Lookup(id)
 		if !ok {
@@ -297,7 +300,7 @@ func (s *Server) Start(ctx context.Context) error {
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	claimCtx, claimCancel := context.WithCancel(context.Background())
 	s.bgCancel, s.claimCancel = bgCancel, claimCancel
-	s.completer = newCompleter(s.st, s.log, s.recorded)
+	s.completer = newCompleter(s.st, s.log, s.inc, s.recorded)
 	s.claimDone = make(chan struct{})
 
 	s.bgDone.Add(5)
@@ -456,8 +459,13 @@ func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 				return
 			}
 			failures++
-			s.log.Warn("stint: claim failed", "err", err, "failures", failures)
-			sleep(ctx, spi.Backoff(100*time.Millisecond, 5*time.Second, failures))
+			if !s.inc.failed("claim", err) {
+				s.log.Warn("stint: claim failed", "err", err, "failures", failures)
+			}
+			// Backing off no further than the poll interval: a task
+			// submitted during an outage starts within it once the
+			// database answers again.
+			sleep(ctx, spi.Backoff(min(100*time.Millisecond, s.cfg.PollInterval), s.cfg.PollInterval, failures))
 			continue
 		case full:
 			failures = 0
@@ -511,6 +519,7 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 		if err != nil {
 			return n, false, err
 		}
+		s.inc.ok(false)
 		s.tel.claimDone(ctx, claimed, time.Since(sent))
 		s.startRuns(claimed, sent)
 		n += len(claimed)

@@ -7,6 +7,8 @@ import "github.com/stinthq/stint/api"
 type (
 	// Node is a registered server node.
 	Node = api.Node
+	// NodeIncident is a database incident a node saw.
+	NodeIncident = api.NodeIncident
 	// BehaviorSettings are a behavior's runtime settings.
 	BehaviorSettings = api.BehaviorSettings
 	// ChangeFilter selects change-feed entries.
@@ -40,4 +42,11 @@ type HistoryRecord struct {
 	// Behaviors are sampled with a zero backlog when none of their tasks
 	// is due, so that their charts show the zero rather than a gap.
 	Behaviors []api.BehaviorID
+}
+
+// NodeHealth is what a node reports of its database incidents with its
+// heartbeat: those going on, and the last one that ended (nil if none).
+type NodeHealth struct {
+	Incidents []NodeIncident
+	Last      *NodeIncident
 }

@@ -297,9 +297,10 @@ type Store interface {
 
 	// RegisterNode records a node as started.
 	RegisterNode(ctx context.Context, n Node) error
-	// HeartbeatNode renews a node's heartbeat; api.ErrNotFound if the node
+	// HeartbeatNode renews a node's heartbeat and records its health;
+	// api.ErrNotFound if the node
 	// is not registered (another node dropped it as dead).
-	HeartbeatNode(ctx context.Context, id string) error
+	HeartbeatNode(ctx context.Context, id string, health NodeHealth) error
 	// DeregisterNode removes a node.
 	DeregisterNode(ctx context.Context, id string) error
 	// Nodes lists the registered nodes.
@@ -328,8 +329,10 @@ type Store interface {
 	// Listen calls fn for every notification on channels until ctx ends,
 	// reconnecting after errors. After each (re)connect it calls fn with
 	// an empty payload on every channel, since notifications sent while it
-	// was away are lost.
-	Listen(ctx context.Context, channels []string, fn func(channel, payload string)) error
+	// was away are lost. It never gives up: a connection that breaks or
+	// stops answering is made again. onState, if not nil, is called with
+	// each failure and with nil each time it listens again.
+	Listen(ctx context.Context, channels []string, fn func(channel, payload string), onState func(error)) error
 	// Notify sends a notification.
 	Notify(ctx context.Context, channel, payload string) error
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -27,9 +28,22 @@ func (s *Store) RegisterNode(ctx context.Context, n store.Node) error {
 	return nil
 }
 
-// HeartbeatNode renews a node's heartbeat.
-func (s *Store) HeartbeatNode(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE stint_node SET heartbeat_at = now() WHERE id = $1`, id)
+// HeartbeatNode renews a node's heartbeat and records its health.
+func (s *Store) HeartbeatNode(ctx context.Context, id string, health store.NodeHealth) error {
+	var incidents, last []byte
+	var err error
+	if len(health.Incidents) > 0 {
+		if incidents, err = json.Marshal(health.Incidents); err != nil {
+			return fmt.Errorf("heartbeat node %s: %w", id, err)
+		}
+	}
+	if health.Last != nil {
+		if last, err = json.Marshal(health.Last); err != nil {
+			return fmt.Errorf("heartbeat node %s: %w", id, err)
+		}
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE stint_node SET heartbeat_at = now(), incidents = $2, last_incident = $3 WHERE id = $1`,
+		id, incidents, last)
 	if err != nil {
 		return fmt.Errorf("heartbeat node %s: %w", id, err)
 	}
@@ -49,7 +63,7 @@ func (s *Store) DeregisterNode(ctx context.Context, id string) error {
 
 // Nodes lists registered nodes, oldest first.
 func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, host, pid, behaviors, max_workers, started_at, heartbeat_at
+	rows, err := s.pool.Query(ctx, `SELECT id, host, pid, behaviors, max_workers, started_at, heartbeat_at, incidents, last_incident
 		FROM stint_node ORDER BY started_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
@@ -57,7 +71,20 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 	var out []store.Node
 	var n store.Node
 	var behaviors []string
-	_, err = pgx.ForEachRow(rows, []any{&n.ID, &n.Host, &n.PID, &behaviors, &n.MaxWorkers, &n.StartedAt, &n.HeartbeatAt}, func() error {
+	var incidents, last []byte
+	_, err = pgx.ForEachRow(rows, []any{&n.ID, &n.Host, &n.PID, &behaviors, &n.MaxWorkers, &n.StartedAt, &n.HeartbeatAt, &incidents, &last}, func() error {
+		n.Incidents, n.LastIncident = nil, nil
+		if incidents != nil {
+			if err := json.Unmarshal(incidents, &n.Incidents); err != nil {
+				return fmt.Errorf("node %s: incidents: %w", n.ID, err)
+			}
+		}
+		if last != nil {
+			n.LastIncident = new(api.NodeIncident)
+			if err := json.Unmarshal(last, n.LastIncident); err != nil {
+				return fmt.Errorf("node %s: last incident: %w", n.ID, err)
+			}
+		}
 		n.Behaviors = make([]api.BehaviorID, len(behaviors))
 		for i, b := range behaviors {
 			n.Behaviors[i] = api.BehaviorID(b)

@@ -99,6 +99,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if o.maxConns > 0 {
 		cfg.MaxConns = o.maxConns
 	}
+	guardPoolConfig(cfg)
 	afterConnect := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		registerArrayCodecs(conn.TypeMap())
@@ -117,6 +118,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 			pool.Close()
 			return nil, fmt.Errorf("open store: parse listen URL: %w", err)
 		}
+		guardConnConfig(&s.listenConfig.Config)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
@@ -168,19 +170,29 @@ func (s *Store) Notify(ctx context.Context, channel, payload string) error {
 }
 
 // Listen calls fn for each notification on channels until ctx ends. It
-// holds one connection of its own, outside the pool.
-func (s *Store) Listen(ctx context.Context, channels []string, fn func(channel, payload string)) error {
+// holds one connection of its own, outside the pool, checks it whenever
+// ListenCheck passes without a notification, and makes a new one when it
+// breaks or stops answering, forever, with a backoff of up to 5 seconds
+// between failed attempts. After each (re)connection it calls fn with an
+// empty payload on every channel, since notifications sent while it was
+// not listening are lost. onState, if set, is told of every failure (err)
+// and of every connection that listens again (nil).
+func (s *Store) Listen(ctx context.Context, channels []string, fn func(channel, payload string), onState func(error)) error {
 	if s.noListen {
 		<-ctx.Done()
 		return ctx.Err()
 	}
+	if onState == nil {
+		onState = func(error) {}
+	}
 	const first = 100 * time.Millisecond
 	backoff := first
 	for {
-		listened, err := s.listenOnce(ctx, channels, fn)
+		listened, err := s.listenOnce(ctx, channels, fn, onState)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		onState(err)
 		switch {
 		case listened:
 			// The connection worked until it broke: a new outage starts
@@ -199,22 +211,26 @@ func (s *Store) Listen(ctx context.Context, channels []string, fn func(channel, 
 
 // listenOnce listens on one connection until it breaks. listened reports
 // whether it got as far as listening on every channel.
-func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(channel, payload string)) (listened bool, err error) {
+func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(channel, payload string), onState func(error)) (listened bool, err error) {
 	conn, err := pgx.ConnectConfig(ctx, s.listenConfig)
 	if err != nil {
 		return false, fmt.Errorf("listen: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
 	for _, ch := range channels {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+		lctx, cancel := context.WithTimeout(ctx, ListenCheck)
+		_, err := conn.Exec(lctx, "LISTEN "+pgx.Identifier{ch}.Sanitize())
+		cancel()
+		if err != nil {
 			return false, fmt.Errorf("listen %s: %w", ch, err)
 		}
 	}
+	onState(nil)
 	for _, ch := range channels {
 		fn(ch, "")
 	}
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		n, err := waitNotification(ctx, conn, ListenCheck)
 		if err != nil {
 			return true, fmt.Errorf("listen: %w", err)
 		}

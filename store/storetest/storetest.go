@@ -526,7 +526,7 @@ func testFinishWakesClaimers(s *suite) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	go func() {
-		_ = s.st.Listen(ctx, []string{store.ChannelDue}, func(string, string) { due <- struct{}{} })
+		_ = s.st.Listen(ctx, []string{store.ChannelDue}, func(string, string) { due <- struct{}{} }, nil)
 	}()
 	select {
 	case <-due: // the call that says the listener is connected
