@@ -53,7 +53,7 @@ var causeText = map[string]string{
 	CauseUnreachable: "the database cannot be reached or does not answer",
 	CauseRecovery:    "the database is starting up, shutting down or in recovery, or no host is a primary",
 	CauseShutdown:    "the database server ended the session (a restart or a failover)",
-	CauseReadOnly:    "the database accepts no writes (a standby, or default_transaction_read_only is on)",
+	CauseReadOnly:    "a standby, or default_transaction_read_only is on: no writes",
 	CauseDiskFull:    "the database's disk is full",
 	CauseConnections: "the database has no connection to spare",
 	CauseListener:    "the listening connection failed; notifications wait, claimers and awaiters poll",
@@ -108,7 +108,7 @@ func unavailable(err error) error {
 	if cause == CauseReadOnly {
 		sentinel = api.ErrReadOnly
 	}
-	return fmt.Errorf("%w: %s (%s): %w", sentinel, causeText[cause], cause, err)
+	return fmt.Errorf("%w (%s: %s): %w", sentinel, cause, causeText[cause], err)
 }
 
 // incidentRepeat is how often an incident that goes on is logged again:

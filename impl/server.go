@@ -270,7 +270,10 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 func (s *Server) Node() string { return s.cfg.Node }
 
 // Start registers the node and starts claiming. Runs outlive ctx; use Stop
-// to end them.
+// to end them. While the database cannot take the node's registration for
+// a reason of its own (api.ErrUnavailable: a server in recovery, one that
+// refuses writes or does not answer), Start logs the incident and tries
+// again with a backoff, until ctx ends.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
@@ -280,10 +283,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.started = true
 	s.mu.Unlock()
 
-	err := s.register(ctx)
-	if err == nil {
-		err = s.st.PutSchedules(ctx, s.schedules, true)
-	}
+	err := s.registerAll(ctx)
 	if err != nil {
 		// Nothing started: Stop has nothing to stop, and Start may be
 		// tried again.
@@ -334,6 +334,27 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.log.Info("stint: server started", "node", s.cfg.Node, "behaviors", s.behaviorIDs(), "max_workers", s.cfg.MaxWorkers)
 	return nil
+}
+
+// registerAll records the node and its behaviors' schedules, waiting while
+// the database is unavailable.
+func (s *Server) registerAll(ctx context.Context) error {
+	for failures := 1; ; failures++ {
+		err := s.register(ctx)
+		if err == nil {
+			err = s.st.PutSchedules(ctx, s.schedules, true)
+		}
+		if err == nil {
+			s.inc.ok(false)
+			return nil
+		}
+		if ctx.Err() != nil || !s.inc.failed("start", err) {
+			return err
+		}
+		if sleep(ctx, spi.Backoff(100*time.Millisecond, 5*time.Second, failures)); ctx.Err() != nil {
+			return unavailable(err)
+		}
+	}
 }
 
 // register records the node in the nodes table.

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,6 +38,7 @@ var long = flag.Bool("chaos.long", false, "run longer workloads and faults")
 const (
 	envDSN  = "STINT_CHAOS_DSN"
 	envNode = "STINT_CHAOS_NODE"
+	envLog  = "STINT_CHAOS_LOG" // a file for the node's log, as JSON lines
 )
 
 // lease is the lease of chaos.work: short, so that takeovers are quick.
@@ -111,8 +113,16 @@ func registry(pool *pgxpool.Pool, node string) *spi.Registry {
 func runNode() {
 	childtest.Serve(os.Getenv(envDSN), func(st *postgres.Store) (*impl.Server, error) {
 		node := os.Getenv(envNode)
+		var out io.Writer = io.Discard
+		if path := os.Getenv(envLog); path != "" {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+			if err != nil {
+				return nil, err
+			}
+			out = f // open until the process ends
+		}
 		return impl.NewServer(st, impl.ServerConfig{Node: node, Registry: registry(st.Pool(), node), MaxWorkers: 50,
-			PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(out, nil))})
 	})
 }
 
@@ -125,11 +135,14 @@ type cluster struct {
 	client *impl.Client
 	nodes  []*node
 	kills  []kill
+	// extra are tasks a fault acknowledged, checked with the workload's.
+	extra []api.TaskID
 }
 
 type node struct {
 	name string
 	dsn  string
+	log  string // the node's log file, JSON lines (see nodeLog)
 	cmd  *exec.Cmd
 }
 
@@ -138,10 +151,12 @@ type kill struct {
 	at   time.Time // database clock
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t *testing.T) *cluster { return newClusterAt(t, pgtest.New(t)) }
+
+// newClusterAt is newCluster on the database at dsn.
+func newClusterAt(t *testing.T, dsn string) *cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
-	dsn := pgtest.New(t)
 	st, err := postgres.Open(ctx, dsn)
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
@@ -153,8 +168,10 @@ func newCluster(t *testing.T) *cluster {
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
 	c := &cluster{t: t, ctx: ctx, dsn: dsn, pool: st.Pool(), client: client}
+	logs := t.TempDir()
 	for i := range 3 {
-		c.nodes = append(c.nodes, &node{name: fmt.Sprint("node-", i), dsn: dsn})
+		name := fmt.Sprint("node-", i)
+		c.nodes = append(c.nodes, &node{name: name, dsn: dsn, log: filepath.Join(logs, name+".log")})
 	}
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
@@ -169,7 +186,7 @@ func newCluster(t *testing.T) *cluster {
 
 // start starts a node process and waits until it is ready.
 func (c *cluster) start(n *node) {
-	n.cmd = childtest.Start(c.t, envDSN+"="+n.dsn, envNode+"="+n.name).Cmd
+	n.cmd = childtest.Start(c.t, envDSN+"="+n.dsn, envNode+"="+n.name, envLog+"="+n.log).Cmd
 }
 
 func (c *cluster) startAll() {
@@ -191,11 +208,14 @@ func (c *cluster) sigkill(n *node) {
 // submit submits tasks 0..count-1 in batches, retrying each batch until
 // it is acknowledged (a fault may fail a submit; it must then have stored
 // all of the batch or none). It returns the acknowledged ids.
-func (c *cluster) submit(count int) []api.TaskID {
+func (c *cluster) submit(count int) []api.TaskID { return c.submitFrom(0, count) }
+
+// submitFrom is submit of tasks first..first+count-1.
+func (c *cluster) submitFrom(first, count int) []api.TaskID {
 	var ids []api.TaskID
-	for start := 0; start < count; start += 100 {
+	for start := first; start < first+count; start += 100 {
 		reqs := make([]api.SubmitRequest, 0, 100)
-		for n := start; n < min(start+100, count); n++ {
+		for n := start; n < min(start+100, first+count); n++ {
 			reqs = append(reqs, api.SubmitRequest{Behavior: workKind.ID, Params: fmt.Appendf(nil, `{"n":%d,"sleep_ms":%d}`, n, mrand.IntN(150))})
 		}
 		for {
@@ -288,6 +308,12 @@ func (c *cluster) check(ids []api.TaskID) report {
 func scenario(t *testing.T, tasks int, faultFor time.Duration, fault func(c *cluster, stop <-chan struct{})) report {
 	c := newCluster(t)
 	c.startAll()
+	return c.scenario(tasks, faultFor, fault)
+}
+
+// scenario is the package's scenario on c, whose nodes run.
+func (c *cluster) scenario(tasks int, faultFor time.Duration, fault func(c *cluster, stop <-chan struct{})) report {
+	t := c.t
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { fault(c, stop) })
@@ -297,6 +323,7 @@ func scenario(t *testing.T, tasks int, faultFor time.Duration, fault func(c *clu
 	time.Sleep(faultFor) // let the fault run over the workload: the duration is the test's parameter
 	close(stop)
 	wg.Wait()
+	ids = append(ids, c.extra...)
 	for _, n := range c.nodes {
 		if n.cmd == nil {
 			c.start(n)

@@ -7,15 +7,24 @@ import (
 	"time"
 )
 
-// proxy forwards TCP connections to a target and can cut them all or
-// delay their traffic: the network between one node and PostgreSQL.
+// proxy forwards TCP connections to a target and can cut them all, delay
+// their traffic, or stop forwarding without closing anything (a
+// blackhole: a firewall or NAT table that drops packets, where no FIN or
+// RST tells either end): the network between nodes and PostgreSQL.
 type proxy struct {
-	ln     net.Listener
-	target string
-	delay  atomic.Int64 // nanoseconds added before each forwarded read
+	ln    net.Listener
+	delay atomic.Int64 // nanoseconds added before each forwarded read
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	mu     sync.Mutex
+	target string
+	conns  map[net.Conn]struct{}
+	// held is closed when a blackhole ends; nil when traffic passes.
+	held chan struct{}
+	// gen counts blackholes; a connection accepted at gen g is forgotten
+	// (its traffic dropped for good, as by a NAT table that lost it) when
+	// g < forgotten. cutting is closed by cut, which ends them.
+	gen, forgotten int
+	cutting        chan struct{}
 }
 
 func newProxy(target string) (*proxy, error) {
@@ -23,7 +32,7 @@ func newProxy(target string) (*proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, cutting: make(chan struct{})}
 	go p.serve()
 	return p, nil
 }
@@ -41,8 +50,23 @@ func (p *proxy) serve() {
 }
 
 func (p *proxy) handle(client net.Conn) {
-	server, err := net.Dial("tcp", p.target)
+	// A connection made during a blackhole is accepted (by the kernel,
+	// as a SYN that gets no answer would leave the client waiting) and
+	// goes nowhere until it ends.
+	p.track(client)
+	p.mu.Lock()
+	born := p.gen
+	p.mu.Unlock()
+	if !p.pass(born) {
+		p.untrack(client)
+		return
+	}
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	server, err := net.Dial("tcp", target)
 	if err != nil {
+		p.untrack(client)
 		client.Close()
 		return
 	}
@@ -54,6 +78,9 @@ func (p *proxy) handle(client net.Conn) {
 		for {
 			n, err := src.Read(buf)
 			if n > 0 {
+				if !p.pass(born) {
+					break
+				}
 				if d := time.Duration(p.delay.Load()); d > 0 {
 					time.Sleep(d) // the fault being injected, not synchronization
 				}
@@ -91,6 +118,64 @@ func (p *proxy) untrack(cs ...net.Conn) {
 	}
 }
 
+// pass waits while a blackhole lasts, and reports whether the traffic of
+// a connection accepted at gen born may pass: false once cut ended a
+// forgotten one.
+func (p *proxy) pass(born int) bool {
+	for {
+		p.mu.Lock()
+		held, dead, cutting := p.held, born < p.forgotten, p.cutting
+		p.mu.Unlock()
+		switch {
+		case dead:
+			<-cutting
+			return false
+		case held != nil:
+			select {
+			case <-held:
+			case <-cutting:
+			}
+		default:
+			return true
+		}
+	}
+}
+
+// blackhole stops forwarding in both directions, on the open connections
+// and on new ones, without closing any, until restore.
+func (p *proxy) blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = make(chan struct{})
+		p.gen++
+	}
+}
+
+// restore ends a blackhole. With forget, the connections opened before it
+// stay silent for good, never closed (as when a NAT table forgot them:
+// only keepalives, timeouts or checks of their own tell their ends);
+// without, what was held back is forwarded, as TCP retransmits it when a
+// path comes back. Connections made during the blackhole go through.
+func (p *proxy) restore(forget bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+		if forget {
+			p.forgotten = p.gen
+		}
+	}
+}
+
+// retarget sends the connections made from now on to target.
+func (p *proxy) retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
+
 // cut closes every open connection.
 func (p *proxy) cut() {
 	p.mu.Lock()
@@ -98,9 +183,12 @@ func (p *proxy) cut() {
 	for c := range p.conns {
 		c.Close()
 	}
+	close(p.cutting)
+	p.cutting = make(chan struct{})
 }
 
 func (p *proxy) close() {
 	p.ln.Close()
+	p.restore(false)
 	p.cut()
 }

@@ -162,3 +162,44 @@ func WaitReplayed(ctx context.Context, primaryDSN, standbyDSN string) error {
 		}
 	}
 }
+
+// Kill kills the server with SIGKILL, as a crash of its machine would: no
+// shutdown, no checkpoint; its backends exit when they notice. A later
+// Restart starts it again (with crash recovery). It works only on a server
+// this process started.
+func (c *Cluster) Kill() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.child == nil {
+		return fmt.Errorf("pgcluster: kill %s: the server was not started by this process", c.dataDir)
+	}
+	if err := c.child.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("pgcluster: kill postgres (pid %d): %w", c.child.Process.Pid, err)
+	}
+	<-c.exited
+	c.child, c.exited, c.running = nil, nil, false
+	return nil
+}
+
+// Promote makes a standby a primary (pg_promote) and waits until it
+// accepts writes. It then no longer streams from its old primary, which
+// may be gone (a failover), so Stop leaves the old primary's replication
+// slot alone.
+func (c *Cluster) Promote(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, c.DSN("postgres"))
+	if err != nil {
+		return fmt.Errorf("pgcluster: promote: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var done bool
+	if err := conn.QueryRow(ctx, `SELECT pg_promote(wait => true, wait_seconds => 60)`).Scan(&done); err != nil {
+		return fmt.Errorf("pgcluster: promote: %w", err)
+	}
+	if !done {
+		return errors.New("pgcluster: promote: the standby did not leave recovery within 60 seconds")
+	}
+	c.mu.Lock()
+	c.primary, c.slot = nil, ""
+	c.mu.Unlock()
+	return nil
+}
