@@ -111,6 +111,13 @@ func unavailable(err error) error {
 	return fmt.Errorf("%w (%s: %s): %w", sentinel, cause, causeText[cause], err)
 }
 
+// The lines an incident logs.
+const (
+	msgStarted = "stint: database incident started; retrying"
+	msgGoesOn  = "stint: database incident goes on; retrying"
+	msgEnded   = "stint: database incident ended"
+)
+
 // incidentRepeat is how often an incident that goes on is logged again:
 // one line when it starts, one every incidentRepeat while it lasts (with
 // the failures counted meanwhile), one when it ends, whatever the number
@@ -141,6 +148,9 @@ type openIncident struct {
 	op       string    // the call that failed first
 	logged   time.Time // when a line was last logged
 	sinceLog int       // failures since
+	// endAt is the time of the success that may end it, if no failure
+	// comes within incidentSettle; zero while it fails.
+	endAt time.Time
 }
 
 func newIncidents(log *slog.Logger, mp metric.MeterProvider) *incidents {
@@ -172,6 +182,7 @@ func (t *incidents) fail(cause, op string, err error) {
 		t.open[cause] = in
 		t.anyOpen.Store(true)
 	}
+	in.endAt = time.Time{} // it goes on
 	in.Failures++
 	in.sinceLog++
 	in.Err = err.Error()
@@ -188,43 +199,60 @@ func (t *incidents) fail(cause, op string, err error) {
 	switch {
 	case started:
 		t.counter.Add(context.Background(), 1, metric.WithAttributes(attribute.String("cause", cause)))
-		t.log.Warn("stint: database incident started; retrying", "cause", cause, "meaning", causeText[cause], "op", op, "err", err)
+		t.log.Warn(msgStarted, "cause", cause, "meaning", causeText[cause], "op", op, "err", err)
 		if change != nil {
 			change()
 		}
 	case repeat:
-		t.log.Warn("stint: database incident goes on; retrying", "cause", cause, "since", in.Started.Format(time.RFC3339),
+		t.log.Warn(msgGoesOn, "cause", cause, "since", in.Started.Format(time.RFC3339),
 			"failures", failures, "failures_since_last_line", sinceLog, "op", op, "err", err)
 	}
 }
 
+// incidentSettle is how long an incident must see no failure after a
+// success before it counts as ended: after a silent loss, say, the pool's
+// dead connections fail one statement each while new ones work, and the
+// incident would otherwise end and start again with each.
+const incidentSettle = time.Second
+
 // ok reports a successful database call: it ends the open incidents it
-// proves over. A success of the pool ends every incident but the
-// listener's; the listener's own success (listening again) ends that one.
+// proves over, once incidentSettle passes without a failure of theirs. A
+// success of the pool ends every incident but the listener's; the
+// listener's own success (listening again) ends that one.
 func (t *incidents) ok(listener bool) {
 	if !t.anyOpen.Load() {
 		return
 	}
 	now := time.Now()
 	t.mu.Lock()
-	var ended []*openIncident
+	defer t.mu.Unlock()
 	for cause, in := range t.open {
-		if (cause == CauseListener) == listener {
-			delete(t.open, cause)
-			in.Ended = now
-			ended = append(ended, in)
-			last := in.NodeIncident
-			t.last = &last
+		if (cause == CauseListener) != listener || !in.endAt.IsZero() {
+			continue
 		}
+		in.endAt = now
+		time.AfterFunc(incidentSettle, func() { t.settle(cause, in, now) })
 	}
+}
+
+// settle ends the incident in, of cause, if no failure came since its
+// success at.
+func (t *incidents) settle(cause string, in *openIncident, at time.Time) {
+	t.mu.Lock()
+	if t.open[cause] != in || !in.endAt.Equal(at) {
+		t.mu.Unlock()
+		return
+	}
+	delete(t.open, cause)
+	in.Ended = at
+	last := in.NodeIncident
+	t.last = &last
 	t.anyOpen.Store(len(t.open) > 0)
 	change := t.change
 	t.mu.Unlock()
-	for _, in := range ended {
-		t.log.Info("stint: database incident ended", "cause", in.Cause, "lasted", in.Ended.Sub(in.Started).Round(time.Millisecond),
-			"failures", in.Failures)
-	}
-	if len(ended) > 0 && change != nil {
+	t.log.Info(msgEnded, "cause", in.Cause, "at", at, "lasted", in.Ended.Sub(in.Started).Round(time.Millisecond),
+		"failures", in.Failures)
+	if change != nil {
 		change()
 	}
 }

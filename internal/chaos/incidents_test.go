@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,6 +33,7 @@ import (
 // logLine is a line of a node's JSON log.
 type logLine struct {
 	Time  time.Time `json:"time"`
+	At    time.Time `json:"at"` // an end line's time of the success that ended it
 	Msg   string    `json:"msg"`
 	Cause string    `json:"cause"`
 	Op    string    `json:"op"`
@@ -87,10 +87,10 @@ func (r incidentReport) String() string {
 }
 
 // checkIncidents checks the nodes' incident lines: every node saw the
-// incident, every incident it saw ended, and no cause took more than a
-// line a second (plus its start and end lines) between start and the
-// last line.
-func (c *cluster) checkIncidents(start, end time.Time) incidentReport {
+// incident (with each of the causes want), every incident it saw ended,
+// and no cause took more than a line a second (plus its start and end
+// lines) between start and the last line.
+func (c *cluster) checkIncidents(start, end time.Time, want ...string) incidentReport {
 	t := c.t
 	r := incidentReport{detect: map[string]time.Duration{}, resume: map[string]time.Duration{}, causes: map[string]map[string]int{}}
 	for _, n := range c.nodes {
@@ -116,9 +116,15 @@ func (c *cluster) checkIncidents(start, end time.Time) incidentReport {
 		for _, l := range lines {
 			r.causes[n.name][l.Cause]++
 			last = l.Time
+			if l.Msg == msgEnded {
+				last = l.At
+			}
 		}
 		r.detect[n.name] = first.Sub(start)
 		r.resume[n.name] = last.Sub(end)
+		for _, cause := range want {
+			require.Positive(t, r.causes[n.name][cause], "%s logged no %s incident: %v", n.name, cause, lines)
+		}
 		secs := int(last.Sub(first).Seconds())
 		for cause, count := range r.causes[n.name] {
 			require.LessOrEqual(t, count, secs+2, "%s: %d lines of %s in %d s: more than one a second", n.name, count, cause, secs)
@@ -187,7 +193,9 @@ func TestSilentNetworkLoss(t *testing.T) {
 		p.restore(true) // the connections of before stay dead, never closed
 	})
 	resume := c.firstRunAfter(end)
-	r := c.checkIncidents(start, end)
+	// The listener's connection died without a sound: only its own check
+	// finds it out.
+	r := c.checkIncidents(start, end, impl.CauseListener, impl.CauseUnreachable)
 	t.Logf("measured: silent loss of %s: first run %s after the path returned;%s", incidentFor(), resume.Round(time.Millisecond), r)
 }
 
@@ -237,7 +245,7 @@ func TestWritesRefused(t *testing.T) {
 	require.ErrorIs(t, refused, api.ErrUnavailable)
 	require.ErrorContains(t, refused, "accepts no writes")
 	resume := c.firstRunAfter(end)
-	r := c.checkIncidents(start, end)
+	r := c.checkIncidents(start, end, impl.CauseReadOnly)
 	t.Logf("measured: writes refused for %s: first run %s after writes were accepted again;%s (submit error: %v)",
 		incidentFor(), resume.Round(time.Millisecond), r, refused)
 }
@@ -249,8 +257,7 @@ func TestWritesRefused(t *testing.T) {
 func replicated(t *testing.T, sync bool) (primary, standby *pgcluster.Cluster, dsn string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dir := pgtest.TempDir(t)
-	primary, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "primary")})
+	primary, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: pgtest.TempDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = primary.Stop() })
 	conn, err := pgx.Connect(ctx, primary.DSN("postgres"))
@@ -261,7 +268,7 @@ func replicated(t *testing.T, sync bool) (primary, standby *pgcluster.Cluster, d
 	st, err := postgres.Open(ctx, primary.DSN("stint"), postgres.Migrate())
 	require.NoError(t, err)
 	st.Close()
-	standby, err = primary.StartStandby(ctx, filepath.Join(dir, "standby"))
+	standby, err = primary.StartStandby(ctx, pgtest.TempDir(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = standby.Stop() })
 	require.NoError(t, pgcluster.WaitReplayed(ctx, primary.DSN("postgres"), standby.DSN("postgres")))
@@ -300,7 +307,7 @@ func TestFailoverToAPromotedStandby(t *testing.T) {
 		promoted = time.Now()
 	})
 	resume := c.firstRunAfter(promoted)
-	r := c.checkIncidents(killed, promoted)
+	r := c.checkIncidents(killed, promoted, impl.CauseUnreachable)
 	t.Logf("measured: failover (synchronous standby promoted %s after the kill): first run %s after the promotion;%s",
 		promoteAfter, resume.Round(time.Millisecond), r)
 }
@@ -343,7 +350,7 @@ func TestRecoveryMode(t *testing.T) {
 	})
 	require.ErrorIs(t, refused, api.ErrReadOnly)
 	resume := c.firstRunAfter(end)
-	r := c.checkIncidents(start, end)
+	r := c.checkIncidents(start, end, impl.CauseReadOnly)
 	t.Logf("measured: recovery for %s: first run %s after the promotion;%s (submit error: %v)",
 		incidentFor(), resume.Round(time.Millisecond), r, refused)
 }

@@ -1,0 +1,163 @@
+package impl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/stinthq/stint/api"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	pg := func(code, msg string) error { return fmt.Errorf("claim: %w", &pgconn.PgError{Code: code, Message: msg}) }
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{pg("25006", "cannot execute INSERT in a read-only transaction"), CauseReadOnly},
+		{pg("57P03", "the database system is starting up"), CauseRecovery},
+		{pg("57P01", "terminating connection due to administrator command"), CauseShutdown},
+		{pg("57P02", "terminating connection because of crash of another server process"), CauseShutdown},
+		{pg("53100", "could not extend file: No space left on device"), CauseDiskFull},
+		{pg("53300", "sorry, too many clients already"), CauseConnections},
+		{pg("08006", "connection failure"), CauseUnreachable},
+		{pg("55000", "cannot execute LISTEN during recovery"), CauseRecovery},
+		{fmt.Errorf("renew: %w", context.DeadlineExceeded), CauseUnreachable},
+		{fmt.Errorf("finish: %w", io.ErrUnexpectedEOF), CauseUnreachable},
+		{fmt.Errorf("connect: %w", pgconn.ErrReadOnlyConnection), CauseRecovery},
+		// Not the database's failing: the call's own.
+		{pg("23505", "duplicate key value violates unique constraint"), ""},
+		{pg("42P01", "relation does not exist"), ""},
+		{fmt.Errorf("claim: %w", context.Canceled), ""},
+		{fmt.Errorf("checkpoint: %w", api.ErrHalt), ""},
+		{errors.New("boom"), ""},
+		{nil, ""},
+	} {
+		require.Equal(t, tc.want, classify(tc.err), "%v", tc.err)
+	}
+}
+
+func TestUnavailableWrapsTheCause(t *testing.T) {
+	t.Parallel()
+	ro := &pgconn.PgError{Code: "25006", Message: "cannot execute INSERT in a read-only transaction"}
+	err := unavailable(fmt.Errorf("submit: %w", ro))
+	require.ErrorIs(t, err, api.ErrReadOnly)
+	require.ErrorIs(t, err, api.ErrUnavailable)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.ErrorContains(t, err, "read_only")
+
+	down := unavailable(fmt.Errorf("submit: %w", io.ErrUnexpectedEOF))
+	require.ErrorIs(t, down, api.ErrUnavailable)
+	require.NotErrorIs(t, down, api.ErrReadOnly)
+	require.ErrorContains(t, down, "unreachable")
+
+	dup := fmt.Errorf("submit: %w", &pgconn.PgError{Code: "23505"})
+	require.Equal(t, dup, unavailable(dup), "an error of the call's own comes back as it is")
+}
+
+// records is a slog handler that keeps the messages and their causes.
+type records struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) WithAttrs([]slog.Attr) slog.Handler        { return r }
+func (r *records) WithGroup(string) slog.Handler             { return r }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	cause := ""
+	rec.Attrs(func(a slog.Attr) bool {
+		if a.Key == "cause" {
+			cause = a.Value.String()
+		}
+		return true
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, rec.Message+" "+cause)
+	return nil
+}
+
+func (r *records) get() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.lines...)
+}
+
+func TestIncidentsLogOnceAndNeverStayFailed(t *testing.T) {
+	t.Parallel()
+	rec := &records{}
+	reader := sdkmetric.NewManualReader()
+	inc := newIncidents(slog.New(rec), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	var changes atomic.Int64
+	inc.change = func() { changes.Add(1) }
+	ro := fmt.Errorf("claim: %w", &pgconn.PgError{Code: "25006"})
+
+	// A thousand failures of one cause from every loop: one line.
+	for range 1000 {
+		require.True(t, inc.failed("claim", ro))
+	}
+	require.False(t, inc.failed("claim", errors.New("a bug, not an incident")))
+	require.Equal(t, []string{msgStarted + " read_only"}, rec.get())
+	h := inc.health()
+	require.Len(t, h.Incidents, 1)
+	require.Equal(t, CauseReadOnly, h.Incidents[0].Cause)
+	require.Equal(t, 1000, h.Incidents[0].Failures)
+
+	// A success, then a failure before it settles: the incident goes on.
+	inc.ok(false)
+	require.True(t, inc.failed("renew", ro))
+	time.Sleep(2 * incidentSettle) // past the settle time of the success, which the failure cancelled
+	require.Len(t, rec.get(), 1, "a failure right after a success continues the incident: %v", rec.get())
+
+	// The listener's success ends no incident of the pool.
+	inc.ok(true)
+	time.Sleep(2 * incidentSettle) // past the settle time, were it started
+	require.Len(t, rec.get(), 1)
+
+	// A success that no failure follows ends it, with one line.
+	inc.ok(false)
+	require.Eventually(t, func() bool { return len(rec.get()) == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, msgEnded+" read_only", rec.get()[1])
+	h = inc.health()
+	require.Empty(t, h.Incidents)
+	require.NotNil(t, h.Last)
+	require.Equal(t, CauseReadOnly, h.Last.Cause)
+	require.False(t, h.Last.Ended.Before(h.Last.Started))
+
+	// The next failure starts a new one: nothing is remembered as failed.
+	require.True(t, inc.failed("claim", ro))
+	require.Len(t, rec.get(), 3)
+	require.EqualValues(t, 3, changes.Load(), "start, end, start")
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	var counted int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "stint.db.incidents" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				v, _ := dp.Attributes.Value(attribute.Key("cause"))
+				require.Equal(t, CauseReadOnly, v.AsString())
+				counted += dp.Value
+			}
+		}
+	}
+	require.EqualValues(t, 2, counted, "two incidents started")
+}
