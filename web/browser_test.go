@@ -20,6 +20,7 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/behaviors/demo"
 	"github.com/stinthq/stint/internal/provision"
+	"github.com/stinthq/stint/store"
 	"github.com/stinthq/stint/web"
 )
 
@@ -328,6 +329,23 @@ func TestDashboardInBrowser(t *testing.T) {
 	)
 	require.Equal(t, "browser-form", text("task-id"))
 	require.Contains(t, text("task-result"), `"text": "from the form"`)
+
+	// The Nodes page shows a node's database incidents as it reported
+	// them: one going on, and the last one that ended.
+	require.NoError(t, e.st.RegisterNode(e.ctx, store.Node{ID: "browser-node", Host: "h", PID: 1}))
+	began := time.Now().Add(-time.Minute)
+	require.NoError(t, e.st.HeartbeatNode(e.ctx, "browser-node", store.NodeHealth{
+		Incidents: []store.NodeIncident{{Cause: "listener", Started: began, Failures: 3, Err: "listen: connection reset"}},
+		Last:      &store.NodeIncident{Cause: "read_only", Started: began.Add(-time.Hour), Ended: began.Add(-50 * time.Minute), Failures: 9}}))
+	run("see a node's incident", chromedp.Click(css(`a[data-nav="nodes"]`)),
+		chromedp.WaitVisible(css(`#nodes tr[data-node="browser-node"] td.db-state [data-status="degraded"]`)))
+	require.Contains(t, text("nodes"), "listener since")
+	require.Contains(t, text("nodes"), "listen: connection reset")
+	require.NoError(t, e.st.HeartbeatNode(e.ctx, "browser-node", store.NodeHealth{
+		Last: &store.NodeIncident{Cause: "listener", Started: began, Ended: began.Add(90 * time.Second), Failures: 3}}))
+	run("see it end", goHash("#/schedules"), goHash("#/nodes"),
+		chromedp.WaitVisible(css(`#nodes tr[data-node="browser-node"] td.db-state`)))
+	require.Contains(t, text("nodes"), "ok · last: listener for 1m 30s")
 
 	// Schedules have their page, with the next tick.
 	require.NoError(t, e.srv.AddSchedule(e.ctx, api.Schedule{Name: "browser-hourly", Behavior: demo.Echo.ID, Spec: "@hourly",

@@ -831,6 +831,21 @@
     };
   }
 
+  // dbState shows a node's database incidents as it reported them: those
+  // going on (a failing listener lets it report; an unreachable database
+  // shows as a late heartbeat instead), else the last one that ended.
+  function dbState(n) {
+    const open = n.incidents || [];
+    if (open.length > 0) {
+      return h('span', {}, pill('degraded'), ' ', open.map((i) => i.cause + ' since ').join(''),
+        timeEl(open[0].started), h('div', { class: 'faint' }, open[open.length - 1].error));
+    }
+    const last = n.last_incident;
+    if (!last) return h('span', { class: 'faint' }, 'no incident');
+    return h('span', { title: last.error }, 'ok · last: ' + last.cause + ' for ' +
+      fmtDuration(Date.parse(last.ended) - Date.parse(last.started)) + ', ended ', timeEl(last.ended));
+  }
+
   function nodesView() {
     const body = h('div', { class: 'table-wrap' }, h('div', { class: 'empty' }, 'Loading…'));
     const el = h('div', {}, h('div', { class: 'page-head' }, h('h1', {}, 'Nodes')),
@@ -843,10 +858,10 @@
       }
       fill(body, r.nodes.length === 0 ? h('div', { class: 'empty' }, 'No server node is registered.')
         : h('table', { id: 'nodes' },
-          h('thead', {}, h('tr', {}, ['Node', 'Health', 'Host', 'PID', 'Running', 'Workers', 'Expired leases', 'Behaviors', 'Started', 'Heartbeat']
-            .map((c, i) => h('th', { class: [3, 4, 5, 6].includes(i) ? 'num' : null }, c)))),
+          h('thead', {}, h('tr', {}, ['Node', 'Health', 'Database', 'Host', 'PID', 'Running', 'Workers', 'Expired leases', 'Behaviors', 'Started', 'Heartbeat']
+            .map((c, i) => h('th', { class: [4, 5, 6, 7].includes(i) ? 'num' : null }, c)))),
           h('tbody', {}, r.nodes.map((n) => h('tr', { dataset: { node: n.id } },
-            h('td', { class: 'id' }, n.id), h('td', {}, pill(n.health)), h('td', {}, n.host), h('td', { class: 'num' }, n.pid),
+            h('td', { class: 'id' }, n.id), h('td', {}, pill(n.health)), h('td', { class: 'db-state' }, dbState(n)), h('td', {}, n.host), h('td', { class: 'num' }, n.pid),
             h('td', { class: 'num' }, h('a', { href: listHref({ status: 'running' }) }, n.running)), h('td', { class: 'num' }, n.max_workers),
             h('td', { class: 'num' + (n.expired_leases ? '' : ' zero') }, n.expired_leases),
             h('td', {}, (n.behaviors || []).join(', ')), h('td', {}, timeEl(n.started_at)),
