@@ -140,7 +140,7 @@ type incidents struct {
 	mu     sync.Mutex
 	open   map[string]*openIncident
 	last   *api.NodeIncident // the last one that ended
-	change func()    // called when an incident starts or ends, if set
+	change func()            // called when an incident starts or ends, if set
 }
 
 type openIncident struct {

@@ -22,7 +22,9 @@ import (
 
 func TestClassify(t *testing.T) {
 	t.Parallel()
-	pg := func(code, msg string) error { return fmt.Errorf("claim: %w", &pgconn.PgError{Code: code, Message: msg}) }
+	pg := func(code, msg string) error {
+		return fmt.Errorf("claim: %w", &pgconn.PgError{Code: code, Message: msg})
+	}
 	for _, tc := range []struct {
 		err  error
 		want string
@@ -76,8 +78,8 @@ type records struct {
 }
 
 func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) WithAttrs([]slog.Attr) slog.Handler        { return r }
-func (r *records) WithGroup(string) slog.Handler             { return r }
+func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *records) WithGroup(string) slog.Handler            { return r }
 func (r *records) Handle(_ context.Context, rec slog.Record) error {
 	cause := ""
 	rec.Attrs(func(a slog.Attr) bool {

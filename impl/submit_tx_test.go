@@ -11,6 +11,7 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/store"
 	"github.com/stinthq/stint/store/postgres"
 )
@@ -145,7 +146,7 @@ func TestSubmitTxRefusesWhatSubmitRefuses(t *testing.T) {
 func TestSubmitTxThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	bouncer := startPgBouncer(t, e.dsn)
+	bouncer := pgtest.StartPgBouncer(t, e.dsn).URL
 	st, err := postgres.Open(e.ctx, bouncer, postgres.ListenDSN(e.dsn))
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
