@@ -39,6 +39,9 @@ const (
 	envDSN  = "STINT_CHAOS_DSN"
 	envNode = "STINT_CHAOS_NODE"
 	envLog  = "STINT_CHAOS_LOG" // a file for the node's log, as JSON lines
+	// envListen is the URL of the node's LISTEN connection, if not its
+	// pool's (behind PgBouncer).
+	envListen = "STINT_CHAOS_LISTEN_DSN"
 )
 
 // lease is the lease of chaos.work: short, so that takeovers are quick.
@@ -111,6 +114,10 @@ func registry(pool *pgxpool.Pool, node string) *spi.Registry {
 
 // runNode is a server process: it runs until SIGTERM or SIGKILL.
 func runNode() {
+	var opts []postgres.Option
+	if dsn := os.Getenv(envListen); dsn != "" {
+		opts = append(opts, postgres.ListenDSN(dsn))
+	}
 	childtest.Serve(os.Getenv(envDSN), func(st *postgres.Store) (*impl.Server, error) {
 		node := os.Getenv(envNode)
 		var out io.Writer = io.Discard
@@ -123,7 +130,7 @@ func runNode() {
 		}
 		return impl.NewServer(st, impl.ServerConfig{Node: node, Registry: registry(st.Pool(), node), MaxWorkers: 50,
 			PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(out, nil))})
-	})
+	}, opts...)
 }
 
 // cluster is one scenario: a database, three node processes and a client.
@@ -140,10 +147,11 @@ type cluster struct {
 }
 
 type node struct {
-	name string
-	dsn  string
-	log  string // the node's log file, JSON lines (see nodeLog)
-	cmd  *exec.Cmd
+	name   string
+	dsn    string
+	listen string // the URL of its LISTEN connection, if not dsn
+	log    string // the node's log file, JSON lines (see nodeLog)
+	cmd    *exec.Cmd
 }
 
 type kill struct {
@@ -186,7 +194,7 @@ func newClusterAt(t *testing.T, dsn string) *cluster {
 
 // start starts a node process and waits until it is ready.
 func (c *cluster) start(n *node) {
-	n.cmd = childtest.Start(c.t, envDSN+"="+n.dsn, envNode+"="+n.name, envLog+"="+n.log).Cmd
+	n.cmd = childtest.Start(c.t, envDSN+"="+n.dsn, envNode+"="+n.name, envLog+"="+n.log, envListen+"="+n.listen).Cmd
 }
 
 func (c *cluster) startAll() {

@@ -178,7 +178,6 @@ func TestSilentNetworkLoss(t *testing.T) {
 		n.dsn = u.String() // every node behind the proxy: none can work during the loss
 	}
 	c.startAll()
-	t.Cleanup(func() { dumpActivity(t, c.dsn) })
 	var start, end time.Time
 	tasks, _ := size()
 	c.scenario(tasks, time.Second, func(c *cluster, stop <-chan struct{}) {
@@ -353,4 +352,36 @@ func TestRecoveryMode(t *testing.T) {
 	r := c.checkIncidents(start, end, impl.CauseReadOnly)
 	t.Logf("measured: recovery for %s: first run %s after the promotion;%s (submit error: %v)",
 		incidentFor(), resume.Round(time.Millisecond), r, refused)
+}
+
+func TestPgBouncerRestart(t *testing.T) {
+	pgtest.PgBouncerPath(t) // installs PgBouncer, or skips, before the deadlines start
+	c := newCluster(t)
+	bouncer := pgtest.StartPgBouncer(t, c.dsn)
+	for _, n := range c.nodes {
+		// Transaction mode cannot carry LISTEN: the nodes listen on a
+		// direct connection.
+		n.dsn, n.listen = bouncer.URL, c.dsn
+	}
+	c.startAll()
+	// The workload's client submits through PgBouncer too.
+	st, err := postgres.Open(c.ctx, bouncer.URL, postgres.ListenDSN(c.dsn))
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	c.client, err = impl.NewClient(st, impl.ClientConfig{Registry: registry(st.Pool(), "client")})
+	require.NoError(t, err)
+	t.Cleanup(c.client.Close)
+	var start, end time.Time
+	tasks, _ := size()
+	c.scenario(tasks, time.Second, func(c *cluster, stop <-chan struct{}) {
+		time.Sleep(300 * time.Millisecond) // while the workload runs
+		start = time.Now()
+		bouncer.Kill()
+		time.Sleep(2 * time.Second) // PgBouncer down while it restarts
+		bouncer.Restart()
+		end = time.Now()
+	})
+	resume := c.firstRunAfter(end)
+	r := c.checkIncidents(start, end, impl.CauseUnreachable)
+	t.Logf("measured: PgBouncer down for 2 s: first run %s after it was back;%s", resume.Round(time.Millisecond), r)
 }

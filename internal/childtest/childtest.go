@@ -91,10 +91,10 @@ func (c *Child) Kill() error {
 // Serve is the child's side, called from TestMain: it opens the store at
 // dsn, builds a server with newServer, starts it, prints Ready and runs
 // until SIGTERM or SIGINT, then stops it gracefully. Any error ends the
-// process with status 1.
-func Serve(dsn string, newServer func(st *postgres.Store) (*impl.Server, error)) {
+// process with status 1. opts go to postgres.Open.
+func Serve(dsn string, newServer func(st *postgres.Store) (*impl.Server, error), opts ...postgres.Option) {
 	ctx := context.Background()
-	st, err := postgres.Open(ctx, dsn)
+	st, err := postgres.Open(ctx, dsn, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
