@@ -3,6 +3,12 @@
 // lease, a PostgreSQL restart, a proxy that cuts and delays traffic,
 // terminated backends, a transaction pinning xmin), and a checker that
 // classifies every task in Jepsen's terms: ok, lost, duplicated,
-// recovered. Run it with `go test ./internal/chaos`; `-chaos.long` runs
-// longer workloads and faults.
+// recovered. The database incidents (incidents_test.go) add a failover
+// to a promoted synchronous standby, a server in recovery, a silent
+// network loss (the proxy blackholes traffic, then forgets the
+// connections it held), writes refused and a PgBouncer restart; they also
+// check the nodes' logs: one line when an incident starts, one when it
+// ends, at most one a second between. Run it with
+// `go test ./internal/chaos`; `-chaos.long` runs longer workloads and
+// faults.
 package chaos
