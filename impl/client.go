@@ -11,6 +11,12 @@
 // notifications into wake-ups (with polling as the fallback). A server's
 // own submits start their new due tasks on it at once, without a claim,
 // when it has free slots for them (see ServerConfig.NoLocalStart).
+//
+// Every loop rides through database incidents (a failover, recovery, a
+// silent network loss, refused writes): it backs off and tries again,
+// never giving up, and reports to the process's incident tracker, which
+// logs each incident once when it starts and once when it ends, counts it
+// (stint.db.incidents) and reports it with the node's heartbeat.
 package impl
 
 import (

@@ -36,7 +36,10 @@ type ServerConfig struct {
 	// notification woke it: the bound on the lateness of tasks due more
 	// than a minute after their submit or last run (sooner ones are
 	// kicked when due by the process that stored them) and of lost-task
-	// takeover past the lease. Defaults to 1 second.
+	// takeover past the lease. Defaults to 1 second. After a failed
+	// claim the claimer backs off no further than this, so that a task
+	// submitted while the database was unavailable starts within it once
+	// the database serves again.
 	PollInterval time.Duration
 	// ClaimConcurrency is how many claim statements may be in flight at
 	// once. Defaults to 2: while one claim is in the database, the other
