@@ -104,9 +104,6 @@ func (c *completer) loop(ctx context.Context) {
 	}
 }
 
-// finishTimeout bounds a statement recording completions: one that does
-// not return by then (a database that stopped answering) is tried again.
-const finishTimeout = 30 * time.Second
 
 // flush records a batch, retrying database errors for a while: a
 // completion is worth keeping, and the leases keep being renewed meanwhile.
@@ -115,7 +112,7 @@ func (c *completer) flush(ctx context.Context, batch []*run, comps []store.Compl
 	var err error
 	for try := 1; try <= 8; try++ {
 		var held []bool
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbTimeout) // one that does not return by then is tried again
 		held, err = c.st.Finish(fctx, comps)
 		cancel()
 		if err == nil {
