@@ -160,6 +160,27 @@ func incidentFor() time.Duration {
 	return 12 * time.Second
 }
 
+// incident runs the workload with an incident: begin starts it 300 ms
+// in, while the workload runs; it lasts for; end ends it. Then it checks
+// the ledger and the nodes' incident lines (with the causes want), and
+// logs what it measured: each node's detection and end, and when the
+// first run started after the incident's end.
+func (c *cluster) incident(what string, lasts time.Duration, begin, end func(), want ...string) {
+	var began, ended time.Time
+	tasks, _ := size()
+	c.scenario(tasks, time.Second, func(c *cluster, stop <-chan struct{}) {
+		time.Sleep(300 * time.Millisecond) // the incident comes while the workload runs
+		began = time.Now()
+		begin()
+		time.Sleep(lasts) // the incident's duration
+		end()
+		ended = time.Now()
+	})
+	resume := c.firstRunAfter(ended)
+	r := c.checkIncidents(began, ended, want...)
+	c.t.Logf("measured: %s for %s: first run %s after it ended;%s", what, lasts, resume.Round(time.Millisecond), r)
+}
+
 func TestSilentNetworkLoss(t *testing.T) {
 	c := newCluster(t)
 	// What the README asks of the server for silent losses: the backend
@@ -178,24 +199,14 @@ func TestSilentNetworkLoss(t *testing.T) {
 		n.dsn = u.String() // every node behind the proxy: none can work during the loss
 	}
 	c.startAll()
-	var start, end time.Time
-	tasks, _ := size()
-	c.scenario(tasks, time.Second, func(c *cluster, stop <-chan struct{}) {
-		time.Sleep(300 * time.Millisecond) // the loss comes while the workload runs
-		start = time.Now()
+	c.incident("silent network loss", incidentFor(), func() {
 		p.blackhole()
 		// Tasks submitted during the loss (the client is not behind the
 		// proxy) start once the path is back.
 		c.extra = c.submitFrom(1_000_000, 20)
-		time.Sleep(incidentFor()) // the fault's duration
-		end = time.Now()
+	}, func() {
 		p.restore(true) // the connections of before stay dead, never closed
-	})
-	resume := c.firstRunAfter(end)
-	// The listener's connection died without a sound: only its own check
-	// finds it out.
-	r := c.checkIncidents(start, end, impl.CauseListener, impl.CauseUnreachable)
-	t.Logf("measured: silent loss of %s: first run %s after the path returned;%s", incidentFor(), resume.Round(time.Millisecond), r)
+	}, impl.CauseListener, impl.CauseUnreachable) // the listener's dead connection: only its own check finds it out
 }
 
 func TestWritesRefused(t *testing.T) {
@@ -221,12 +232,8 @@ func TestWritesRefused(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { setReadOnly(false) })
-	var start, end time.Time
 	var refused error
-	tasks, _ := size()
-	c.scenario(tasks, time.Second, func(c *cluster, stop <-chan struct{}) {
-		time.Sleep(300 * time.Millisecond) // while the workload runs
-		start = time.Now()
+	c.incident("writes refused", incidentFor(), func() {
 		setReadOnly(true)
 		require.Eventually(t, func() bool {
 			var sub api.Submission
@@ -236,17 +243,11 @@ func TestWritesRefused(t *testing.T) {
 			}
 			return refused != nil
 		}, time.Minute, 50*time.Millisecond, "a submit should be refused")
-		time.Sleep(incidentFor()) // the fault's duration
-		end = time.Now()
-		setReadOnly(false)
-	})
+	}, func() { setReadOnly(false) }, impl.CauseReadOnly)
 	require.ErrorIs(t, refused, api.ErrReadOnly)
 	require.ErrorIs(t, refused, api.ErrUnavailable)
 	require.ErrorContains(t, refused, "accepts no writes")
-	resume := c.firstRunAfter(end)
-	r := c.checkIncidents(start, end, impl.CauseReadOnly)
-	t.Logf("measured: writes refused for %s: first run %s after writes were accepted again;%s (submit error: %v)",
-		incidentFor(), resume.Round(time.Millisecond), r, refused)
+	t.Logf("the refused submit's error: %v", refused)
 }
 
 // replicated starts a primary of the test's own, with a database "stint"
@@ -295,20 +296,10 @@ func TestFailoverToAPromotedStandby(t *testing.T) {
 	primary, standby, dsn := replicated(t, true)
 	c := newClusterAt(t, dsn)
 	c.startAll()
-	var killed, promoted time.Time
-	tasks, _ := size()
-	c.scenario(tasks, time.Second, func(c *cluster, stop <-chan struct{}) {
-		time.Sleep(300 * time.Millisecond) // while the workload runs
-		killed = time.Now()
-		require.NoError(t, primary.Kill())
-		time.Sleep(promoteAfter) // the failover manager's detection
-		require.NoError(t, standby.Promote(c.ctx))
-		promoted = time.Now()
-	})
-	resume := c.firstRunAfter(promoted)
-	r := c.checkIncidents(killed, promoted) // unreachable, shutdown or recovery, as the node met it
-	t.Logf("measured: failover (synchronous standby promoted %s after the kill): first run %s after the promotion;%s",
-		promoteAfter, resume.Round(time.Millisecond), r)
+	// The nodes meet it as unreachable, shutdown or recovery, as it comes.
+	c.incident("failover (the synchronous standby promoted after the primary's SIGKILL)", promoteAfter,
+		func() { require.NoError(t, primary.Kill()) },
+		func() { require.NoError(t, standby.Promote(c.ctx)) })
 }
 
 func TestRecoveryMode(t *testing.T) {
@@ -331,27 +322,17 @@ func TestRecoveryMode(t *testing.T) {
 	onStandby, err := impl.NewClient(st, impl.ClientConfig{Registry: registry(st.Pool(), "standby")})
 	require.NoError(t, err)
 	t.Cleanup(onStandby.Close)
-	var start, end time.Time
 	var refused error
-	tasks, _ := size()
-	c.scenario(tasks, time.Second, func(c *cluster, stop <-chan struct{}) {
-		time.Sleep(300 * time.Millisecond) // while the workload runs
+	c.incident("recovery mode", incidentFor(), func() {
 		// The server behind the nodes' address restarts in recovery: a
 		// standby now answers there.
-		start = time.Now()
 		require.NoError(t, primary.Kill())
 		p.retarget("127.0.0.1:" + strconv.Itoa(standby.Port()))
 		p.cut()
 		_, refused = onStandby.Submit(c.ctx, api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"n":2000000}`)})
-		time.Sleep(incidentFor()) // the fault's duration
-		require.NoError(t, standby.Promote(c.ctx))
-		end = time.Now()
-	})
+	}, func() { require.NoError(t, standby.Promote(c.ctx)) }, impl.CauseReadOnly)
 	require.ErrorIs(t, refused, api.ErrReadOnly)
-	resume := c.firstRunAfter(end)
-	r := c.checkIncidents(start, end, impl.CauseReadOnly)
-	t.Logf("measured: recovery for %s: first run %s after the promotion;%s (submit error: %v)",
-		incidentFor(), resume.Round(time.Millisecond), r, refused)
+	t.Logf("the refused submit's error: %v", refused)
 }
 
 func TestPgBouncerRestart(t *testing.T) {
@@ -371,17 +352,5 @@ func TestPgBouncerRestart(t *testing.T) {
 	c.client, err = impl.NewClient(st, impl.ClientConfig{Registry: registry(st.Pool(), "client")})
 	require.NoError(t, err)
 	t.Cleanup(c.client.Close)
-	var start, end time.Time
-	tasks, _ := size()
-	c.scenario(tasks, time.Second, func(c *cluster, stop <-chan struct{}) {
-		time.Sleep(300 * time.Millisecond) // while the workload runs
-		start = time.Now()
-		bouncer.Kill()
-		time.Sleep(2 * time.Second) // PgBouncer down while it restarts
-		bouncer.Restart()
-		end = time.Now()
-	})
-	resume := c.firstRunAfter(end)
-	r := c.checkIncidents(start, end, impl.CauseUnreachable)
-	t.Logf("measured: PgBouncer down for 2 s: first run %s after it was back;%s", resume.Round(time.Millisecond), r)
+	c.incident("PgBouncer restart", 2*time.Second, bouncer.Kill, bouncer.Restart, impl.CauseUnreachable)
 }
