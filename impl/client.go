@@ -108,6 +108,9 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 		mp = otel.GetMeterProvider()
 	}
 	inc := newIncidents(cfg.Logger, mp)
+	if r, ok := st.(connectionResetter); ok {
+		inc.unreachable = r.ResetConnections
+	}
 	return &Client{
 		st:   st,
 		reg:  cfg.Registry,
@@ -119,6 +122,11 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 		inc:  inc,
 	}, nil
 }
+
+// connectionResetter is a store that can drop its pooled connections
+// (postgres.Store): when the database stops answering they may all be
+// dead, and each would cost a statement its deadline.
+type connectionResetter interface{ ResetConnections() }
 
 // Incidents returns the database incidents going on, as this process
 // sees them, and the last one that ended (nil if none).

@@ -141,6 +141,9 @@ type incidents struct {
 	open   map[string]*openIncident
 	last   *api.NodeIncident // the last one that ended
 	change func()            // called when an incident starts or ends, if set
+	// unreachable, if set, is called when an incident of CauseUnreachable
+	// starts.
+	unreachable func()
 }
 
 type openIncident struct {
@@ -194,8 +197,11 @@ func (t *incidents) fail(cause, op string, err error) {
 	if repeat {
 		in.sinceLog = 0
 	}
-	change := t.change
+	change, unreachable := t.change, t.unreachable
 	t.mu.Unlock()
+	if started && cause == CauseUnreachable && unreachable != nil {
+		unreachable()
+	}
 	switch {
 	case started:
 		t.counter.Add(context.Background(), 1, metric.WithAttributes(attribute.String("cause", cause)))

@@ -111,3 +111,15 @@ func waitNotification(ctx context.Context, conn *pgx.Conn, check time.Duration) 
 		}
 	}
 }
+
+// ResetConnections closes the pools' idle connections at once, and those
+// in use when they are released, so that new ones are made. The engine
+// calls it when the database stops answering: after a silent network
+// loss every pooled connection may be dead, and each would cost a
+// statement its deadline before the pool found out.
+func (s *Store) ResetConnections() {
+	s.pool.Reset()
+	if s.read != nil {
+		s.read.Reset()
+	}
+}
