@@ -151,13 +151,13 @@ func mustURL(t *testing.T, dsn string) *url.URL {
 	return u
 }
 
-// incidentFor is how long the tests' incidents last: past every detection
-// bound (10 s for the listener) in the short mode.
-func incidentFor() time.Duration {
+// incidentFor is how long an incident lasts: short in the short mode, a
+// minute in the long one.
+func incidentFor(short time.Duration) time.Duration {
 	if *long {
 		return time.Minute
 	}
-	return 12 * time.Second
+	return short
 }
 
 // incident runs the workload with an incident: begin starts it 300 ms
@@ -199,7 +199,8 @@ func TestSilentNetworkLoss(t *testing.T) {
 		n.dsn = u.String() // every node behind the proxy: none can work during the loss
 	}
 	c.startAll()
-	c.incident("silent network loss", incidentFor(), func() {
+	// Past every detection bound (10 s for the listener).
+	c.incident("silent network loss", incidentFor(12*time.Second), func() {
 		p.blackhole()
 		// Tasks submitted during the loss (the client is not behind the
 		// proxy) start once the path is back.
@@ -233,7 +234,7 @@ func TestWritesRefused(t *testing.T) {
 	}
 	t.Cleanup(func() { setReadOnly(false) })
 	var refused error
-	c.incident("writes refused", incidentFor(), func() {
+	c.incident("writes refused", incidentFor(5*time.Second), func() {
 		setReadOnly(true)
 		require.Eventually(t, func() bool {
 			var sub api.Submission
@@ -297,7 +298,7 @@ func TestFailoverToAPromotedStandby(t *testing.T) {
 	c := newClusterAt(t, dsn)
 	c.startAll()
 	// The nodes meet it as unreachable, shutdown or recovery, as it comes.
-	c.incident("failover (the synchronous standby promoted after the primary's SIGKILL)", promoteAfter,
+	c.incident("failover (the synchronous standby promoted after the primary's SIGKILL)", incidentFor(promoteAfter),
 		func() { require.NoError(t, primary.Kill()) },
 		func() { require.NoError(t, standby.Promote(c.ctx)) })
 }
@@ -323,7 +324,7 @@ func TestRecoveryMode(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(onStandby.Close)
 	var refused error
-	c.incident("recovery mode", incidentFor(), func() {
+	c.incident("recovery mode", incidentFor(5*time.Second), func() {
 		// The server behind the nodes' address restarts in recovery: a
 		// standby now answers there.
 		require.NoError(t, primary.Kill())
@@ -352,5 +353,5 @@ func TestPgBouncerRestart(t *testing.T) {
 	c.client, err = impl.NewClient(st, impl.ClientConfig{Registry: registry(st.Pool(), "client")})
 	require.NoError(t, err)
 	t.Cleanup(c.client.Close)
-	c.incident("PgBouncer restart", 2*time.Second, bouncer.Kill, bouncer.Restart, impl.CauseUnreachable)
+	c.incident("PgBouncer restart", incidentFor(2*time.Second), bouncer.Kill, bouncer.Restart, impl.CauseUnreachable)
 }
