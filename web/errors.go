@@ -30,7 +30,9 @@ const (
 	// CodeForbidden is a token whose role is too weak, or a cross-origin
 	// browser request (403).
 	CodeForbidden = "forbidden"
-	// CodeUnavailable is a server at its limit of event streams (503).
+	// CodeUnavailable is a server at its limit of event streams, or a
+	// database that cannot serve the request now: unreachable, in
+	// recovery, refusing writes (503). Nothing was changed; try again.
 	CodeUnavailable = "unavailable"
 	// CodeInternal is a failure of the server or its database (500). The
 	// message does not describe it; the server's log does.
@@ -57,8 +59,8 @@ type errorBody struct {
 }
 
 // errorFor maps an error returned by a handler to its response: stint's
-// sentinel errors to 400, 404 and 409, an *Error to itself, anything else
-// to a 500 whose message tells nothing of the cause.
+// sentinel errors to 400, 404, 409 and 503, an *Error to itself, anything
+// else to a 500 whose message tells nothing of the cause.
 func errorFor(err error) *Error {
 	var e *Error
 	var inv *api.InvalidError
@@ -73,6 +75,12 @@ func errorFor(err error) *Error {
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "not found"}
 	case errors.Is(err, api.ErrConflict):
 		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: conflictMessage(err)}
+	case errors.Is(err, api.ErrReadOnly):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "the database accepts no writes now (a standby, or writes turned off); nothing was changed, try again"}
+	case errors.Is(err, api.ErrUnavailable):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "the database cannot serve the request now; nothing was changed, try again"}
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error; see the server's log"}
 }

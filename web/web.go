@@ -352,7 +352,9 @@ func (h *Handler) endpoint(rt Route) http.Handler {
 			return // the client went away
 		}
 		e := errorFor(err)
-		if e.Status >= 500 {
+		// A database incident is the engine's to log, once (not once per
+		// request).
+		if e.Status >= 500 && !errors.Is(err, api.ErrUnavailable) {
 			h.log.Error("stint http: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
 		if sw, ok := w.(*statusWriter); ok && sw.started {
