@@ -126,6 +126,15 @@ func (c *cluster) checkIncidents(start, end time.Time, want ...string) incidentR
 		for _, cause := range want {
 			require.Positive(t, r.causes[n.name][cause], "%s logged no %s incident: %v", n.name, cause, lines)
 		}
+		for cause, count := range r.causes[n.name] {
+			if count > 3 { // more than one incident of a cause: show them
+				for _, l := range lines {
+					if l.Cause == cause {
+						t.Logf("%s: %s %s %s %s %s", n.name, l.Time.Format("15:04:05.000"), l.Msg, l.Cause, l.Op, l.Err)
+					}
+				}
+			}
+		}
 		secs := int(last.Sub(first).Seconds())
 		for cause, count := range r.causes[n.name] {
 			require.LessOrEqual(t, count, secs+2, "%s: %d lines of %s in %d s: more than one a second", n.name, count, cause, secs)
