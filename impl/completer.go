@@ -104,7 +104,6 @@ func (c *completer) loop(ctx context.Context) {
 	}
 }
 
-
 // flush records a batch, retrying database errors for a while: a
 // completion is worth keeping, and the leases keep being renewed meanwhile.
 // Given up on, the runs' tasks are taken over after their lease.
