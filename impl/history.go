@@ -18,9 +18,11 @@ func (s *Server) historyLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err := s.recordHistory(ctx, true); err != nil && ctx.Err() == nil {
+		hctx, cancel := context.WithTimeout(ctx, dbTimeout)
+		if err := s.recordHistory(hctx, true); err != nil && ctx.Err() == nil && !s.inc.failed("history", err) {
 			s.log.Warn("stint: recording the history failed", "err", err)
 		}
+		cancel()
 	}
 }
 

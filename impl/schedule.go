@@ -177,8 +177,10 @@ func (s *Server) registeredSchedules() ([]api.Schedule, error) {
 // last tick lets one of them fire each tick.
 func (s *Server) scheduleLoop(ctx context.Context) {
 	for {
-		wait, err := s.fireDueTicks(ctx)
-		if err != nil && ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, dbTimeout)
+		wait, err := s.fireDueTicks(fctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && !s.inc.failed("schedule", err) {
 			s.log.Warn("stint: firing schedules failed; trying again", "err", err)
 		}
 		if sleep(ctx, wait); ctx.Err() != nil {
