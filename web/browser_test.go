@@ -344,7 +344,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.NoError(t, e.st.HeartbeatNode(e.ctx, "browser-node", store.NodeHealth{
 		Last: &store.NodeIncident{Cause: "listener", Started: began, Ended: began.Add(90 * time.Second), Failures: 3}}))
 	run("see it end", goHash("#/schedules"), goHash("#/nodes"),
-		chromedp.WaitVisible(css(`#nodes tr[data-node="browser-node"] td.db-state`)))
+		chromedp.WaitVisible(css(`#nodes tr[data-node="browser-node"] td.db-state [data-last="listener"]`)))
 	require.Contains(t, text("nodes"), "ok · last: listener for 1m 30s")
 
 	// Schedules have their page, with the next tick.

@@ -842,7 +842,7 @@
     }
     const last = n.last_incident;
     if (!last) return h('span', { class: 'faint' }, 'no incident');
-    return h('span', { title: last.error }, 'ok · last: ' + last.cause + ' for ' +
+    return h('span', { title: last.error, dataset: { last: last.cause } }, 'ok · last: ' + last.cause + ' for ' +
       fmtDuration(Date.parse(last.ended) - Date.parse(last.started)) + ', ended ', timeEl(last.ended));
   }
 
