@@ -73,6 +73,11 @@ type Client struct {
 	// local is the server of a server's client, which starts due tasks
 	// of its own submits at once; nil on a client-only process.
 	local starter
+	// rates caches the rate limits submits found stored.
+	rates rateCache
+	// capsChanged, on a server's client, tells the server that a cap was
+	// set or removed through it, so that it claims accordingly at once.
+	capsChanged func()
 }
 
 // starter is a server's part in its own submits: it may start the new
@@ -202,6 +207,10 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	if err != nil {
 		return store.NewTask{}, nil, err
 	}
+	uses, err := rateUsesOf(reg, p)
+	if err != nil {
+		return store.NewTask{}, nil, err
+	}
 	if string(params) != "{}" { // the common empty object is compact already
 		var compact bytes.Buffer
 		if err := json.Compact(&compact, params); err != nil {
@@ -261,6 +270,7 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 		Notify:    req.Notify,
 		Share:     reg.Policy.Dedup == spi.DedupShare,
 		Retention: req.Retention,
+		RateUses:  uses,
 	}, reg, nil
 }
 
@@ -300,6 +310,11 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 	t, reg, err := c.prepare(req)
 	if err != nil {
 		return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, err)
+	}
+	if len(t.RateUses) > 0 {
+		if err := c.checkRateUses(ctx, []store.NewTask{t}, []*spi.Registration{reg}); err != nil {
+			return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, err)
+		}
 	}
 	span.SetAttributes(attribute.String("stint.task_id", string(t.ID)))
 	led, due := false, false
@@ -432,6 +447,11 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 		tasks = append(tasks, t)
 		regs = append(regs, reg)
 	}
+	if slices.ContainsFunc(tasks, func(t store.NewTask) bool { return len(t.RateUses) > 0 }) {
+		if err := c.checkRateUses(ctx, tasks, regs); err != nil {
+			return nil, fmt.Errorf("submit many: %w", err)
+		}
+	}
 	var plain []store.NewTask
 	var plainAt []int
 	for i, t := range tasks {
@@ -499,7 +519,11 @@ func (c *Client) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
 	if err := spi.CheckTaskID("id", id); err != nil {
 		return api.Task{}, err
 	}
-	return c.st.Get(ctx, id)
+	t, err := c.st.Get(ctx, id)
+	if err == nil {
+		c.flowWait(ctx, &t)
+	}
+	return t, err
 }
 
 // List returns a page of tasks; see api.Tasks.
@@ -510,7 +534,12 @@ func (c *Client) List(ctx context.Context, f api.Filter) (api.Page, error) {
 	if f.Limit < 0 || f.Limit > 1000 {
 		return api.Page{}, api.Invalid("limit", "%d is outside 0..1000", f.Limit)
 	}
-	return c.st.List(ctx, f)
+	page, err := c.st.List(ctx, f)
+	if err != nil {
+		return page, err
+	}
+	c.flowWaits(ctx, page.Tasks)
+	return page, nil
 }
 
 // awaitPrimaryEvery is how many of Await's polls go to the standby (when

@@ -19,12 +19,14 @@ import (
 // or a higher priority waits for a claim.
 
 // localBehavior returns the registration of b when this node may start
-// its tasks at once: it runs b, and b caps no group key (a cap counts the
-// running tasks of a key across nodes, which only a claim does).
+// its tasks at once: it runs b, and b's policy caps neither a group key nor
+// the behavior across the cluster (a cap counts the running tasks across
+// nodes, which only a claim does; a cap set at runtime is checked by the
+// submit statement).
 func (s *Server) localBehavior(b api.BehaviorID) *spi.Registration {
 	for _, reg := range s.behaviors {
 		if reg.ID == b {
-			if reg.Policy.GroupConcurrency > 0 {
+			if reg.Policy.GroupConcurrency > 0 || reg.Policy.ClusterConcurrency > 0 {
 				return nil
 			}
 			return reg
@@ -58,7 +60,9 @@ func (s *Server) reserveStarts(ctx context.Context, tasks []store.NewTask) bool 
 	for i := range tasks {
 		t := &tasks[i]
 		reg := s.localBehavior(t.Behavior)
-		if t.Delay != 0 || reg == nil {
+		if t.Delay != 0 || reg == nil || len(t.RateUses) > 0 {
+			// A task that uses rate limits starts through a claim,
+			// which spends them.
 			continue
 		}
 		n := s.slots.reserve(1, startCapped(reg), s.policy)

@@ -24,7 +24,7 @@ func TestLocalStartWaitsForAClaimWithoutBacklog(t *testing.T) {
 		s := &Server{started: true, slots: newSlots(2), claimReturned: make(chan struct{}), startWait: time.Hour,
 			behaviors: []*spi.Registration{{ID: "b", Policy: spi.Policy{Lease: time.Minute}}}}
 		s.idle = idle
-		groups := s.claimGroups()
+		groups := s.claimGroups(nil)
 		require.Len(t, groups, 1)
 		g, ok := s.reserve(groups[0])
 		require.True(t, ok)

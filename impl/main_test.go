@@ -143,6 +143,7 @@ func testRegistry(pool *pgxpool.Pool, node string, lease time.Duration) *spi.Reg
 	spi.MustRegister[WorkParams, WorkResult](reg, &work{pool: pool, node: node, lease: lease, kind: workKind})
 	spi.MustRegister[WorkParams, WorkResult](reg, &work{pool: pool, node: node, lease: lease, kind: shareKind, dedup: spi.DedupShare})
 	registerCoordBehaviors(reg, pool, node, lease)
+	registerFlowBehaviors(reg, pool, node)
 	return reg
 }
 

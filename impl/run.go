@@ -392,6 +392,11 @@ func (s *Server) recorded(batch []*run, held []bool, err error) {
 			"first", fenced[0])
 	}
 	s.kick.kickAfter(again)
+	if err == nil && s.freesCap(batch) {
+		// A slot of a cap across nodes is free: the claimers of every
+		// node may start a task it held back.
+		s.kick.kick(false)
+	}
 	s.mu.Lock()
 	for _, r := range batch {
 		// A fenced-out run's task is no longer under this lease.
@@ -500,12 +505,16 @@ func (rc *runContext) Heartbeat(ctx context.Context) error {
 
 func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]api.Submission, error) {
 	tasks := make([]store.NewTask, len(reqs))
+	regs := make([]*spi.Registration, len(reqs))
 	for i, req := range reqs {
-		t, _, err := rc.s.prepare(req)
+		t, reg, err := rc.s.prepare(req)
 		if err != nil {
 			return nil, fmt.Errorf("spawn child %d (%s): %w", i, req.Behavior, err)
 		}
-		tasks[i] = t
+		tasks[i], regs[i] = t, reg
+	}
+	if err := rc.s.checkRateUses(ctx, tasks, regs); err != nil {
+		return nil, fmt.Errorf("spawn children: %w", err)
 	}
 	// Children due now wake the claimers at once, delayed ones when due.
 	anyDue := slices.ContainsFunc(tasks, func(t store.NewTask) bool { return t.Delay == 0 })

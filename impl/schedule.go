@@ -11,6 +11,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
 )
 
@@ -213,7 +214,10 @@ func (s *Server) fireDueTicks(ctx context.Context) (time.Duration, error) {
 		for _, tick := range dueTicks(sched, aim, now) {
 			aim = tick // fired here or elsewhere: the next look is for the one after
 			var task *store.NewTask
-			t, _, err := s.prepare(api.SubmitRequest{Behavior: r.Behavior, Params: r.Params, ID: tickID(r.Name, tick)})
+			t, reg, err := s.prepare(api.SubmitRequest{Behavior: r.Behavior, Params: r.Params, ID: tickID(r.Name, tick)})
+			if err == nil && len(t.RateUses) > 0 {
+				err = s.checkRateUses(ctx, []store.NewTask{t}, []*spi.Registration{reg})
+			}
 			if err != nil {
 				// Params stored by hand or by another version: the tick
 				// passes without a task rather than being tried every second.

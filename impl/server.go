@@ -181,6 +181,12 @@ type Server struct {
 	runs        sync.WaitGroup
 	localStarts sync.WaitGroup // submits that may start tasks on this node, in flight
 	completer   *completer
+
+	// capsMu guards caps, the behaviors with caps set at runtime as read
+	// at capsRead (see runtimeCaps).
+	capsMu   sync.Mutex
+	caps     map[api.BehaviorID]bool
+	capsRead time.Time
 }
 
 var _ api.Tasks = (*Server)(nil)
@@ -246,6 +252,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	}
 	client.local = s
 	client.inc.change = func() { signal(s.beatNow) }
+	client.capsChanged = s.capsSet
 	for _, id := range ids {
 		reg, ok := cfg.Registry.Lookup(id)
 		if !ok {
@@ -524,7 +531,7 @@ func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 // left. Slots are reserved before a claim statement goes out, so that the
 // claimers running side by side never claim more than the free slots.
 func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
-	for _, g := range s.claimGroups() {
+	for _, g := range s.claimGroups(s.runtimeCaps(ctx)) {
 		g, ok := s.reserve(g)
 		if !ok {
 			continue
@@ -536,8 +543,19 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 		// for the claimers, so the runs of a claim that completes start
 		// and are stopped as every other run.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.minLease, 5*time.Second))
-		claimed, err := s.st.Claim(cctx, store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: g.limit,
-			LookAhead: s.cfg.LookAhead, PerGroup: g.perGroup})
+		req := store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: g.limit, LookAhead: s.cfg.LookAhead}
+		var claimed []store.Claimed
+		if g.flow != nil {
+			var held store.FlowHeld
+			req.PerGroup, req.Cluster, req.FairShare, req.Flow = g.flow.GroupConcurrency, g.flow.ClusterConcurrency, g.flow.FairShare, true
+			claimed, held, err = s.st.ClaimFlow(cctx, req)
+			// Tasks a rate limit held back were moved to when it admits
+			// them: wake the claimers then, not at the next poll.
+			s.kick.kickAfter(held.Wake)
+			s.tel.delayed(ctx, held.Delayed, g.behaviors[0].Behavior)
+		} else {
+			claimed, err = s.st.Claim(cctx, req)
+		}
 		cancel()
 		s.unreserve(g, claimed, err == nil)
 		if err != nil {
@@ -559,16 +577,18 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 type claimGroup struct {
 	behaviors []store.BehaviorLease
 	limit     int
-	perGroup  int
+	flow      *spi.Policy      // the policy of a behavior claimed under flow control
 	capped    []api.BehaviorID // behaviors with a per-node cap, reserved against it too
 	main      bool             // the claim of every behavior without a tighter cap of its own
 }
 
-// claimGroups splits the behaviors with free capacity into claim
-// statements: one for all behaviors whose own cap exceeds the free slots,
-// one per behavior whose cap is tighter or that caps its tasks per group
-// key.
-func (s *Server) claimGroups() []claimGroup {
+// claimGroups splits the behaviors with free capacity into claims: one
+// statement for all behaviors whose own cap exceeds the free slots, one
+// per behavior whose cap is tighter, and one claim under flow control per
+// behavior with caps across nodes, fair share or rate limits (see
+// flowControlled).
+// runtime holds the behaviors with caps set at runtime.
+func (s *Server) claimGroups(runtime map[api.BehaviorID]bool) []claimGroup {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	free := s.slots.free()
@@ -582,9 +602,13 @@ func (s *Server) claimGroups() []claimGroup {
 		left, capped := s.slots.left(b.ID, b.Policy, free)
 		switch {
 		case left <= 0:
-		case b.Policy.GroupConcurrency > 0 || left < free:
+		case flowControlled(b) || runtime[b.ID]:
+			p := b.Policy
 			groups = append(groups, claimGroup{behaviors: []store.BehaviorLease{bl}, limit: min(left, free),
-				perGroup: b.Policy.GroupConcurrency, capped: []api.BehaviorID{b.ID}})
+				flow: &p, capped: []api.BehaviorID{b.ID}})
+		case left < free:
+			groups = append(groups, claimGroup{behaviors: []store.BehaviorLease{bl}, limit: min(left, free),
+				capped: []api.BehaviorID{b.ID}})
 		default:
 			main.behaviors = append(main.behaviors, bl)
 			if capped {

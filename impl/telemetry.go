@@ -40,7 +40,9 @@ type telemetry struct {
 	// takeovers counts the tasks of expired leases this node made due
 	// again, observed as stint.takeovers: observed, it is exported (as
 	// zero) before the first takeover.
-	takeovers    atomic.Int64
+	takeovers atomic.Int64
+	// delays counts the task starts a rate limit delayed.
+	delays       metric.Int64Counter
 	claimSize    metric.Int64Histogram
 	claimLatency metric.Float64Histogram
 
@@ -190,6 +192,8 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	// and a failed instrument is a working no-op.
 	t.submitted, _ = m.Int64Counter("stint.tasks.submitted", metric.WithDescription("Tasks submitted, by behavior."))
 	t.renewals, _ = m.Int64Counter("stint.lease.renewals", metric.WithDescription("Leases renewed by this node."))
+	t.delays, _ = m.Int64Counter("stint.task.delays",
+		metric.WithDescription("Task starts a rate limit delayed (each time a claim moved a task to when its limit admits it), by behavior."))
 	t.claimSize, _ = m.Int64Histogram("stint.claim.size", metric.WithDescription("Tasks per claim statement."),
 		metric.WithExplicitBucketBoundaries(0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
 	t.claimLatency, _ = m.Float64Histogram("stint.claim.duration", metric.WithUnit("s"), metric.WithDescription("Duration of claim statements."),
@@ -311,6 +315,13 @@ func (bt *behaviorTelemetry) ended(c store.Completion) {
 func (t *telemetry) claimDone(ctx context.Context, claimed []store.Claimed, took time.Duration) {
 	t.claimSize.Record(ctx, int64(len(claimed)))
 	t.claimLatency.Record(ctx, took.Seconds())
+}
+
+// delayed counts the starts of behavior's tasks a claim delayed.
+func (t *telemetry) delayed(ctx context.Context, n int, behavior api.BehaviorID) {
+	if n > 0 {
+		t.delays.Add(ctx, int64(n), t.behavior(behavior)...)
+	}
 }
 
 // tookOver counts the tasks of expired leases a takeover made due again.

@@ -1,6 +1,7 @@
 package spi
 
 import (
+	"time"
 	"unicode/utf8"
 
 	"github.com/stinthq/stint/api"
@@ -20,6 +21,40 @@ const (
 func CheckGroupKey(field, key string) error {
 	if key == "" || len(key) > MaxGroupKey || !Printable(key) {
 		return api.Invalid(field, "must be 1 to %d printable UTF-8 bytes", MaxGroupKey)
+	}
+	return nil
+}
+
+// MaxRateLimitName is the longest name of a rate limit, in bytes.
+const MaxRateLimitName = 128
+
+// CheckRateLimitName checks the name of a rate limit: 1 to
+// MaxRateLimitName printable UTF-8 bytes.
+func CheckRateLimitName(field, name string) error {
+	if name == "" || len(name) > MaxRateLimitName || !Printable(name) {
+		return api.Invalid(field, "must be 1 to %d printable UTF-8 bytes", MaxRateLimitName)
+	}
+	return nil
+}
+
+// MaxRatePeriod is the longest period of a rate limit.
+const MaxRatePeriod = 366 * 24 * time.Hour
+
+// CheckRateLimit checks a rate limit: its name (CheckRateLimitName), a
+// Limit of at least 1, and a Period of whole microseconds from 1
+// millisecond to MaxRatePeriod. Errors are *api.InvalidError.
+func CheckRateLimit(l api.RateLimit) error {
+	if err := CheckRateLimitName("name", l.Name); err != nil {
+		return err
+	}
+	if l.Limit < 1 {
+		return api.Invalid("limit", "%d is not positive", l.Limit)
+	}
+	if l.Period < time.Millisecond || l.Period > MaxRatePeriod {
+		return api.Invalid("period", "%s is outside 1ms..%s", l.Period, MaxRatePeriod)
+	}
+	if l.Period%time.Microsecond != 0 {
+		return api.Invalid("period", "%s is not a whole number of microseconds", l.Period)
 	}
 	return nil
 }

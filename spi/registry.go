@@ -38,6 +38,14 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 	if pp, ok := b.(PolicyProvider); ok {
 		pol = pp.Policy()
 	}
+	for _, l := range pol.RateLimits {
+		if err := CheckRateLimit(l); err != nil {
+			return fmt.Errorf("register behavior %s: rate limit %q: %w", id, l.Name, err)
+		}
+	}
+	if pol.ClusterConcurrency < 0 {
+		return fmt.Errorf("register behavior %s: ClusterConcurrency %d is negative", id, pol.ClusterConcurrency)
+	}
 	reg := &Registration{ID: id, Policy: pol.WithDefaults(), ids: NewIDs(id)}
 	reg.decode = func(raw json.RawMessage) (any, error) {
 		var p P
@@ -49,6 +57,9 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 	reg.taskID = func(p any) api.TaskID { return b.TaskID(reg.ids, p.(P)) }
 	if g, ok := b.(GroupKeyer[P]); ok {
 		reg.groupKey = func(p any) string { return g.GroupKey(p.(P)) }
+	}
+	if l, ok := b.(RateLimiter[P]); ok {
+		reg.rateUses = func(p any) []RateUse { return l.RateUses(p.(P)) }
 	}
 	if d, ok := b.(InitialDelayer[P]); ok {
 		reg.initialDelay = func(p any) time.Duration { return max(d.InitialDelay(p.(P)), 0) }
@@ -200,6 +211,48 @@ type Registration struct {
 
 	// initialDelay is nil unless the behavior is an InitialDelayer.
 	initialDelay func(any) time.Duration
+	// rateUses is nil unless the behavior is a RateLimiter.
+	rateUses func(any) []RateUse
+}
+
+// RateLimited reports whether the behavior's tasks may consume rate limits
+// (it is a RateLimiter): its claims then enforce them.
+func (r *Registration) RateLimited() bool { return r.rateUses != nil }
+
+// RateUses derives the rate limits a task with decoded params p consumes,
+// checked: each use names a limit (1 to 128 printable bytes), its key is
+// at most MaxGroupKey printable bytes, its units (zero meaning 1) are
+// positive, and no limit and key comes twice. Whether the limits exist and
+// the units fit them is the engine's to check. Errors are
+// *api.InvalidError.
+func (r *Registration) RateUses(p any) ([]RateUse, error) {
+	if r.rateUses == nil {
+		return nil, nil
+	}
+	uses := r.rateUses(p)
+	out := make([]RateUse, 0, len(uses))
+	for i, u := range uses {
+		field := fmt.Sprintf("rate_uses[%d]", i)
+		if err := CheckRateLimitName(field+".limit", u.Limit); err != nil {
+			return nil, err
+		}
+		if len(u.Key) > MaxGroupKey || !Printable(u.Key) {
+			return nil, api.Invalid(field+".key", "must be at most %d printable UTF-8 bytes", MaxGroupKey)
+		}
+		if u.Units == 0 {
+			u.Units = 1
+		}
+		if u.Units < 0 {
+			return nil, api.Invalid(field+".units", "%d is negative", u.Units)
+		}
+		for _, o := range out {
+			if o.Limit == u.Limit && o.Key == u.Key {
+				return nil, api.Invalid(field, "limit %q and key %q are used twice", u.Limit, u.Key)
+			}
+		}
+		out = append(out, u)
+	}
+	return out, nil
 }
 
 // Start calls the behavior's Starter, if it has one.

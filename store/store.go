@@ -63,6 +63,11 @@ type NewTask struct {
 	// claim). Zero stores it as Submit does. Submit and the other
 	// submits ignore it.
 	StartLease time.Duration
+	// RateUses are the rate limits the task consumes when it starts; a
+	// task with uses starts only through a claim that takes the flow
+	// controlled path (ClaimRequest.Flow). Stored with the task, and
+	// replaced only where its params are.
+	RateUses []RateUse
 }
 
 // LeaseRef names a run: the task and the lease its claim issued.
@@ -85,6 +90,23 @@ type ClaimRequest struct {
 	// PerGroup caps the running tasks per group key across all nodes;
 	// zero means no cap. A capped request must name a single behavior.
 	PerGroup int
+	// Cluster caps the running tasks of the behavior across all nodes;
+	// zero means no cap. A cap set at runtime (Limits) takes precedence,
+	// as a key's does over PerGroup.
+	Cluster int
+	// FairShare serves the group keys with due tasks in turn, weighted,
+	// instead of in strict pickup order.
+	FairShare bool
+	// Flow makes the claim enforce everything flow control stores (caps
+	// set at runtime, the tasks' rate uses) even when the fields above
+	// set nothing. A claim with any of them, or Flow, must name a single
+	// behavior.
+	Flow bool
+}
+
+// Limited reports whether the claim takes the flow-controlled path.
+func (r ClaimRequest) Limited() bool {
+	return r.PerGroup > 0 || r.Cluster > 0 || r.FairShare || r.Flow
 }
 
 // BehaviorLease is a behavior and the lease its claims get.
@@ -141,6 +163,8 @@ type Completion struct {
 // Store is what the engine needs from its database. Implementations are
 // safe for concurrent use.
 type Store interface {
+	Limits
+
 	// Submit stores tasks in one statement, merging each into an existing
 	// task of its id (see api.Tasks.Submit). The result has one entry per
 	// task, in order.

@@ -109,6 +109,7 @@ func (w work) Run(ctx context.Context, rc spi.RunContext, p WorkParams) (string,
 func registry(pool *pgxpool.Pool, node string) *spi.Registry {
 	reg := spi.NewRegistry()
 	spi.MustRegister[WorkParams, string](reg, work{pool: pool, node: node})
+	spi.MustRegister[FlowParams, struct{}](reg, limited{pool: pool, node: node})
 	return reg
 }
 

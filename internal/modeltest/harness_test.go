@@ -139,6 +139,7 @@ func registry(pool *pgxpool.Pool, node string, report func(string, ...any)) *spi
 	for _, s := range specs {
 		spi.MustRegister[Params, Result](reg, &behavior{spec: s, node: node, pool: pool, report: report})
 	}
+	registerFlow(reg, pool, node)
 	return reg
 }
 

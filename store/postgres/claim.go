@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,19 +39,21 @@ var claimSQL = claimCTEs(`
             FOR UPDATE SKIP LOCKED) f
         ORDER BY f.priority, f.due
         LIMIT $4))
-    RETURNING d.id, d.priority, d.due`)
+    RETURNING d.id, d.priority, d.due`, false)
 
 // claimHintsSQL claims the tasks of the hints $4 (their ctids), already
 // locked by the caller's transaction ($5 is unused, to keep the parameters
 // of claimSQL).
 var claimHintsSQL = claimCTEs(`
     DELETE FROM stint_due d WHERE d.ctid = ANY($4::tid[]) AND $5::bigint IS NOT NULL
-    RETURNING d.id, d.priority, d.due`)
+    RETURNING d.id, d.priority, d.due`, true)
 
 // claimCTEs returns a claim statement that takes the hints deleted by
 // hints (a DELETE FROM stint_due returning id, priority and due). cfg holds
 // the settings of the behaviors $2 (lease $3 unless an operator set one;
-// paused ones left out) and a fresh lease token for each: all tasks of a
+// paused ones left out, and, unless the claim counted what it claims
+// (counted: a claim under flow control), those capped at runtime: see
+// uncapped) and a fresh lease token for each: all tasks of a
 // behavior that one statement claims share a lease row in stint_lease, the
 // fencing token of each run. A running task keeps the due time it was
 // claimed at in schedule_not_before, for a takeover to put it back in its
@@ -66,13 +67,17 @@ var claimHintsSQL = claimCTEs(`
 // sequential scan of stint_task, one scan of the table per hint (a second
 // per claim of 1,000 at 4,000 tasks). The claimed tasks are returned in
 // pickup order.
-func claimCTEs(hints string) string {
+func claimCTEs(hints string, counted bool) string {
+	plain := ""
+	if !counted {
+		plain = ` AND ` + uncapped("w.behavior")
+	}
 	return `
 WITH cfg AS MATERIALIZED (
     SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, gen_random_uuid() AS lease
     FROM unnest($2::text[], $3::bigint[]) AS w(behavior, lease_us)
     LEFT JOIN stint_behavior b ON b.behavior = w.behavior
-    WHERE b.paused IS NOT TRUE
+    WHERE b.paused IS NOT TRUE` + plain + `
 ), hint AS (` + hints + `
 ), claimed AS (
     UPDATE stint_task t SET
@@ -91,40 +96,16 @@ WITH cfg AS MATERIALIZED (
     RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
         t.parent_id, t.group_key, t.trace, cfg.lease_us, t.resubmitted, t.schedule_not_before AS due
 ), leases AS (
-    INSERT INTO stint_lease (lease, node, expires_at, task_ids)
-    SELECT lease, $1, now() + max(lease_us) * interval '1 microsecond', array_agg(id) FROM claimed GROUP BY lease
+    INSERT INTO stint_lease (lease, node, expires_at, task_ids, behavior)
+    SELECT lease, $1, now() + max(lease_us) * interval '1 microsecond', array_agg(id), min(behavior) FROM claimed GROUP BY lease
 ), feed AS (` + feedInsert("claimed", "'running'::text", "false") + `)
 SELECT id, lease, behavior, params, progress, attempt, errors, priority,
     coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us, resubmitted
 FROM claimed ORDER BY priority, due`
 }
 
-// perGroupCandidatesSQL locks the first claim hints of one behavior for a
-// claim with a cap per group key, leaving out the keys $4 (found at their
-// cap) and the hints $5 (seen already); the caller picks among them. live
-// tells whether the hint still stands for its task.
-var perGroupCandidatesSQL = `
-SELECT c.ctid, c.id, coalesce(c.group_key, ''),
-    EXISTS (SELECT 1 FROM stint_task t WHERE ` + hintProbe("t", "c") + `) AS live
-FROM stint_due c
-WHERE NOT c.parked AND c.behavior = $1
-  AND c.due <= now() + $2 * interval '1 microsecond'
-  AND NOT EXISTS (SELECT 1 FROM stint_behavior b WHERE b.behavior = $1 AND b.paused)
-  AND (c.group_key IS NULL OR (c.group_key <> ALL($4::text[])
-       AND NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key)))
-  AND c.ctid <> ALL($5::tid[])
-ORDER BY c.priority, c.due
-LIMIT $3
-FOR UPDATE SKIP LOCKED`
-
 // dropHintsSQL deletes the claim hints $1 (their ctids).
 const dropHintsSQL = `DELETE FROM stint_due WHERE ctid = ANY($1)`
-
-// groupRunningSQL counts the running tasks of the behavior $1 in each of
-// the group keys $2.
-const groupRunningSQL = `SELECT group_key, count(*) FROM stint_task
-WHERE behavior = $1 AND group_key = ANY($2) AND status = 'running'
-GROUP BY group_key`
 
 // Claim takes due tasks; see store.Store.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error) {
@@ -133,8 +114,9 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 	for i, b := range req.Behaviors {
 		behaviors[i], leases[i] = string(b.Behavior), b.Lease.Microseconds()
 	}
-	if req.PerGroup > 0 {
-		return s.claimPerGroup(ctx, req, behaviors, leases)
+	if req.Limited() {
+		out, _, err := s.ClaimFlow(ctx, req)
+		return out, err
 	}
 	// One round trip, one implicit transaction: the claim commits without
 	// waiting for its WAL flush, and walks the claim index (see
@@ -203,172 +185,6 @@ const claimSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true),
     set_config('enable_seqscan', 'off', true),
     set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
     set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
-
-// claimPerGroup claims tasks of one behavior, at most req.PerGroup running
-// per group key across all nodes. A transaction-scoped advisory lock per
-// key serializes the claimers of a key, so that each counts the running
-// tasks after the previous claimer committed.
-//
-// It reads the hints in pickup order a window at a time. A key found at its
-// cap is left out of the scans that follow, so a group with a long backlog
-// at its cap never hides the groups behind it; the hints it passed that no
-// longer stand for their task are dropped. The first window's keys are
-// locked in key order, waiting for other claimers; keys found later are
-// only tried (a key another claimer holds counts as capped for this claim),
-// so that two claimers never wait on each other.
-func (s *Store) claimPerGroup(ctx context.Context, req store.ClaimRequest, behaviors []string, leases []int64) ([]store.Claimed, error) {
-	if len(behaviors) != 1 {
-		return nil, fmt.Errorf("claim tasks: a claim capped per group must name one behavior, not %d", len(behaviors))
-	}
-	var out []store.Claimed
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, claimSettingsSQL); err != nil {
-			return err
-		}
-		g := groupClaim{tx: tx, behavior: behaviors[0], cap: req.PerGroup,
-			running: map[string]int{}, taken: map[string]bool{}}
-		window := req.Limit * 4
-		for round := 0; round < maxGroupRounds && len(g.hints) < req.Limit; round++ {
-			n, err := g.scan(ctx, req, window, round == 0)
-			if err != nil {
-				return err
-			}
-			if n < window {
-				break
-			}
-		}
-		if len(g.stale) > 0 {
-			if _, err := tx.Exec(ctx, dropHintsSQL, g.stale); err != nil {
-				return err
-			}
-		}
-		if len(g.hints) == 0 {
-			return nil
-		}
-		rows, err := tx.Query(ctx, claimHintsSQL, req.Node, behaviors, leases, g.hints, int64(0))
-		if err != nil {
-			return err
-		}
-		out, err = s.scanClaimed(rows, len(g.hints), behaviors)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
-	}
-	return out, nil
-}
-
-// maxGroupRounds bounds the windows of hints one capped claim reads: each
-// round leaves out the keys the ones before found at their cap.
-const maxGroupRounds = 8
-
-// groupClaim is the state of a claim capped per group key.
-type groupClaim struct {
-	tx       pgx.Tx
-	behavior string
-	cap      int
-	running  map[string]int  // running tasks of the locked keys, picks included
-	capped   []string        // keys at their cap, or locked by another claimer
-	seen     []pgtype.TID    // hints read so far
-	hints    []pgtype.TID    // hints picked to claim
-	stale    []pgtype.TID    // hints that no longer stand for their task
-	taken    map[string]bool // picked task ids: a task may have several hints
-}
-
-// scan reads the next window of hints, locks and counts their new keys
-// (waiting for the lock when wait is set) and picks hints up to the limit.
-// It returns how many hints it read.
-func (g *groupClaim) scan(ctx context.Context, req store.ClaimRequest, window int, wait bool) (int, error) {
-	type candidate struct {
-		hint    pgtype.TID
-		id, key string
-		live    bool
-	}
-	capped, seen := g.capped, g.seen
-	if capped == nil {
-		capped = []string{}
-	}
-	if seen == nil {
-		seen = []pgtype.TID{}
-	}
-	rows, err := g.tx.Query(ctx, perGroupCandidatesSQL, g.behavior, req.LookAhead.Microseconds(), window, capped, seen)
-	if err != nil {
-		return 0, err
-	}
-	var cands []candidate
-	var c candidate
-	if _, err := pgx.ForEachRow(rows, []any{&c.hint, &c.id, &c.key, &c.live}, func() error { cands = append(cands, c); return nil }); err != nil {
-		return 0, err
-	}
-	var keys []string
-	for _, c := range cands {
-		g.seen = append(g.seen, c.hint)
-		if !c.live {
-			g.stale = append(g.stale, c.hint)
-			continue
-		}
-		if _, counted := g.running[c.key]; c.key != "" && !counted && !slices.Contains(keys, c.key) && !slices.Contains(g.capped, c.key) {
-			keys = append(keys, c.key)
-		}
-	}
-	if err := g.lockAndCount(ctx, keys, wait); err != nil {
-		return 0, err
-	}
-	for _, c := range cands {
-		if len(g.hints) == req.Limit {
-			break
-		}
-		if !c.live || g.taken[c.id] {
-			continue
-		}
-		if c.key != "" {
-			n, counted := g.running[c.key]
-			if !counted || n >= g.cap {
-				if !slices.Contains(g.capped, c.key) {
-					g.capped = append(g.capped, c.key)
-				}
-				continue
-			}
-			g.running[c.key]++
-		}
-		g.taken[c.id] = true
-		g.hints = append(g.hints, c.hint)
-	}
-	return len(cands), nil
-}
-
-// lockAndCount takes the advisory locks of keys in key order, waiting when
-// wait is set and else only trying (a key it cannot lock stays uncounted,
-// and so capped), and counts the running tasks of the keys it locked.
-func (g *groupClaim) lockAndCount(ctx context.Context, keys []string, wait bool) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	slices.Sort(keys)
-	lock := `SELECT k FROM unnest($1::text[]) AS k WHERE pg_try_advisory_xact_lock(hashtextextended('stint.group:' || k, 0)) ORDER BY k`
-	if wait {
-		lock = `SELECT k FROM unnest($1::text[]) AS k, pg_advisory_xact_lock(hashtextextended('stint.group:' || k, 0)) ORDER BY k`
-	}
-	rows, err := g.tx.Query(ctx, lock, keys)
-	if err != nil {
-		return err
-	}
-	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(locked) == 0 {
-		return err
-	}
-	for _, k := range locked {
-		g.running[k] = 0
-	}
-	rows, err = g.tx.Query(ctx, groupRunningSQL, g.behavior, locked)
-	if err != nil {
-		return err
-	}
-	var k string
-	var n int
-	_, err = pgx.ForEachRow(rows, []any{&k, &n}, func() error { g.running[k] = n; return nil })
-	return err
-}
 
 // scanClaimed reads the rows of a claim statement of behaviors, at most
 // limit. The result is sized for as many as the last claim found (at least

@@ -38,7 +38,7 @@ var planLease = pgtype.UUID{Bytes: [16]byte{15: 0}, Valid: true}
 // hotStatements lists every statement of the hot path: submits (plain,
 // sharing, starting on the submitting node; SubmitTx runs the same ones
 // in the caller's transaction), claims (plain and capped per group),
-// renewals, checkpoints, finishes of each outcome, takeovers, lease
+// claims under flow control, renewals, checkpoints, finishes of each outcome, takeovers, lease
 // releases, an await's poll and a subscription's poll.
 func hotStatements() []hotStatement {
 	var submitted, started submitColumns
@@ -66,20 +66,24 @@ func hotStatements() []hotStatement {
 	}
 	node, behaviors, leaseUS := "n", []string{"bench.noop"}, []int64{time.Minute.Microseconds()}
 	stmts := []hotStatement{
-		{name: "submit", sql: submitSQL, args: append(submitted.args(), false, true)},
-		{name: "submit in a transaction", sql: submitSQL, settings: seqscanSaveOffSQL, args: append(submitted.args(), false, true)},
-		{name: "submit sharing", sql: shareSQL, args: append(submitted.args(), true)},
+		{name: "submit", sql: submitSQL, args: append(submitted.args(), false, true, submitted.rateUses)},
+		{name: "submit in a transaction", sql: submitSQL, settings: seqscanSaveOffSQL, args: append(submitted.args(), false, true, submitted.rateUses)},
+		{name: "submit sharing", sql: shareSQL, args: append(submitted.args(), true, submitted.rateUses)},
 		{name: "submit sharing: the tasks left as they were", sql: sharedSQL, args: []any{ids}},
 		{name: "submit combining: lock", sql: combineLockSQL, args: []any{"due-000001"}},
-		{name: "submit starting", sql: submitStartSQL, args: append(started.args(), false, true, started.startLeases, node)},
-		{name: "submit sharing starting", sql: shareStartSQL, args: append(started.args(), true, started.startLeases, node)},
+		{name: "submit starting", sql: submitStartSQL, args: append(started.args(), false, true, started.startLeases, node, started.rateUses)},
+		{name: "submit sharing starting", sql: shareStartSQL, args: append(started.args(), true, started.startLeases, node, started.rateUses)},
 		{name: "claim", sql: claimSQL, settings: claimSettingsSQL, args: []any{node, behaviors, leaseUS, 1000, int64(0)}},
-		{name: "claim per group: candidates", sql: perGroupCandidatesSQL, settings: claimSettingsSQL,
+		{name: "claim under flow control: window", sql: flowWindowSQL, settings: flowSettingsSQL,
 			args: []any{"bench.noop", int64(0), 4000, []string{"g1"}, hints[:10]}},
-		{name: "claim per group: running counts", sql: groupRunningSQL, settings: claimSettingsSQL,
-			args: []any{"bench.noop", []string{"g0", "g1", "g2"}}},
-		{name: "claim per group: stale hints", sql: dropHintsSQL, settings: claimSettingsSQL, args: []any{hints[:10]}},
-		{name: "claim per group: claim", sql: claimHintsSQL, settings: claimSettingsSQL,
+		{name: "claim under flow control: keys in turn", sql: flowKeysSQL, settings: flowSettingsSQL,
+			args: []any{"bench.noop", int64(0), 64, []string{"g1"}, hints[:10], "g0", 32}},
+		{name: "claim under flow control: running counts", sql: runningSQL, settings: flowSettingsSQL,
+			args: []any{"bench.noop"}},
+		{name: "claim under flow control: stale hints", sql: dropHintsSQL, settings: flowSettingsSQL, args: []any{hints[:10]}},
+		{name: "claim under flow control: held back", sql: flowMoveSQL, settings: flowSettingsSQL,
+			args: []any{hints[:10], ids[:10], `{"run-000001": 1000}`, `{"run-000001": {"reason": "rate_limit"}}`}},
+		{name: "claim under flow control: claim", sql: claimHintsSQL, settings: flowSettingsSQL,
 			args: []any{node, behaviors, leaseUS, hints, int64(0)}},
 		{name: "renew", sql: renewSQL, args: []any{ids, leases, durs}},
 		{name: "checkpoint", sql: checkpointSQL, args: []any{"run-000001", planLease, `{"done":1}`}},
@@ -146,8 +150,8 @@ INSERT INTO stint_feed_tick (snap) VALUES (pg_current_snapshot())`
 // takeover's walk, cut short by its limit), changes by transaction.
 var planTables = map[string][]string{
 	"stint_task":   {"stint_task_pkey", "stint_task_group"},
-	"stint_due":    {"stint_due_order"},
-	"stint_lease":  {"stint_lease_pkey", "stint_lease_expiry"},
+	"stint_due":    {"stint_due_order", "stint_due_key"},
+	"stint_lease":  {"stint_lease_pkey", "stint_lease_expiry", "stint_lease_behavior"},
 	"stint_change": {"stint_change_xid"},
 }
 

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,9 @@ type Store struct {
 	// lastClaimed is how many tasks the last claim found: the next one's
 	// result is sized for as many.
 	lastClaimed atomic.Int64
+	// fairCursor holds, per behavior, the group key a fair-share claim
+	// served last: the next one starts after it.
+	fairCursor sync.Map
 }
 
 var _ store.Store = (*Store)(nil)

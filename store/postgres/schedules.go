@@ -46,14 +46,7 @@ func (s *Store) PutSchedules(ctx context.Context, ss []api.Schedule, registered 
 
 // DeleteSchedule deletes a schedule; see store.Store.
 func (s *Store) DeleteSchedule(ctx context.Context, name string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM stint_schedule WHERE name = $1`, name)
-	if err != nil {
-		return fmt.Errorf("delete schedule %s: %w", name, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("delete schedule %s: %w", name, api.ErrNotFound)
-	}
-	return nil
+	return s.deleteOne(ctx, "delete schedule "+name, `DELETE FROM stint_schedule WHERE name = $1`, name)
 }
 
 // Schedules lists the schedules; see store.Store.

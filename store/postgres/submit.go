@@ -31,6 +31,7 @@ var submitSQL = submitStatement(resubmitConflict, 12, false)
 const resubmitConflict = `ON CONFLICT (id) DO UPDATE SET
     status = CASE WHEN ` + finishedForGood + ` THEN 'scheduled' ELSE t.status END,
     params = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $11) THEN excluded.params ELSE t.params END,
+    rate_uses = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $11) THEN excluded.rate_uses ELSE t.rate_uses END,
     priority = CASE WHEN t.status = 'running' THEN t.priority ELSE excluded.priority END,
     schedule_not_before = CASE WHEN t.status IN ('running', 'held') THEN t.schedule_not_before
         WHEN t.status = 'failure' AND t.schedule_not_before IS NOT NULL THEN greatest(t.schedule_not_before, excluded.schedule_not_before)
@@ -72,7 +73,8 @@ var (
 // takes the start leases and the node in the two parameters after it.
 //
 // A starting statement decides, before its insert, which tasks start
-// (go): those with a start lease, no delay, a behavior not paused, a group
+// (go): those with a start lease, no delay, a behavior not paused nor
+// capped at runtime (uncapped), a group
 // key not held, and no due claim hint of their behavior at the same or a
 // lower priority number in the claim index. It reads the pause and hold
 // rows as dueInsert does (share-locked, skipping those a resume, release
@@ -85,11 +87,17 @@ var (
 // task that exists, so only a created task starts. Its lease row is
 // written for the created running tasks alone.
 func submitStatement(conflict string, wake int, start bool) string {
-	const columns = `id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited, retention_us`
+	const columns = `id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited, retention_us, rate_uses`
 	const values = `r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
-       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0)`
-	const unnest = `unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[], $10::bigint[]`
-	const names = `r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited, retention_us`
+       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0),
+       nullif(r.rate_uses, '')::jsonb`
+	// The rate uses are the statement's last parameter.
+	uses := wake + 1
+	if start {
+		uses = wake + 3
+	}
+	unnest := fmt.Sprintf(`unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[], $10::bigint[], $%d::text[]`, uses)
+	const names = `r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited, retention_us, rate_uses`
 	w := fmt.Sprintf("$%d", wake)
 	if !start {
 		return `
@@ -115,6 +123,7 @@ WITH r AS MATERIALIZED (
     SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, gen_random_uuid() AS lease
     FROM (SELECT behavior, max(start_us) AS lease_us FROM r WHERE start_us > 0 GROUP BY behavior) w
     LEFT JOIN stint_behavior b ON b.behavior = w.behavior
+    WHERE ` + uncapped("w.behavior") + `
 ), go AS MATERIALIZED (
     SELECT r.*, CASE WHEN r.start_us > 0 AND r.delay_us = 0
         AND r.behavior NOT IN (SELECT behavior FROM paused)
@@ -132,10 +141,10 @@ SELECT ` + values + `,
 FROM go r LEFT JOIN cfg g ON r.starts AND g.behavior = r.behavior
 ` + conflict + `
 ), started AS MATERIALIZED (
-    SELECT s.id, s.lease, g.lease_us FROM s JOIN cfg g ON g.lease = s.lease WHERE s.created AND s.status = 'running'
+    SELECT s.id, s.behavior, s.lease, g.lease_us FROM s JOIN cfg g ON g.lease = s.lease WHERE s.created AND s.status = 'running'
 ), leases AS (
-    INSERT INTO stint_lease (lease, node, expires_at, task_ids)
-    SELECT lease, ` + node + `, now() + max(lease_us) * interval '1 microsecond', array_agg(id) FROM started GROUP BY lease
+    INSERT INTO stint_lease (lease, node, expires_at, task_ids, behavior)
+    SELECT lease, ` + node + `, now() + max(lease_us) * interval '1 microsecond', array_agg(id), min(behavior) FROM started GROUP BY lease
 )` + recordSubmitChanges(w, true)
 }
 
@@ -258,6 +267,7 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 			}
 			args = append(args, cols.startLeases, node)
 		}
+		args = append(args, cols.rateUses)
 		var into map[api.TaskID]startLease
 		if starting {
 			if leases == nil {
@@ -335,8 +345,9 @@ type submitColumns struct {
 	priorities, delays, retentions                       intArray
 	awaited                                              boolArray
 	wake                                                 bool
-	startLeases                                          intArray // with a node: each task's start lease, 0 for none
-	starts                                               int      // tasks with a start lease
+	rateUses                                             textArray // each task's rate uses as JSON, "" for none
+	startLeases                                          intArray  // with a node: each task's start lease, 0 for none
+	starts                                               int       // tasks with a start lease
 }
 
 // add appends t; with starting, also its start lease.
@@ -356,6 +367,12 @@ func (c *submitColumns) add(t store.NewTask, starting bool) {
 	c.awaited = append(c.awaited, t.Notify)
 	c.retentions = append(c.retentions, t.Retention.Microseconds())
 	c.wake = c.wake || t.WakeClaimers
+	uses := ""
+	if len(t.RateUses) > 0 {
+		b, _ := json.Marshal(t.RateUses) // strings and numbers: cannot fail
+		uses = string(b)
+	}
+	c.rateUses = append(c.rateUses, uses)
 	if starting {
 		c.startLeases = append(c.startLeases, t.StartLease.Microseconds())
 		if t.StartLease > 0 {

@@ -18,7 +18,8 @@ var taskColumns = `id, behavior, status, priority, params, result, error, progre
 	` + leaseExpiry("schedule_not_before") + `, ` + leaseExpiry("lost_not_before") + `,
 	lease, coalesce(node, ''), attempt, errors, resubmit,
 	coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''),
-	created_at, updated_at, executed_at, finished_at, awaited, children_pending, coalesce(retention_us, 0)`
+	created_at, updated_at, executed_at, finished_at, awaited, children_pending, coalesce(retention_us, 0),
+	CASE WHEN status IN ` + waitingStatuses + ` AND schedule_not_before IS NOT NULL THEN waiting END`
 
 // leaseExpiry returns column of stint_task, except for a running task: its
 // lease row's expiry, which renewals move (the row keeps the expiry as of
@@ -42,10 +43,11 @@ func scanTask(row pgx.Row) (api.Task, error) {
 		behaviour string
 		id        string
 		retention int64
+		waiting   []byte
 	)
 	err := row.Scan(&id, &behaviour, &status, &t.Priority, &params, &result, &errJSON, &progress,
 		&t.ScheduleNotBefore, &t.LostNotBefore, &lease, &t.Node, &t.Attempt, &t.Errors, &t.Resubmit,
-		&parentID, &t.GroupKey, &t.Trace, &t.CreatedAt, &t.UpdatedAt, &t.ExecutedAt, &t.FinishedAt, &t.Notify, &t.ChildrenPending, &retention)
+		&parentID, &t.GroupKey, &t.Trace, &t.CreatedAt, &t.UpdatedAt, &t.ExecutedAt, &t.FinishedAt, &t.Notify, &t.ChildrenPending, &retention, &waiting)
 	if err != nil {
 		if isNoRows(err) {
 			return t, api.ErrNotFound
@@ -57,6 +59,12 @@ func scanTask(row pgx.Row) (api.Task, error) {
 	t.Retention = time.Duration(retention) * time.Microsecond
 	if lease != nil {
 		t.Lease = formatUUID(*lease)
+	}
+	if waiting != nil {
+		t.Waiting = new(api.Wait)
+		if err := json.Unmarshal(waiting, t.Waiting); err != nil {
+			return t, fmt.Errorf("decode wait of task %s: %w", id, err)
+		}
 	}
 	if errJSON != nil {
 		t.Error = new(api.TaskError)

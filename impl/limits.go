@@ -1,0 +1,344 @@
+package impl
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
+)
+
+// Flow control: rate limits and concurrency caps, stored in the database
+// and enforced by the claims of every node (store.Store.ClaimFlow).
+//
+// A task names the rate limits it uses at submit (spi.RateLimiter). A limit
+// the database does not hold is created from the submitting behavior's
+// declared default (spi.Policy.RateLimits) by the first submit that names
+// it; a limit neither stored nor declared is refused, as are units over
+// the limit's Limit: the submit stores nothing.
+
+var _ api.Limits = (*Client)(nil)
+
+// SetRateLimit stores a rate limit; see api.Limits.
+func (c *Client) SetRateLimit(ctx context.Context, l api.RateLimit) error {
+	if err := spi.CheckRateLimit(l); err != nil {
+		return fmt.Errorf("set rate limit %q: %w", l.Name, err)
+	}
+	if err := c.st.SetRateLimit(ctx, l); err != nil {
+		return err
+	}
+	c.rates.forget(l.Name)
+	return nil
+}
+
+// RemoveRateLimit deletes a rate limit; see api.Limits.
+func (c *Client) RemoveRateLimit(ctx context.Context, name string) error {
+	if err := spi.CheckRateLimitName("name", name); err != nil {
+		return fmt.Errorf("remove rate limit: %w", err)
+	}
+	c.rates.forget(name)
+	return c.st.RemoveRateLimit(ctx, name)
+}
+
+// RateLimits lists the rate limits; see api.Limits.
+func (c *Client) RateLimits(ctx context.Context) ([]api.RateLimitInfo, error) {
+	return c.st.RateLimits(ctx)
+}
+
+// SetConcurrencyLimit stores a cap; see api.Limits.
+func (c *Client) SetConcurrencyLimit(ctx context.Context, l api.ConcurrencyLimit) error {
+	if err := checkConcurrencyLimit(l); err != nil {
+		return fmt.Errorf("set concurrency limit of %s %q: %w", l.Behavior, l.Key, err)
+	}
+	if err := c.st.SetConcurrencyLimit(ctx, l); err != nil {
+		return err
+	}
+	if c.capsChanged != nil {
+		c.capsChanged()
+	}
+	return nil
+}
+
+// RemoveConcurrencyLimit deletes a cap; see api.Limits.
+func (c *Client) RemoveConcurrencyLimit(ctx context.Context, behavior api.BehaviorID, key string) error {
+	if err := spi.CheckBehaviorID(behavior); err != nil {
+		return fmt.Errorf("remove concurrency limit: %w", err)
+	}
+	if key != "" {
+		if err := spi.CheckGroupKey("key", key); err != nil {
+			return fmt.Errorf("remove concurrency limit of %s: %w", behavior, err)
+		}
+	}
+	if err := c.st.RemoveConcurrencyLimit(ctx, behavior, key); err != nil {
+		return err
+	}
+	if c.capsChanged != nil {
+		c.capsChanged()
+	}
+	return nil
+}
+
+// ConcurrencyLimits lists the caps set at runtime; see api.Limits.
+func (c *Client) ConcurrencyLimits(ctx context.Context) ([]api.ConcurrencyInfo, error) {
+	return c.st.ConcurrencyLimits(ctx)
+}
+
+// checkConcurrencyLimit checks a cap: a well-formed behavior id; on a key
+// (at most spi.MaxGroupKey printable bytes), a Max of zero (the policy's
+// cap kept) or more and a Weight of zero (1) or more, not both zero; on the
+// behavior as a whole, a Max of at least 1 and no Weight.
+func checkConcurrencyLimit(l api.ConcurrencyLimit) error {
+	if err := spi.CheckBehaviorID(l.Behavior); err != nil {
+		return err
+	}
+	if l.Max < 0 {
+		return api.Invalid("max", "%d is negative", l.Max)
+	}
+	if l.Weight < 0 {
+		return api.Invalid("weight", "%d is negative", l.Weight)
+	}
+	if l.Key == "" {
+		if l.Max < 1 {
+			return api.Invalid("max", "a cap of the behavior as a whole must be at least 1, not %d", l.Max)
+		}
+		if l.Weight != 0 {
+			return api.Invalid("weight", "applies to a group key, not to the behavior as a whole")
+		}
+		return nil
+	}
+	if err := spi.CheckGroupKey("key", l.Key); err != nil {
+		return err
+	}
+	if l.Max == 0 && l.Weight == 0 {
+		return api.Invalid("max", "zero with no weight sets nothing")
+	}
+	return nil
+}
+
+// rateCache remembers the rate limits submits found stored, for a second,
+// so that a stream of submits naming a limit checks it once a second, not
+// once per submit. A limit changed meanwhile is checked against its old
+// values at most that long; claims always enforce the stored ones.
+type rateCache struct {
+	mu sync.Mutex
+	m  map[string]cachedLimit
+}
+
+type cachedLimit struct {
+	limit api.RateLimit
+	at    time.Time
+}
+
+// rateCacheTTL is how long a looked-up limit is trusted by submits.
+const rateCacheTTL = time.Second
+
+func (rc *rateCache) get(name string) (api.RateLimit, bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	e, ok := rc.m[name]
+	if !ok || time.Since(e.at) > rateCacheTTL {
+		return api.RateLimit{}, false
+	}
+	return e.limit, true
+}
+
+func (rc *rateCache) put(l api.RateLimit) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.m == nil {
+		rc.m = map[string]cachedLimit{}
+	}
+	rc.m[l.Name] = cachedLimit{limit: l, at: time.Now()}
+}
+
+func (rc *rateCache) forget(name string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	delete(rc.m, name)
+}
+
+// checkRateUses checks the rate uses of tasks (of the registrations regs,
+// in order) against the stored limits, storing the declared defaults of
+// limits first named: a limit neither stored nor declared by the task's
+// behavior, or units over a limit's Limit, is an *api.InvalidError naming
+// the task.
+func (c *Client) checkRateUses(ctx context.Context, tasks []store.NewTask, regs []*spi.Registration) error {
+	var missing []string
+	var declared []api.RateLimit
+	for i, t := range tasks {
+		for _, u := range t.RateUses {
+			if _, ok := c.rates.get(u.Limit); ok || slices.Contains(missing, u.Limit) {
+				continue
+			}
+			missing = append(missing, u.Limit)
+			for _, d := range regs[i].Policy.RateLimits {
+				if d.Name == u.Limit {
+					declared = append(declared, d)
+					break
+				}
+			}
+		}
+	}
+	if len(missing) > 0 {
+		found, err := c.st.EnsureRateLimits(ctx, declared, missing)
+		if err != nil {
+			return err
+		}
+		for _, l := range found {
+			c.rates.put(l)
+		}
+	}
+	for i, t := range tasks {
+		for j, u := range t.RateUses {
+			l, ok := c.rates.get(u.Limit)
+			field := fmt.Sprintf("rate_uses[%d]", j)
+			if !ok {
+				return fmt.Errorf("task %s: %w", t.ID, api.Invalid(field+".limit",
+					"rate limit %q does not exist and %s declares no default for it", u.Limit, regs[i].ID))
+			}
+			if u.Units > l.Limit {
+				return fmt.Errorf("task %s: %w", t.ID, api.Invalid(field+".units",
+					"%d is over the limit %q of %d per %s", u.Units, u.Limit, l.Limit, l.Period))
+			}
+		}
+	}
+	return nil
+}
+
+// rateUsesOf returns the checked rate uses of a task of reg with decoded
+// params p, as stored.
+func rateUsesOf(reg *spi.Registration, p any) ([]store.RateUse, error) {
+	uses, err := reg.RateUses(p)
+	if err != nil || len(uses) == 0 {
+		return nil, err
+	}
+	out := make([]store.RateUse, len(uses))
+	for i, u := range uses {
+		out[i] = store.RateUse{Limit: u.Limit, Key: u.Key, Units: u.Units}
+	}
+	return out, nil
+}
+
+// flowWait fills t.Waiting for a task waiting to run whose behavior has a
+// cap that is full (a rate limit's wait is stored with the task).
+func (c *Client) flowWait(ctx context.Context, t *api.Task) {
+	if t.Waiting != nil || t.Status == api.StatusRunning || t.Status == api.StatusHeld || t.Finished() {
+		return
+	}
+	if t.ScheduleNotBefore == nil || t.ScheduleNotBefore.After(time.Now()) {
+		return
+	}
+	cluster, perGroup := 0, 0
+	if reg, ok := c.reg.Lookup(t.Behavior); ok {
+		cluster, perGroup = reg.Policy.ClusterConcurrency, reg.Policy.GroupConcurrency
+	}
+	w, err := c.st.ConcurrencyWait(ctx, t.Behavior, t.GroupKey, cluster, perGroup)
+	if err == nil {
+		t.Waiting = w
+	}
+}
+
+// flowWaits is flowWait for a page of tasks: each behavior and key is
+// looked up once, and only behaviors with a cap (in their policy or set
+// at runtime) are.
+func (c *Client) flowWaits(ctx context.Context, tasks []api.Task) {
+	var capped []api.BehaviorID
+	looked := false
+	type ref struct {
+		b api.BehaviorID
+		k string
+	}
+	waits := map[ref]*api.Wait{}
+	for i := range tasks {
+		t := &tasks[i]
+		if t.Waiting != nil || t.Status == api.StatusRunning || t.Status == api.StatusHeld || t.Finished() ||
+			t.ScheduleNotBefore == nil || t.ScheduleNotBefore.After(time.Now()) {
+			continue
+		}
+		reg, ok := c.reg.Lookup(t.Behavior)
+		if !ok || (reg.Policy.ClusterConcurrency == 0 && reg.Policy.GroupConcurrency == 0) {
+			if !looked {
+				looked = true
+				var err error
+				if capped, err = c.st.CappedBehaviors(ctx); err != nil {
+					return
+				}
+			}
+			if !slices.Contains(capped, t.Behavior) {
+				continue
+			}
+		}
+		r := ref{t.Behavior, t.GroupKey}
+		w, ok := waits[r]
+		if !ok {
+			c.flowWait(ctx, t)
+			waits[r] = t.Waiting
+			continue
+		}
+		t.Waiting = w
+	}
+}
+
+// flowControlled reports whether the claims of reg's tasks take the flow
+// controlled path by policy: it caps its tasks across nodes (per group key
+// or in all), serves its keys in turn, or its tasks may use rate limits.
+// A behavior capped at runtime takes it too (Server.runtimeCaps).
+func flowControlled(reg *spi.Registration) bool {
+	p := reg.Policy
+	return p.GroupConcurrency > 0 || p.ClusterConcurrency > 0 || p.FairShare || reg.RateLimited()
+}
+
+// capsRefresh is how often a server reads which behaviors have caps set at
+// runtime, besides right after one is set through it. Until then a plain
+// claim leaves a newly capped behavior out (the statement checks), so the
+// refresh bounds how late its tasks start, not whether the cap holds.
+const capsRefresh = time.Second
+
+// runtimeCaps returns the behaviors with caps set at runtime, as last read
+// (at most capsRefresh ago). A failed read keeps the last answer; the
+// claim that follows reports the database's trouble.
+func (s *Server) runtimeCaps(ctx context.Context) map[api.BehaviorID]bool {
+	s.capsMu.Lock()
+	defer s.capsMu.Unlock()
+	if s.capsRead.IsZero() || time.Since(s.capsRead) >= capsRefresh {
+		ids, err := s.st.CappedBehaviors(ctx)
+		if err == nil {
+			s.caps = map[api.BehaviorID]bool{}
+			for _, id := range ids {
+				s.caps[id] = true
+			}
+			s.capsRead = time.Now()
+		}
+	}
+	return s.caps
+}
+
+// capsSet makes the next claim read the caps set at runtime again, and
+// wakes the claimers.
+func (s *Server) capsSet() {
+	s.capsMu.Lock()
+	s.capsRead = time.Time{}
+	s.capsMu.Unlock()
+	s.wakeClaimer()
+}
+
+// freesCap reports whether a run of batch ended under a cap across nodes
+// (its behavior's policy, or one set at runtime).
+func (s *Server) freesCap(batch []*run) bool {
+	s.capsMu.Lock()
+	defer s.capsMu.Unlock()
+	for _, r := range batch {
+		if s.caps[r.claimed.Behavior] {
+			return true
+		}
+		if reg, ok := s.cfg.Registry.Lookup(r.claimed.Behavior); ok &&
+			(reg.Policy.GroupConcurrency > 0 || reg.Policy.ClusterConcurrency > 0) {
+			return true
+		}
+	}
+	return false
+}
