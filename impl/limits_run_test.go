@@ -338,12 +338,7 @@ func TestRolesOperateAndEnforceLimits(t *testing.T) {
 	e := setup(t)
 	_, err := e.pool.Exec(e.ctx, `GRANT SELECT, INSERT, UPDATE ON test_span TO stint_node`)
 	require.NoError(t, err)
-	clientStore, err := postgres.Open(e.ctx, e.asRole("stint_client"))
-	require.NoError(t, err)
-	t.Cleanup(clientStore.Close)
-	c, err := impl.NewClient(clientStore, impl.ClientConfig{Registry: testRegistry(e.pool, "c", time.Second), PollInterval: 50 * time.Millisecond})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	_, c := e.clientAs("stint_client")
 
 	require.NoError(t, c.SetRateLimit(e.ctx, api.RateLimit{Name: "roles", Limit: 2, Period: time.Second}))
 	require.NoError(t, c.SetConcurrencyLimit(e.ctx, api.ConcurrencyLimit{Behavior: ratedKind.ID, Max: 2}))

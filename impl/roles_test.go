@@ -30,18 +30,26 @@ func (e *env) asRole(role string) string {
 	return u.String()
 }
 
+// clientAs returns the store and client of a client-only process
+// connected as a login of role.
+func (e *env) clientAs(role string) (*postgres.Store, *impl.Client) {
+	e.t.Helper()
+	st, err := postgres.Open(e.ctx, e.asRole(role))
+	require.NoError(e.t, err)
+	e.t.Cleanup(st.Close)
+	c, err := impl.NewClient(st, impl.ClientConfig{Registry: testRegistry(e.pool, "c", time.Second), PollInterval: 50 * time.Millisecond})
+	require.NoError(e.t, err)
+	e.t.Cleanup(c.Close)
+	return st, c
+}
+
 func TestClientRoleSubmitsButCannotClaimOrFinish(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	_, err := e.pool.Exec(e.ctx, `GRANT SELECT, INSERT, UPDATE ON test_run TO stint_node`)
 	require.NoError(t, err)
 
-	clientStore, err := postgres.Open(e.ctx, e.asRole("stint_client"))
-	require.NoError(t, err)
-	t.Cleanup(clientStore.Close)
-	client, err := impl.NewClient(clientStore, impl.ClientConfig{Registry: testRegistry(e.pool, "c", time.Second), PollInterval: 50 * time.Millisecond})
-	require.NoError(t, err)
-	t.Cleanup(client.Close)
+	clientStore, client := e.clientAs("stint_client")
 
 	f, err := api.Submit(e.ctx, client, workKind, WorkParams{Key: "least"})
 	require.NoError(t, err)
