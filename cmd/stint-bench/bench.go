@@ -124,11 +124,6 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 			}
 		}
 	}
-	if c.flow && c.has(sysStint) {
-		for _, jobs := range b.flowJobs() {
-			rounds(jobs...)
-		}
-	}
 	b.rep.Results = aggregate(raw)
 	b.rep.computeRatios()
 	return b.rep, nil

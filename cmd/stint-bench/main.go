@@ -79,8 +79,6 @@ type config struct {
 	verbose bool
 
 	burndown, streaming, burst, drainBurst, latency, scale, floor bool
-	flow                                                          bool // the flow-control scenarios (flow.go); only when asked for
-	flowN                                                         int
 	systems                                                       string
 
 	n             int
@@ -141,7 +139,6 @@ func defaultConfig() config {
 		burstBatch:    5_000,
 		drainCycles:   3,
 		scaleN:        100_000,
-		flowN:         100_000,
 		scaleNodes:    []int{1, 2, 4},
 		floorN:        100_000,
 		floorWorkers:  4,
@@ -178,8 +175,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.drainBurst, "drain-burst", false, "run the drain-burst scenario")
 	fs.BoolVar(&c.latency, "latency", false, "run the latency scenario")
 	fs.BoolVar(&c.scale, "scale", false, "run the multi-process scale scenario")
-	fs.BoolVar(&c.flow, "flow", false, "run the flow-control scenarios (limits-cost, global-cap, rate, fair), not run by default")
-	fs.IntVar(&c.flowN, "flow-n", c.flowN, "flow: tasks of limits-cost, rate and fair (global-cap: a fifth)")
 	fs.BoolVar(&c.floor, "floor", false, "run the SQL floor")
 	fs.StringVar(&c.systems, "systems", c.systems, "comma-separated `systems` to run: stint, river, graphile (Graphile Worker: needs Node.js and npm, installs itself on first use), floor")
 
@@ -215,7 +210,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor && !c.flow {
+	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor {
 		c.burndown, c.streaming, c.burst, c.drainBurst, c.latency, c.scale, c.floor = true, true, true, true, true, true, true
 	}
 	nodes, err := parseInts(*scaleNodes)
