@@ -66,6 +66,8 @@ type Statement struct {
 	MeanMS  float64 `json:"mean_ms"`
 	MaxMS   float64 `json:"max_ms"`
 	Rows    int64   `json:"rows"`
+	// BlocksHit are the shared buffer hits of all calls: pages visited.
+	BlocksHit int64 `json:"blocks_hit"`
 }
 
 // resetStatements clears pg_stat_statements before a measured run.
@@ -105,7 +107,7 @@ func (b *bench) statementsOf(ctx context.Context, db string) (*SQLProfile, error
 	}
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, `
-		SELECT query, calls, total_exec_time, mean_exec_time, max_exec_time, rows
+		SELECT query, calls, total_exec_time, mean_exec_time, max_exec_time, rows, shared_blks_hit
 		FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)
 		ORDER BY total_exec_time DESC
@@ -115,7 +117,7 @@ func (b *bench) statementsOf(ctx context.Context, db string) (*SQLProfile, error
 	}
 	prof := &SQLProfile{}
 	var s Statement
-	_, err = pgx.ForEachRow(rows, []any{&s.Query, &s.Calls, &s.TotalMS, &s.MeanMS, &s.MaxMS, &s.Rows}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&s.Query, &s.Calls, &s.TotalMS, &s.MeanMS, &s.MaxMS, &s.Rows, &s.BlocksHit}, func() error {
 		s.Query = strings.Join(strings.Fields(s.Query), " ")
 		prof.Statements = append(prof.Statements, s)
 		return nil

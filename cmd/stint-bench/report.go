@@ -469,13 +469,14 @@ func (r *Report) writeTable(w io.Writer) {
 	for _, s := range r.SQL {
 		fmt.Fprintf(w, "\nSQL profile, %s (%.2f s wall; pg_stat_statements, top by total execution time):\n", s.Run, s.WallSecs)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "calls\ttotal ms\tmean ms\tmax ms\trows\t  query")
+		fmt.Fprintln(tw, "calls\ttotal ms\tmean ms\tmax ms\trows\tblocks hit/call\t  query")
 		for _, st := range s.Statements {
 			q := st.Query
 			if len(q) > 140 {
 				q = q[:140] + "…"
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.1f\t%s\t  %s\n", num(st.Calls), st.TotalMS, st.MeanMS, st.MaxMS, num(st.Rows), q)
+			fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.1f\t%s\t%.0f\t  %s\n", num(st.Calls), st.TotalMS, st.MeanMS, st.MaxMS, num(st.Rows),
+				float64(st.BlocksHit)/float64(max(st.Calls, 1)), q)
 		}
 		_ = tw.Flush()
 	}
