@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -78,4 +79,65 @@ func sep(dsn string) string {
 		}
 	}
 	return "?"
+}
+
+// A claim waits for the claims of its behaviors in flight on other
+// connections to commit, in every query mode, and not for the claims of
+// other behaviors: claims side by side would each step past the hints the
+// others hold locked. A transaction holding the advisory lock a claim of
+// semBehavior takes stands for a claim in flight.
+func TestClaimWaitsForClaimsOfItsBehaviors(t *testing.T) {
+	t.Parallel()
+	other := []store.BehaviorLease{{Behavior: "sem.other", Lease: time.Minute}}
+	inEachQueryMode(t, func(t *testing.T, ctx context.Context, st *postgres.Store, mode string) {
+		_, err := st.Submit(ctx, []store.NewTask{{ID: api.TaskID("turn-" + mode), Behavior: semBehavior},
+			{ID: api.TaskID("turn-other-" + mode), Behavior: "sem.other"}})
+		require.NoError(t, err)
+		holder, err := pgx.Connect(ctx, st.Pool().Config().ConnConfig.ConnString())
+		require.NoError(t, err)
+		defer holder.Close(ctx)
+		tx, err := holder.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('stint.claim:' || $1::text, 0))`, semBehavior)
+		require.NoError(t, err)
+
+		type result struct {
+			claimed []store.Claimed
+			err     error
+		}
+		done := make(chan result, 1)
+		go func() {
+			cl, err := st.Claim(ctx, store.ClaimRequest{Node: "n1", Behaviors: semLease, Limit: 10})
+			done <- result{cl, err}
+		}()
+		for deadline := time.Now().Add(time.Minute); ; {
+			select {
+			case r := <-done:
+				t.Fatalf("the claim returned while a claim of its behavior was in flight: %v, %v", r.claimed, r.err)
+			default:
+			}
+			var waiting bool
+			require.NoError(t, holder.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting))
+			if waiting {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the claim did not wait for the claim in flight")
+			time.Sleep(10 * time.Millisecond)
+		}
+		// A claim of another behavior does not wait (on another store:
+		// this one's connection is the waiting claim's).
+		st2, err := postgres.Open(ctx, st.Pool().Config().ConnString(), postgres.MaxConns(1), postgres.PollOnly())
+		require.NoError(t, err)
+		defer st2.Close()
+		cl, err := st2.Claim(ctx, store.ClaimRequest{Node: "n2", Behaviors: other, Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, cl, 1)
+
+		require.NoError(t, tx.Commit(ctx))
+		r := <-done
+		require.NoError(t, r.err)
+		require.Len(t, r.claimed, 1)
+		require.Equal(t, api.TaskID("turn-"+mode), r.claimed[0].ID)
+	})
 }
