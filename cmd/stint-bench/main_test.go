@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -397,4 +398,25 @@ func TestDrainPollSeesTasksBeforeItsResumePoint(t *testing.T) {
 	poll(true)
 	exec(`UPDATE drain SET pending = false`)
 	poll(false)
+}
+
+// The SQL profile shows each statement's buffer hits per call, a zero
+// count of calls included.
+func TestSQLProfileTable(t *testing.T) {
+	t.Parallel()
+	rep := &Report{SQL: []SQLProfile{{Run: "stint scale 4 nodes", WallSecs: 2, Statements: []Statement{
+		{Query: "SELECT   claim", Calls: 4, TotalMS: 8, MeanMS: 2, MaxMS: 3, Rows: 4_000, BlocksHit: 10_000},
+		{Query: "SELECT never", BlocksHit: 7},
+	}}}}
+	var out strings.Builder
+	rep.writeTable(&out)
+	for _, want := range []string{
+		`(?m)^\s+calls\s+total ms\s+mean ms\s+max ms\s+rows\s+blocks hit/call\s+query$`,
+		`(?m)^\s+4\s+8\s+2\.000\s+3\.0\s+4,000\s+2500\s+SELECT   claim$`,
+		`(?m)^\s+0\s+0\s+0\.000\s+0\.0\s+0\s+7\s+SELECT never$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out.String()) {
+			t.Errorf("the SQL profile has no line matching %s:\n%s", want, out.String())
+		}
+	}
 }
