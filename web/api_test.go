@@ -58,7 +58,7 @@ func TestAuthRolesAndRouting(t *testing.T) {
 		e.json(http.MethodGet, "/api/v1/whoami", token, nil, http.StatusOK, &who)
 		require.Equal(t, role, who.Role)
 		require.True(t, who.Auth)
-		require.Equal(t, []api.BehaviorID{"demo.echo", "ingest.batch", "ingest.job", "replication", "replication.continuous", "test.fail", "test.idle"}, who.Behaviors)
+		require.Equal(t, []api.BehaviorID{"demo.echo", "ingest.batch", "ingest.job", "replication", "replication.continuous", "test.fail", "test.idle", "test.limited"}, who.Behaviors)
 	}
 	e.requireError(http.MethodPost, "/api/v1/tasks", readToken, echo, http.StatusForbidden, web.CodeForbidden, "")
 	id := e.submit(echo)

@@ -100,6 +100,8 @@ func newEnv(t *testing.T, configure ...func(*web.Config)) *testEnv {
 	require.NoError(t, demo.Register(reg))
 	require.NoError(t, spi.Register(reg, spi.Behavior[noteParams, struct{}](testBehavior{failKind})))
 	require.NoError(t, spi.Register(reg, spi.Behavior[noteParams, struct{}](testBehavior{idleKind})))
+	// test.limited is run by limitedNode, in the tests that need it.
+	require.NoError(t, spi.Register(reg, spi.Behavior[noteParams, struct{}](limitedBehavior{})))
 	require.NoError(t, ingest.RegisterForSubmit(reg))                   // submitted, never run here
 	require.NoError(t, replication.Register(reg, replication.Config{})) // submitted, never run here
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))

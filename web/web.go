@@ -29,6 +29,9 @@
 //	GET    /api/v1/events                   read    Server-Sent Events; filters id, behavior, status, parent; since
 //	POST   /api/v1/groups/{key}/hold        admin   also release
 //	POST   /api/v1/behaviors/{id}/pause     admin   also resume
+//	GET    /api/v1/limits                   read    the rate limits and concurrency caps, with use, waiting tasks, next free unit
+//	PUT    /api/v1/limits/rate/{name}       admin   {"limit": 100, "period": "1m"} (period also in nanoseconds); DELETE removes: 204
+//	PUT    /api/v1/limits/concurrency/{b}   admin   {"key", "max", "weight"} for behavior b; DELETE ?key=K removes: 204
 //
 // With Config.Metrics, GET /metrics (read role) serves the process's
 // metrics in the Prometheus text format.
@@ -212,6 +215,11 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /groups/{key}/release", RoleAdmin, h.groupAction(false)},
 		{"POST /behaviors/{id}/pause", RoleAdmin, h.behaviorAction(true)},
 		{"POST /behaviors/{id}/resume", RoleAdmin, h.behaviorAction(false)},
+		{"GET /limits", RoleRead, h.listLimits},
+		{"PUT /limits/rate/{name}", RoleAdmin, h.setRateLimit},
+		{"DELETE /limits/rate/{name}", RoleAdmin, h.removeRateLimit},
+		{"PUT /limits/concurrency/{behavior}", RoleAdmin, h.setConcurrencyLimit},
+		{"DELETE /limits/concurrency/{behavior}", RoleAdmin, h.removeConcurrencyLimit},
 	}
 	for _, rt := range append(routes, cfg.Routes...) {
 		method, path, ok := strings.Cut(rt.Pattern, " ")
