@@ -18,6 +18,7 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store/postgres"
 )
 
@@ -112,11 +113,18 @@ func testContext(t *testing.T, timeout time.Duration) context.Context {
 // on the database at dsn until the test ends.
 func startServer(t *testing.T, ctx context.Context, dsn, node string) *impl.Server {
 	t.Helper()
+	return startServerWith(t, ctx, dsn, node, nil)
+}
+
+// startServerWith is startServer with the program's behaviors (nil for
+// none) besides the built-in ones.
+func startServerWith(t *testing.T, ctx context.Context, dsn, node string, behaviors *spi.Registry) *impl.Server {
+	t.Helper()
 	st, err := postgres.Open(ctx, dsn)
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	reg, err := (&builtins{log: log}).registry(st, nil)
+	reg, err := (&builtins{log: log}).registry(st, behaviors)
 	require.NoError(t, err)
 	srv, err := impl.NewServer(st, impl.ServerConfig{
 		Node:              node,

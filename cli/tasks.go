@@ -215,18 +215,47 @@ func (c *cli) printTask(t api.Task) error {
 }
 
 // shortStatus is t's status for a table column: "retrying" for a task
-// whose last run failed and that runs again, else its status.
+// whose last run failed and that runs again, "waiting (rate limit L)" or
+// "waiting (concurrency cap)" for a due task a limit holds back, else its
+// status.
 func shortStatus(t api.Task) string {
-	if t.Retrying() {
+	switch {
+	case t.Retrying():
 		return "retrying"
+	case t.Waiting != nil && t.Waiting.Reason == api.WaitRateLimit:
+		return "waiting (rate limit " + t.Waiting.Limit + ")"
+	case t.Waiting != nil:
+		return "waiting (concurrency cap)"
 	}
 	return string(t.Status)
 }
 
+// waitText says what a waiting task waits on: "waiting on rate limit L
+// (key K) until T" or "waiting on the concurrency cap of B (key K)".
+func waitText(w *api.Wait) string {
+	var b strings.Builder
+	if w.Reason == api.WaitRateLimit {
+		fmt.Fprintf(&b, "waiting on rate limit %s", w.Limit)
+	} else {
+		fmt.Fprintf(&b, "waiting on the concurrency cap of %s", w.Limit)
+	}
+	if w.Key != "" {
+		fmt.Fprintf(&b, " (key %s)", w.Key)
+	}
+	if w.Until != nil {
+		fmt.Fprintf(&b, " until %s", formatTime(w.Until))
+	}
+	return b.String()
+}
+
 // statusText describes t's status: a task whose last run failed and that
 // runs again as "retrying (attempt n of m, next at t): error", apart from a
-// final failure.
+// final failure; a due task a limit holds back as "scheduled, waiting on
+// ..." (see waitText).
 func (c *cli) statusText(t api.Task) string {
+	if t.Waiting != nil && !t.Retrying() {
+		return string(t.Status) + ", " + waitText(t.Waiting)
+	}
 	if !t.Retrying() {
 		return string(t.Status)
 	}
