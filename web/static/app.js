@@ -649,7 +649,7 @@
       },
       h('td', { class: 'id', title: t.id }, h('a', { href: taskHref(t.id) }, t.id)),
       h('td', {}, t.behavior),
-      h('td', {}, taskPill(t)),
+      h('td', {}, taskPill(t), t.waiting ? h('div', { class: 'wait-note', dataset: { field: 'waiting' } }, waitText(t.waiting)) : null),
       h('td', { class: 'num' }, t.attempt),
       h('td', { class: 'num' }, t.priority),
       h('td', { class: 'id' }, t.node || ''),
@@ -778,7 +778,9 @@
           admin ? h('div', { class: 'actions-bar', id: 'task-actions' }, taskActions(t, (r) => { if (r) { task = r; render(); } }, false)) : null),
         h('section', { class: 'card panel' }, h('dl', { class: 'fields' },
           field('Behavior', h('a', { href: listHref({ behavior: t.behavior }) }, t.behavior), 'behavior'),
-          field('State', retrying(t) ? h('span', { class: 'retry-note', id: 'task-retrying' }, retryText(t)) : t.status, 'status'),
+          field('State', retrying(t) ? h('span', { class: 'retry-note', id: 'task-retrying' }, retryText(t))
+            : t.waiting ? h('span', {}, t.status + ', ', h('a', { class: 'wait-note', id: 'task-waiting', href: limitsHref }, waitText(t.waiting)))
+              : t.status, 'status'),
           field('Priority', t.priority, 'priority'),
           field('Attempt', t.attempt, 'attempt'),
           field('Consecutive errors', t.errors, 'errors'),
@@ -895,6 +897,150 @@
     const timer = setInterval(load, 5000);
     load();
     return { name: 'schedules', el, refresh: load, dispose: () => clearInterval(timer) };
+  }
+
+  // ---- limits ----
+
+  // periodText writes a period in nanoseconds as "1h30m", "1m", "2s",
+  // "500ms".
+  function periodText(ns) {
+    let ms = Math.round(ns / 1e6);
+    if (ms < 1000) return ms + 'ms';
+    const parts = [];
+    for (const [unit, size] of [['h', 3600000], ['m', 60000], ['s', 1000]]) {
+      const n = Math.floor(ms / size);
+      if (n) parts.push(n + unit);
+      ms -= n * size;
+    }
+    if (ms) parts.push(ms + 'ms');
+    return parts.join('');
+  }
+
+  // waitText says what a waiting task waits on: "waiting on rate limit L
+  // (key K) until T" or "waiting on the concurrency cap of B (key K)".
+  function waitText(w) {
+    const key = w.key ? ' (key ' + w.key + ')' : '';
+    if (w.reason === 'rate_limit') return 'waiting on rate limit ' + w.limit + key + (w.until ? ' until ' + stamp(w.until) : '');
+    return 'waiting on the concurrency cap of ' + w.limit + key;
+  }
+
+  const limitsHref = '#/limits';
+
+  function limitsView() {
+    const rateBody = h('div', { class: 'table-wrap' }, h('div', { class: 'empty' }, 'Loading…'));
+    const capBody = h('div', { class: 'table-wrap' }, h('div', { class: 'empty' }, 'Loading…'));
+    const admin = can('admin');
+    const el = h('div', {}, h('div', { class: 'page-head' }, h('h1', {}, 'Limits')),
+      panel('Rate limits', 'each key may start limit units per period, and a full limit after a period idle', rateBody,
+        admin ? rateForm() : null),
+      panel('Concurrency caps', 'the most tasks of a behavior, or of one group key, running at once on all nodes', capBody,
+        admin ? capForm() : null));
+
+    // field returns a labelled input of a form.
+    function field(id, label, attrs) {
+      const input = h('input', { id, spellcheck: 'false', ...attrs });
+      return [h('div', { class: 'field' }, h('label', { for: id }, label), input), input];
+    }
+
+    function rateForm() {
+      const [nameF, name] = field('rl-name', 'Name', { placeholder: 'partner-api', required: true });
+      const [limitF, limit] = field('rl-limit', 'Limit', { type: 'number', min: '1', step: '1', placeholder: '100', required: true });
+      const [periodF, period] = field('rl-period', 'Period', { placeholder: '1m', required: true });
+      return h('form', {
+        class: 'filters', id: 'rl-form', onsubmit: async (ev) => {
+          ev.preventDefault();
+          const n = name.value.trim();
+          try {
+            await api('PUT', '/limits/rate/' + encodeURIComponent(n), { limit: Number(limit.value), period: period.value.trim() });
+            toast('Rate limit ' + n + ' set');
+            load();
+          } catch (e) { toast('Set rate limit failed: ' + e.message, true); }
+        },
+      }, nameF, limitF, periodF, h('button', { class: 'btn primary', type: 'submit', id: 'rl-set' }, 'Set rate limit'));
+    }
+
+    function capForm() {
+      const behavior = h('select', { id: 'cl-behavior' }, state.behaviors.map((b) => h('option', { value: b }, b)));
+      const [keyF, key] = field('cl-key', 'Group key', { placeholder: 'all keys' });
+      const [maxF, max] = field('cl-max', 'Max running', { type: 'number', min: '0', step: '1', placeholder: '4', required: true });
+      const [weightF, weight] = field('cl-weight', 'Weight', { type: 'number', min: '0', step: '1', placeholder: '1' });
+      return h('form', {
+        class: 'filters', id: 'cl-form', onsubmit: async (ev) => {
+          ev.preventDefault();
+          const body = { max: Number(max.value) };
+          if (key.value.trim()) body.key = key.value.trim();
+          if (weight.value.trim()) body.weight = Number(weight.value);
+          try {
+            await api('PUT', '/limits/concurrency/' + encodeURIComponent(behavior.value), body);
+            toast('Concurrency cap of ' + behavior.value + ' set');
+            load();
+          } catch (e) { toast('Set concurrency cap failed: ' + e.message, true); }
+        },
+      }, h('div', { class: 'field' }, h('label', { for: 'cl-behavior' }, 'Behavior'), behavior), keyF, maxF, weightF,
+      h('button', { class: 'btn primary', type: 'submit', id: 'cl-set' }, 'Set cap'));
+    }
+
+    function removeButton(what, path) {
+      return actionButton('Remove', 'remove-limit', async () => { await api('DELETE', path); load(); },
+        { danger: true, confirm: 'Click again to remove', done: 'Removed ' + what });
+    }
+
+    function renderRate(list) {
+      const rows = [];
+      for (const l of list) {
+        const keys = l.keys || [];
+        rows.push(h('tr', { dataset: { limit: l.name, key: '' }, class: 'limit-head' },
+          h('td', { class: 'id' }, l.name),
+          h('td', { class: 'num', dataset: { field: 'rate' } }, l.limit.toLocaleString() + ' / ' + periodText(l.period)),
+          h('td', { class: 'faint' }, keys.length ? keys.length + (keys.length === 1 ? ' key' : ' keys') : 'no key used lately'),
+          h('td', {}), h('td', { class: 'num' + (l.waiting ? '' : ' zero'), dataset: { field: 'waiting' } }, l.waiting), h('td', {}),
+          admin ? h('td', { class: 'actions' }, removeButton(l.name, '/limits/rate/' + encodeURIComponent(l.name))) : null));
+        for (const k of keys) {
+          rows.push(h('tr', { dataset: { limit: l.name, key: k.key } },
+            h('td', {}), h('td', {}),
+            h('td', { class: 'id' }, k.key || h('span', { class: 'faint' }, '(no key)')),
+            h('td', { class: 'num', dataset: { field: 'used' } }, k.used + ' / ' + l.limit),
+            h('td', { class: 'num' + (k.waiting ? '' : ' zero'), dataset: { field: 'waiting' } }, k.waiting),
+            h('td', { dataset: { field: 'next-free' } }, k.next_free ? timeEl(k.next_free) : h('span', { class: 'faint' }, 'full')),
+            admin ? h('td', {}) : null));
+        }
+      }
+      fill(rateBody, list.length === 0 ? h('div', { class: 'empty', id: 'rate-limits-empty' }, 'No rate limit is set.')
+        : h('table', { id: 'rate-limits' },
+          h('thead', {}, h('tr', {}, ['Name', 'Limit', 'Key', 'Used', 'Waiting', 'Next unit frees']
+            .map((c, i) => h('th', { class: [1, 3, 4].includes(i) ? 'num' : null }, c)), admin ? h('th', {}) : null)),
+          h('tbody', {}, rows)));
+    }
+
+    function renderCaps(list) {
+      fill(capBody, list.length === 0 ? h('div', { class: 'empty', id: 'concurrency-limits-empty' }, 'No concurrency cap is set at runtime; the behaviors\' policies apply.')
+        : h('table', { id: 'concurrency-limits' },
+          h('thead', {}, h('tr', {}, ['Behavior', 'Key', 'Max', 'Weight', 'Running', 'Waiting']
+            .map((c, i) => h('th', { class: i >= 2 ? 'num' : null }, c)), admin ? h('th', {}) : null)),
+          h('tbody', {}, list.map((c) => h('tr', { dataset: { cap: c.behavior, key: c.key || '' } },
+            h('td', {}, h('a', { href: listHref({ behavior: c.behavior }) }, c.behavior)),
+            h('td', { class: 'id' }, c.key ? h('a', { href: listHref({ behavior: c.behavior, group: c.key }) }, c.key) : h('span', { class: 'faint' }, 'all')),
+            h('td', { class: 'num', dataset: { field: 'max' } }, c.max || h('span', { class: 'faint', title: 'the policy\'s cap' }, 'policy')),
+            h('td', { class: 'num', dataset: { field: 'weight' } }, c.weight || h('span', { class: 'faint' }, '1')),
+            h('td', { class: 'num' + (c.running ? '' : ' zero'), dataset: { field: 'running' } }, c.running),
+            h('td', { class: 'num' + (c.waiting ? '' : ' zero'), dataset: { field: 'waiting' } }, c.waiting),
+            admin ? h('td', { class: 'actions' }, removeButton(c.behavior + (c.key ? ' key ' + c.key : ''),
+              '/limits/concurrency/' + encodeURIComponent(c.behavior) + (c.key ? '?key=' + encodeURIComponent(c.key) : ''))) : null)))));
+    }
+
+    async function load() {
+      let r;
+      try { r = await api('GET', '/limits'); } catch (e) {
+        fill(rateBody, h('p', { class: 'error-text panel-body' }, e.message));
+        fill(capBody);
+        return;
+      }
+      renderRate(r.rate);
+      renderCaps(r.concurrency);
+    }
+    const timer = setInterval(load, 3000);
+    load();
+    return { name: 'limits', el, refresh: load, onEvent: throttle(load, 1000), dispose: () => clearInterval(timer) };
   }
 
   // ---- ingest batches ----
@@ -1087,6 +1233,9 @@
     } else if (path === '/schedules') {
       view = schedulesView();
       nav = 'schedules';
+    } else if (path === '/limits') {
+      view = limitsView();
+      nav = 'limits';
     } else {
       view = overviewView();
     }

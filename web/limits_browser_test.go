@@ -1,0 +1,138 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/web"
+)
+
+// An admin sets limits from the Limits page and sees their use; a task a
+// limit holds back says so on its page and in the task list; a reader
+// sees the limits but cannot change them.
+func TestLimitsInBrowser(t *testing.T) {
+	t.Parallel()
+	chromiumPath(t) // installs Chromium, or skips, before the test's deadlines start
+	e := newEnv(t)
+	e.limitedNode()
+	shots := t.TempDir()
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Minute)
+	defer cancel()
+	tab, jsErrors := browser(t, ctx)
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		err := chromedp.Do(tab, actions...)
+		if errors.Is(err, context.DeadlineExceeded) {
+			screenshot(t, tab, shots, "failed.png")
+		}
+		require.NoError(t, err, what)
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(tab, chromedp.Evaluate[string](`(() => { const el = document.querySelector(`+jsString(sel)+`);
+			if (!el) throw new Error('no element ' + `+jsString(sel)+`); return el.innerText })()`))
+		require.NoError(t, err, "read %s", sel)
+		return s
+	}
+	// setValue replaces an input's value, as typing would.
+	setValue := func(id, value string) chromedp.Action[chromedp.Void] {
+		return void(chromedp.Evaluate[bool](`(() => { document.getElementById(` + jsString(id) + `).value = ` + jsString(value) + `; return true })()`))
+	}
+	poll := func(cond string) chromedp.Action[chromedp.Void] {
+		return void(chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(time.Minute)))
+	}
+
+	run("sign in and open the limits",
+		chromedp.Navigate(e.ts.URL+"/"),
+		chromedp.WaitVisible(chromedp.ID("token-input")),
+		chromedp.SendKeys(chromedp.ID("token-input"), adminToken),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(css(`#live[data-state="on"]`)),
+		chromedp.Click(css(`a[data-nav="limits"]`)),
+		chromedp.WaitVisible(chromedp.ID("rate-limits-empty")),
+		chromedp.WaitVisible(chromedp.ID("concurrency-limits-empty")),
+	)
+
+	// A bad limit is refused with the field named, and nothing stored.
+	run("set a bad rate limit",
+		setValue("rl-name", testRateLimit), setValue("rl-limit", "0"), setValue("rl-period", "1h"),
+		chromedp.Click(chromedp.ID("rl-set")),
+		poll(`[...document.querySelectorAll('.toast.bad')].some((el) => el.textContent.includes('invalid limit'))`))
+	require.Empty(t, e.limits().Rate)
+
+	run("set a rate limit",
+		setValue("rl-limit", "2"),
+		chromedp.Click(chromedp.ID("rl-set")),
+		chromedp.WaitVisible(css(`#rate-limits tr[data-limit="`+testRateLimit+`"][data-key=""]`)))
+	require.Equal(t, "2 / 1h", text(`#rate-limits tr[data-limit="`+testRateLimit+`"][data-key=""] [data-field="rate"]`))
+	require.Equal(t, []api.RateLimit{{Name: testRateLimit, Limit: 2, Period: time.Hour}}, []api.RateLimit{e.limits().Rate[0].RateLimit})
+
+	run("set a concurrency cap",
+		chromedp.SetValue(chromedp.ID("cl-behavior"), "test.limited"), setValue("cl-key", "acme"), setValue("cl-max", "5"), setValue("cl-weight", "2"),
+		chromedp.Click(chromedp.ID("cl-set")),
+		chromedp.WaitVisible(css(`#concurrency-limits tr[data-cap="test.limited"][data-key="acme"]`)))
+	require.Equal(t, "5", text(`#concurrency-limits tr[data-cap="test.limited"][data-key="acme"] [data-field="max"]`))
+	require.Equal(t, "2", text(`#concurrency-limits tr[data-cap="test.limited"][data-key="acme"] [data-field="weight"]`))
+
+	// Three tasks of acme: two start, the third waits; the page shows the
+	// key's use.
+	var ids []api.TaskID
+	for range 3 {
+		ids = append(ids, e.submit(web.SubmitBody{Behavior: limitedKind.ID, Params: json.RawMessage(`{"note":"acme"}`)}))
+	}
+	var waiting api.TaskID
+	e.waitFor("one task waiting", func() bool {
+		for _, id := range ids {
+			if e.task(id).Waiting != nil {
+				waiting = id
+				return true
+			}
+		}
+		return false
+	})
+	row := `#rate-limits tr[data-limit="` + testRateLimit + `"][data-key="acme"]`
+	run("see the key's use", poll(`(() => { const r = document.querySelector(`+jsString(row)+`);
+		return !!r && r.querySelector('[data-field="used"]').innerText === '2 / 2' && r.querySelector('[data-field="waiting"]').innerText === '1' })()`))
+	require.Regexp(t, `^in \d+m \d+s$`, text(row+` [data-field="next-free"]`), "the next unit frees in about half an hour")
+	screenshot(t, tab, shots, "dashboard-limits.png")
+
+	waitRE := regexp.MustCompile(`^waiting on rate limit ` + testRateLimit + ` \(key acme\) until .+$`)
+	run("open the waiting task", goHash("#/tasks/"+string(waiting)), chromedp.WaitVisible(chromedp.ID("task-waiting")))
+	require.Regexp(t, waitRE, text("#task-waiting"))
+	run("see the wait in the list", goHash("#/tasks?behavior=test.limited"),
+		chromedp.WaitVisible(css(`tr[data-task-id="`+string(waiting)+`"] [data-field="waiting"]`)))
+	require.Regexp(t, waitRE, text(`tr[data-task-id="`+string(waiting)+`"] [data-field="waiting"]`))
+	screenshot(t, tab, shots, "dashboard-task-waiting.png")
+
+	// Removing the limit from the page lets the task start.
+	head := `#rate-limits tr[data-limit="` + testRateLimit + `"][data-key=""]`
+	run("remove the rate limit", chromedp.Click(css(`a[data-nav="limits"]`)), chromedp.WaitVisible(css(head+` [data-action="remove-limit"]`)),
+		void(chromedp.Evaluate[bool](`(() => { const b = document.querySelector(`+jsString(head+` [data-action="remove-limit"]`)+`); b.click(); b.click(); return true })()`)),
+		chromedp.WaitVisible(chromedp.ID("rate-limits-empty")))
+	task, err := e.srv.Await(e.ctx, waiting)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusSuccess, task.Status)
+
+	// A reader sees the caps, and no form or button to change them.
+	run("sign in as reader",
+		chromedp.Click(chromedp.ID("signout")),
+		chromedp.WaitVisible(chromedp.ID("token-input")),
+		chromedp.SendKeys(chromedp.ID("token-input"), readToken),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(css(`#live[data-state="on"]`)),
+		goHash("#/limits"),
+		chromedp.WaitVisible(css(`#concurrency-limits tr[data-cap="test.limited"][data-key="acme"]`)))
+	controls, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('#rl-form, #cl-form, [data-action]').length`))
+	require.NoError(t, err)
+	require.Zero(t, controls, "a read token sees no way to change limits")
+
+	require.Empty(t, jsErrors(), "the page raised errors")
+}
