@@ -273,6 +273,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
 	observeServer(cfg.MeterProvider, cfg.Node, ids, s.Running, st.MetricStats)
+	observeLimits(cfg.MeterProvider, s.Client)
 	return s, nil
 }
 
