@@ -179,6 +179,7 @@ func TestLimitsSetLsRm(t *testing.T) {
 	require.Equal(t, "concurrency limit of demo.echo removed\n", r.stdout)
 	_, err = second.Await(ctx)
 	require.NoError(t, err, "with the cap gone the second runs")
+	require.NoError(t, srv.Remove(ctx, blocker.ID()), "halt the blocker rather than wait for it at the server's stop")
 	task, err := srv.Await(ctx, waiting)
 	require.NoError(t, err, "with the limit gone the waiting task runs")
 	require.Equal(t, api.StatusSuccess, task.Status)

@@ -283,4 +283,5 @@ func TestLimitsShowUseAndWaits(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, e.do(http.MethodDelete, "/api/v1/limits/concurrency/demo.echo", adminToken, nil).status)
 	_, err = e.srv.Await(e.ctx, second)
 	require.NoError(t, err)
+	require.NoError(t, e.srv.Remove(e.ctx, blocker), "halt the blocker rather than wait for it at the server's stop")
 }
