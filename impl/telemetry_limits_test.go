@@ -80,7 +80,13 @@ func TestTelemetryLimitGauges(t *testing.T) {
 	require.NoError(t, srv.SetRateLimit(e.ctx, api.RateLimit{Name: meteredLimit, Limit: 1, Period: time.Hour}))
 	require.NoError(t, srv.SetConcurrencyLimit(e.ctx, api.ConcurrencyLimit{Behavior: b.kind.ID, Max: 1}))
 	e.submitKeys(srv, meteredKind.ID, "acme", "acme")
-	e.submitKeys(srv, b.kind.ID, "one", "two")
+	blocked := e.submitKeys(srv, b.kind.ID, "one", "two")
+	t.Cleanup(func() {
+		// Halt the blocked runs rather than wait for them at the stop.
+		for _, id := range blocked {
+			_ = srv.Remove(context.Background(), id)
+		}
+	})
 
 	want := map[string]map[string]int64{
 		"stint.rate_limit.used":           {"stint.rate_limit=" + meteredLimit: 1},
