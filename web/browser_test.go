@@ -130,32 +130,67 @@ func jsString(s string) string {
 // css is a CSS selector.
 type css = chromedp.CSS
 
+// page is a tab of a test's browser, with the test's ways to act on it.
+type page struct {
+	t     *testing.T
+	tab   context.Context
+	shots string
+	// jsErrors returns the JavaScript errors the page raised so far.
+	jsErrors func() []string
+}
+
+// openPage starts a browser for e's test. Its deadline is for a stuck
+// page, not a measure: on a busy machine a whole walk can take minutes.
+func openPage(t *testing.T, e *testEnv) *page {
+	t.Helper()
+	shots := t.TempDir()
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Minute)
+	t.Cleanup(cancel)
+	tab, jsErrors := browser(t, ctx)
+	return &page{t: t, tab: tab, shots: shots, jsErrors: jsErrors}
+}
+
+// run runs actions on the page; an error fails the test, with a
+// screenshot when the page got stuck.
+func (p *page) run(what string, actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	err := chromedp.Do(p.tab, actions...)
+	if errors.Is(err, context.DeadlineExceeded) {
+		screenshot(p.t, p.tab, p.shots, "failed.png")
+	}
+	require.NoError(p.t, err, what)
+}
+
+// text reads the text of the element sel selects in one script: the page
+// redraws on events, and a node found by one call may be gone by the next.
+func (p *page) text(sel string) string {
+	p.t.Helper()
+	s, err := chromedp.Run(p.tab, chromedp.Evaluate[string](`(() => { const el = document.querySelector(`+jsString(sel)+`);
+		if (!el) throw new Error('no element ' + `+jsString(sel)+`); return el.innerText })()`))
+	require.NoError(p.t, err, "read %s", sel)
+	return s
+}
+
+// signIn returns the actions that sign in with token on the login form
+// and wait for the event stream to go live.
+func signIn(token string) []chromedp.Action[chromedp.Void] {
+	return []chromedp.Action[chromedp.Void]{
+		chromedp.WaitVisible(chromedp.ID("token-input")),
+		chromedp.SendKeys(chromedp.ID("token-input"), token),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(css(`#live[data-state="on"]`)),
+	}
+}
+
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	chromiumPath(t) // installs Chromium, or skips, before the test's deadlines start
 	e := newEnv(t)
-	shots := t.TempDir()
-	// A deadline for a stuck page, not a measure: on a busy machine the
-	// whole walk can take minutes.
-	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Minute)
-	defer cancel()
-	tab, jsErrors := browser(t, ctx)
-	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		err := chromedp.Do(tab, actions...)
-		if errors.Is(err, context.DeadlineExceeded) {
-			screenshot(t, tab, shots, "failed.png")
-		}
-		require.NoError(t, err, what)
-	}
-	// text reads an element's text in one script: the page redraws on
-	// events, and a node found by one call may be gone by the next.
+	p := openPage(t, e)
+	run, tab, shots, jsErrors := p.run, p.tab, p.shots, p.jsErrors
 	text := func(id string) string {
 		t.Helper()
-		s, err := chromedp.Run(tab, chromedp.Evaluate[string](`(() => { const el = document.getElementById(`+jsString(id)+`);
-			if (!el) throw new Error('no element #' + `+jsString(id)+`); return el.innerText })()`))
-		require.NoError(t, err, "read #%s", id)
-		return s
+		return p.text("#" + id)
 	}
 
 	// Some history to show: a success and a failure.
@@ -167,15 +202,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	// Sign in with the admin token; the stream goes live.
-	run("sign in",
-		chromedp.Navigate(e.ts.URL+"/"),
-		chromedp.WaitVisible(chromedp.ID("token-input")),
-		chromedp.SendKeys(chromedp.ID("token-input"), adminToken),
-		chromedp.Click(chromedp.ID("login-submit")),
-		chromedp.WaitVisible(css(`#live[data-state="on"]`)),
+	run("open the dashboard", chromedp.Navigate(e.ts.URL+"/"))
+	run("sign in", append(signIn(adminToken),
 		chromedp.WaitVisible(css(`#queues tr[data-behavior="demo.echo"] td[data-count="success"]`)),
-		void(chromedp.Evaluate[bool](`window.__notReloaded = true`)),
-	)
+		void(chromedp.Evaluate[bool](`window.__notReloaded = true`)))...)
 	require.Equal(t, "admin", text("role"))
 
 	// The activity list shows the changes made before the page loaded.
@@ -392,15 +422,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.True(t, notReloaded, "the page was reloaded")
 
 	// A read token sees no admin actions.
-	run("sign in as reader",
-		chromedp.Click(chromedp.ID("signout")),
-		chromedp.WaitVisible(chromedp.ID("token-input")),
-		chromedp.SendKeys(chromedp.ID("token-input"), readToken),
-		chromedp.Click(chromedp.ID("login-submit")),
-		chromedp.WaitVisible(css(`#live[data-state="on"]`)),
+	run("sign out", chromedp.Click(chromedp.ID("signout")))
+	run("sign in as reader", append(signIn(readToken),
 		goHash("#/tasks/browser-idle"),
-		chromedp.WaitVisible(css(`#task-status [data-status="scheduled"]`)),
-	)
+		chromedp.WaitVisible(css(`#task-status [data-status="scheduled"]`)))...)
 	adminButtons, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('[data-action]').length`))
 	require.NoError(t, err)
 	require.Zero(t, adminButtons)

@@ -1,9 +1,7 @@
 package web_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"regexp"
 	"testing"
 	"time"
@@ -23,25 +21,8 @@ func TestLimitsInBrowser(t *testing.T) {
 	chromiumPath(t) // installs Chromium, or skips, before the test's deadlines start
 	e := newEnv(t)
 	e.limitedNode()
-	shots := t.TempDir()
-	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Minute)
-	defer cancel()
-	tab, jsErrors := browser(t, ctx)
-	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		err := chromedp.Do(tab, actions...)
-		if errors.Is(err, context.DeadlineExceeded) {
-			screenshot(t, tab, shots, "failed.png")
-		}
-		require.NoError(t, err, what)
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(tab, chromedp.Evaluate[string](`(() => { const el = document.querySelector(`+jsString(sel)+`);
-			if (!el) throw new Error('no element ' + `+jsString(sel)+`); return el.innerText })()`))
-		require.NoError(t, err, "read %s", sel)
-		return s
-	}
+	p := openPage(t, e)
+	run, text := p.run, p.text
 	// setValue replaces an input's value, as typing would.
 	setValue := func(id, value string) chromedp.Action[chromedp.Void] {
 		return void(chromedp.Evaluate[bool](`(() => { document.getElementById(` + jsString(id) + `).value = ` + jsString(value) + `; return true })()`))
@@ -50,16 +31,11 @@ func TestLimitsInBrowser(t *testing.T) {
 		return void(chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(time.Minute)))
 	}
 
-	run("sign in and open the limits",
-		chromedp.Navigate(e.ts.URL+"/"),
-		chromedp.WaitVisible(chromedp.ID("token-input")),
-		chromedp.SendKeys(chromedp.ID("token-input"), adminToken),
-		chromedp.Click(chromedp.ID("login-submit")),
-		chromedp.WaitVisible(css(`#live[data-state="on"]`)),
-		chromedp.Click(css(`a[data-nav="limits"]`)),
+	run("open the dashboard", chromedp.Navigate(e.ts.URL+"/"))
+	run("sign in", signIn(adminToken)...)
+	run("open the limits", chromedp.Click(css(`a[data-nav="limits"]`)),
 		chromedp.WaitVisible(chromedp.ID("rate-limits-empty")),
-		chromedp.WaitVisible(chromedp.ID("concurrency-limits-empty")),
-	)
+		chromedp.WaitVisible(chromedp.ID("concurrency-limits-empty")))
 
 	// A bad limit is refused with the field named, and nothing stored.
 	run("set a bad rate limit",
@@ -102,7 +78,7 @@ func TestLimitsInBrowser(t *testing.T) {
 	run("see the key's use", poll(`(() => { const r = document.querySelector(`+jsString(row)+`);
 		return !!r && r.querySelector('[data-field="used"]').innerText === '2 / 2' && r.querySelector('[data-field="waiting"]').innerText === '1' })()`))
 	require.Regexp(t, `^in \d+m \d+s$`, text(row+` [data-field="next-free"]`), "the next unit frees in about half an hour")
-	screenshot(t, tab, shots, "dashboard-limits.png")
+	screenshot(t, p.tab, p.shots, "dashboard-limits.png")
 
 	waitRE := regexp.MustCompile(`^waiting on rate limit ` + testRateLimit + ` \(key acme\) until .+$`)
 	run("open the waiting task", goHash("#/tasks/"+string(waiting)), chromedp.WaitVisible(chromedp.ID("task-waiting")))
@@ -110,7 +86,7 @@ func TestLimitsInBrowser(t *testing.T) {
 	run("see the wait in the list", goHash("#/tasks?behavior=test.limited"),
 		chromedp.WaitVisible(css(`tr[data-task-id="`+string(waiting)+`"] [data-field="waiting"]`)))
 	require.Regexp(t, waitRE, text(`tr[data-task-id="`+string(waiting)+`"] [data-field="waiting"]`))
-	screenshot(t, tab, shots, "dashboard-task-waiting.png")
+	screenshot(t, p.tab, p.shots, "dashboard-task-waiting.png")
 
 	// Removing the limit from the page lets the task start.
 	head := `#rate-limits tr[data-limit="` + testRateLimit + `"][data-key=""]`
@@ -122,17 +98,12 @@ func TestLimitsInBrowser(t *testing.T) {
 	require.Equal(t, api.StatusSuccess, task.Status)
 
 	// A reader sees the caps, and no form or button to change them.
-	run("sign in as reader",
-		chromedp.Click(chromedp.ID("signout")),
-		chromedp.WaitVisible(chromedp.ID("token-input")),
-		chromedp.SendKeys(chromedp.ID("token-input"), readToken),
-		chromedp.Click(chromedp.ID("login-submit")),
-		chromedp.WaitVisible(css(`#live[data-state="on"]`)),
-		goHash("#/limits"),
-		chromedp.WaitVisible(css(`#concurrency-limits tr[data-cap="test.limited"][data-key="acme"]`)))
-	controls, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('#rl-form, #cl-form, [data-action]').length`))
+	run("sign out", chromedp.Click(chromedp.ID("signout")))
+	run("sign in as reader", append(signIn(readToken), goHash("#/limits"),
+		chromedp.WaitVisible(css(`#concurrency-limits tr[data-cap="test.limited"][data-key="acme"]`)))...)
+	controls, err := chromedp.Run(p.tab, chromedp.Evaluate[int](`document.querySelectorAll('#rl-form, #cl-form, [data-action]').length`))
 	require.NoError(t, err)
 	require.Zero(t, controls, "a read token sees no way to change limits")
 
-	require.Empty(t, jsErrors(), "the page raised errors")
+	require.Empty(t, p.jsErrors(), "the page raised errors")
 }
