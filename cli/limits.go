@@ -120,7 +120,7 @@ func (c *cli) printLimits(rate []api.RateLimitInfo, conc []api.ConcurrencyInfo) 
 		if l.Max == 0 {
 			maxText = "policy"
 		}
-		if l.Weight != 0 {
+		if l.Key != "" && l.Weight != 0 { // a behavior's cap as a whole has no weight
 			weight = strconv.Itoa(l.Weight)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", l.Behavior, orDash(l.Key), maxText, weight, l.Running, l.Waiting)

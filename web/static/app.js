@@ -1021,7 +1021,7 @@
             h('td', {}, h('a', { href: listHref({ behavior: c.behavior }) }, c.behavior)),
             h('td', { class: 'id' }, c.key ? h('a', { href: listHref({ behavior: c.behavior, group: c.key }) }, c.key) : h('span', { class: 'faint' }, 'all')),
             h('td', { class: 'num', dataset: { field: 'max' } }, c.max || h('span', { class: 'faint', title: 'the policy\'s cap' }, 'policy')),
-            h('td', { class: 'num', dataset: { field: 'weight' } }, c.weight || h('span', { class: 'faint' }, '1')),
+            h('td', { class: 'num', dataset: { field: 'weight' } }, c.key ? c.weight || 1 : h('span', { class: 'faint' }, '—')),
             h('td', { class: 'num' + (c.running ? '' : ' zero'), dataset: { field: 'running' } }, c.running),
             h('td', { class: 'num' + (c.waiting ? '' : ' zero'), dataset: { field: 'waiting' } }, c.waiting),
             admin ? h('td', { class: 'actions' }, removeButton(c.behavior + (c.key ? ' key ' + c.key : ''),
