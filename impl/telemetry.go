@@ -115,7 +115,7 @@ func observeServer(mp metric.MeterProvider, node string, behaviors []api.Behavio
 		metric.WithDescription("Tasks due now and waiting for a worker, by behavior (the cluster's)."))
 	lag, _ := m.Float64ObservableGauge("stint.queue.lag", metric.WithUnit("s"),
 		metric.WithDescription("How long the longest-waiting due task of each behavior has been due (the cluster's)."))
-	cached := &statsCache{read: stats}
+	cached := &gaugeCache[store.Stats]{what: "stats", read: stats}
 	_, _ = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		st, err := cached.get(ctx)
 		if err != nil {
@@ -148,16 +148,20 @@ func observeServer(mp metric.MeterProvider, node string, behaviors []api.Behavio
 	}, tasks, backlog, lag)
 }
 
-// statsCache reuses a snapshot of the statistics for statsMaxAge.
-type statsCache struct {
-	read func(context.Context) (store.Stats, error)
+// gaugeCache reuses what read returns for statsMaxAge, so that gauges
+// reading it in one collection, or in collections of two readers at once,
+// cost the database one read. Concurrent callers share one read.
+type gaugeCache[T any] struct {
+	// what names what read reads, for its errors.
+	what string
+	read func(context.Context) (T, error)
 
 	mu   sync.Mutex
 	at   time.Time
-	last store.Stats
+	last T
 }
 
-func (c *statsCache) get(ctx context.Context) (store.Stats, error) {
+func (c *gaugeCache[T]) get(ctx context.Context) (T, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.at.IsZero() && time.Since(c.at) < statsMaxAge {
@@ -165,12 +169,13 @@ func (c *statsCache) get(ctx context.Context) (store.Stats, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, err := c.read(ctx)
+	v, err := c.read(ctx)
 	if err != nil {
-		return store.Stats{}, fmt.Errorf("read stats for the gauges: %w", err)
+		var zero T
+		return zero, fmt.Errorf("read %s for the gauges: %w", c.what, err)
 	}
-	c.at, c.last = time.Now(), st
-	return st, nil
+	c.at, c.last = time.Now(), v
+	return v, nil
 }
 
 // defaultTracerProvider is OpenTelemetry's global provider as it is before

@@ -89,10 +89,10 @@ func TestTelemetryLimitGauges(t *testing.T) {
 	})
 
 	want := map[string]map[string]int64{
-		"stint.rate_limit.used":           {"stint.rate_limit=" + meteredLimit: 1},
-		"stint.rate_limit.waiting":        {"stint.rate_limit=" + meteredLimit: 1},
-		"stint.concurrency_limit.running": {"stint.behavior=test.capped,stint.group_key=": 1},
-		"stint.concurrency_limit.waiting": {"stint.behavior=test.capped,stint.group_key=": 1},
+		"stint.rate_limit.used":           {"rate_limit=" + meteredLimit: 1},
+		"stint.rate_limit.waiting":        {"rate_limit=" + meteredLimit: 1},
+		"stint.concurrency_limit.running": {"behavior=test.capped,group_key=": 1},
+		"stint.concurrency_limit.waiting": {"behavior=test.capped,group_key=": 1},
 	}
 	var got map[string]map[string]int64
 	waitFor(t, time.Minute, "the gauges to show one running and one waiting of each", func() bool {
