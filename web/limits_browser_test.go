@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"encoding/json"
+	"net/http"
 	"regexp"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/behaviors/demo"
 	"github.com/stinthq/stint/web"
 )
 
@@ -94,6 +96,20 @@ func TestLimitsInBrowser(t *testing.T) {
 		void(chromedp.Evaluate[bool](`(() => { const b = document.querySelector(`+jsString(head+` [data-action="remove-limit"]`)+`); b.click(); b.click(); return true })()`)),
 		chromedp.WaitVisible(chromedp.ID("rate-limits-empty")))
 	require.Empty(t, e.limits().Rate)
+
+	// A wait that begins while the task's page is open shows without an
+	// event: a running blocker, a paused behavior, then a cap of one.
+	blocker := e.submit(web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"hold the slot","delay_ms":60000}`)})
+	e.waitFor("the blocker to run", func() bool { return e.task(blocker).Status == api.StatusRunning })
+	require.NoError(t, e.srv.Pause(e.ctx, demo.Echo.ID))
+	second := e.submit(web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"wait"}`)})
+	run("open a due task", goHash("#/tasks/"+string(second)), chromedp.WaitVisible(css(`#task-status [data-status="scheduled"]`)))
+	require.Equal(t, "scheduled", text(`[data-field="status"] dd`))
+	e.json(http.MethodPut, "/api/v1/limits/concurrency/demo.echo", adminToken, map[string]any{"max": 1}, http.StatusOK, nil)
+	run("see it wait on the cap", chromedp.WaitVisible(chromedp.ID("task-waiting")))
+	require.Equal(t, "waiting on the concurrency cap of demo.echo", text("#task-waiting"))
+	require.NoError(t, e.srv.Remove(e.ctx, blocker))
+	require.NoError(t, e.srv.Resume(e.ctx, demo.Echo.ID))
 
 	// A reader sees the caps, and no form or button to change them.
 	run("sign out", chromedp.Click(chromedp.ID("signout")))

@@ -814,9 +814,19 @@
     }
 
     const reload = throttle(load, 300);
+    // A wait on a limit begins and ends with no event: while the task is
+    // due, look again now and then, and redraw only when its wait changed
+    // (a redraw would reset a half-confirmed action).
+    const waitTimer = setInterval(async () => {
+      if (!task || (task.status !== 'scheduled' && !retrying(task))) return;
+      let t;
+      try { t = await api('GET', taskPath(id)); } catch (_) { return; }
+      if (JSON.stringify(t.waiting || null) !== JSON.stringify(task.waiting || null)) { task = t; render(); }
+    }, 5000);
     load();
     return {
       name: 'task', el,
+      dispose: () => clearInterval(waitTimer),
       onEvent: (e) => {
         if (e.task_id !== id) return;
         seen.push(e);
