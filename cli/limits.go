@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/impl"
 )
 
 // newLimitsCmd returns `stint limits` and its subcommands.
@@ -246,31 +248,10 @@ func describeCap(l api.ConcurrencyLimit) string {
 
 // newLimitsRmRateCmd returns `stint limits rm rate`.
 func (c *cli) newLimitsRmRateCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "rate NAME",
-		Short: "Remove a rate limit; tasks that name it start unlimited",
-		Args:  exactArgs(1, "NAME"),
-	}
-	db := addDBFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		client, closeClient, err := c.openClient(cmd.Context(), db)
-		if err != nil {
-			return err
-		}
-		defer closeClient()
-		if err := client.RemoveRateLimit(cmd.Context(), args[0]); err != nil {
-			switch {
-			case errors.Is(err, api.ErrInvalid):
-				return usageErrorf("%w", err)
-			case errors.Is(err, api.ErrNotFound):
-				return fmt.Errorf("rate limit %s: no such rate limit", args[0])
-			}
-			return fmt.Errorf("remove rate limit: %w", c.schemaHint(err))
-		}
-		fmt.Fprintf(c.stdout, "rate limit %s removed\n", args[0])
-		return nil
-	}
-	return cmd
+	return c.newRemoveCmd("rate NAME", "Remove a rate limit; tasks that name it start unlimited", "rate limit",
+		func(ctx context.Context, client *impl.Client, name string) error {
+			return client.RemoveRateLimit(ctx, name)
+		})
 }
 
 // newLimitsRmConcurrencyCmd returns `stint limits rm concurrency`.

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/impl"
 )
 
 // newSchedulesCmd returns `stint schedules` and its subcommands.
@@ -126,11 +128,17 @@ func (c *cli) newSchedulesAddCmd() *cobra.Command {
 
 // newSchedulesRmCmd returns `stint schedules rm`.
 func (c *cli) newSchedulesRmCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "rm NAME",
-		Short: "Remove a schedule (a behavior's own comes back when a node that runs it starts)",
-		Args:  exactArgs(1, "NAME"),
-	}
+	return c.newRemoveCmd("rm NAME", "Remove a schedule (a behavior's own comes back when a node that runs it starts)", "schedule",
+		func(ctx context.Context, client *impl.Client, name string) error {
+			return client.RemoveSchedule(ctx, name)
+		})
+}
+
+// newRemoveCmd returns a command that removes the thing (a noun such as
+// "schedule") its one argument names, with remove: it prints "NOUN NAME
+// removed", and says "no such NOUN" for api.ErrNotFound.
+func (c *cli) newRemoveCmd(use, short, noun string, remove func(context.Context, *impl.Client, string) error) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Args: exactArgs(1, "NAME")}
 	db := addDBFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		client, closeClient, err := c.openClient(cmd.Context(), db)
@@ -138,16 +146,16 @@ func (c *cli) newSchedulesRmCmd() *cobra.Command {
 			return err
 		}
 		defer closeClient()
-		if err := client.RemoveSchedule(cmd.Context(), args[0]); err != nil {
+		if err := remove(cmd.Context(), client, args[0]); err != nil {
 			switch {
 			case errors.Is(err, api.ErrInvalid):
 				return usageErrorf("%w", err)
 			case errors.Is(err, api.ErrNotFound):
-				return fmt.Errorf("schedule %s: no such schedule", args[0])
+				return fmt.Errorf("%s %s: no such %s", noun, args[0], noun)
 			}
-			return fmt.Errorf("remove schedule: %w", c.schemaHint(err))
+			return fmt.Errorf("remove %s: %w", noun, c.schemaHint(err))
 		}
-		fmt.Fprintf(c.stdout, "schedule %s removed\n", args[0])
+		fmt.Fprintf(c.stdout, "%s %s removed\n", noun, args[0])
 		return nil
 	}
 	return cmd
