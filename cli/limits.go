@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -249,9 +248,7 @@ func describeCap(l api.ConcurrencyLimit) string {
 // newLimitsRmRateCmd returns `stint limits rm rate`.
 func (c *cli) newLimitsRmRateCmd() *cobra.Command {
 	return c.newRemoveCmd("rate NAME", "Remove a rate limit; tasks that name it start unlimited", "rate limit",
-		func(ctx context.Context, client *impl.Client, name string) error {
-			return client.RemoveRateLimit(ctx, name)
-		})
+		(*impl.Client).RemoveRateLimit)
 }
 
 // newLimitsRmConcurrencyCmd returns `stint limits rm concurrency`.

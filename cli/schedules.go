@@ -129,15 +129,13 @@ func (c *cli) newSchedulesAddCmd() *cobra.Command {
 // newSchedulesRmCmd returns `stint schedules rm`.
 func (c *cli) newSchedulesRmCmd() *cobra.Command {
 	return c.newRemoveCmd("rm NAME", "Remove a schedule (a behavior's own comes back when a node that runs it starts)", "schedule",
-		func(ctx context.Context, client *impl.Client, name string) error {
-			return client.RemoveSchedule(ctx, name)
-		})
+		(*impl.Client).RemoveSchedule)
 }
 
 // newRemoveCmd returns a command that removes the thing (a noun such as
 // "schedule") its one argument names, with remove: it prints "NOUN NAME
 // removed", and says "no such NOUN" for api.ErrNotFound.
-func (c *cli) newRemoveCmd(use, short, noun string, remove func(context.Context, *impl.Client, string) error) *cobra.Command {
+func (c *cli) newRemoveCmd(use, short, noun string, remove func(*impl.Client, context.Context, string) error) *cobra.Command {
 	cmd := &cobra.Command{Use: use, Short: short, Args: exactArgs(1, "NAME")}
 	db := addDBFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -146,7 +144,7 @@ func (c *cli) newRemoveCmd(use, short, noun string, remove func(context.Context,
 			return err
 		}
 		defer closeClient()
-		if err := remove(cmd.Context(), client, args[0]); err != nil {
+		if err := remove(client, cmd.Context(), args[0]); err != nil {
 			switch {
 			case errors.Is(err, api.ErrInvalid):
 				return usageErrorf("%w", err)
