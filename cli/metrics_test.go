@@ -119,6 +119,9 @@ func TestServerServesPrometheusMetrics(t *testing.T) {
 	for range waiting {
 		requireOK(t, runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"later"}`, "--db", dsn))
 	}
+	// A rate limit and a cap, whose gauges are served too.
+	requireOK(t, runCLI(ctx, "limits", "set", "rate", "metrics-api", "--limit", "5", "--period", "1m", "--db", dsn))
+	requireOK(t, runCLI(ctx, "limits", "set", "concurrency", "demo.echo", "--key", "k", "--max", "3", "--db", dsn))
 
 	for _, token := range []string{"", "not-a-known-token-0123456789"} {
 		_, status := scrape(t, ctx, base, token)
@@ -136,15 +139,19 @@ func TestServerServesPrometheusMetrics(t *testing.T) {
 		return finished == runs && due == waiting && lag > 0
 	})
 	for name, want := range map[string]dto.MetricType{
-		"stint_tasks":                  dto.MetricType_GAUGE,
-		"stint_due_backlog":            dto.MetricType_GAUGE,
-		"stint_queue_lag_seconds":      dto.MetricType_GAUGE,
-		"stint_running_tasks":          dto.MetricType_GAUGE,
-		"stint_task_starts_total":      dto.MetricType_COUNTER,
-		"stint_task_finishes_total":    dto.MetricType_COUNTER,
-		"stint_task_retries_total":     dto.MetricType_COUNTER,
-		"stint_takeovers_total":        dto.MetricType_COUNTER,
-		"stint_claim_duration_seconds": dto.MetricType_HISTOGRAM,
+		"stint_tasks":                     dto.MetricType_GAUGE,
+		"stint_due_backlog":               dto.MetricType_GAUGE,
+		"stint_queue_lag_seconds":         dto.MetricType_GAUGE,
+		"stint_running_tasks":             dto.MetricType_GAUGE,
+		"stint_task_starts_total":         dto.MetricType_COUNTER,
+		"stint_task_finishes_total":       dto.MetricType_COUNTER,
+		"stint_task_retries_total":        dto.MetricType_COUNTER,
+		"stint_takeovers_total":           dto.MetricType_COUNTER,
+		"stint_claim_duration_seconds":    dto.MetricType_HISTOGRAM,
+		"stint_rate_limit_used":           dto.MetricType_GAUGE,
+		"stint_rate_limit_waiting":        dto.MetricType_GAUGE,
+		"stint_concurrency_limit_running": dto.MetricType_GAUGE,
+		"stint_concurrency_limit_waiting": dto.MetricType_GAUGE,
 	} {
 		require.Contains(t, families, name)
 		require.Equal(t, want, families[name].GetType(), name)
@@ -162,6 +169,10 @@ func TestServerServesPrometheusMetrics(t *testing.T) {
 		{"stint_task_retries_total", echo, 0},
 		{"stint_running_tasks", map[string]string{"node": "metrics-node"}, 0},
 		{"stint_takeovers_total", nil, 0},
+		{"stint_rate_limit_used", map[string]string{"rate_limit": "metrics-api"}, 0},
+		{"stint_rate_limit_waiting", map[string]string{"rate_limit": "metrics-api"}, 0},
+		{"stint_concurrency_limit_running", map[string]string{"behavior": "demo.echo", "group_key": "k"}, 0},
+		{"stint_concurrency_limit_waiting", map[string]string{"behavior": "demo.echo", "group_key": "k"}, 0},
 	} {
 		got, ok := value(families, c.name, c.labels)
 		require.True(t, ok, "%s%v is served", c.name, c.labels)
