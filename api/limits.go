@@ -14,11 +14,14 @@ import (
 // an attempt, and its Task.Waiting says what it waits on.
 type Limits interface {
 	// SetRateLimit stores a rate limit, or changes the one of its name;
-	// the change applies to the next start. Bad values are an error
-	// wrapping ErrInvalid, and nothing is stored.
+	// the change applies to the next start. Each key keeps the units it
+	// spent, and the tasks the limit holds back are weighed again at once
+	// under the new values. Bad values are an error wrapping ErrInvalid,
+	// and nothing is stored.
 	SetRateLimit(ctx context.Context, l RateLimit) error
 	// RemoveRateLimit deletes a rate limit and the state of its keys;
-	// ErrNotFound if there is none. Tasks that name it start unlimited.
+	// ErrNotFound if there is none. Tasks that name it start unlimited,
+	// those it held back at once.
 	RemoveRateLimit(ctx context.Context, name string) error
 	// RateLimits lists the rate limits by name, with their use.
 	RateLimits(ctx context.Context) ([]RateLimitInfo, error)

@@ -373,3 +373,51 @@ func TestRolesOperateAndEnforceLimits(t *testing.T) {
 	require.NoError(t, c.RemoveConcurrencyLimit(e.ctx, ratedKind.ID, ""))
 	require.NoError(t, c.RemoveConcurrencyLimit(e.ctx, ratedKind.ID, "k"))
 }
+
+// TestChangedRateLimitFreesItsWaitingTasks holds tasks back under a limit
+// of one an hour, then raises the limit (the tasks start under the new
+// rule) and removes another (its tasks start unlimited): a change applies
+// at once, not when the old rule would have admitted the task.
+func TestChangedRateLimitFreesItsWaitingTasks(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.client()
+	e.server("n1", time.Hour)
+	for _, change := range []struct {
+		name  string
+		apply func(name string) error
+	}{
+		{"raised", func(name string) error {
+			return c.SetRateLimit(e.ctx, api.RateLimit{Name: name, Limit: 1000, Period: time.Second})
+		}},
+		{"removed", func(name string) error { return c.RemoveRateLimit(e.ctx, name) }},
+	} {
+		l := api.RateLimit{Name: "test." + change.name, Limit: 1, Period: time.Hour}
+		require.NoError(t, c.SetRateLimit(e.ctx, l))
+		subs, err := c.SubmitMany(e.ctx, []api.SubmitRequest{
+			flowReq(ratedKind, FlowParams{ID: change.name + "-1", Customer: "acme", Limit: l.Name}),
+			flowReq(ratedKind, FlowParams{ID: change.name + "-2", Customer: "acme", Limit: l.Name}),
+		})
+		require.NoError(t, err)
+		var waiting api.TaskID
+		waitFor(t, time.Minute, "one task to run and the other to wait", func() bool {
+			done := 0
+			for _, s := range subs {
+				task, err := c.Get(e.ctx, s.ID)
+				require.NoError(t, err)
+				if task.Status == api.StatusSuccess {
+					done++
+				} else if task.Waiting != nil {
+					waiting = s.ID
+				}
+			}
+			return done == 1 && waiting != ""
+		})
+		require.NoError(t, change.apply(l.Name))
+		waitFor(t, time.Minute, "the waiting task to run once the limit "+change.name, func() bool {
+			task, err := c.Get(e.ctx, waiting)
+			require.NoError(t, err)
+			return task.Status == api.StatusSuccess
+		})
+	}
+}

@@ -78,8 +78,11 @@ BEGIN
         -- task names it) and change limits as operators; only nodes start
         -- tasks, so only they spend a key's budget.
         GRANT SELECT, INSERT, UPDATE, DELETE ON stint_rate_limit, stint_concurrency TO stint_client;
+        -- A change of a limit rescales its keys' spent budget and makes
+        -- the tasks it held back due again (they are weighed anew).
         GRANT SELECT, DELETE ON stint_rate_key TO stint_client;
-        GRANT UPDATE (rate_uses) ON stint_task TO stint_client;
+        GRANT UPDATE (tat, frac, frac_lim, planned) ON stint_rate_key TO stint_client;
+        GRANT UPDATE (rate_uses, waiting) ON stint_task TO stint_client;
     END IF;
 END
 $$;

@@ -11,13 +11,33 @@ import (
 	"github.com/stinthq/stint/store"
 )
 
-// SetRateLimit stores a rate limit; see store.Limits. The state of its
-// keys is kept: a key's tat is a time, which means the same under the new
-// values (a lower limit leaves a key that used more than it waiting longer).
+// SetRateLimit stores a rate limit; see store.Limits. Each key keeps the
+// units it spent, not the time they stand for: its tat is rescaled to the
+// new time per unit (rounded up), so a raised limit admits a key's next
+// task as soon as the new rule does, and a lowered one holds back a key
+// that spent more than the new burst. The limit's row is locked, as claims
+// share-lock it, so no claim spends a key's budget under the old values
+// after the change.
 func (s *Store) SetRateLimit(ctx context.Context, l api.RateLimit) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO stint_rate_limit (name, lim, period_us) VALUES ($1, $2, $3)
-		ON CONFLICT (name) DO UPDATE SET lim = excluded.lim, period_us = excluded.period_us, updated_at = now()`,
-		l.Name, l.Limit, l.Period.Microseconds())
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var oldLim, oldPeriod int64
+		err := tx.QueryRow(ctx, `SELECT lim, period_us FROM stint_rate_limit WHERE name = $1 FOR UPDATE`, l.Name).Scan(&oldLim, &oldPeriod)
+		if err != nil && !isNoRows(err) {
+			return err
+		}
+		period := l.Period.Microseconds()
+		if _, err := tx.Exec(ctx, `INSERT INTO stint_rate_limit (name, lim, period_us) VALUES ($1, $2, $3)
+			ON CONFLICT (name) DO UPDATE SET lim = excluded.lim, period_us = excluded.period_us, updated_at = now()`,
+			l.Name, l.Limit, period); err != nil {
+			return err
+		}
+		if err == nil && (oldLim != l.Limit || oldPeriod != period) {
+			if _, err := tx.Exec(ctx, rescaleRateKeysSQL, l.Name, period, oldLim, l.Limit, oldPeriod); err != nil {
+				return err
+			}
+		}
+		return freeRateWaiters(ctx, tx, l.Name)
+	})
 	if err != nil {
 		return fmt.Errorf("set rate limit %q: %w", l.Name, err)
 	}
@@ -27,7 +47,56 @@ func (s *Store) SetRateLimit(ctx context.Context, l api.RateLimit) error {
 // RemoveRateLimit deletes a rate limit and its keys' state; see
 // store.Limits.
 func (s *Store) RemoveRateLimit(ctx context.Context, name string) error {
-	return s.deleteOne(ctx, fmt.Sprintf("remove rate limit %q", name), `DELETE FROM stint_rate_limit WHERE name = $1`, name)
+	what := fmt.Sprintf("remove rate limit %q", name)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM stint_rate_limit WHERE name = $1`, name)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return api.ErrNotFound
+		}
+		return freeRateWaiters(ctx, tx, name)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// rescaleRateKeysSQL rescales the tat of each key of the limit $1 whose
+// budget is not full from the old time per unit ($5 microseconds per $3
+// units) to the new ($2 per $4), keeping the units spent.
+const rescaleRateKeysSQL = `UPDATE stint_rate_key SET
+    tat = now() + ceil((extract(epoch FROM tat - now()) * 1e6 + frac::float8 / frac_lim)
+        * $2::float8 * $3::float8 / ($4::float8 * $5::float8)) * interval '1 microsecond',
+    frac = 0, frac_lim = 1
+WHERE name = $1 AND tat > now()`
+
+// freeRateWaitersSQL makes the tasks that claims held back under the rate
+// limit $1 (moved to when its old values admitted them) due at once, with
+// a fresh claim hint each (the old ones are stale and dropped where a claim
+// finds them), forgets when the limit's keys planned to admit them, and
+// wakes the claimers. The next claim weighs them against the limit as it
+// is now: a raised or removed limit frees them at once, a lowered one
+// holds them back again. The tasks are found through stint_task_waiting,
+// which holds only waiting tasks.
+var freeRateWaitersSQL = `
+WITH u AS (
+    UPDATE stint_task SET schedule_not_before = now(), waiting = NULL, updated_at = now()
+    WHERE waiting IS NOT NULL AND (waiting->>'limit') = $1 AND status IN ` + waitingStatuses + `
+      AND schedule_not_before > now()
+    RETURNING id, behavior, parent_id, priority, schedule_not_before, group_key, status
+), due AS (` + dueInsert("u") + `
+), planned AS (
+    UPDATE stint_rate_key SET planned = NULL WHERE name = $1 AND planned IS NOT NULL
+)
+SELECT pg_notify($2, '') FROM (SELECT 1 FROM u LIMIT 1) x`
+
+// freeRateWaiters runs freeRateWaitersSQL for the limit name in tx.
+func freeRateWaiters(ctx context.Context, tx pgx.Tx, name string) error {
+	_, err := tx.Exec(ctx, freeRateWaitersSQL, name, store.ChannelDue)
+	return err
 }
 
 // deleteOne runs query, a DELETE, and returns api.ErrNotFound when it
