@@ -113,6 +113,11 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 			rounds(jobs...)
 		}
 	}
+	if c.has(sysStint) {
+		for _, jobs := range b.flowJobs() {
+			rounds(jobs...)
+		}
+	}
 	if c.scale {
 		for _, k := range c.scaleNodes {
 			jobs = nil

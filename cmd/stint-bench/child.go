@@ -9,6 +9,9 @@ package main
 //	bench -> "add N CHUNK"    submit N no-op tasks, CHUNK per batch call
 //	child -> "ok" | "error MESSAGE"   the answer to an add
 //	child -> "ran N"          (Graphile Worker) N tasks run so far
+//	child -> "span START END" (a node process of the flow-control scenarios,
+//	                          as it stops) one run of a sleeping task, in
+//	                          Unix nanoseconds
 //
 // Closing the child's standard input stops it: it lets its runs finish and
 // exits.
@@ -41,6 +44,7 @@ type child struct {
 	exited  chan error
 	done    chan struct{} // closed when the process has exited
 	err     error         // the exit, once done is closed
+	spans   []span        // the "span" lines, complete once done is closed
 }
 
 // startChild starts cmd and waits until it prints "ready". onRan, if not
@@ -75,6 +79,10 @@ func startChild(ctx context.Context, cmd *exec.Cmd, onRan func(int64)) (*child, 
 				}
 			case line == "ok" || strings.HasPrefix(line, "error"):
 				p.answers <- line
+			case strings.HasPrefix(line, "span "):
+				if s, ok := parseSpan(line); ok {
+					p.spans = append(p.spans, s)
+				}
 			}
 		}
 		p.err = cmd.Wait()
@@ -196,6 +204,8 @@ func parseChildFlags(command string, args []string, extra func(*flag.FlagSet)) (
 	fs.StringVar(&system, "system", sysStint, "stint or river")
 	fs.StringVar(&dsn, "dsn", "", "database")
 	cfg.addSystemFlags(fs)
+	cfg.flow.addBehaviorFlags(fs)
+	fs.BoolVar(&cfg.flowNode, "flow", false, "register the flow-control behaviors")
 	fs.BoolVar(&cfg.verbose, "v", false, "")
 	if extra != nil {
 		extra(fs)

@@ -137,6 +137,7 @@ type stintOptions struct {
 	client   bool // build a client-only submitter on its own pool
 	defaults bool // the server at stint's default ServerConfig, ignoring the --stint flags
 	node     string
+	flow     bool // register the flow-control behaviors too (cfg.flow)
 }
 
 // stintHarness runs stint: an impl.Client on its own store submits, an
@@ -147,6 +148,7 @@ type stintHarness struct {
 	cli     *impl.Client
 	obs     *pgxpool.Pool
 	pr      *probe
+	flow    *flowRecorder // with stintOptions.flow
 	reqs    []api.SubmitRequest
 }
 
@@ -161,6 +163,12 @@ func newStint(ctx context.Context, dsn string, cfg config, log *slog.Logger, o s
 	reg := spi.NewRegistry()
 	if err := spi.Register[struct{}, struct{}](reg, noop{pr: h.pr}); err != nil {
 		return nil, fmt.Errorf("register the no-op behavior: %w", err)
+	}
+	if o.flow {
+		h.flow = newFlowRecorder()
+		if err := registerFlow(reg, cfg.flow, h.flow); err != nil {
+			return nil, err
+		}
 	}
 	var opts []postgres.Option
 	if cfg.stintMaxConns > 0 && !o.defaults {

@@ -38,6 +38,21 @@
 //	--floor       the same database doing only batched insert, claim and complete
 //	              statements on stint's tables (tasks, claim hints, leases): the floor
 //
+// The flow-control scenarios are stint's alone, each run with and without
+// what it measures, and run only when picked:
+//
+//	--limits-cost a burn-down of no-op tasks under a rate limit and a cluster
+//	              cap set too high to bind, against the same without them
+//	--global-cap  node processes of few workers each working 100 ms tasks
+//	              under a cluster cap of all their workers, against no cap
+//	--rate        a backlog worked under a rate limit: the rate achieved
+//	              after the first period, and the most starts in any second
+//	              against the rule's bound
+//	--fair        one group key's backlog worked with fair share while
+//	              another key submits a few tasks a second: the second key's
+//	              submit->start, and the first key's throughput against its
+//	              own alone
+//
 // Each scenario runs --runs times per system, the systems interleaved, and
 // the table shows the median run, the slowest and fastest (and the slowest
 // over the median), and stint's ratio to each peer, of the medians and run
@@ -118,6 +133,9 @@ type config struct {
 
 	graphileProcs int
 
+	flow     flowConfig
+	flowNode bool // a node process registers the flow-control behaviors
+
 	cpuprofile string
 	sqlprofile bool
 }
@@ -151,6 +169,7 @@ func defaultConfig() config {
 		riverCooldown: time.Millisecond,
 		riverPoll:     20 * time.Millisecond,
 		graphileProcs: 2,
+		flow:          defaultFlowConfig(),
 	}
 }
 
@@ -184,7 +203,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.streamWarmup, "warmup", c.streamWarmup, "streaming: time working before the window starts")
 	fs.IntVar(&c.streamBatch, "stream-batch", c.streamBatch, "streaming: tasks per insert statement")
 	fs.IntVar(&c.streamBacklog, "stream-backlog", c.streamBacklog, "streaming: the inserter keeps at most this many tasks inserted but not started")
-	fs.IntVar(&c.latRate, "rate", c.latRate, "latency: tasks submitted per second")
+	fs.IntVar(&c.latRate, "latency-rate", c.latRate, "latency: tasks submitted per second")
 	fs.DurationVar(&c.latDur, "latency-duration", c.latDur, "latency: how long to submit, after the warm-up")
 	fs.DurationVar(&c.latWarmup, "latency-warmup", c.latWarmup, "latency: how long to submit before the measured window (the pools' connections are opened and warmed then); 0 measures from a cold start")
 	fs.BoolVar(&c.latNoAwait, "latency-no-await", false, "latency: stint submits without awaiting (a diagnostic: shows what Await costs submit->start)")
@@ -203,6 +222,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.runs, "runs", c.runs, "runs of each scenario and system, interleaved; the table shows the median (latency: all samples pooled)")
 
 	c.addSystemFlags(fs)
+	c.flow.addFlags(fs)
 	fs.BoolVar(&c.sqlprofile, "sqlprofile", false, "record pg_stat_statements per run and print the costliest statements (restarts the throwaway cluster with the extension loaded)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -210,7 +230,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor {
+	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor && !c.flow.picked() {
 		c.burndown, c.streaming, c.burst, c.drainBurst, c.latency, c.scale, c.floor = true, true, true, true, true, true, true
 	}
 	nodes, err := parseInts(*scaleNodes)
@@ -224,7 +244,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	for name, v := range map[string]int{"n": c.n, "batch": c.batch, "stream-batch": c.streamBatch, "stream-backlog": c.streamBacklog,
-		"rate": c.latRate, "scale-n": c.scaleN, "floor-n": c.floorN, "floor-workers": c.floorWorkers, "floor-claim": c.floorClaim, "river-workers": c.riverWorkers, "runs": c.runs,
+		"latency-rate": c.latRate, "scale-n": c.scaleN, "floor-n": c.floorN, "floor-workers": c.floorWorkers, "floor-claim": c.floorClaim, "river-workers": c.riverWorkers, "runs": c.runs,
 		"burst-n": c.burstN, "burst-batch": c.burstBatch, "drain-cycles": c.drainCycles, "graphile-processes": c.graphileProcs} {
 		if v <= 0 {
 			return c, fmt.Errorf("--%s must be positive, not %d", name, v)
@@ -237,6 +257,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.latWarmup < 0 {
 		return c, fmt.Errorf("--latency-warmup must not be negative, not %s", c.latWarmup)
+	}
+	if err := c.flow.check(c.has(sysStint)); err != nil {
+		return c, err
 	}
 	return c, nil
 }

@@ -26,6 +26,9 @@ type Report struct {
 	SQL        []SQLProfile `json:"sql_profiles,omitempty"`
 	Profiles   []string     `json:"cpu_profiles,omitempty"`
 	Notes      []string     `json:"notes,omitempty"`
+	// Checks are the flow-control scenarios' figures of every run held to
+	// their rules.
+	Checks []Check `json:"checks,omitempty"`
 }
 
 // ConfigSummary describes how each system and scenario was configured.
@@ -40,6 +43,10 @@ type ConfigSummary struct {
 	DrainBurst string `json:"drain_burst"`
 	Latency    string `json:"latency"`
 	Scale      string `json:"scale"`
+	LimitsCost string `json:"limits_cost,omitempty"`
+	GlobalCap  string `json:"global_cap,omitempty"`
+	Rate       string `json:"rate,omitempty"`
+	Fair       string `json:"fair,omitempty"`
 	Runs       string `json:"runs"`
 }
 
@@ -87,7 +94,20 @@ type Result struct {
 	// least of them; only where both rows have every run.
 	StintRatioPerRun []float64 `json:"stint_ratio_per_run,omitempty"`
 	StintRatioMin    float64   `json:"stint_ratio_min,omitempty"`
-	Error            string    `json:"error,omitempty"`
+	// Base is the system of the row, in the same scenario and metric,
+	// that this one is measured against (the flow-control scenarios: the
+	// same work without what they measure); BaseRatio is this row's tasks/s
+	// over that row's, the medians', BaseRatioPerRun run by run and
+	// BaseRatioMin the least of those.
+	Base            string    `json:"base,omitempty"`
+	BaseRatio       float64   `json:"base_ratio,omitempty"`
+	BaseRatioPerRun []float64 `json:"base_ratio_per_run,omitempty"`
+	BaseRatioMin    float64   `json:"base_ratio_min,omitempty"`
+	// Bound is the rate a rule holds this row to, in tasks/s (the rate
+	// scenario: the limit), and BoundRatio the median's tasks/s over it.
+	Bound      float64 `json:"bound_tasks_per_sec,omitempty"`
+	BoundRatio float64 `json:"bound_ratio,omitempty"`
+	Error      string  `json:"error,omitempty"`
 
 	samples []time.Duration // latency samples of one run
 }
@@ -240,7 +260,7 @@ func (c config) summary() ConfigSummary {
 	river := fmt.Sprintf("MaxWorkers %d, FetchCooldown %s, FetchPollInterval %s (tuned; latency also at defaults), %s; inserts through an insert-only client on its own pool; no-op worker",
 		c.riverWorkers, c.riverCooldown, c.riverPoll, pool)
 	graphile := fmt.Sprintf("graphile-worker %s on Node.js, %d worker processes, each with concurrentJobs 24, a pool of 25 connections, localQueue size 500 and completeJobBatchDelay and failJobBatchDelay 0 (its performance documentation's tuning); jobs added with batched addJobs from a client process; no-op task", graphileVersion, c.graphileProcs)
-	return ConfigSummary{
+	s := ConfigSummary{
 		Stint:    stint,
 		River:    river,
 		Graphile: graphile,
@@ -255,6 +275,8 @@ func (c config) summary() ConfigSummary {
 		Scale:     fmt.Sprintf("%s tasks inserted, then worked by %v node processes", num(int64(c.scaleN)), c.scaleNodes),
 		Runs:      fmt.Sprintf("%d per scenario and system, systems interleaved in rotating order", c.runs),
 	}
+	s.LimitsCost, s.GlobalCap, s.Rate, s.Fair = c.flowSummary()
+	return s
 }
 
 // computeRatios fills PerSec and the stint ratios.
@@ -296,6 +318,7 @@ func (r *Report) computeRatios() {
 		}
 	}
 	r.ScaleDBCPU = scaleCPU(r.Results)
+	r.flowRatios()
 }
 
 // ScaleCPU is PostgreSQL's CPU time per task with one node process and
@@ -396,6 +419,11 @@ func (r *Report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "drain-burst: %s\n", c.DrainBurst)
 	fmt.Fprintf(w, "latency:   %s\n", c.Latency)
 	fmt.Fprintf(w, "scale:     %s\n", c.Scale)
+	for _, f := range [][2]string{{"limits-cost", c.LimitsCost}, {"global-cap", c.GlobalCap}, {"rate", c.Rate}, {"fair", c.Fair}} {
+		if f[1] != "" {
+			fmt.Fprintf(w, "%s: %s\n", f[0], f[1])
+		}
+	}
 	fmt.Fprintf(w, "runs:      %s\n\n", c.Runs)
 
 	var table bytes.Buffer
@@ -415,8 +443,9 @@ func (r *Report) writeTable(w io.Writer) {
 		if x.Seconds > 0 {
 			secs = strconv.FormatFloat(x.Seconds, 'f', 2, 64)
 		}
-		ratio := ""
+		ratio := x.flowRatio()
 		switch {
+		case ratio != "":
 		case x.StintRatio > 0 && x.Latency != nil:
 			ratio = fmt.Sprintf("p50 %.2f×  p99 %.2f×", x.StintRatio, x.StintRatioP99)
 		case x.StintRatio > 0 && len(x.StintRatioPerRun) > 0:
@@ -465,6 +494,8 @@ func (r *Report) writeTable(w io.Writer) {
 	fmt.Fprintln(w, "  autovacuum, WAL writer, checkpointer).")
 	fmt.Fprintln(w, "STINT ÷ THIS: stint's tasks/s over this row's (above 1: stint is faster), the medians' and, in brackets, the least and most of the runs'")
 	fmt.Fprintln(w, "  (the systems' i-th runs ran in the same round); for latency stint's p50 and p99 over this row's (below 1: stint is quicker).")
+	fmt.Fprintln(w, "  Flow-control rows: \"÷ X\" is this row's tasks/s over row X's, the same work without the limit (or key); \"÷ limit\" over the rate limit.")
+	r.writeChecks(w)
 
 	for _, s := range r.SQL {
 		fmt.Fprintf(w, "\nSQL profile, %s (%.2f s wall; pg_stat_statements, top by total execution time):\n", s.Run, s.WallSecs)

@@ -157,7 +157,7 @@ func runNode(cfg config, system, dsn, name string) error {
 	var err error
 	switch system {
 	case sysStint:
-		h, err = newStint(ctx, dsn, cfg, log, stintOptions{server: true, node: name})
+		h, err = newStint(ctx, dsn, cfg, log, stintOptions{server: true, node: name, flow: cfg.flowNode})
 	case sysRiver:
 		h, err = newRiver(ctx, dsn, cfg, log, riverOptions{worker: true})
 	default:
@@ -185,5 +185,11 @@ func runNode(cfg config, system, dsn, name string) error {
 	for in.Scan() {
 	}
 	stopProf()
-	return h.stop(ctx)
+	if err := h.stop(ctx); err != nil {
+		return err
+	}
+	if sh, ok := h.(*stintHarness); ok && sh.flow != nil {
+		return sh.flow.writeSpans(os.Stdout)
+	}
+	return nil
 }
