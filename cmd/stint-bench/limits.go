@@ -102,6 +102,10 @@ func (f *flowConfig) check(stint bool) error {
 			return fmt.Errorf("--%s must be positive, not %d", name, v)
 		}
 	}
+	if int64(f.rateN) <= 2*int64(f.rateLimit) {
+		// The rule lets twice the limit start within the first period.
+		return fmt.Errorf("--rate-n (%d) must be more than twice --rate-limit (%d), so that tasks start after the first period", f.rateN, f.rateLimit)
+	}
 	if f.capSleep <= 0 {
 		return fmt.Errorf("--global-cap-sleep must be positive, not %s", f.capSleep)
 	}

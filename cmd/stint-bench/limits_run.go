@@ -212,7 +212,7 @@ func (b *bench) rateRun(ctx context.Context) ([]Result, error) {
 	b.addCheck(Check{Scenario: "rate", System: sysStint, What: fmt.Sprintf("most starts in any %s", ratePeriod), Value: float64(rs.most), Bound: float64(rs.bound), Note: note})
 	b.addCheck(Check{Scenario: "rate", System: sysStint, What: fmt.Sprintf("most starts in any %s after the first period", ratePeriod), Value: float64(rs.mostSteady), Bound: float64(rs.bound), Note: note})
 	if rs.steadySecs <= 0 {
-		return nil, fmt.Errorf("all %d tasks started within the first period: raise --rate-n", n)
+		return nil, fmt.Errorf("all %d tasks started within the first period, more than the rule allows", n)
 	}
 	return []Result{{Scenario: "rate", Metric: "rate after the first period", System: sysStint, Tasks: rs.steady, Seconds: rs.steadySecs,
 		Bound: float64(f.rateLimit) / ratePeriod.Seconds(), CPU: cpu}}, nil

@@ -200,6 +200,7 @@ func TestFlowFlags(t *testing.T) {
 		{[]string{"--limits-n", "0"}, "--limits-n must be positive"},
 		{[]string{"--fair", "--systems", "river"}, "--systems must include stint"},
 		{[]string{"--rate", "1000"}, "unexpected arguments"},
+		{[]string{"--rate", "--rate-n", "2000", "--rate-limit", "1000"}, "--rate-n (2000) must be more than twice --rate-limit (1000)"},
 	} {
 		var stderr bytes.Buffer
 		_, err := parseFlags(bad.args, &stderr)
