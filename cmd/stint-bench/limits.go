@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -316,7 +317,7 @@ func mostAtOnce(spans []span) int {
 	}
 	slices.SortFunc(edges, func(a, b edge) int {
 		if a.t != b.t {
-			return compareInt64(a.t, b.t)
+			return cmp.Compare(a.t, b.t)
 		}
 		return a.delta - b.delta
 	})
@@ -326,16 +327,6 @@ func mostAtOnce(spans []span) int {
 		most = max(most, now)
 	}
 	return most
-}
-
-func compareInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // mostInWindow returns the most of the sorted times ts that fall in any
@@ -428,15 +419,7 @@ func (r *Report) flowRatios() {
 			continue
 		}
 		x.BaseRatio = x.PerSec / base.PerSec
-		if len(x.PerRun) > 1 && len(x.PerRun) == len(base.PerRun) {
-			x.BaseRatioPerRun = make([]float64, len(x.PerRun))
-			for i, v := range base.PerRun {
-				if v > 0 {
-					x.BaseRatioPerRun[i] = x.PerRun[i] / v
-				}
-			}
-			x.BaseRatioMin = slices.Min(x.BaseRatioPerRun)
-		}
+		x.BaseRatioPerRun, x.BaseRatioMin = runRatios(x.PerRun, base.PerRun)
 	}
 }
 
@@ -498,7 +481,21 @@ func (c config) flowSummary() (cost, capped, rate, fair string) {
 	return cost, capped, rate, fair
 }
 
-// newFlowStint opens stint with the flow-control behaviors on dsn.
-func (b *bench) newFlowStint(ctx context.Context, dsn string, server bool) (*stintHarness, error) {
-	return newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: server, client: true, flow: true})
+// flowHarness opens stint with the flow-control behaviors (and a server,
+// with server) on a fresh database named for label, and submits n tasks
+// of req through its client.
+func (b *bench) flowHarness(ctx context.Context, label string, server bool, req api.SubmitRequest, n int) (*stintHarness, string, error) {
+	dsn, err := b.db.newDB(ctx, label)
+	if err != nil {
+		return nil, "", err
+	}
+	h, err := newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: server, client: true, flow: true})
+	if err != nil {
+		return nil, "", err
+	}
+	if err := submitAll(ctx, h.cli, req, n, b.cfg.batch); err != nil {
+		h.close()
+		return nil, "", err
+	}
+	return h, dsn, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -61,19 +62,12 @@ func (b *bench) limitsCostRun(ctx context.Context, limited bool) ([]Result, erro
 	if limited {
 		behavior, system, base = flowLimited, sysWithLimits, sysNoLimits
 	}
-	dsn, err := b.db.newDB(ctx, "limitscost_"+sanitize(string(behavior)))
-	if err != nil {
-		return nil, err
-	}
-	h, err := b.newFlowStint(ctx, dsn, true)
+	n := b.cfg.flow.costN
+	h, dsn, err := b.flowHarness(ctx, "limitscost_"+string(behavior), true, api.SubmitRequest{Behavior: behavior}, n)
 	if err != nil {
 		return nil, err
 	}
 	defer h.close()
-	n := b.cfg.flow.costN
-	if err := submitAll(ctx, h.cli, api.SubmitRequest{Behavior: behavior}, n, b.cfg.batch); err != nil {
-		return nil, err
-	}
 	secs, cpu, err := b.workAll(ctx, h, sysStint, dsn, "limits-cost "+system, n, nil)
 	if err != nil {
 		return nil, err
@@ -91,59 +85,17 @@ func (b *bench) globalCapRun(ctx context.Context, capped bool) ([]Result, error)
 	if capped {
 		behavior, system, base = flowCapped, sysCapped, sysNoCap
 	}
-	dsn, err := b.db.newDB(ctx, "globalcap_"+sanitize(string(behavior)))
-	if err != nil {
-		return nil, err
-	}
-	h, err := b.newFlowStint(ctx, dsn, false)
+	h, dsn, err := b.flowHarness(ctx, "globalcap_"+string(behavior), false, api.SubmitRequest{Behavior: behavior}, f.capN)
 	if err != nil {
 		return nil, err
 	}
 	defer h.close()
-	if err := submitAll(ctx, h.cli, api.SubmitRequest{Behavior: behavior}, f.capN, b.cfg.batch); err != nil {
-		return nil, err
-	}
-	nodes := make([]*child, 0, f.capNodes)
-	defer func() {
-		for _, p := range nodes {
-			p.kill()
-		}
-	}()
-	for i := range f.capNodes {
+	secs, cpu, spans, err := b.workNodes(ctx, h, dsn, "global-cap "+system, f.capNodes, f.capN, func(i int) []string {
 		args := append(b.nodeArgs(sysStint, dsn, fmt.Sprintf("bench-node-%d", i+1)), f.behaviorArgs()...)
 		// Later flags win: the nodes' workers are the scenario's.
-		args = append(args, "--stint-workers", fmt.Sprint(f.capWorkers))
-		p, err := startSelf(ctx, nodeCommand, args)
-		if err != nil {
-			return nil, err
-		}
-		nodes = append(nodes, p)
-	}
-	b.resetStatements(ctx)
-	win := begin()
-	start := win.start
-	for _, p := range nodes {
-		if err := p.start(); err != nil {
-			return nil, err
-		}
-	}
-	end, err := waitDrained(ctx, h.observer(), h.queries(), b.cfg.pollEvery)
-	cpu := win.usage()
-	b.collectStatements(ctx, "global-cap "+system, dsn, end.Sub(start))
-	var stopErrs []error
-	var spans []span
-	for _, p := range nodes {
-		stopErrs = append(stopErrs, p.stop(time.Minute))
-		spans = append(spans, p.spans...)
-	}
-	nodes = nil
+		return append(args, "--stint-workers", strconv.Itoa(f.capWorkers))
+	})
 	if err != nil {
-		return nil, err
-	}
-	if err := errors.Join(stopErrs...); err != nil {
-		return nil, err
-	}
-	if err := checkCompleted(ctx, h.observer(), h.queries().completed, int64(f.capN)); err != nil {
 		return nil, err
 	}
 	if len(spans) != f.capN {
@@ -155,7 +107,7 @@ func (b *bench) globalCapRun(ctx context.Context, capped bool) ([]Result, error)
 		c.Bound = float64(f.capMax)
 	}
 	b.addCheck(c)
-	return []Result{{Scenario: "global-cap", Metric: "work", System: system, Base: base, Tasks: int64(f.capN), Seconds: end.Sub(start).Seconds(), CPU: cpu}}, nil
+	return []Result{{Scenario: "global-cap", Metric: "work", System: system, Base: base, Tasks: int64(f.capN), Seconds: secs, CPU: cpu}}, nil
 }
 
 // rateRun inserts cfg.flow.rateN no-op tasks under the rate limit and
@@ -166,19 +118,12 @@ func (b *bench) globalCapRun(ctx context.Context, capped bool) ([]Result, error)
 // against the rule's bound, in all and after the first period.
 func (b *bench) rateRun(ctx context.Context) ([]Result, error) {
 	f := b.cfg.flow
-	dsn, err := b.db.newDB(ctx, "rate")
-	if err != nil {
-		return nil, err
-	}
-	h, err := b.newFlowStint(ctx, dsn, true)
+	n := f.rateN
+	h, dsn, err := b.flowHarness(ctx, "rate", true, api.SubmitRequest{Behavior: flowRated}, n)
 	if err != nil {
 		return nil, err
 	}
 	defer h.close()
-	n := f.rateN
-	if err := submitAll(ctx, h.cli, api.SubmitRequest{Behavior: flowRated}, n, b.cfg.batch); err != nil {
-		return nil, err
-	}
 	_, cpu, err := b.workAll(ctx, h, sysStint, dsn, "rate", n, nil)
 	if err != nil {
 		return nil, err
@@ -260,19 +205,12 @@ func (b *bench) fairRun(ctx context.Context, withSmall bool) ([]Result, error) {
 	if withSmall {
 		system, base = sysBigSmall, sysBigAlone
 	}
-	dsn, err := b.db.newDB(ctx, "fair_"+sanitize(system))
-	if err != nil {
-		return nil, err
-	}
-	h, err := b.newFlowStint(ctx, dsn, true)
+	n := f.fairN
+	h, dsn, err := b.flowHarness(ctx, "fair_"+system, true, api.SubmitRequest{Behavior: flowFair, Params: keyParams(bigKey)}, n)
 	if err != nil {
 		return nil, err
 	}
 	defer h.close()
-	n := f.fairN
-	if err := submitAll(ctx, h.cli, api.SubmitRequest{Behavior: flowFair, Params: keyParams(bigKey)}, n, b.cfg.batch); err != nil {
-		return nil, err
-	}
 	stopProf := b.profile(sysStint, sanitize("fair "+system))
 	b.resetStatements(ctx)
 	win := begin()

@@ -306,19 +306,27 @@ func (r *Report) computeRatios() {
 			}
 		case x.PerSec > 0:
 			x.StintRatio = s.PerSec / x.PerSec
-			if len(x.PerRun) > 1 && len(x.PerRun) == len(s.PerRun) {
-				x.StintRatioPerRun = make([]float64, len(x.PerRun))
-				for i, v := range x.PerRun {
-					if v > 0 {
-						x.StintRatioPerRun[i] = s.PerRun[i] / v
-					}
-				}
-				x.StintRatioMin = slices.Min(x.StintRatioPerRun)
-			}
+			x.StintRatioPerRun, x.StintRatioMin = runRatios(s.PerRun, x.PerRun)
 		}
 	}
 	r.ScaleDBCPU = scaleCPU(r.Results)
 	r.flowRatios()
+}
+
+// runRatios divides num by den run by run (the systems' i-th runs ran in
+// the same round) and returns the ratios and the least of them; none
+// unless both have the same runs, more than one.
+func runRatios(num, den []float64) ([]float64, float64) {
+	if len(den) <= 1 || len(num) != len(den) {
+		return nil, 0
+	}
+	out := make([]float64, len(den))
+	for i, v := range den {
+		if v > 0 {
+			out[i] = num[i] / v
+		}
+	}
+	return out, slices.Min(out)
 }
 
 // ScaleCPU is PostgreSQL's CPU time per task with one node process and

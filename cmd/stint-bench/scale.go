@@ -47,6 +47,27 @@ func (b *bench) scaleRun(ctx context.Context, system string, k int) ([]Result, e
 		return nil, err
 	}
 
+	secs, cpu, _, err := b.workNodes(ctx, h, dsn, fmt.Sprintf("%s scale %d nodes", system, k), k, n, func(i int) []string {
+		var args []string
+		if b.cfg.cpuprofile != "" && system == sysStint {
+			path := fmt.Sprintf("%s-scale%d-node%d.pprof", b.cfg.cpuprofile, k, i+1)
+			args = append(args, "--cpuprofile", path)
+			b.rep.Profiles = append(b.rep.Profiles, path)
+		}
+		return append(args, b.nodeArgs(system, dsn, fmt.Sprintf("bench-node-%d", i+1))...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []Result{{Scenario: "scale", Metric: "work", System: system, Nodes: k, Tasks: int64(n), Seconds: secs, CPU: cpu}}, nil
+}
+
+// workNodes starts k node processes, the i-th with the arguments args(i),
+// has them work until none of h's tasks is left, stops them and checks
+// that n tasks completed. It returns the seconds from their "go" until
+// none was left, the CPU usage meanwhile and the runs' spans the nodes
+// reported; run names it in the SQL profile.
+func (b *bench) workNodes(ctx context.Context, h harness, dsn, run string, k, n int, args func(i int) []string) (float64, usage, []span, error) {
 	nodes := make([]*child, 0, k)
 	defer func() {
 		for _, p := range nodes {
@@ -54,15 +75,9 @@ func (b *bench) scaleRun(ctx context.Context, system string, k int) ([]Result, e
 		}
 	}()
 	for i := range k {
-		var args []string
-		if b.cfg.cpuprofile != "" && system == sysStint {
-			path := fmt.Sprintf("%s-scale%d-node%d.pprof", b.cfg.cpuprofile, k, i+1)
-			args = append(args, "--cpuprofile", path)
-			b.rep.Profiles = append(b.rep.Profiles, path)
-		}
-		p, err := startSelf(ctx, nodeCommand, append(args, b.nodeArgs(system, dsn, fmt.Sprintf("bench-node-%d", i+1))...))
+		p, err := startSelf(ctx, nodeCommand, args(i))
 		if err != nil {
-			return nil, err
+			return 0, usage{}, nil, err
 		}
 		nodes = append(nodes, p)
 	}
@@ -71,27 +86,29 @@ func (b *bench) scaleRun(ctx context.Context, system string, k int) ([]Result, e
 	start := win.start
 	for _, p := range nodes {
 		if err := p.start(); err != nil {
-			return nil, err
+			return 0, usage{}, nil, err
 		}
 	}
 	end, err := waitDrained(ctx, h.observer(), h.queries(), b.cfg.pollEvery)
 	cpu := win.usage()
-	b.collectStatements(ctx, fmt.Sprintf("%s scale %d nodes", system, k), dsn, end.Sub(start))
+	b.collectStatements(ctx, run, dsn, end.Sub(start))
 	var stopErrs []error
+	var spans []span
 	for _, p := range nodes {
 		stopErrs = append(stopErrs, p.stop(time.Minute))
+		spans = append(spans, p.spans...)
 	}
 	nodes = nil
 	if err != nil {
-		return nil, err
+		return 0, usage{}, nil, err
 	}
 	if err := errors.Join(stopErrs...); err != nil {
-		return nil, err
+		return 0, usage{}, nil, err
 	}
 	if err := checkCompleted(ctx, h.observer(), h.queries().completed, int64(n)); err != nil {
-		return nil, err
+		return 0, usage{}, nil, err
 	}
-	return []Result{{Scenario: "scale", Metric: "work", System: system, Nodes: k, Tasks: int64(n), Seconds: end.Sub(start).Seconds(), CPU: cpu}}, nil
+	return end.Sub(start).Seconds(), cpu, spans, nil
 }
 
 // scaleGraphile is scaleRun for Graphile Worker, whose worker processes
