@@ -30,16 +30,17 @@ import (
 type flowConfig struct {
 	limitsCost, globalCap, rate, fair bool // the scenarios picked
 
-	costN      int           // limits-cost: tasks per run
-	capN       int           // global-cap: tasks per run
-	capNodes   int           // global-cap: node processes
-	capWorkers int           // global-cap: MaxWorkers of each node
-	capMax     int           // global-cap: the cluster cap
-	capSleep   time.Duration // global-cap: how long each task sleeps
-	rateLimit  int           // rate: the limit, per second
-	rateN      int           // rate: the backlog
-	fairN      int           // fair: the big key's backlog
-	fairRate   int           // fair: the small key's submits per second
+	costN       int           // limits-cost: tasks per run
+	capN        int           // global-cap: tasks per run
+	capNodes    int           // global-cap: node processes
+	capWorkers  int           // global-cap: MaxWorkers of each node
+	capMax      int           // global-cap: the cluster cap
+	capSleep    time.Duration // global-cap: how long each task sleeps
+	rateLimit   int           // rate: the limit, per second
+	rateN       int           // rate: the backlog
+	fairN       int           // fair: the big key's backlog
+	fairRate    int           // fair: the small key's submits per second
+	fairWorkers int           // fair: MaxWorkers of the node; 0 keeps --stint-workers
 }
 
 // defaultFlowConfig returns the flow-control flags' defaults: the sizes
@@ -65,6 +66,10 @@ func (f *flowConfig) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&f.globalCap, "global-cap", false, "run the global-cap scenario (stint only; not run by default)")
 	fs.BoolVar(&f.rate, "rate", false, "run the rate scenario (stint only; not run by default)")
 	fs.BoolVar(&f.fair, "fair", false, "run the fair scenario (stint only; not run by default)")
+	fs.BoolFunc("flow", "run the four flow-control scenarios: limits-cost, global-cap, rate and fair", func(string) error {
+		f.limitsCost, f.globalCap, f.rate, f.fair = true, true, true, true
+		return nil
+	})
 	fs.IntVar(&f.costN, "limits-n", f.costN, "limits-cost: tasks per run")
 	fs.IntVar(&f.capN, "global-cap-n", f.capN, "global-cap: tasks per run")
 	fs.IntVar(&f.capNodes, "global-cap-nodes", f.capNodes, "global-cap: node processes")
@@ -72,6 +77,7 @@ func (f *flowConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.rateN, "rate-n", f.rateN, "rate: tasks in the backlog")
 	fs.IntVar(&f.fairN, "fair-n", f.fairN, "fair: the big key's backlog")
 	fs.IntVar(&f.fairRate, "fair-rate", f.fairRate, "fair: the small key's submits per second")
+	fs.IntVar(&f.fairWorkers, "fair-workers", 0, "fair: MaxWorkers of the node (0: --stint-workers, or stint's default); a node starts its claimed runs in turn, so a small-key task claimed behind a full node's runs waits for them")
 	f.addBehaviorFlags(fs)
 }
 
@@ -106,6 +112,9 @@ func (f *flowConfig) check(stint bool) error {
 	if int64(f.rateN) <= 2*int64(f.rateLimit) {
 		// The rule lets twice the limit start within the first period.
 		return fmt.Errorf("--rate-n (%d) must be more than twice --rate-limit (%d), so that tasks start after the first period", f.rateN, f.rateLimit)
+	}
+	if f.fairWorkers < 0 {
+		return fmt.Errorf("--fair-workers must not be negative, not %d", f.fairWorkers)
 	}
 	if f.capSleep <= 0 {
 		return fmt.Errorf("--global-cap-sleep must be positive, not %s", f.capSleep)
@@ -475,21 +484,30 @@ func (c config) flowSummary() (cost, capped, rate, fair string) {
 			num(int64(f.rateN)), num(int64(f.rateLimit)), ratePeriod, num(int64(f.rateLimit)), ratePeriod, num(int64(f.rateLimit)), num(int64(f.rateLimit)))
 	}
 	if f.fair {
-		fair = fmt.Sprintf("%s no-op tasks of group key %q inserted, then worked by one node with fair share while key %q submits %d tasks/s through a client: the small key's submit->start and the big key's rate (until its last task started), against the big key alone",
-			num(int64(f.fairN)), bigKey, smallKey, f.fairRate)
+		workers := "stint's default MaxWorkers"
+		if w := cmp.Or(f.fairWorkers, c.stintWorkers); w > 0 {
+			workers = fmt.Sprintf("MaxWorkers %d", w)
+		}
+		fair = fmt.Sprintf("%s no-op tasks of group key %q inserted, then worked by one node (%s) with fair share while key %q submits %d tasks/s through a client: the small key's submit->start and the big key's rate (until its last task started), against the big key alone",
+			num(int64(f.fairN)), bigKey, workers, smallKey, f.fairRate)
 	}
 	return cost, capped, rate, fair
 }
 
-// flowHarness opens stint with the flow-control behaviors (and a server,
-// with server) on a fresh database named for label, and submits n tasks
-// of req through its client.
-func (b *bench) flowHarness(ctx context.Context, label string, server bool, req api.SubmitRequest, n int) (*stintHarness, string, error) {
+// flowHarness opens stint with the flow-control behaviors (and a server
+// of workers workers, 0 for --stint-workers, with server) on a fresh
+// database named for label, and submits n tasks of req through its
+// client.
+func (b *bench) flowHarness(ctx context.Context, label string, server bool, workers int, req api.SubmitRequest, n int) (*stintHarness, string, error) {
 	dsn, err := b.db.newDB(ctx, label)
 	if err != nil {
 		return nil, "", err
 	}
-	h, err := newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: server, client: true, flow: true})
+	cfg := b.cfg
+	if workers > 0 {
+		cfg.stintWorkers = workers
+	}
+	h, err := newStint(ctx, dsn, cfg, b.log, stintOptions{server: server, client: true, flow: true})
 	if err != nil {
 		return nil, "", err
 	}

@@ -63,7 +63,7 @@ func (b *bench) limitsCostRun(ctx context.Context, limited bool) ([]Result, erro
 		behavior, system, base = flowLimited, sysWithLimits, sysNoLimits
 	}
 	n := b.cfg.flow.costN
-	h, dsn, err := b.flowHarness(ctx, "limitscost_"+string(behavior), true, api.SubmitRequest{Behavior: behavior}, n)
+	h, dsn, err := b.flowHarness(ctx, "limitscost_"+string(behavior), true, 0, api.SubmitRequest{Behavior: behavior}, n)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func (b *bench) globalCapRun(ctx context.Context, capped bool) ([]Result, error)
 	if capped {
 		behavior, system, base = flowCapped, sysCapped, sysNoCap
 	}
-	h, dsn, err := b.flowHarness(ctx, "globalcap_"+string(behavior), false, api.SubmitRequest{Behavior: behavior}, f.capN)
+	h, dsn, err := b.flowHarness(ctx, "globalcap_"+string(behavior), false, 0, api.SubmitRequest{Behavior: behavior}, f.capN)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func (b *bench) globalCapRun(ctx context.Context, capped bool) ([]Result, error)
 func (b *bench) rateRun(ctx context.Context) ([]Result, error) {
 	f := b.cfg.flow
 	n := f.rateN
-	h, dsn, err := b.flowHarness(ctx, "rate", true, api.SubmitRequest{Behavior: flowRated}, n)
+	h, dsn, err := b.flowHarness(ctx, "rate", true, 0, api.SubmitRequest{Behavior: flowRated}, n)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func (b *bench) fairRun(ctx context.Context, withSmall bool) ([]Result, error) {
 		system, base = sysBigSmall, sysBigAlone
 	}
 	n := f.fairN
-	h, dsn, err := b.flowHarness(ctx, "fair_"+system, true, api.SubmitRequest{Behavior: flowFair, Params: keyParams(bigKey)}, n)
+	h, dsn, err := b.flowHarness(ctx, "fair_"+system, true, f.fairWorkers, api.SubmitRequest{Behavior: flowFair, Params: keyParams(bigKey)}, n)
 	if err != nil {
 		return nil, err
 	}

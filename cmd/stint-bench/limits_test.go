@@ -27,8 +27,8 @@ func TestFlowScenarios(t *testing.T) {
 	f.capN, f.capNodes, f.capWorkers, f.capMax, f.capSleep = 60, 2, 3, 4, 20*time.Millisecond
 	// 350 tasks at 100/s: 100 at once, then 2.5 s at the limit.
 	f.rateLimit, f.rateN = 100, 350
-	f.fairN, f.fairRate = 5_000, 20
-	cfg.stintWorkers = 20 // the fair scenario's claims take at most 20 tasks
+	// The fair scenario's claims take at most 20 tasks.
+	f.fairN, f.fairRate, f.fairWorkers = 5_000, 20, 20
 	cfg.batch = 200
 	cfg.timeout = time.Minute
 	cfg.runs = 1
@@ -189,6 +189,11 @@ func TestFlowFlags(t *testing.T) {
 	require.Equal(t, 50, c.flow.rateLimit)
 	require.Equal(t, 7, c.latRate)
 
+	c, err = parseFlags([]string{"--flow"}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, c.flow.limitsCost && c.flow.globalCap && c.flow.rate && c.flow.fair, "--flow picks the four")
+	require.False(t, c.burndown || c.scale)
+
 	for _, bad := range []struct {
 		args []string
 		want string
@@ -198,6 +203,7 @@ func TestFlowFlags(t *testing.T) {
 		{[]string{"--global-cap-sleep", "0s"}, "--global-cap-sleep must be positive"},
 		{[]string{"--fair-rate", "0"}, "--fair-rate must be positive"},
 		{[]string{"--limits-n", "0"}, "--limits-n must be positive"},
+		{[]string{"--fair-workers", "-1"}, "--fair-workers must not be negative"},
 		{[]string{"--fair", "--systems", "river"}, "--systems must include stint"},
 		{[]string{"--rate", "1000"}, "unexpected arguments"},
 		{[]string{"--rate", "--rate-n", "2000", "--rate-limit", "1000"}, "--rate-n (2000) must be more than twice --rate-limit (1000)"},
