@@ -61,17 +61,7 @@ func BenchmarkSubmitAndRun(b *testing.B) {
 		}
 		left -= n
 	}
-	for {
-		var done int
-		if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM stint_task WHERE status = 'success'`).Scan(&done); err != nil {
-			b.Fatal(err)
-		}
-		if done == b.N {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
+	reportDone(ctx, b, st, start)
 }
 
 // BenchmarkRunningSlotsMemory reports the resident memory of this process
@@ -165,4 +155,91 @@ func rssBytes(b *testing.B) int64 {
 	}
 	b.Fatal("no VmRSS in /proc/self/status")
 	return 0
+}
+
+// limitedNoop is a no-op behavior under a rate limit and a cluster cap set
+// high enough never to bind.
+type limitedNoop struct{ noop }
+
+var limitedNoopKind = api.Kind[struct{}, struct{}]{ID: "bench.limited"}
+
+func (limitedNoop) Kind() api.Kind[struct{}, struct{}] { return limitedNoopKind }
+func (limitedNoop) Policy() spi.Policy {
+	return spi.Policy{ClusterConcurrency: 100_000,
+		RateLimits: []api.RateLimit{{Name: "bench", Limit: 10_000_000, Period: time.Second}}}
+}
+func (limitedNoop) RateUses(struct{}) []spi.RateUse { return []spi.RateUse{{Limit: "bench"}} }
+
+// BenchmarkLimitsCost measures the cost of flow control when it does not
+// bind: a burn-down of b.N no-op tasks, submitted before the server
+// starts, plain (no limits) and limited (a rate limit of 10M/s and a
+// cluster cap of 100,000). Compare the two sub-benchmarks' tasks/s.
+func BenchmarkLimitsCost(b *testing.B) {
+	for _, limited := range []bool{false, true} {
+		name := "plain"
+		if limited {
+			name = "limited"
+		}
+		b.Run(name, func(b *testing.B) { benchBurnDown(b, limited) })
+	}
+}
+
+func benchBurnDown(b *testing.B, limited bool) {
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, pgtest.New(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	reg := spi.NewRegistry()
+	id := noopKind.ID
+	if limited {
+		id = limitedNoopKind.ID
+		spi.MustRegister[struct{}, struct{}](reg, limitedNoop{})
+	} else {
+		spi.MustRegister[struct{}, struct{}](reg, noop{})
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cl, err := impl.NewClient(st, impl.ClientConfig{Registry: reg, Logger: logger})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for left := b.N; left > 0; {
+		n := min(left, 1000)
+		reqs := make([]api.SubmitRequest, n)
+		for i := range reqs {
+			reqs[i] = api.SubmitRequest{Behavior: id}
+		}
+		if _, err := cl.SubmitMany(ctx, reqs); err != nil {
+			b.Fatal(err)
+		}
+		left -= n
+	}
+	srv, err := impl.NewServer(st, impl.ServerConfig{Registry: reg, Logger: logger})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	if err := srv.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop(ctx)
+	reportDone(ctx, b, st, start)
+}
+
+// reportDone waits until b.N tasks succeeded and reports their rate since
+// start.
+func reportDone(ctx context.Context, b *testing.B, st *postgres.Store, start time.Time) {
+	for {
+		var done int
+		if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM stint_task WHERE status = 'success'`).Scan(&done); err != nil {
+			b.Fatal(err)
+		}
+		if done == b.N {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // polling for the end of the run, in a benchmark
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
 }
