@@ -1,0 +1,195 @@
+package impl
+
+// The claim loop: claims sized to the free slots, grouped by how their
+// behaviors are claimed, and the slots they reserve and give back.
+
+import (
+	"context"
+	"time"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
+)
+
+// claimLoop claims due tasks while there are free slots and claims find
+// some, and waits for a wake-up, a freed slot or the poll interval
+// otherwise. A claim follows one that found tasks even when that one found
+// fewer than it asked for: under a stream of submits, whose notifications
+// are coalesced to one per client and window, the next tasks are due
+// before the next notification.
+func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
+	poll := time.NewTimer(s.cfg.PollInterval)
+	defer poll.Stop()
+	failures := 0
+	for ctx.Err() == nil {
+		n, full, err := s.claimOnce(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			if !s.inc.failed("claim", err) {
+				s.log.Warn("stint: claim failed", "err", err, "failures", failures)
+			}
+			// Backing off no further than the poll interval: a task
+			// submitted during an outage starts within it once the
+			// database answers again.
+			sleep(ctx, spi.Backoff(min(100*time.Millisecond, s.cfg.PollInterval), s.cfg.PollInterval, failures))
+			continue
+		case full:
+			failures = 0
+			select {
+			case <-ctx.Done():
+			case <-s.slotFreed:
+				sleep(ctx, s.cfg.FetchCooldown)
+			}
+			continue
+		case n > 0:
+			failures = 0
+			sleep(ctx, s.cfg.FetchCooldown)
+			continue
+		}
+		failures = 0
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(s.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// claimOnce claims tasks for the free slots. full is set when no slot is
+// left. Slots are reserved before a claim statement goes out, so that the
+// claimers running side by side never claim more than the free slots.
+func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
+	for _, g := range s.claimGroups(s.runtimeCaps(ctx)) {
+		g, ok := s.reserve(g)
+		if !ok {
+			continue
+		}
+		sent := time.Now()
+		// The statement is not cancelled with the claimer: a cancel that
+		// reaches the database after the claim committed would leave its
+		// tasks claimed with no run, until their lease expired. Stop waits
+		// for the claimers, so the runs of a claim that completes start
+		// and are stopped as every other run.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.minLease, 5*time.Second))
+		req := store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: g.limit, LookAhead: s.cfg.LookAhead}
+		var claimed []store.Claimed
+		if g.flow != nil {
+			var held store.FlowHeld
+			req.PerGroup, req.Cluster, req.FairShare, req.Flow = g.flow.GroupConcurrency, g.flow.ClusterConcurrency, g.flow.FairShare, true
+			claimed, held, err = s.st.ClaimFlow(cctx, req)
+			// Tasks a rate limit held back were moved to when it admits
+			// them: wake the claimers then, not at the next poll.
+			s.kick.kickAfter(held.Wake)
+			s.tel.delayed(ctx, held.Delayed, g.behaviors[0].Behavior)
+		} else {
+			claimed, err = s.st.Claim(cctx, req)
+		}
+		cancel()
+		s.unreserve(g, claimed, err == nil)
+		if err != nil {
+			return n, false, err
+		}
+		s.inc.ok(false)
+		s.tel.claimDone(ctx, claimed, time.Since(sent))
+		s.startRuns(claimed, sent)
+		n += len(claimed)
+	}
+	s.mu.Lock()
+	full = s.slots.free() <= 0
+	s.mu.Unlock()
+	return n, full, nil
+}
+
+// claimGroup is the behaviors one claim statement covers, with the slots
+// reserved for it.
+type claimGroup struct {
+	behaviors []store.BehaviorLease
+	limit     int
+	flow      *spi.Policy      // the policy of a behavior claimed under flow control
+	capped    []api.BehaviorID // behaviors with a per-node cap, reserved against it too
+	main      bool             // the claim of every behavior without a tighter cap of its own
+}
+
+// claimGroups splits the behaviors with free capacity into claims: one
+// statement for all behaviors whose own cap exceeds the free slots, one
+// per behavior whose cap is tighter, and one claim under flow control per
+// behavior with caps across nodes, fair share or rate limits (see
+// flowControlled).
+// runtime holds the behaviors with caps set at runtime.
+func (s *Server) claimGroups(runtime map[api.BehaviorID]bool) []claimGroup {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	free := s.slots.free()
+	if free <= 0 {
+		return nil
+	}
+	var groups []claimGroup
+	main := claimGroup{limit: free, main: true}
+	for _, b := range s.behaviors {
+		bl := store.BehaviorLease{Behavior: b.ID, Lease: b.Policy.Lease}
+		left, capped := s.slots.left(b.ID, b.Policy, free)
+		switch {
+		case left <= 0:
+		case flowControlled(b) || runtime[b.ID]:
+			p := b.Policy
+			groups = append(groups, claimGroup{behaviors: []store.BehaviorLease{bl}, limit: min(left, free),
+				flow: &p, capped: []api.BehaviorID{b.ID}})
+		case left < free:
+			groups = append(groups, claimGroup{behaviors: []store.BehaviorLease{bl}, limit: min(left, free),
+				capped: []api.BehaviorID{b.ID}})
+		default:
+			main.behaviors = append(main.behaviors, bl)
+			if capped {
+				main.capped = append(main.capped, b.ID)
+			}
+		}
+	}
+	if len(main.behaviors) > 0 {
+		groups = append([]claimGroup{main}, groups...)
+	}
+	return groups
+}
+
+// reserve reserves the slots a claim of g may fill: no more than are free
+// now, nor than its capped behaviors have left.
+func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g.limit = s.slots.reserve(g.limit, g.capped, s.policy)
+	if g.limit > 0 {
+		s.claiming++
+	}
+	return g, g.limit > 0
+}
+
+// policy returns the policy of a registered behavior.
+func (s *Server) policy(b api.BehaviorID) spi.Policy {
+	reg, _ := s.cfg.Registry.Lookup(b)
+	return reg.Policy
+}
+
+// unreserve gives back the slots a claim reserved and did not fill; ok
+// tells whether the claim statement succeeded.
+func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slots.unreserve(g.limit, g.capped, claimed)
+	if g.main && ok {
+		s.idle = len(claimed) < g.limit
+	}
+	s.claiming--
+	close(s.claimReturned)
+	s.claimReturned = make(chan struct{})
+}

@@ -1,0 +1,354 @@
+package impl
+
+// The Client's submits: checking a request, storing its task (or many in
+// one statement), and waking the claimers.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
+)
+
+// Limits on the free-form fields of a submit.
+
+// prepare validates a request and turns it into a task to store.
+func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registration, error) {
+	if err := spi.CheckBehaviorID(req.Behavior); err != nil {
+		return store.NewTask{}, nil, err
+	}
+	reg, ok := c.reg.Lookup(req.Behavior)
+	if !ok {
+		return store.NewTask{}, nil, &api.InvalidError{Field: "behavior",
+			Reason: fmt.Sprintf("%q is not registered", req.Behavior), Err: api.ErrUnknownBehavior}
+	}
+	params := req.Params
+	if len(bytes.TrimSpace(params)) == 0 {
+		params = json.RawMessage("{}")
+	}
+	if len(params) > reg.Policy.MaxParamsBytes {
+		return store.NewTask{}, nil, api.Invalid("params", "%d bytes is over the limit of %d", len(params), reg.Policy.MaxParamsBytes)
+	}
+	if !utf8.Valid(params) {
+		return store.NewTask{}, nil, api.Invalid("params", "not valid UTF-8")
+	}
+	p, err := reg.Decode(params)
+	if err != nil {
+		return store.NewTask{}, nil, err
+	}
+	uses, err := rateUsesOf(reg, p)
+	if err != nil {
+		return store.NewTask{}, nil, err
+	}
+	if string(params) != "{}" { // the common empty object is compact already
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, params); err != nil {
+			return store.NewTask{}, nil, api.Invalid("params", "bad JSON: %v", err)
+		}
+		params = compact.Bytes()
+	}
+	id := req.ID
+	derived := id == ""
+	if derived {
+		id = reg.TaskID(p)
+	}
+	if err := spi.CheckTaskID("id", id); err != nil {
+		if derived {
+			// Named only on error: building the name for every task
+			// allocated.
+			err = spi.CheckTaskID("id (derived by "+string(reg.ID)+")", id)
+		}
+		return store.NewTask{}, nil, err
+	}
+	priority := reg.Policy.Priority
+	if req.Priority != nil {
+		priority = *req.Priority
+	}
+	if priority < 0 || priority > 32767 {
+		return store.NewTask{}, nil, api.Invalid("priority", "%d is outside 0..32767", priority)
+	}
+	if req.Delay < 0 {
+		return store.NewTask{}, nil, api.Invalid("delay", "%s is negative", req.Delay)
+	}
+	if req.Retention < 0 || req.Retention > maxRetention {
+		return store.NewTask{}, nil, api.Invalid("retention", "%s is outside 0..%s", req.Retention, maxRetention)
+	}
+	if req.Delay == 0 {
+		// A delay given at submit takes precedence over the behavior's.
+		req.Delay = reg.InitialDelay(p)
+	}
+	if req.GroupKey == "" {
+		req.GroupKey = reg.GroupKey(p)
+	}
+	if req.GroupKey != "" {
+		if err := spi.CheckGroupKey("group_key", req.GroupKey); err != nil {
+			return store.NewTask{}, nil, err
+		}
+	}
+	if err := spi.CheckTrace(req.Trace); err != nil {
+		return store.NewTask{}, nil, err
+	}
+	return store.NewTask{
+		ID:        id,
+		Behavior:  req.Behavior,
+		Params:    params,
+		Priority:  priority,
+		Delay:     req.Delay,
+		GroupKey:  req.GroupKey,
+		Trace:     req.Trace,
+		Notify:    req.Notify,
+		Share:     reg.Policy.Dedup == spi.DedupShare,
+		Retention: req.Retention,
+		RateUses:  uses,
+	}, reg, nil
+}
+
+// maxRetention caps SubmitRequest.Retention: a task kept longer is kept
+// for good in all but name, and the database's timestamps end.
+const maxRetention = 100 * 365 * 24 * time.Hour
+
+// Submit validates and stores one task; see api.Tasks.
+// A submit the database cannot serve (down, in recovery, refusing writes)
+// fails with an error wrapping api.ErrUnavailable that names the cause,
+// and stores nothing.
+func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Submission, error) {
+	sub, err := c.submit(ctx, nil, req)
+	return sub, c.written(ctx, "submit", err)
+}
+
+// SubmitTx is Submit in the caller's transaction tx, which may hold the
+// caller's own writes: the task exists if and only if tx commits, and the
+// claimers are notified at the commit. Until then nobody sees the task.
+// Dedup and validation are Submit's. tx may run on a connection through
+// PgBouncer in transaction mode.
+func (c *Client) SubmitTx(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (api.Submission, error) {
+	if tx == nil {
+		return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, api.Invalid("tx", "is nil"))
+	}
+	sub, err := c.submit(ctx, tx, req)
+	return sub, c.written(ctx, "submit", err)
+}
+
+// submit stores one task, in tx or, when tx is nil, on its own.
+func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (sub api.Submission, err error) {
+	ctx, span := c.tel.startSubmit(ctx, req.Behavior, 1)
+	defer func() { endSpan(span, err) }()
+	if req.Trace == "" {
+		req.Trace = c.tel.traceparent(ctx)
+	}
+	t, reg, err := c.prepare(req)
+	if err != nil {
+		return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, err)
+	}
+	if len(t.RateUses) > 0 {
+		if err := c.checkRateUses(ctx, []store.NewTask{t}, []*spi.Registration{reg}); err != nil {
+			return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, err)
+		}
+	}
+	span.SetAttributes(attribute.String("stint.task_id", string(t.ID)))
+	led, due := false, false
+	if reg.Combines() && !t.Share {
+		// In a caller's transaction the statement always notifies: the
+		// notification goes out at the commit, which the coalescing of
+		// notifications across submits cannot see.
+		due = t.Delay == 0
+		t.WakeClaimers = due && (tx != nil || c.kick.lead())
+		led = t.WakeClaimers
+		combine := func(persisted json.RawMessage) (json.RawMessage, error) { return reg.Combine(persisted, t.Params) }
+		if tx != nil {
+			sub, err = c.st.SubmitCombinedTx(ctx, tx, t, combine)
+		} else {
+			sub, err = c.st.SubmitCombined(ctx, t, combine)
+		}
+	} else {
+		var subs []api.Submission
+		subs, led, due, err = c.storePlain(ctx, tx, []store.NewTask{t}, false)
+		if err == nil {
+			sub = subs[0]
+		}
+	}
+	if err != nil {
+		return api.Submission{}, err
+	}
+	c.tel.submitted.Add(ctx, 1, c.tel.behavior(t.Behavior)...)
+	if tx == nil {
+		c.kick.stored(due, led, t.Delay)
+	}
+	return sub, nil
+}
+
+// earliestDelay returns the shortest delay of tasks that have one, or zero.
+func earliestDelay(tasks []store.NewTask) time.Duration {
+	var d time.Duration
+	for _, t := range tasks {
+		if t.Delay > 0 && (d == 0 || t.Delay < d) {
+			d = t.Delay
+		}
+	}
+	return d
+}
+
+// storePlain stores tasks that no Combiner merges, in tx or, when tx is
+// nil, on their own. On a server's client, outside a transaction, the
+// tasks the server may start at once are stored running on its node and
+// their runs started (see store.Store.SubmitStart); the others wait for a
+// claim. due reports whether a task due now was left to the claimers (or
+// alsoDue said that another task of the submit is due): the statement
+// then notified them if led, or in tx at the commit; otherwise the caller
+// kicks the claimers.
+func (c *Client) storePlain(ctx context.Context, tx pgx.Tx, tasks []store.NewTask, alsoDue bool) (subs []api.Submission, led, due bool, err error) {
+	local := tx == nil && c.local != nil && c.local.reserveStarts(ctx, tasks)
+	due = alsoDue || slices.ContainsFunc(tasks, func(t store.NewTask) bool { return t.Delay == 0 && t.StartLease == 0 })
+	if tx != nil {
+		// In a caller's transaction the statement always notifies: the
+		// notification goes out at the commit, which the coalescing of
+		// notifications across submits cannot see.
+		tasks[0].WakeClaimers = due
+		subs, err = c.st.SubmitTx(ctx, tx, tasks)
+		return subs, false, due, err
+	}
+	led = due && c.kick.lead()
+	tasks[0].WakeClaimers = led
+	if !local {
+		subs, err = c.st.Submit(ctx, tasks)
+		return subs, led, due, err
+	}
+	sent := time.Now()
+	subs, started, err := c.st.SubmitStart(ctx, c.local.Node(), tasks)
+	c.local.submitStarted(tasks, started, sent)
+	// A task the server meant to start and the statement did not (its id
+	// existed, its behavior is paused, ...) waits for a claim.
+	starting := 0
+	for _, t := range tasks {
+		if t.StartLease > 0 {
+			starting++
+		}
+	}
+	return subs, led, due || len(started) < starting, err
+}
+
+// SubmitMany validates all requests, then stores them in one statement. If
+// any request is invalid, none is stored. Behaviors with a Combiner are
+// merged one by one after the statement.
+func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) ([]api.Submission, error) {
+	subs, err := c.submitMany(ctx, nil, reqs)
+	return subs, c.written(ctx, "submit", err)
+}
+
+// SubmitManyTx is SubmitMany in the caller's transaction tx; see SubmitTx.
+func (c *Client) SubmitManyTx(ctx context.Context, tx pgx.Tx, reqs []api.SubmitRequest) ([]api.Submission, error) {
+	if tx == nil {
+		return nil, fmt.Errorf("submit many: %w", api.Invalid("tx", "is nil"))
+	}
+	subs, err := c.submitMany(ctx, tx, reqs)
+	return subs, c.written(ctx, "submit", err)
+}
+
+// submitMany stores tasks, in tx or, when tx is nil, on their own.
+func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitRequest) (_ []api.Submission, err error) {
+	behavior := api.BehaviorID("")
+	if len(reqs) > 0 {
+		behavior = reqs[0].Behavior
+	}
+	ctx, span := c.tel.startSubmit(ctx, behavior, len(reqs))
+	defer func() { endSpan(span, err) }()
+	trace := c.tel.traceparent(ctx)
+	tasks := make([]store.NewTask, 0, len(reqs))
+	regs := make([]*spi.Registration, 0, len(reqs))
+	index := make([]int, len(reqs)) // request i -> tasks[index[i]]
+	seen := make(map[api.TaskID]int, len(reqs))
+	for i, req := range reqs {
+		if req.Trace == "" {
+			req.Trace = trace
+		}
+		t, reg, err := c.prepare(req)
+		if err != nil {
+			return nil, fmt.Errorf("submit many: request %d (%s): %w", i, req.Behavior, err)
+		}
+		// One statement cannot touch a row twice: repeats of an id in one
+		// call share the first request's submission.
+		if j, dup := seen[t.ID]; dup {
+			index[i] = j
+			continue
+		}
+		seen[t.ID] = len(tasks)
+		index[i] = len(tasks)
+		tasks = append(tasks, t)
+		regs = append(regs, reg)
+	}
+	if slices.ContainsFunc(tasks, func(t store.NewTask) bool { return len(t.RateUses) > 0 }) {
+		if err := c.checkRateUses(ctx, tasks, regs); err != nil {
+			return nil, fmt.Errorf("submit many: %w", err)
+		}
+	}
+	var plain []store.NewTask
+	var plainAt []int
+	for i, t := range tasks {
+		if !regs[i].Combines() || t.Share {
+			plain = append(plain, t)
+			plainAt = append(plainAt, i)
+		}
+	}
+	subs := make([]api.Submission, len(tasks))
+	// Only tasks due now wake claimers; delayed ones are found when due,
+	// and those started at once need no claim.
+	combinedDue := false
+	for i, t := range tasks {
+		combinedDue = combinedDue || (regs[i].Combines() && !t.Share && t.Delay == 0)
+	}
+	led, due := false, combinedDue
+	if len(plain) > 0 {
+		var got []api.Submission
+		got, led, due, err = c.storePlain(ctx, tx, plain, combinedDue && tx == nil)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range plainAt {
+			subs[i] = got[k]
+		}
+	}
+	for i, t := range tasks {
+		if regs[i].Combines() && !t.Share {
+			// The closure captures copies made here, not the loop's t:
+			// capturing t would move every task of the loop to the heap,
+			// one allocation per task.
+			reg, params := regs[i], t.Params
+			combine := func(persisted json.RawMessage) (json.RawMessage, error) { return reg.Combine(persisted, params) }
+			var sub api.Submission
+			if tx != nil {
+				sub, err = c.st.SubmitCombinedTx(ctx, tx, t, combine)
+			} else {
+				sub, err = c.st.SubmitCombined(ctx, t, combine)
+			}
+			if err != nil {
+				return nil, err
+			}
+			subs[i] = sub
+		}
+	}
+	per := map[api.BehaviorID]int64{}
+	for _, t := range tasks {
+		per[t.Behavior]++
+	}
+	for b, n := range per {
+		c.tel.submitted.Add(ctx, n, c.tel.behavior(b)...)
+	}
+	if tx == nil {
+		c.kick.stored(due, led, earliestDelay(tasks))
+	}
+	out := make([]api.Submission, len(reqs))
+	for i := range reqs {
+		out[i] = subs[index[i]]
+	}
+	return out, nil
+}
