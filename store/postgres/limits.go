@@ -93,9 +93,11 @@ WITH u AS (
 )
 SELECT pg_notify($2, '') FROM (SELECT 1 FROM u LIMIT 1) x`
 
-// freeRateWaiters runs freeRateWaitersSQL for the limit name in tx.
+// freeRateWaiters runs freeRateWaitersSQL for the limit name in tx, with
+// sequential scans off: the waiting tasks are found through their index
+// however large the task table has grown since it was last analyzed.
 func freeRateWaiters(ctx context.Context, tx pgx.Tx, name string) error {
-	_, err := tx.Exec(ctx, freeRateWaitersSQL, name, store.ChannelDue)
+	_, err := indexed(ctx, tx, nil, freeRateWaitersSQL, name, store.ChannelDue)
 	return err
 }
 

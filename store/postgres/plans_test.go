@@ -85,6 +85,7 @@ func hotStatements() []hotStatement {
 			args: []any{hints[:10], ids[:10], `{"run-000001": 1000}`, `{"run-000001": {"reason": "rate_limit"}}`}},
 		{name: "claim under flow control: claim", sql: claimHintsSQL, settings: flowSettingsSQL,
 			args: []any{node, behaviors, leaseUS, hints, int64(0)}},
+		{name: "rate limit changed: free its waiting tasks", sql: freeRateWaitersSQL, settings: seqscanSaveOffSQL, args: []any{"plan.limit", "stint_due"}},
 		{name: "renew", sql: renewSQL, args: []any{ids, leases, durs}},
 		{name: "checkpoint", sql: checkpointSQL, args: []any{"run-000001", planLease, `{"done":1}`}},
 		{name: "finish: success", sql: finishSQL, args: []any{ids, leases, success, results, nulls, noAgain, noWaits}},
@@ -145,11 +146,11 @@ INSERT INTO stint_feed_tick (snap) VALUES (pg_current_snapshot())`
 
 // planTables are the tables whose scans must be index-driven, and the
 // indexes that may drive them: a task by its id (or a group's tasks by
-// their key), claim hints by behavior in pickup order (a claim's walk,
+// their key, or the tasks a rate limit holds back by the limit), claim hints by behavior in pickup order (a claim's walk,
 // cut short by its limit), a lease by its token or its expiry (a
 // takeover's walk, cut short by its limit), changes by transaction.
 var planTables = map[string][]string{
-	"stint_task":   {"stint_task_pkey", "stint_task_group"},
+	"stint_task":   {"stint_task_pkey", "stint_task_group", "stint_task_waiting"},
 	"stint_due":    {"stint_due_order", "stint_due_key"},
 	"stint_lease":  {"stint_lease_pkey", "stint_lease_expiry", "stint_lease_behavior"},
 	"stint_change": {"stint_change_xid"},
