@@ -164,14 +164,28 @@ func (s *Server) claimGroups(runtime map[api.BehaviorID]bool) []claimGroup {
 
 // reserve reserves the slots a claim of g may fill: no more than are free
 // now, nor than its capped behaviors have left.
+// A claim under flow control is not sent while another of its behavior is
+// in flight from this node: it would wait for the first one's turn, and
+// its slots with it (a claim of one task waited behind every claim of a
+// thousand, and delayed the next).
 func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	g.limit = s.slots.reserve(g.limit, g.capped, s.policy)
-	if g.limit > 0 {
-		s.claiming++
+	if g.flow != nil && s.flowClaiming[g.behaviors[0].Behavior] {
+		return g, false
 	}
-	return g, g.limit > 0
+	g.limit = s.slots.reserve(g.limit, g.capped, s.policy)
+	if g.limit <= 0 {
+		return g, false
+	}
+	s.claiming++
+	if g.flow != nil {
+		if s.flowClaiming == nil {
+			s.flowClaiming = map[api.BehaviorID]bool{}
+		}
+		s.flowClaiming[g.behaviors[0].Behavior] = true
+	}
+	return g, true
 }
 
 // policy returns the policy of a registered behavior.
@@ -190,6 +204,9 @@ func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok bool) {
 		s.idle = len(claimed) < g.limit
 	}
 	s.claiming--
+	if g.flow != nil {
+		delete(s.flowClaiming, g.behaviors[0].Behavior)
+	}
 	close(s.claimReturned)
 	s.claimReturned = make(chan struct{})
 }

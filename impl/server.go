@@ -173,6 +173,11 @@ type Server struct {
 	startWait     time.Duration
 	startWaiting  int
 
+	// flowClaiming holds the behaviors with a claim under flow control in
+	// flight: such claims take turns across the cluster, so a second one
+	// from this node would only wait behind the first, holding its slots.
+	flowClaiming map[api.BehaviorID]bool
+
 	beatNow     chan struct{}      // asks the lease keeper for a heartbeat now
 	claimCancel context.CancelFunc // stops claiming
 	bgCancel    context.CancelFunc // stops the lease keeper and completer

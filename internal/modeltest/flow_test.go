@@ -44,17 +44,36 @@ type FlowParams struct {
 	FailFirst bool `json:"fail_first,omitempty"`
 }
 
-// The flow model's behaviors: both cap a key at 2 and the behavior at 3
-// by policy and use rate limits; flowFair serves its keys in turn.
+// The flow model's behaviors: all cap the behavior at 3 by policy and use
+// rate limits; flowPlain and flowFair also cap a key at 2, and flowFair
+// serves its keys in turn. flowLoose, with no cap per key, is claimed at
+// once while its limits do not bind (and carefully when they do).
 var (
 	flowPlain = api.BehaviorID("model.flow")
 	flowFair  = api.BehaviorID("model.fair")
+	flowLoose = api.BehaviorID("model.loose")
 )
+
+// flowBehaviors are the flow model's behaviors.
+var flowBehaviors = []api.BehaviorID{flowPlain, flowFair, flowLoose}
 
 const (
 	flowKeyCap     = 2
 	flowClusterCap = 3
+	noCap          = 1 << 30
 )
+
+// policyCap returns the cap of a flow model behavior's key ("": the
+// behavior's cap across the cluster) by its policy.
+func policyCap(b api.BehaviorID, key string) int {
+	switch {
+	case key == "":
+		return flowClusterCap
+	case b == flowLoose:
+		return noCap
+	}
+	return flowKeyCap
+}
 
 // flowBehavior is a flow model behavior on one node.
 type flowBehavior struct {
@@ -77,8 +96,12 @@ func (b *flowBehavior) RateUses(p FlowParams) []spi.RateUse {
 	return []spi.RateUse{{Limit: p.Limit, Key: p.Key, Units: p.Units}}
 }
 func (b *flowBehavior) Policy() spi.Policy {
+	keyCap := flowKeyCap
+	if b.id == flowLoose {
+		keyCap = 0
+	}
 	return spi.Policy{Lease: lease, MaxAttempts: 5, BackoffMin: shortBackoff, BackoffMax: shortBackoff,
-		GroupConcurrency: flowKeyCap, ClusterConcurrency: flowClusterCap, FairShare: b.id == flowFair,
+		GroupConcurrency: keyCap, ClusterConcurrency: flowClusterCap, FairShare: b.id == flowFair,
 		RateLimits: []api.RateLimit{{Name: "declared", Limit: 3, Period: 300 * time.Millisecond}}}
 }
 
@@ -101,7 +124,7 @@ func (b *flowBehavior) Run(ctx context.Context, rc spi.RunContext, p FlowParams)
 
 // registerFlow adds the flow model's behaviors to reg.
 func registerFlow(reg *spi.Registry, pool *pgxpool.Pool, node string) {
-	for _, id := range []api.BehaviorID{flowPlain, flowFair} {
+	for _, id := range flowBehaviors {
 		spi.MustRegister[FlowParams, struct{}](reg, &flowBehavior{id: id, node: node, pool: pool})
 	}
 }
@@ -193,10 +216,7 @@ func runFlowSequence(t *testing.T, seed uint64, st *flowStats) {
 					p.Limit = flowRateLimits[rng.IntN(len(flowRateLimits))]
 					p.Units = 1 + rng.Int64N(2)
 				}
-				b := flowPlain
-				if rng.IntN(2) == 0 {
-					b = flowFair
-				}
+				b := flowBehaviors[rng.IntN(len(flowBehaviors))]
 				raw, _ := json.Marshal(p)
 				reqs = append(reqs, api.SubmitRequest{Behavior: b, Params: raw})
 			}
@@ -234,7 +254,7 @@ func runFlowSequence(t *testing.T, seed uint64, st *flowStats) {
 			c.end = time.Now()
 			changes = append(changes, c)
 		case r < 80:
-			b := []api.BehaviorID{flowPlain, flowFair}[rng.IntN(2)]
+			b := flowBehaviors[rng.IntN(len(flowBehaviors))]
 			key := keys[1+rng.IntN(len(keys)-1)]
 			if rng.IntN(3) == 0 {
 				key = "" // the cluster cap
@@ -405,10 +425,7 @@ func checkFlow(t *testing.T, ctx context.Context, h *harness, seed uint64, ids [
 	// overlap it are no more than the largest cap in force from
 	// claimSlack before it.
 	capAt := func(b api.BehaviorID, key string, at time.Time) int {
-		cap := flowKeyCap
-		if key == "" {
-			cap = flowClusterCap
-		}
+		cap := policyCap(b, key)
 		best := -1
 		for _, c := range changes {
 			if c.limit != "" || c.rate != nil || c.behavior != b || c.key != key || c.begin.After(at) {
@@ -416,7 +433,7 @@ func checkFlow(t *testing.T, ctx context.Context, h *harness, seed uint64, ids [
 			}
 			v := c.max
 			if v == 0 {
-				v = map[bool]int{true: flowClusterCap, false: flowKeyCap}[key == ""]
+				v = policyCap(b, key)
 			}
 			if c.end.Before(at.Add(-claimSlack)) {
 				cap = v // in force before the window

@@ -28,7 +28,10 @@ import (
 // the claim index, but one added while the pause or hold committed may
 // have stayed in it. $5 is the look-ahead
 // (couch_jobs' max_sched_time): tasks due that soon are taken early.
-var claimSQL = claimCTEs(`
+var claimSQL = claimCTEs(walkHints, false)
+
+// walkHints is the hints of claimSQL and flowTakeSQL.
+const walkHints = `
     DELETE FROM stint_due d WHERE d.ctid = ANY(ARRAY(
         SELECT f.ctid FROM cfg, LATERAL (
             SELECT c.ctid, c.priority, c.due FROM stint_due c
@@ -39,7 +42,7 @@ var claimSQL = claimCTEs(`
             FOR UPDATE SKIP LOCKED) f
         ORDER BY f.priority, f.due
         LIMIT $4))
-    RETURNING d.id, d.priority, d.due`, false)
+    RETURNING d.id, d.priority, d.due`
 
 // claimHintsSQL claims the tasks of the hints $4 (their ctids), already
 // locked by the caller's transaction ($5 is unused, to keep the parameters
@@ -67,10 +70,15 @@ var claimHintsSQL = claimCTEs(`
 // sequential scan of stint_task, one scan of the table per hint (a second
 // per claim of 1,000 at 4,000 tasks). The claimed tasks are returned in
 // pickup order.
+//
+// A counted claim also returns each task's rate uses and whether it waited
+// on a rate limit (see flowColumns).
 func claimCTEs(hints string, counted bool) string {
-	plain := ""
+	plain, extra := "", ""
 	if !counted {
 		plain = ` AND ` + uncapped("w.behavior")
+	} else {
+		extra = `, rate_uses, waiting`
 	}
 	return `
 WITH cfg AS MATERIALIZED (
@@ -94,13 +102,14 @@ WITH cfg AS MATERIALIZED (
     FROM hint h, cfg
     WHERE ` + hintProbe("t", "h") + ` AND t.behavior = cfg.behavior
     RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
-        t.parent_id, t.group_key, t.trace, cfg.lease_us, t.resubmitted, t.schedule_not_before AS due
+        t.parent_id, t.group_key, t.trace, cfg.lease_us, t.resubmitted, t.schedule_not_before AS due,
+        t.rate_uses, t.waiting IS NOT NULL AS waiting
 ), leases AS (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids, behavior)
     SELECT lease, $1, now() + max(lease_us) * interval '1 microsecond', array_agg(id), min(behavior) FROM claimed GROUP BY lease
 ), feed AS (` + feedInsert("claimed", "'running'::text", "false") + `)
 SELECT id, lease, behavior, params, progress, attempt, errors, priority,
-    coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us, resubmitted
+    coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us, resubmitted` + extra + `
 FROM claimed ORDER BY priority, due`
 }
 
@@ -138,7 +147,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	out, err := s.scanClaimed(rows, req.Limit, behaviors)
+	out, err := s.scanClaimed(rows, req.Limit, behaviors, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -208,31 +217,61 @@ const claimSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true),
 // limit. The result is sized for as many as the last claim found (at least
 // a few): a claim for a thousand free slots often finds a few tasks, but
 // under load it finds as many as the last one, and growing the result to a
-// thousand showed in profiles.
-func (s *Store) scanClaimed(rows pgx.Rows, limit int, behaviors []string) ([]store.Claimed, error) {
+// thousand showed in profiles. uses, when not nil, receives the rate uses
+// of a counted claim's tasks (see claimCTEs), one per task.
+func (s *Store) scanClaimed(rows pgx.Rows, limit int, behaviors []string, uses *[]taskUses) ([]store.Claimed, error) {
 	out := make([]store.Claimed, 0, min(limit, max(64, int(s.lastClaimed.Load()))))
 	var ids stringChunks
 	var c store.Claimed
+	var u taskUses
+	var dec usesDecoder
 	var err error
-	if fields := rows.FieldDescriptions(); claimedInBinary(fields) {
+	fields := rows.FieldDescriptions()
+	counted := len(fields) == len(claimedColumns)+2
+	if counted {
+		fields = fields[:len(claimedColumns)]
+	}
+	if claimedInBinary(fields) {
 		binaryJSON := [2]bool{fields[3].Format == pgtype.BinaryFormatCode, fields[4].Format == pgtype.BinaryFormatCode}
 		for err == nil && rows.Next() {
-			if err = decodeClaimed(rows.RawValues(), binaryJSON, &c, &ids, behaviors); err == nil {
+			v := rows.RawValues()
+			if counted {
+				u, err = dec.decode(v[len(claimedColumns):], rows.FieldDescriptions()[len(claimedColumns):])
+				v = v[:len(claimedColumns)]
+			}
+			if err == nil {
+				err = decodeClaimed(v, binaryJSON, &c, &ids, behaviors)
+			}
+			if err == nil {
 				out = append(out, c)
+				if uses != nil {
+					*uses = append(*uses, u)
+				}
 			}
 		}
 		rows.Close()
 		err = cmp.Or(err, rows.Err())
 	} else {
-		var id, behavior, params, progress pgtype.DriverBytes
+		var id, behavior, params, progress, rateUses pgtype.DriverBytes
 		var leaseUS int64
-		_, err = pgx.ForEachRow(rows, []any{&id, &c.Lease, &behavior, &params, &progress, &c.Attempt, &c.Errors,
-			&c.Priority, &c.ParentID, &c.GroupKey, &c.Trace, &leaseUS, &c.Resubmitted}, func() error {
+		dest := []any{&id, &c.Lease, &behavior, &params, &progress, &c.Attempt, &c.Errors,
+			&c.Priority, &c.ParentID, &c.GroupKey, &c.Trace, &leaseUS, &c.Resubmitted}
+		if counted {
+			dest = append(dest, &rateUses, &u.waiting)
+		}
+		_, err = pgx.ForEachRow(rows, dest, func() error {
 			c.ID = api.TaskID(ids.string(id))
 			c.LeaseDuration = time.Duration(leaseUS) * time.Microsecond
 			c.Behavior = internBehavior(behavior, behaviors)
 			c.Params, c.Progress = copyJSON(params), copyJSON(progress)
 			out = append(out, c)
+			if uses != nil {
+				var err error
+				if u.uses, err = dec.uses(rateUses); err != nil {
+					return err
+				}
+				*uses = append(*uses, u)
+			}
 			return nil
 		})
 	}

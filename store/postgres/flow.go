@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -39,8 +40,16 @@ import (
 // and its waiting column says so. A task a cap holds back stays due.
 
 // flowSettingsSQL adds to claimSettingsSQL what the flow claim's joins
-// need: nested loops over primary keys, whatever the statistics.
-const flowSettingsSQL = claimSettingsSQL + `, set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
+// need: nested loops over primary keys, whatever the statistics. Unlike a
+// plain claim, a claim under flow control commits only once its WAL is
+// flushed: were it lost in a crash, its runs would have started (their
+// side effects with them) while the budget and the slots they took went
+// back to others.
+const flowSettingsSQL = claimSettingsSQL + `, set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+    set_config('synchronous_commit', 'on', true)`
+
+// flowLockSQL takes the behavior $1's turn: see ClaimFlow.
+const flowLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1, 0))`
 
 // flowConfigSQL reads the database's now (the clock of every start and of
 // the rate rule) and the behavior's caps set at runtime.
@@ -116,14 +125,20 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 	if len(req.Behaviors) != 1 {
 		return nil, store.FlowHeld{}, fmt.Errorf("claim tasks: a claim under flow control must name one behavior, not %d", len(req.Behaviors))
 	}
+	if s.flowLoose(req) {
+		out, err := s.takeFlow(ctx, req)
+		if !errors.Is(err, errFlowBinds) {
+			return out, store.FlowHeld{}, err
+		}
+	}
 	behaviors := []string{string(req.Behaviors[0].Behavior)}
 	leases := []int64{req.Behaviors[0].Lease.Microseconds()}
 	var out []store.Claimed
 	var held store.FlowHeld
+	tight := false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		f := &flowClaim{tx: tx, req: req, behavior: behaviors[0], running: map[string]int{},
-			keyMax: map[string]int{}, weight: map[string]int{}, taken: map[string]bool{},
-			rates: map[rateRef]*rateKey{}, limits: map[string]api.RateLimit{}}
+		f := newFlowClaim(tx, req)
+		defer func() { tight = len(f.moves) > 0 || len(f.tried) > 0 || len(f.capped) > 0 }()
 		if err := f.configure(ctx); err != nil {
 			return err
 		}
@@ -140,24 +155,20 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 		if len(f.hints) == 0 {
 			return nil
 		}
-		// Unlike a plain claim, this one commits only once its WAL is
-		// flushed: were it lost in a crash, its runs would have started
-		// (their side effects with them) while the budget and the slots
-		// they took went back to others.
-		if _, err := tx.Exec(ctx, `SELECT set_config('synchronous_commit', 'on', true)`); err != nil {
-			return err
-		}
 		rows, err := tx.Query(ctx, claimHintsSQL, req.Node, behaviors, leases, f.hints, int64(0))
 		if err != nil {
 			return err
 		}
-		if out, err = s.scanClaimed(rows, len(f.hints), behaviors); err != nil {
+		if out, err = s.scanClaimed(rows, len(f.hints), behaviors, nil); err != nil {
 			return err
 		}
 		return f.clearWaiting(ctx, out)
 	})
 	if err != nil {
 		return nil, store.FlowHeld{}, fmt.Errorf("claim tasks: %w", err)
+	}
+	if tight {
+		s.flowTight.Store(behaviors[0], time.Now())
 	}
 	return out, held, nil
 }
@@ -188,6 +199,13 @@ type flowClaim struct {
 	wake    time.Duration // the earliest wait of a move
 }
 
+// newFlowClaim returns the state of a claim of req in tx.
+func newFlowClaim(tx pgx.Tx, req store.ClaimRequest) *flowClaim {
+	return &flowClaim{tx: tx, req: req, behavior: string(req.Behaviors[0].Behavior), running: map[string]int{},
+		keyMax: map[string]int{}, weight: map[string]int{}, taken: map[string]bool{},
+		rates: map[rateRef]*rateKey{}, limits: map[string]api.RateLimit{}}
+}
+
 // rateRef names a key of a rate limit.
 type rateRef struct{ limit, key string }
 
@@ -209,16 +227,25 @@ type flowCandidate struct {
 }
 
 // configure locks the behavior, reads the caps in force and, when there
-// are caps, counts the running tasks: the claim's limit is what the
-// behavior's cap leaves.
+// are caps, bounds the running tasks: the claim's limit is what the
+// behavior's cap leaves. The running tasks are counted exactly (see
+// runningSQL) only when caps per key need their counts, or when the bound
+// from the lease rows (see leaseBoundSQL) does not leave room under the
+// cluster cap for the whole claim. One round trip does the rest.
 func (f *flowClaim) configure(ctx context.Context) error {
-	if _, err := f.tx.Exec(ctx, flowSettingsSQL); err != nil {
-		return err
+	b := &pgx.Batch{}
+	b.Queue(flowSettingsSQL)
+	b.Queue(flowLockSQL, f.behavior)
+	b.Queue(flowConfigSQL, f.behavior)
+	b.Queue(leaseBoundSQL, f.behavior)
+	br := f.tx.SendBatch(ctx, b)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 	}
-	if _, err := f.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1, 0))`, f.behavior); err != nil {
-		return err
-	}
-	rows, err := f.tx.Query(ctx, flowConfigSQL, f.behavior)
+	rows, err := br.Query()
 	if err != nil {
 		return err
 	}
@@ -240,8 +267,16 @@ func (f *flowClaim) configure(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	var bound int64
+	if err := br.QueryRow().Scan(&bound); err != nil {
+		return err
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
 	f.limit = f.req.Limit
-	if f.cluster <= 0 && f.req.PerGroup <= 0 && len(f.keyMax) == 0 {
+	perKey := f.req.PerGroup > 0 || len(f.keyMax) > 0
+	if !perKey && (f.cluster <= 0 || bound+int64(f.limit) <= int64(f.cluster)) {
 		return nil
 	}
 	byKey, total, err := runningOf(ctx, f.tx, f.behavior)

@@ -48,6 +48,9 @@ type Store struct {
 	// fairCursor holds, per behavior, the group key a fair-share claim
 	// served last: the next one starts after it.
 	fairCursor sync.Map
+	// flowTight holds, per behavior, when a claim under flow control last
+	// found a limit binding: see flowLoose.
+	flowTight sync.Map
 }
 
 var _ store.Store = (*Store)(nil)
