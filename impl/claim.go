@@ -5,6 +5,7 @@ package impl
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/stinthq/stint/api"
@@ -71,7 +72,7 @@ func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 // left. Slots are reserved before a claim statement goes out, so that the
 // claimers running side by side never claim more than the free slots.
 func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
-	for _, g := range s.claimGroups(s.runtimeCaps(ctx)) {
+	for _, g := range s.dueGroups(ctx, s.claimGroups(s.runtimeCaps(ctx))) {
 		g, ok := s.reserve(g)
 		if !ok {
 			continue
@@ -110,6 +111,32 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 	full = s.slots.free() <= 0
 	s.mu.Unlock()
 	return n, full, nil
+}
+
+// dueGroups leaves out of groups the claims under flow control of
+// behaviors with nothing due, found in one query for all of them: such a
+// claim is a transaction of three round trips. A behavior whose last
+// claim found tasks is claimed without asking.
+func (s *Server) dueGroups(ctx context.Context, groups []claimGroup) []claimGroup {
+	var ask []api.BehaviorID
+	s.mu.Lock()
+	for _, g := range groups {
+		if g.flow != nil && !s.flowBusy[g.behaviors[0].Behavior] {
+			ask = append(ask, g.behaviors[0].Behavior)
+		}
+	}
+	s.mu.Unlock()
+	if len(ask) == 0 {
+		return groups
+	}
+	due, err := s.st.DueBehaviors(ctx, ask, s.cfg.LookAhead)
+	if err != nil {
+		return groups // the claims report the database's trouble
+	}
+	return slices.DeleteFunc(groups, func(g claimGroup) bool {
+		b := g.behaviors[0].Behavior
+		return g.flow != nil && slices.Contains(ask, b) && !slices.Contains(due, b)
+	})
 }
 
 // claimGroup is the behaviors one claim statement covers, with the slots
@@ -205,7 +232,12 @@ func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok bool) {
 	}
 	s.claiming--
 	if g.flow != nil {
-		delete(s.flowClaiming, g.behaviors[0].Behavior)
+		b := g.behaviors[0].Behavior
+		delete(s.flowClaiming, b)
+		if s.flowBusy == nil {
+			s.flowBusy = map[api.BehaviorID]bool{}
+		}
+		s.flowBusy[b] = ok && len(claimed) > 0
 	}
 	close(s.claimReturned)
 	s.claimReturned = make(chan struct{})

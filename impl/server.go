@@ -177,6 +177,9 @@ type Server struct {
 	// flight: such claims take turns across the cluster, so a second one
 	// from this node would only wait behind the first, holding its slots.
 	flowClaiming map[api.BehaviorID]bool
+	// flowBusy holds the behaviors claimed under flow control whose last
+	// claim found tasks; see dueGroups.
+	flowBusy map[api.BehaviorID]bool
 
 	beatNow     chan struct{}      // asks the lease keeper for a heartbeat now
 	claimCancel context.CancelFunc // stops claiming

@@ -53,6 +53,10 @@ type Limits interface {
 	// the behavior or of one of its keys: their claims must take the
 	// capped path (ClaimRequest.Flow).
 	CappedBehaviors(ctx context.Context) ([]api.BehaviorID, error)
+	// DueBehaviors returns those of behaviors with a task due within
+	// lookAhead: a node need not open a claim under flow control for the
+	// others.
+	DueBehaviors(ctx context.Context, behaviors []api.BehaviorID, lookAhead time.Duration) ([]api.BehaviorID, error)
 	// ClaimFlow is Claim under flow control (a request with
 	// ClaimRequest.Limited): it enforces the caps in force and the tasks'
 	// rate uses, moves each task a rate limit holds back to when the

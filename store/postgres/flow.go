@@ -48,8 +48,12 @@ import (
 const flowSettingsSQL = claimSettingsSQL + `, set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
     set_config('synchronous_commit', 'on', true)`
 
-// flowLockSQL takes the behavior $1's turn: see ClaimFlow.
-const flowLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1, 0))`
+// flowLockSQL takes the behavior $1's turn (see ClaimFlow) when it has a
+// hint due within the look-ahead $2, and returns a row then: a claim of a
+// behavior with nothing due neither waits for nor delays the others.
+const flowLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1, 0)) FROM (SELECT 1) one
+WHERE EXISTS (SELECT 1 FROM stint_due d WHERE NOT d.parked AND d.behavior = $1
+    AND d.due <= now() + $2 * interval '1 microsecond')`
 
 // flowConfigSQL reads the database's now (the clock of every start and of
 // the rate rule) and the behavior's caps set at runtime.
@@ -179,7 +183,8 @@ type flowClaim struct {
 	req      store.ClaimRequest
 	behavior string
 	now      time.Time
-	limit    int // tasks to claim at most: the request's, within the cluster cap
+	limit    int  // tasks to claim at most: the request's, within the cluster cap
+	idle     bool // nothing was due: the claim did not take its turn
 
 	cluster int            // the cap on the behavior's running tasks; 0: none
 	keyMax  map[string]int // caps of keys set at runtime
@@ -228,23 +233,26 @@ type flowCandidate struct {
 
 // configure locks the behavior, reads the caps in force and, when there
 // are caps, bounds the running tasks: the claim's limit is what the
-// behavior's cap leaves. The running tasks are counted exactly (see
+// behavior's cap leaves (0 when nothing is due). The running tasks are counted exactly (see
 // runningSQL) only when caps per key need their counts, or when the bound
 // from the lease rows (see leaseBoundSQL) does not leave room under the
 // cluster cap for the whole claim. One round trip does the rest.
 func (f *flowClaim) configure(ctx context.Context) error {
 	b := &pgx.Batch{}
 	b.Queue(flowSettingsSQL)
-	b.Queue(flowLockSQL, f.behavior)
+	b.Queue(flowLockSQL, f.behavior, f.req.LookAhead.Microseconds())
 	b.Queue(flowConfigSQL, f.behavior)
 	b.Queue(leaseBoundSQL, f.behavior)
 	br := f.tx.SendBatch(ctx, b)
 	defer br.Close()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
+	if _, err := br.Exec(); err != nil {
+		return err
 	}
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	f.idle = tag.RowsAffected() == 0
 	rows, err := br.Query()
 	if err != nil {
 		return err
@@ -275,6 +283,10 @@ func (f *flowClaim) configure(ctx context.Context) error {
 		return err
 	}
 	f.limit = f.req.Limit
+	if f.idle {
+		f.limit = 0
+		return nil
+	}
 	perKey := f.req.PerGroup > 0 || len(f.keyMax) > 0
 	if !perKey && (f.cluster <= 0 || bound+int64(f.limit) <= int64(f.cluster)) {
 		return nil

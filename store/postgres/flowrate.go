@@ -33,25 +33,30 @@ func (f *flowClaim) lock(ctx context.Context, cands []flowCandidate, wait bool) 
 	return f.lockRates(ctx, refs, wait)
 }
 
-// advisoryLock takes the transaction's advisory locks of names (sorted)
-// under prefix, waiting or only trying, and returns those it holds.
-func advisoryLock(ctx context.Context, tx pgx.Tx, prefix string, names []string, wait bool) ([]string, error) {
-	lock := `SELECT k FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n)
-		WHERE pg_try_advisory_xact_lock(hashtextextended($2 || k, 0)) ORDER BY n`
-	if wait {
-		lock = `SELECT k FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n),
-			pg_advisory_xact_lock(hashtextextended($2 || k, 0)) ORDER BY n`
-	}
-	rows, err := tx.Query(ctx, lock, names, prefix)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
+// rateLockSQL takes the transaction's advisory locks of the rate keys $1
+// (limit and key joined by \x1f, sorted) in order, waiting, and returns
+// those it holds: all of them.
+const rateLockSQL = `SELECT k FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n),
+    pg_advisory_xact_lock(hashtextextended('stint.rate:' || k, 0)) ORDER BY n`
 
-// lockRates locks the rate keys refs (of limits that exist) in order and
-// reads their state. The limits' rows are share-locked, so that a limit
-// removed meanwhile is removed after this claim.
+// rateTryLockSQL is rateLockSQL only trying: it returns the keys it holds.
+const rateTryLockSQL = `SELECT k FROM unnest($1::text[]) WITH ORDINALITY AS u(k, n)
+    WHERE pg_try_advisory_xact_lock(hashtextextended('stint.rate:' || k, 0)) ORDER BY n`
+
+// rateLimitRowsSQL reads the limits $1 and key-share-locks their rows, so
+// that a limit removed meanwhile is removed after this claim.
+const rateLimitRowsSQL = `SELECT name, lim, period_us FROM stint_rate_limit WHERE name = ANY($1) ORDER BY name FOR KEY SHARE`
+
+// rateKeysSQL reads the state of the rate keys ($1 limits, $2 keys) that
+// have one.
+const rateKeysSQL = `SELECT k.name, k.key, k.tat, k.frac, k.frac_lim, k.planned
+FROM unnest($1::text[], $2::text[]) AS u(name, key)
+JOIN stint_rate_key k ON k.name = u.name AND k.key = u.key`
+
+// lockRates locks the rate keys refs in order (waiting for the locks when
+// wait is set, else only trying) and reads their limits and state, in one
+// round trip. A key of a limit that does not exist is locked and left
+// out: its use is free.
 func (f *flowClaim) lockRates(ctx context.Context, refs []rateRef, wait bool) error {
 	if len(refs) == 0 {
 		return nil
@@ -62,10 +67,23 @@ func (f *flowClaim) lockRates(ctx context.Context, refs []rateRef, wait bool) er
 			names = append(names, r.limit)
 		}
 	}
+	slices.Sort(names)
+	slices.SortFunc(refs, func(a, b rateRef) int { return cmp.Or(cmp.Compare(a.limit, b.limit), cmp.Compare(a.key, b.key)) })
+	joined := make([]string, len(refs))
+	lims, keys := make([]string, len(refs)), make([]string, len(refs))
+	for i, r := range refs {
+		joined[i], lims[i], keys[i] = r.limit+"\x1f"+r.key, r.limit, r.key
+	}
+	b := &pgx.Batch{}
 	if len(names) > 0 {
-		slices.Sort(names)
-		rows, err := f.tx.Query(ctx, `SELECT name, lim, period_us FROM stint_rate_limit
-			WHERE name = ANY($1) ORDER BY name FOR KEY SHARE`, names)
+		b.Queue(rateLimitRowsSQL, names)
+	}
+	b.Queue(map[bool]string{true: rateLockSQL, false: rateTryLockSQL}[wait], joined)
+	b.Queue(rateKeysSQL, lims, keys)
+	br := f.tx.SendBatch(ctx, b)
+	defer br.Close()
+	if len(names) > 0 {
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
@@ -79,38 +97,31 @@ func (f *flowClaim) lockRates(ctx context.Context, refs []rateRef, wait bool) er
 			return err
 		}
 	}
-	refs = slices.DeleteFunc(refs, func(r rateRef) bool { _, ok := f.limits[r.limit]; return !ok })
-	if len(refs) == 0 {
-		return nil
-	}
-	slices.SortFunc(refs, func(a, b rateRef) int { return cmp.Or(cmp.Compare(a.limit, b.limit), cmp.Compare(a.key, b.key)) })
-	names = names[:0]
-	for _, r := range refs {
-		names = append(names, r.limit+"\x1f"+r.key)
-	}
-	locked, err := advisoryLock(ctx, f.tx, "stint.rate:", names, wait)
+	rows, err := br.Query()
 	if err != nil {
 		return err
 	}
-	var lims, keys []string
+	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	held := map[rateRef]bool{}
 	for i, r := range refs {
-		if !slices.Contains(locked, names[i]) {
+		if _, ok := f.limits[r.limit]; !ok {
+			continue
+		}
+		if !slices.Contains(locked, joined[i]) {
 			if f.tried == nil {
 				f.tried = map[rateRef]bool{}
 			}
 			f.tried[r] = true
 			continue
 		}
+		held[r] = true
 		l := f.limits[r.limit]
 		f.rates[r] = newRateKey(r.limit, r.key, l.Limit, l.Period.Microseconds(), f.now, time.Time{}, 0, 1, nil)
-		lims, keys = append(lims, r.limit), append(keys, r.key)
 	}
-	if len(lims) == 0 {
-		return nil
-	}
-	rows, err := f.tx.Query(ctx, `SELECT k.name, k.key, k.tat, k.frac, k.frac_lim, k.planned
-		FROM unnest($1::text[], $2::text[]) AS u(name, key)
-		JOIN stint_rate_key k ON k.name = u.name AND k.key = u.key`, lims, keys)
+	rows, err = br.Query()
 	if err != nil {
 		return err
 	}
@@ -118,12 +129,17 @@ func (f *flowClaim) lockRates(ctx context.Context, refs []rateRef, wait bool) er
 	var tat time.Time
 	var frac, fracLim int64
 	var planned *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&name, &key, &tat, &frac, &fracLim, &planned}, func() error {
-		l := f.limits[name]
-		f.rates[rateRef{name, key}] = newRateKey(name, key, l.Limit, l.Period.Microseconds(), f.now, tat, frac, fracLim, planned)
+	if _, err = pgx.ForEachRow(rows, []any{&name, &key, &tat, &frac, &fracLim, &planned}, func() error {
+		r := rateRef{name, key}
+		if held[r] {
+			l := f.limits[name]
+			f.rates[r] = newRateKey(name, key, l.Limit, l.Period.Microseconds(), f.now, tat, frac, fracLim, planned)
+		}
 		return nil
-	})
-	return err
+	}); err != nil {
+		return err
+	}
+	return br.Close()
 }
 
 // rateAdmits reports whether every rate limit c uses admits it now. A

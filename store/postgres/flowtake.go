@@ -66,11 +66,11 @@ func (s *Store) takeFlow(ctx context.Context, req store.ClaimRequest) ([]store.C
 		if err := f.configure(ctx); err != nil {
 			return err
 		}
-		if len(f.keyMax) > 0 {
-			return errFlowBinds
-		}
 		if f.limit <= 0 {
 			return nil
+		}
+		if len(f.keyMax) > 0 {
+			return errFlowBinds
 		}
 		rows, err := tx.Query(ctx, flowTakeSQL, req.Node, behaviors, leases, f.limit, req.LookAhead.Microseconds())
 		if err != nil {

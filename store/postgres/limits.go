@@ -373,6 +373,26 @@ func (s *Store) CappedBehaviors(ctx context.Context) ([]api.BehaviorID, error) {
 	return out, nil
 }
 
+// dueBehaviorsSQL returns those of the behaviors $1 with a hint due within
+// the look-ahead $2: one probe of the claim index each.
+const dueBehaviorsSQL = `SELECT b FROM unnest($1::text[]) AS b
+WHERE EXISTS (SELECT 1 FROM stint_due d WHERE NOT d.parked AND d.behavior = b
+    AND d.due <= now() + $2 * interval '1 microsecond')`
+
+// DueBehaviors returns the behaviors with a task due; see store.Limits.
+func (s *Store) DueBehaviors(ctx context.Context, behaviors []api.BehaviorID, lookAhead time.Duration) ([]api.BehaviorID, error) {
+	var out []api.BehaviorID
+	_, err := indexed(ctx, s.pool, func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, pgx.RowTo[api.BehaviorID])
+		return err
+	}, dueBehaviorsSQL, behaviors, lookAhead.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("find behaviors with due tasks: %w", err)
+	}
+	return out, nil
+}
+
 // ConcurrencyWait says which full cap a due task waits on; see
 // store.Limits.
 func (s *Store) ConcurrencyWait(ctx context.Context, behavior api.BehaviorID, key string, cluster, perGroup int) (*api.Wait, error) {
