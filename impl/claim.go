@@ -89,6 +89,7 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 		if g.flow != nil {
 			var held store.FlowHeld
 			req.PerGroup, req.Cluster, req.FairShare, req.Flow = g.flow.GroupConcurrency, g.flow.ClusterConcurrency, g.flow.FairShare, true
+			req.Returned = s.returned(g.behaviors[0].Behavior)
 			claimed, held, err = s.st.ClaimFlow(cctx, req)
 			// Tasks a rate limit held back were moved to when it admits
 			// them: wake the claimers then, not at the next poll.
@@ -137,6 +138,20 @@ func (s *Server) dueGroups(ctx context.Context, groups []claimGroup) []claimGrou
 		b := g.behaviors[0].Behavior
 		return g.flow != nil && slices.Contains(ask, b) && !slices.Contains(due, b)
 	})
+}
+
+// returned lists the runs of behavior b that returned and whose end is not
+// recorded yet; see store.ClaimRequest.Returned.
+func (s *Server) returned(b api.BehaviorID) []store.LeaseRef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.LeaseRef
+	for _, r := range s.running {
+		if r.returned && r.claimed.Behavior == b {
+			out = append(out, r.claimed.LeaseRef)
+		}
+	}
+	return out
 }
 
 // claimGroup is the behaviors one claim statement covers, with the slots

@@ -102,6 +102,13 @@ type ClaimRequest struct {
 	// set nothing. A claim with any of them, or Flow, must name a single
 	// behavior.
 	Flow bool
+	// Returned names this node's runs of the behavior that returned but
+	// whose end is not recorded yet: their tasks still show as running
+	// under their leases, but no longer hold a slot of a cap. A claim
+	// under flow control leaves them out of its running counts, so that
+	// a node starts its next task when its run returns, not when the
+	// completion batch commits.
+	Returned []LeaseRef
 }
 
 // Limited reports whether the claim takes the flow-controlled path.

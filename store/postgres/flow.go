@@ -291,7 +291,7 @@ func (f *flowClaim) configure(ctx context.Context) error {
 	if !perKey && (f.cluster <= 0 || bound+int64(f.limit) <= int64(f.cluster)) {
 		return nil
 	}
-	byKey, total, err := runningOf(ctx, f.tx, f.behavior)
+	byKey, total, err := runningOf(ctx, f.tx, f.behavior, f.req.Returned)
 	if err != nil {
 		return err
 	}

@@ -265,8 +265,9 @@ func (s *Store) RemoveConcurrencyLimit(ctx context.Context, behavior api.Behavio
 	return nil
 }
 
-// runningSQL counts the running tasks of the behavior $1 by group key (” for
-// none). It finds them through the behavior's lease rows, each task of each
+// runningSQL counts the running tasks of the behavior $1 by group key (the
+// empty key for none), leaving out the tasks $2 under the leases $3 (a
+// node's runs that returned; see store.ClaimRequest.Returned). It finds them through the behavior's lease rows, each task of each
 // lease by primary key (its lease's membership a hashed lookup, never a
 // join): a task counts while it runs under a lease that is still stored,
 // so its slot is freed exactly when its run ends (a finish, a release, a
@@ -278,13 +279,19 @@ SELECT coalesce(t.group_key, ''), count(*)::int FROM stint_task t
 WHERE t.id = ANY(ARRAY(SELECT unnest(l.task_ids) FROM stint_lease l WHERE l.behavior = $1))
   AND t.status = 'running' AND t.behavior = $1
   AND (t.lease IN (SELECT l.lease FROM stint_lease l WHERE l.behavior = $1)) IS TRUE
+  AND ((t.id, t.lease) IN (SELECT * FROM unnest($2::text[], $3::uuid[]))) IS NOT TRUE
 GROUP BY 1`
 
 // runningOf counts the running tasks of behavior by group key, in all
 // under "" when the behavior's tasks have no key... see runningSQL. The
 // total is returned apart.
-func runningOf(ctx context.Context, q querier, behavior string) (map[string]int, int, error) {
-	rows, err := q.Query(ctx, runningSQL, behavior)
+func runningOf(ctx context.Context, q querier, behavior string, returned []store.LeaseRef) (map[string]int, int, error) {
+	ids := make(textArray, len(returned))
+	leases := make(uuidArray, len(returned))
+	for i, r := range returned {
+		ids[i], leases[i] = string(r.ID), uuid(r.Lease)
+	}
+	rows, err := q.Query(ctx, runningSQL, behavior, ids, leases)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -324,7 +331,7 @@ func (s *Store) ConcurrencyLimits(ctx context.Context) ([]api.ConcurrencyInfo, e
 		for i := range out {
 			c := &out[i]
 			if _, ok := running[c.Behavior]; !ok {
-				if running[c.Behavior], totals[c.Behavior], err = runningOf(ctx, tx, string(c.Behavior)); err != nil {
+				if running[c.Behavior], totals[c.Behavior], err = runningOf(ctx, tx, string(c.Behavior), nil); err != nil {
 					return err
 				}
 			}
@@ -419,7 +426,7 @@ func (s *Store) ConcurrencyWait(ctx context.Context, behavior api.BehaviorID, ke
 	if cluster <= 0 && perGroup <= 0 {
 		return nil, nil
 	}
-	byKey, total, err := runningOf(ctx, s.pool, string(behavior))
+	byKey, total, err := runningOf(ctx, s.pool, string(behavior), nil)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("concurrency wait of %s %q: %w", behavior, key, err)

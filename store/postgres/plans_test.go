@@ -79,7 +79,7 @@ func hotStatements() []hotStatement {
 		{name: "claim under flow control: keys in turn", sql: flowKeysSQL, settings: flowSettingsSQL,
 			args: []any{"bench.noop", int64(0), 64, []string{"g1"}, hints[:10], "g0", 32}},
 		{name: "claim under flow control: running counts", sql: runningSQL, settings: flowSettingsSQL,
-			args: []any{"bench.noop"}},
+			args: []any{"bench.noop", ids[:10], leases[:10]}},
 		{name: "claim under flow control: behaviors with due tasks", sql: dueBehaviorsSQL,
 			args: []any{behaviors, int64(0)}},
 		{name: "claim under flow control: turn", sql: flowLockSQL, settings: flowSettingsSQL,
