@@ -179,12 +179,13 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 
 // flowClaim is the state of a claim under flow control.
 type flowClaim struct {
-	tx       pgx.Tx
+	tx       querier // the claim's transaction
 	req      store.ClaimRequest
 	behavior string
 	now      time.Time
 	limit    int  // tasks to claim at most: the request's, within the cluster cap
 	idle     bool // nothing was due: the claim did not take its turn
+	begin    bool // configure opens the transaction (on a connection)
 
 	cluster int            // the cap on the behavior's running tasks; 0: none
 	keyMax  map[string]int // caps of keys set at runtime
@@ -205,7 +206,7 @@ type flowClaim struct {
 }
 
 // newFlowClaim returns the state of a claim of req in tx.
-func newFlowClaim(tx pgx.Tx, req store.ClaimRequest) *flowClaim {
+func newFlowClaim(tx querier, req store.ClaimRequest) *flowClaim {
 	return &flowClaim{tx: tx, req: req, behavior: string(req.Behaviors[0].Behavior), running: map[string]int{},
 		keyMax: map[string]int{}, weight: map[string]int{}, taken: map[string]bool{},
 		rates: map[rateRef]*rateKey{}, limits: map[string]api.RateLimit{}}
@@ -233,20 +234,26 @@ type flowCandidate struct {
 
 // configure locks the behavior, reads the caps in force and, when there
 // are caps, bounds the running tasks: the claim's limit is what the
-// behavior's cap leaves (0 when nothing is due). The running tasks are counted exactly (see
-// runningSQL) only when caps per key need their counts, or when the bound
-// from the lease rows (see leaseBoundSQL) does not leave room under the
-// cluster cap for the whole claim. One round trip does the rest.
+// behavior's cap leaves (0 when nothing is due). The running tasks are
+// counted exactly (see runningSQL) only when caps per key need their
+// counts, or when the bound from the lease rows (see leaseBoundSQL) does
+// not leave room under the cluster cap for the whole claim; one round trip
+// does the rest.
 func (f *flowClaim) configure(ctx context.Context) error {
 	b := &pgx.Batch{}
+	if f.begin {
+		b.Queue("BEGIN")
+	}
 	b.Queue(flowSettingsSQL)
 	b.Queue(flowLockSQL, f.behavior, f.req.LookAhead.Microseconds())
 	b.Queue(flowConfigSQL, f.behavior)
 	b.Queue(leaseBoundSQL, f.behavior)
 	br := f.tx.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return err
+	for range b.Len() - 3 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 	}
 	tag, err := br.Exec()
 	if err != nil {
@@ -500,12 +507,17 @@ func (f *flowClaim) choose(cands []flowCandidate, window int) {
 }
 
 // write drops the stale hints, moves the tasks held back and stores the
-// rate keys' state.
+// rate keys' state, in one round trip.
 func (f *flowClaim) write(ctx context.Context) error {
+	b := &pgx.Batch{}
+	f.queueWrite(b)
+	return sendAll(ctx, f.tx, b)
+}
+
+// queueWrite queues write's statements in b.
+func (f *flowClaim) queueWrite(b *pgx.Batch) {
 	if len(f.stale) > 0 {
-		if _, err := f.tx.Exec(ctx, dropHintsSQL, f.stale); err != nil {
-			return err
-		}
+		b.Queue(dropHintsSQL, f.stale)
 	}
 	if len(f.moves) > 0 {
 		var hints []pgtype.TID
@@ -520,9 +532,7 @@ func (f *flowClaim) write(ctx context.Context) error {
 		}
 		a, _ := json.Marshal(after) // numbers and strings: cannot fail
 		w, _ := json.Marshal(waits)
-		if _, err := f.tx.Exec(ctx, flowMoveSQL, hints, ids, string(a), string(w)); err != nil {
-			return err
-		}
+		b.Queue(flowMoveSQL, hints, ids, string(a), string(w))
 	}
 	var names, keys []string
 	var tats, planned []*time.Time
@@ -535,14 +545,30 @@ func (f *flowClaim) write(ctx context.Context) error {
 		names, keys, tats, fracs, fracLims, planned = append(names, k.name), append(keys, k.key), append(tats, &tat),
 			append(fracs, frac), append(fracLims, k.lim), append(planned, p)
 	}
-	if len(names) == 0 {
+	if len(names) > 0 {
+		b.Queue(rateKeysWriteSQL, names, keys, tats, fracs, fracLims, planned)
+	}
+}
+
+// rateKeysWriteSQL stores the state of rate keys.
+const rateKeysWriteSQL = `INSERT INTO stint_rate_key (name, key, tat, frac, frac_lim, planned)
+SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[], $5::bigint[], $6::timestamptz[])
+ON CONFLICT (name, key) DO UPDATE SET tat = excluded.tat, frac = excluded.frac,
+    frac_lim = excluded.frac_lim, planned = excluded.planned`
+
+// sendAll runs the statements of b in one round trip.
+func sendAll(ctx context.Context, db batcher, b *pgx.Batch) error {
+	if b.Len() == 0 {
 		return nil
 	}
-	_, err := f.tx.Exec(ctx, `INSERT INTO stint_rate_key (name, key, tat, frac, frac_lim, planned)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[], $5::bigint[], $6::timestamptz[])
-		ON CONFLICT (name, key) DO UPDATE SET tat = excluded.tat, frac = excluded.frac,
-		    frac_lim = excluded.frac_lim, planned = excluded.planned`, names, keys, tats, fracs, fracLims, planned)
-	return err
+	br := db.SendBatch(ctx, b)
+	for range b.Len() {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+	}
+	return br.Close()
 }
 
 // flowMoveSQL moves the tasks of the hints $1 (ctids; the tasks' ids $2)
@@ -566,9 +592,14 @@ WHERE d.ctid = ANY($1::tid[]) AND (d.id IN (SELECT id FROM t)) IS TRUE`
 // clearWaiting clears the waiting column of the claimed tasks that waited
 // on a rate limit.
 func (f *flowClaim) clearWaiting(ctx context.Context, claimed []store.Claimed) error {
-	if len(f.waiting) == 0 || len(claimed) == 0 {
-		return nil
+	b := &pgx.Batch{}
+	f.queueClearWaiting(b, claimed)
+	return sendAll(ctx, f.tx, b)
+}
+
+// queueClearWaiting queues clearWaiting's statement in b, if it has one.
+func (f *flowClaim) queueClearWaiting(b *pgx.Batch, claimed []store.Claimed) {
+	if len(f.waiting) > 0 && len(claimed) > 0 {
+		b.Queue(`UPDATE stint_task SET waiting = NULL WHERE id = ANY($1) AND waiting IS NOT NULL`, f.waiting)
 	}
-	_, err := f.tx.Exec(ctx, `UPDATE stint_task SET waiting = NULL WHERE id = ANY($1) AND waiting IS NOT NULL`, f.waiting)
-	return err
 }

@@ -19,12 +19,12 @@ import (
 // a behavior with a cluster cap far from binding and rate limits with
 // budget to spare, the common case, costs little more than a plain one.
 //
-// It is tried first when the behavior has no caps per group key, no fair
-// share, and none of its claims held a task back in the last
-// flowTightFor. Its limit is within the cluster cap as a careful claim's
-// is: the running tasks are counted exactly only when an upper bound (the
-// tasks of the behavior's lease rows, one row per claim) does not already
-// leave room for the whole claim. After the claim statement it locks the
+// It is tried first when the behavior has no caps per group key by its
+// policy, no fair share, and none of its claims held a task back in the
+// last flowTightFor; caps per key set at runtime, found once the behavior
+// is locked, send it to the careful claim too. Its limit is within the
+// cluster cap as a careful claim's is (see configure). After the claim
+// statement it locks the
 // rate keys its tasks spend, in order and waiting, as the careful claim
 // locks those of its first window, and spends their units in pickup
 // order. Should a key not admit a task, the transaction is rolled back,
@@ -56,38 +56,25 @@ func (s *Store) flowLoose(req store.ClaimRequest) bool {
 }
 
 // takeFlow is the claim tried at once; see flowLoose. It returns
-// errFlowBinds, having changed nothing, when a limit binds.
+// errFlowBinds, having changed nothing, when a limit binds. Its
+// transaction opens in the batch of its first statements and commits in
+// the batch of its last: three round trips where no exact count is needed.
 func (s *Store) takeFlow(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error) {
 	behaviors := []string{string(req.Behaviors[0].Behavior)}
 	leases := []int64{req.Behaviors[0].Lease.Microseconds()}
-	var out []store.Claimed
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		f := newFlowClaim(tx, req)
-		if err := f.configure(ctx); err != nil {
-			return err
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	// A connection left in the transaction (a failed round trip, a
+	// cancelled context) is closed, not pooled, when released.
+	defer conn.Release()
+	out, err := s.takeFlowOn(ctx, conn.Conn(), req, behaviors, leases)
+	if err != nil {
+		if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil {
+			conn.Conn().Close(ctx)
 		}
-		if f.limit <= 0 {
-			return nil
-		}
-		if len(f.keyMax) > 0 {
-			return errFlowBinds
-		}
-		rows, err := tx.Query(ctx, flowTakeSQL, req.Node, behaviors, leases, f.limit, req.LookAhead.Microseconds())
-		if err != nil {
-			return err
-		}
-		var uses []taskUses
-		if out, err = s.scanClaimed(rows, f.limit, behaviors, &uses); err != nil {
-			return err
-		}
-		if err := f.spendAll(ctx, out, uses); err != nil {
-			return err
-		}
-		if err := f.write(ctx); err != nil {
-			return err
-		}
-		return f.clearWaiting(ctx, out)
-	})
+	}
 	if errors.Is(err, errFlowBinds) {
 		s.flowTight.Store(behaviors[0], time.Now())
 		return nil, err
@@ -98,37 +85,72 @@ func (s *Store) takeFlow(ctx context.Context, req store.ClaimRequest) ([]store.C
 	return out, nil
 }
 
+// takeFlowOn is takeFlow on conn: it opens the transaction and, unless it
+// fails, commits it.
+func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimRequest, behaviors []string, leases []int64) ([]store.Claimed, error) {
+	f := newFlowClaim(conn, req)
+	f.begin = true
+	if err := f.configure(ctx); err != nil {
+		return nil, err
+	}
+	if f.limit > 0 && len(f.keyMax) > 0 {
+		return nil, errFlowBinds
+	}
+	var out []store.Claimed
+	if f.limit > 0 {
+		rows, err := conn.Query(ctx, flowTakeSQL, req.Node, behaviors, leases, f.limit, req.LookAhead.Microseconds())
+		if err != nil {
+			return nil, err
+		}
+		var uses []taskUses
+		if out, err = s.scanClaimed(rows, f.limit, behaviors, &uses); err != nil {
+			return nil, err
+		}
+		if err := f.spendAll(ctx, out, uses); err != nil {
+			return nil, err
+		}
+	}
+	b := &pgx.Batch{}
+	f.queueWrite(b)
+	f.queueClearWaiting(b, out)
+	b.Queue("COMMIT")
+	if err := sendAll(ctx, conn, b); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // spendAll locks the rate keys the claimed tasks use, waiting, and spends
-// their units in pickup order; errFlowBinds when a key does not admit one.
+// their units; errFlowBinds when a key does not admit them all. A key's
+// units are spent at once: if it admits their sum, it admits each task in
+// pickup order, the budget only growing smaller.
 func (f *flowClaim) spendAll(ctx context.Context, claimed []store.Claimed, uses []taskUses) error {
 	var refs []rateRef
-	seen := map[rateRef]bool{}
-	for _, u := range uses {
+	sum := map[rateRef]int64{}
+	for i, u := range uses {
 		for _, r := range u.uses {
 			ref := rateRef{r.Limit, r.Key}
-			if !seen[ref] {
-				seen[ref] = true
+			if _, ok := sum[ref]; !ok {
 				refs = append(refs, ref)
 			}
+			sum[ref] += r.Units
+		}
+		if u.waiting {
+			f.waiting = append(f.waiting, claimed[i].ID)
 		}
 	}
 	if err := f.lockRates(ctx, refs, true); err != nil {
 		return err
 	}
-	for i, u := range uses {
-		for _, r := range u.uses {
-			if _, ok := f.limits[r.Limit]; !ok {
-				continue // the limit is gone: the use is free
-			}
-			k := f.rates[rateRef{r.Limit, r.Key}]
-			if k == nil || !k.admits(r.Units) {
-				return errFlowBinds
-			}
-			k.spend(r.Units)
+	for _, ref := range refs {
+		if _, ok := f.limits[ref.limit]; !ok {
+			continue // the limit is gone: the use is free
 		}
-		if u.waiting {
-			f.waiting = append(f.waiting, claimed[i].ID)
+		k := f.rates[ref]
+		if k == nil || !k.admits(sum[ref]) {
+			return errFlowBinds
 		}
+		k.spend(sum[ref])
 	}
 	return nil
 }
