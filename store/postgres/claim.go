@@ -74,11 +74,11 @@ var claimHintsSQL = claimCTEs(`
 // A counted claim also returns each task's rate uses and whether it waited
 // on a rate limit (see flowColumns).
 func claimCTEs(hints string, counted bool) string {
-	plain, extra := "", ""
+	plain, returned, extra := "", "", ""
 	if !counted {
 		plain = ` AND ` + uncapped("w.behavior")
 	} else {
-		extra = `, rate_uses, waiting`
+		returned, extra = `, t.rate_uses, t.waiting IS NOT NULL AS waiting`, `, rate_uses, waiting`
 	}
 	return `
 WITH cfg AS MATERIALIZED (
@@ -102,8 +102,7 @@ WITH cfg AS MATERIALIZED (
     FROM hint h, cfg
     WHERE ` + hintProbe("t", "h") + ` AND t.behavior = cfg.behavior
     RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
-        t.parent_id, t.group_key, t.trace, cfg.lease_us, t.resubmitted, t.schedule_not_before AS due,
-        t.rate_uses, t.waiting IS NOT NULL AS waiting
+        t.parent_id, t.group_key, t.trace, cfg.lease_us, t.resubmitted, t.schedule_not_before AS due` + returned + `
 ), leases AS (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids, behavior)
     SELECT lease, $1, now() + max(lease_us) * interval '1 microsecond', array_agg(id), min(behavior) FROM claimed GROUP BY lease
