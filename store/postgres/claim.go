@@ -28,7 +28,7 @@ import (
 // the claim index, but one added while the pause or hold committed may
 // have stayed in it. $5 is the look-ahead
 // (couch_jobs' max_sched_time): tasks due that soon are taken early.
-var claimSQL = claimCTEs(walkHints, false)
+var claimSQL = claimCTEs(walkHints, false, "")
 
 // walkHints is the hints of claimSQL and flowTakeSQL.
 const walkHints = `
@@ -49,7 +49,7 @@ const walkHints = `
 // of claimSQL).
 var claimHintsSQL = claimCTEs(`
     DELETE FROM stint_due d WHERE d.ctid = ANY($4::tid[]) AND $5::bigint IS NOT NULL
-    RETURNING d.id, d.priority, d.due`, true)
+    RETURNING d.id, d.priority, d.due`, true, "")
 
 // claimCTEs returns a claim statement that takes the hints deleted by
 // hints (a DELETE FROM stint_due returning id, priority and due). cfg holds
@@ -72,8 +72,9 @@ var claimHintsSQL = claimCTEs(`
 // pickup order.
 //
 // A counted claim also returns each task's rate uses and whether it waited
-// on a rate limit (see flowColumns).
-func claimCTEs(hints string, counted bool) string {
+// on a rate limit. guard, when not empty, is a further condition on each
+// behavior (w.behavior) to be claimed at all.
+func claimCTEs(hints string, counted bool, guard string) string {
 	plain, returned, extra := "", "", ""
 	if !counted {
 		plain = ` AND ` + uncapped("w.behavior")
@@ -85,7 +86,7 @@ WITH cfg AS MATERIALIZED (
     SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, gen_random_uuid() AS lease
     FROM unnest($2::text[], $3::bigint[]) AS w(behavior, lease_us)
     LEFT JOIN stint_behavior b ON b.behavior = w.behavior
-    WHERE b.paused IS NOT TRUE` + plain + `
+    WHERE b.paused IS NOT TRUE` + plain + guard + `
 ), hint AS (` + hints + `
 ), claimed AS (
     UPDATE stint_task t SET

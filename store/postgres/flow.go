@@ -183,33 +183,34 @@ type flowClaim struct {
 	req      store.ClaimRequest
 	behavior string
 	now      time.Time
-	limit    int  // tasks to claim at most: the request's, within the cluster cap
-	idle     bool // nothing was due: the claim did not take its turn
-	begin    bool // configure opens the transaction (on a connection)
+	limit    int   // tasks to claim at most: the request's, within the cluster cap
+	idle     bool  // nothing was due: the claim did not take its turn
+	bound    int64 // an upper bound on the running tasks; see leaseBoundSQL
 
-	cluster int            // the cap on the behavior's running tasks; 0: none
-	keyMax  map[string]int // caps of keys set at runtime
-	weight  map[string]int // fair-share weights of keys set at runtime
-	running map[string]int // running tasks of the counted keys, picks included
-	capped  []string       // keys at their cap, or locked by another claimer
-	seen    []pgtype.TID   // hints read so far
-	hints   []pgtype.TID   // hints picked to claim
-	stale   []pgtype.TID   // hints that no longer stand for their task
-	taken   map[string]bool
-	waiting []api.TaskID // picked tasks that wait on a rate limit, to clear
-	last    string       // the group key of the last pick (fair share)
-	limits  map[string]api.RateLimit
-	rates   map[rateRef]*rateKey
-	tried   map[rateRef]bool // rate keys another claimer held
-	moves   []flowMove
-	wake    time.Duration // the earliest wait of a move
+	cluster  int            // the cap on the behavior's running tasks; 0: none
+	keyMax   map[string]int // caps of keys set at runtime
+	weight   map[string]int // fair-share weights of keys set at runtime
+	running  map[string]int // running tasks of the counted keys, picks included
+	capped   []string       // keys at their cap, or locked by another claimer
+	seen     []pgtype.TID   // hints read so far
+	hints    []pgtype.TID   // hints picked to claim
+	stale    []pgtype.TID   // hints that no longer stand for their task
+	taken    map[string]bool
+	waiting  []api.TaskID // picked tasks that wait on a rate limit, to clear
+	last     string       // the group key of the last pick (fair share)
+	limits   map[string]api.RateLimit
+	rates    map[rateRef]*rateKey
+	readRefs map[rateRef]bool // rate keys locked or tried, and read
+	tried    map[rateRef]bool // rate keys another claimer held
+	moves    []flowMove
+	wake     time.Duration // the earliest wait of a move
 }
 
 // newFlowClaim returns the state of a claim of req in tx.
 func newFlowClaim(tx querier, req store.ClaimRequest) *flowClaim {
 	return &flowClaim{tx: tx, req: req, behavior: string(req.Behaviors[0].Behavior), running: map[string]int{},
 		keyMax: map[string]int{}, weight: map[string]int{}, taken: map[string]bool{},
-		rates: map[rateRef]*rateKey{}, limits: map[string]api.RateLimit{}}
+		rates: map[rateRef]*rateKey{}, readRefs: map[rateRef]bool{}, limits: map[string]api.RateLimit{}}
 }
 
 // rateRef names a key of a rate limit.
@@ -241,19 +242,34 @@ type flowCandidate struct {
 // does the rest.
 func (f *flowClaim) configure(ctx context.Context) error {
 	b := &pgx.Batch{}
-	if f.begin {
-		b.Queue("BEGIN")
+	f.queueConfigure(b)
+	br := f.tx.SendBatch(ctx, b)
+	defer br.Close()
+	if err := f.readConfigure(br); err != nil {
+		return err
 	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if f.needsCount() {
+		return f.count(ctx)
+	}
+	return nil
+}
+
+// queueConfigure queues configure's statements in b.
+func (f *flowClaim) queueConfigure(b *pgx.Batch) {
 	b.Queue(flowSettingsSQL)
 	b.Queue(flowLockSQL, f.behavior, f.req.LookAhead.Microseconds())
 	b.Queue(flowConfigSQL, f.behavior)
 	b.Queue(leaseBoundSQL, f.behavior)
-	br := f.tx.SendBatch(ctx, b)
-	defer br.Close()
-	for range b.Len() - 3 {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
+}
+
+// readConfigure reads the results of queueConfigure's statements (after
+// those of the statements queued before them, which return no rows).
+func (f *flowClaim) readConfigure(br pgx.BatchResults) error {
+	if _, err := br.Exec(); err != nil {
+		return err
 	}
 	tag, err := br.Exec()
 	if err != nil {
@@ -282,22 +298,30 @@ func (f *flowClaim) configure(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	var bound int64
-	if err := br.QueryRow().Scan(&bound); err != nil {
-		return err
-	}
-	if err := br.Close(); err != nil {
+	if err := br.QueryRow().Scan(&f.bound); err != nil {
 		return err
 	}
 	f.limit = f.req.Limit
 	if f.idle {
 		f.limit = 0
-		return nil
+	}
+	return nil
+}
+
+// needsCount reports whether the claim must count the running tasks: caps
+// per key need their counts, and the cluster cap needs the total unless
+// the bound leaves room for the whole claim.
+func (f *flowClaim) needsCount() bool {
+	if f.idle {
+		return false
 	}
 	perKey := f.req.PerGroup > 0 || len(f.keyMax) > 0
-	if !perKey && (f.cluster <= 0 || bound+int64(f.limit) <= int64(f.cluster)) {
-		return nil
-	}
+	return perKey || f.cluster > 0 && f.bound+int64(f.limit) > int64(f.cluster)
+}
+
+// count counts the running tasks, by key, and brings the limit within
+// the cluster cap.
+func (f *flowClaim) count(ctx context.Context) error {
 	byKey, total, err := runningOf(ctx, f.tx, f.behavior, f.req.Returned)
 	if err != nil {
 		return err

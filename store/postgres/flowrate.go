@@ -58,31 +58,58 @@ JOIN stint_rate_key k ON k.name = u.name AND k.key = u.key`
 // round trip. A key of a limit that does not exist is locked and left
 // out: its use is free.
 func (f *flowClaim) lockRates(ctx context.Context, refs []rateRef, wait bool) error {
+	b := &pgx.Batch{}
+	q := f.queueRates(b, refs, wait)
+	if q == nil {
+		return nil
+	}
+	br := f.tx.SendBatch(ctx, b)
+	defer br.Close()
+	if err := f.readRates(br, q); err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+// rateRead is what queueRates queued, for readRates.
+type rateRead struct {
+	refs   []rateRef // sorted
+	joined []string  // the refs as advisory lock names
+	names  []string  // the limits read
+}
+
+// queueRates queues lockRates' statements in b; nil when refs is empty.
+func (f *flowClaim) queueRates(b *pgx.Batch, refs []rateRef, wait bool) *rateRead {
 	if len(refs) == 0 {
 		return nil
 	}
-	var names []string
+	q := &rateRead{refs: slices.Clone(refs)}
 	for _, r := range refs {
-		if _, ok := f.limits[r.limit]; !ok && !slices.Contains(names, r.limit) {
-			names = append(names, r.limit)
+		if _, ok := f.limits[r.limit]; !ok && !slices.Contains(q.names, r.limit) {
+			q.names = append(q.names, r.limit)
 		}
 	}
-	slices.Sort(names)
-	slices.SortFunc(refs, func(a, b rateRef) int { return cmp.Or(cmp.Compare(a.limit, b.limit), cmp.Compare(a.key, b.key)) })
-	joined := make([]string, len(refs))
-	lims, keys := make([]string, len(refs)), make([]string, len(refs))
-	for i, r := range refs {
-		joined[i], lims[i], keys[i] = r.limit+"\x1f"+r.key, r.limit, r.key
+	slices.Sort(q.names)
+	slices.SortFunc(q.refs, func(a, b rateRef) int { return cmp.Or(cmp.Compare(a.limit, b.limit), cmp.Compare(a.key, b.key)) })
+	q.joined = make([]string, len(q.refs))
+	lims, keys := make([]string, len(q.refs)), make([]string, len(q.refs))
+	for i, r := range q.refs {
+		q.joined[i], lims[i], keys[i] = r.limit+"\x1f"+r.key, r.limit, r.key
 	}
-	b := &pgx.Batch{}
-	if len(names) > 0 {
-		b.Queue(rateLimitRowsSQL, names)
+	if len(q.names) > 0 {
+		b.Queue(rateLimitRowsSQL, q.names)
 	}
-	b.Queue(map[bool]string{true: rateLockSQL, false: rateTryLockSQL}[wait], joined)
+	b.Queue(map[bool]string{true: rateLockSQL, false: rateTryLockSQL}[wait], q.joined)
 	b.Queue(rateKeysSQL, lims, keys)
-	br := f.tx.SendBatch(ctx, b)
-	defer br.Close()
-	if len(names) > 0 {
+	return q
+}
+
+// readRates reads the results of queueRates' statements (nothing for nil).
+func (f *flowClaim) readRates(br pgx.BatchResults, q *rateRead) error {
+	if q == nil {
+		return nil
+	}
+	if len(q.names) > 0 {
 		rows, err := br.Query()
 		if err != nil {
 			return err
@@ -106,11 +133,12 @@ func (f *flowClaim) lockRates(ctx context.Context, refs []rateRef, wait bool) er
 		return err
 	}
 	held := map[rateRef]bool{}
-	for i, r := range refs {
+	for i, r := range q.refs {
+		f.readRefs[r] = true
 		if _, ok := f.limits[r.limit]; !ok {
 			continue
 		}
-		if !slices.Contains(locked, joined[i]) {
+		if !slices.Contains(locked, q.joined[i]) {
 			if f.tried == nil {
 				f.tried = map[rateRef]bool{}
 			}
@@ -129,17 +157,15 @@ func (f *flowClaim) lockRates(ctx context.Context, refs []rateRef, wait bool) er
 	var tat time.Time
 	var frac, fracLim int64
 	var planned *time.Time
-	if _, err = pgx.ForEachRow(rows, []any{&name, &key, &tat, &frac, &fracLim, &planned}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&name, &key, &tat, &frac, &fracLim, &planned}, func() error {
 		r := rateRef{name, key}
 		if held[r] {
 			l := f.limits[name]
 			f.rates[r] = newRateKey(name, key, l.Limit, l.Period.Microseconds(), f.now, tat, frac, fracLim, planned)
 		}
 		return nil
-	}); err != nil {
-		return err
-	}
-	return br.Close()
+	})
+	return err
 }
 
 // rateAdmits reports whether every rate limit c uses admits it now. A

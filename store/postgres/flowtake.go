@@ -38,8 +38,20 @@ const flowTightFor = time.Second
 var errFlowBinds = errors.New("a flow limit binds the claim")
 
 // flowTakeSQL claims as claimSQL does, for a claim that counted what it
-// claims, returning the tasks' rate uses.
-var flowTakeSQL = claimCTEs(walkHints, true)
+// claims, returning the tasks' rate uses; flowTakeGuardedSQL does so only
+// when, in the same statement, no cap per key is set at runtime and the
+// cluster cap in force (stored at runtime, else the policy's $6; 0: none)
+// leaves room for the whole claim by the bound of leaseBoundSQL: it goes
+// out in the batch that takes the behavior's turn and reads the caps, and
+// claims when the caps it reads would let it.
+var (
+	flowTakeSQL        = claimCTEs(walkHints, true, "")
+	flowTakeGuardedSQL = claimCTEs(walkHints, true, `
+      AND NOT EXISTS (SELECT 1 FROM stint_concurrency cc WHERE cc.behavior = w.behavior AND cc.key <> '' AND cc.max > 0)
+      AND (SELECT g.cap <= 0 OR g.bound + $4 <= g.cap FROM (SELECT
+              coalesce((SELECT cc.max FROM stint_concurrency cc WHERE cc.behavior = w.behavior AND cc.key = ''), $6::int) AS cap,
+              (SELECT coalesce(sum(cardinality(l.task_ids)), 0) FROM stint_lease l WHERE l.behavior = w.behavior) AS bound) g)`)
+)
 
 // leaseBoundSQL returns an upper bound on the running tasks of the
 // behavior $1: the tasks its lease rows name, finished ones included
@@ -86,52 +98,115 @@ func (s *Store) takeFlow(ctx context.Context, req store.ClaimRequest) ([]store.C
 }
 
 // takeFlowOn is takeFlow on conn: it opens the transaction and, unless it
-// fails, commits it.
+// fails, commits it. The first round trip takes the behavior's turn,
+// reads the caps, locks and reads the rate keys the behavior's last claim
+// spent (most often those this one spends) and claims, guarded; the last
+// stores the rate keys and commits. In between, only what the first could
+// not know: the running tasks counted exactly when the bound did not
+// leave room (and a claim within what the count leaves), and rate keys
+// not locked yet.
 func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimRequest, behaviors []string, leases []int64) ([]store.Claimed, error) {
 	f := newFlowClaim(conn, req)
-	f.begin = true
-	if err := f.configure(ctx); err != nil {
-		return nil, err
-	}
-	if f.limit > 0 && len(f.keyMax) > 0 {
-		return nil, errFlowBinds
-	}
-	var out []store.Claimed
-	if f.limit > 0 {
-		rows, err := conn.Query(ctx, flowTakeSQL, req.Node, behaviors, leases, f.limit, req.LookAhead.Microseconds())
-		if err != nil {
-			return nil, err
-		}
-		var uses []taskUses
-		if out, err = s.scanClaimed(rows, f.limit, behaviors, &uses); err != nil {
-			return nil, err
-		}
-		if err := f.spendAll(ctx, out, uses); err != nil {
-			return nil, err
-		}
+	var predicted []rateRef
+	if p, ok := s.flowRates.Load(behaviors[0]); ok {
+		predicted = p.([]rateRef)
 	}
 	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	f.queueConfigure(b)
+	q := f.queueRates(b, predicted, true)
+	b.Queue(flowTakeGuardedSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds(), req.Cluster)
+	var out []store.Claimed
+	var uses []taskUses
+	err := func() error {
+		br := conn.SendBatch(ctx, b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := f.readConfigure(br); err != nil {
+			return err
+		}
+		if err := f.readRates(br, q); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		if out, err = s.scanClaimed(rows, req.Limit, behaviors, &uses); err != nil {
+			return err
+		}
+		return br.Close()
+	}()
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 && !f.idle {
+		// The guard held the claim back (or nothing was due): claim what
+		// the exact count leaves, if the caps per key do not bind.
+		if len(f.keyMax) > 0 {
+			return nil, errFlowBinds
+		}
+		if f.needsCount() {
+			if err := f.count(ctx); err != nil {
+				return nil, err
+			}
+			if f.limit > 0 {
+				rows, err := conn.Query(ctx, flowTakeSQL, req.Node, behaviors, leases, f.limit, req.LookAhead.Microseconds())
+				if err != nil {
+					return nil, err
+				}
+				if out, err = s.scanClaimed(rows, f.limit, behaviors, &uses); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	spent, err := f.spendAll(ctx, out, uses, len(predicted) == 0)
+	if err != nil {
+		return nil, err
+	}
+	b = &pgx.Batch{}
 	f.queueWrite(b)
 	f.queueClearWaiting(b, out)
 	b.Queue("COMMIT")
 	if err := sendAll(ctx, conn, b); err != nil {
 		return nil, err
 	}
+	if len(out) > 0 {
+		if len(spent) <= maxPredictedRates {
+			s.flowRates.Store(behaviors[0], spent)
+		} else {
+			s.flowRates.Delete(behaviors[0])
+		}
+	}
 	return out, nil
 }
 
-// spendAll locks the rate keys the claimed tasks use, waiting, and spends
-// their units; errFlowBinds when a key does not admit them all. A key's
-// units are spent at once: if it admits their sum, it admits each task in
-// pickup order, the budget only growing smaller.
-func (f *flowClaim) spendAll(ctx context.Context, claimed []store.Claimed, uses []taskUses) error {
-	var refs []rateRef
+// maxPredictedRates bounds the rate keys a behavior's next claim locks
+// before it knows its tasks: a behavior whose claims spend many keys (a
+// key per customer, say) locks them once it knows them.
+const maxPredictedRates = 8
+
+// spendAll locks the rate keys the claimed tasks use that are not locked
+// yet (waiting when wait is set, else only trying: keys locked before
+// were taken first, out of order) and spends their units; errFlowBinds
+// when a key does not admit them all, or is held by another claimer. A
+// key's units are spent at once: if it admits their sum, it admits each
+// task in pickup order, the budget only growing smaller. It returns the
+// keys spent.
+func (f *flowClaim) spendAll(ctx context.Context, claimed []store.Claimed, uses []taskUses, wait bool) ([]rateRef, error) {
+	var refs, missing []rateRef
 	sum := map[rateRef]int64{}
 	for i, u := range uses {
 		for _, r := range u.uses {
 			ref := rateRef{r.Limit, r.Key}
 			if _, ok := sum[ref]; !ok {
 				refs = append(refs, ref)
+				if !f.readRefs[ref] {
+					missing = append(missing, ref)
+				}
 			}
 			sum[ref] += r.Units
 		}
@@ -139,8 +214,8 @@ func (f *flowClaim) spendAll(ctx context.Context, claimed []store.Claimed, uses 
 			f.waiting = append(f.waiting, claimed[i].ID)
 		}
 	}
-	if err := f.lockRates(ctx, refs, true); err != nil {
-		return err
+	if err := f.lockRates(ctx, missing, wait); err != nil {
+		return nil, err
 	}
 	for _, ref := range refs {
 		if _, ok := f.limits[ref.limit]; !ok {
@@ -148,11 +223,11 @@ func (f *flowClaim) spendAll(ctx context.Context, claimed []store.Claimed, uses 
 		}
 		k := f.rates[ref]
 		if k == nil || !k.admits(sum[ref]) {
-			return errFlowBinds
+			return nil, errFlowBinds
 		}
 		k.spend(sum[ref])
 	}
-	return nil
+	return refs, nil
 }
 
 // taskUses is a claimed task's rate uses, and whether it waited on a rate

@@ -90,6 +90,8 @@ func hotStatements() []hotStatement {
 			args: []any{"bench.noop"}},
 		{name: "claim under flow control: at once", sql: flowTakeSQL, settings: flowSettingsSQL,
 			args: []any{node, behaviors, leaseUS, 1000, int64(0)}},
+		{name: "claim under flow control: at once, guarded", sql: flowTakeGuardedSQL, settings: flowSettingsSQL,
+			args: []any{node, behaviors, leaseUS, 1000, int64(0), 100000}},
 		{name: "claim under flow control: stale hints", sql: dropHintsSQL, settings: flowSettingsSQL, args: []any{hints[:10]}},
 		{name: "claim under flow control: held back", sql: flowMoveSQL, settings: flowSettingsSQL,
 			args: []any{hints[:10], ids[:10], `{"run-000001": 1000}`, `{"run-000001": {"reason": "rate_limit"}}`}},

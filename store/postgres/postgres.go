@@ -51,6 +51,9 @@ type Store struct {
 	// flowTight holds, per behavior, when a claim under flow control last
 	// found a limit binding: see flowLoose.
 	flowTight sync.Map
+	// flowRates holds, per behavior, the rate keys its last claim tried
+	// at once spent: the next one locks them in its first round trip.
+	flowRates sync.Map
 }
 
 var _ store.Store = (*Store)(nil)
