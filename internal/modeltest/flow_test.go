@@ -106,8 +106,11 @@ func (b *flowBehavior) Policy() spi.Policy {
 }
 
 func (b *flowBehavior) Run(ctx context.Context, rc spi.RunContext, p FlowParams) (struct{}, error) {
+	// Every run that starts is logged, even one whose lease is already
+	// lost (a busy machine can delay a renewal past the lease): its
+	// attempt counted, and the check counts attempts by the starts logged.
 	var id int64
-	if err := b.pool.QueryRow(ctx, `INSERT INTO flow_run (task_id, attempt, node, behavior, key, executed_at)
+	if err := b.pool.QueryRow(context.WithoutCancel(ctx), `INSERT INTO flow_run (task_id, attempt, node, behavior, key, executed_at)
 		SELECT $1, $2, $3, $4, $5, executed_at FROM stint_task WHERE id = $1 RETURNING id`,
 		string(rc.TaskID()), rc.Attempt(), b.node, string(b.id), p.Key).Scan(&id); err != nil {
 		return struct{}{}, err
