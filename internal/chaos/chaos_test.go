@@ -110,6 +110,7 @@ func registry(pool *pgxpool.Pool, node string) *spi.Registry {
 	reg := spi.NewRegistry()
 	spi.MustRegister[WorkParams, string](reg, work{pool: pool, node: node})
 	spi.MustRegister[FlowParams, struct{}](reg, limited{pool: pool, node: node})
+	spi.MustRegister[FlowParams, struct{}](reg, loose{limited{pool: pool, node: node}})
 	return reg
 }
 

@@ -35,6 +35,12 @@ type FlowParams struct {
 
 var limitedKind = api.Kind[FlowParams, struct{}]{ID: "chaos.limited"}
 
+// looseKind is chaos.loose: chaos.limited without caps per key, whose
+// claims are tried at once while its limits do not bind (the rate limit
+// binds often here, so both the claim tried at once and the careful one
+// run).
+var looseKind = api.Kind[FlowParams, struct{}]{ID: "chaos.loose"}
+
 // The limits of chaos.limited.
 const (
 	flowKeyCap     = 3
@@ -62,6 +68,16 @@ func (limited) RateUses(p FlowParams) []spi.RateUse {
 func (limited) Policy() spi.Policy {
 	return spi.Policy{Lease: lease, MaxAttempts: 1000, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		GroupConcurrency: flowKeyCap, ClusterConcurrency: flowClusterCap}
+}
+
+// loose is chaos.loose.
+type loose struct{ limited }
+
+func (loose) Kind() api.Kind[FlowParams, struct{}] { return looseKind }
+func (l loose) Policy() spi.Policy {
+	p := l.limited.Policy()
+	p.GroupConcurrency = 0
+	return p
 }
 
 func (l limited) Run(ctx context.Context, rc spi.RunContext, p FlowParams) (struct{}, error) {
@@ -101,16 +117,19 @@ type pause struct {
 	from, to time.Time
 }
 
-// flowScenario runs count tasks of chaos.limited on three node processes
-// with fault going on, then checks the run log.
-func flowScenario(t *testing.T, count int, fault func(c *cluster, pause func(*node, func()), stop <-chan struct{})) {
+// flowScenario runs count tasks of kind (chaos.limited or chaos.loose) on
+// three node processes with fault going on, then checks the run log.
+func flowScenario(t *testing.T, kind api.Kind[FlowParams, struct{}], count int, fault func(c *cluster, pause func(*node, func()), stop <-chan struct{})) {
 	c := newCluster(t)
 	_, err := c.pool.Exec(c.ctx, `CREATE TABLE chaos_flow_run (id bigserial PRIMARY KEY, task_id text NOT NULL, node text NOT NULL,
 		key text NOT NULL, executed_at timestamptz NOT NULL, started timestamptz NOT NULL, ended timestamptz,
 		lost bool NOT NULL DEFAULT false)`)
 	require.NoError(t, err)
 	require.NoError(t, c.client.SetRateLimit(c.ctx, flowRate))
-	require.NoError(t, c.client.SetConcurrencyLimit(c.ctx, api.ConcurrencyLimit{Behavior: limitedKind.ID, Key: flowBigKey, Max: flowBigCap}))
+	keyCaps := kind.ID == limitedKind.ID
+	if keyCaps {
+		require.NoError(t, c.client.SetConcurrencyLimit(c.ctx, api.ConcurrencyLimit{Behavior: limitedKind.ID, Key: flowBigKey, Max: flowBigCap}))
+	}
 	c.startAll()
 	var mu sync.Mutex
 	var pauses []pause
@@ -134,7 +153,7 @@ func flowScenario(t *testing.T, count int, fault func(c *cluster, pause func(*no
 	for start := 0; start < count; start += 100 {
 		var reqs []api.SubmitRequest
 		for n := start; n < min(start+100, count); n++ {
-			reqs = append(reqs, api.SubmitRequest{Behavior: limitedKind.ID,
+			reqs = append(reqs, api.SubmitRequest{Behavior: kind.ID,
 				Params: fmt.Appendf(nil, `{"n":%d,"key":"k%d","sleep_ms":%d}`, n, n%4, mrand.IntN(40))})
 		}
 		for {
@@ -167,14 +186,15 @@ func flowScenario(t *testing.T, count int, fault func(c *cluster, pause func(*no
 		}
 	}
 	require.Equal(t, len(ids), done, "every task succeeded")
-	starts, windows, most, lost, overlapped := checkFlowLog(t, c, pauses)
+	starts, windows, most, lost, overlapped := checkFlowLog(t, c, pauses, keyCaps)
 	t.Logf("%s: %d tasks, %d starts (%d ended by the engine, %d outlived their lease), %d rate windows checked, most running at once %d (cap %d), %d pauses",
 		t.Name(), len(ids), starts, lost, overlapped, windows, most, flowClusterCap, len(pauses))
 }
 
-// checkFlowLog checks the run log against the caps and the rate rule and
-// returns the starts and windows it checked and the most runs at once.
-func checkFlowLog(t *testing.T, c *cluster, pauses []pause) (starts, windows, most, lost, overlapped int) {
+// checkFlowLog checks the run log against the caps (those per key when
+// keyCaps is set) and the rate rule and returns the starts and windows it
+// checked and the most runs at once.
+func checkFlowLog(t *testing.T, c *cluster, pauses []pause, keyCaps bool) (starts, windows, most, lost, overlapped int) {
 	rows, err := c.pool.Query(c.ctx, `SELECT task_id, node, key, executed_at, started, coalesce(ended, '9999-01-01'), lost FROM chaos_flow_run ORDER BY executed_at`)
 	require.NoError(t, err)
 	type run struct {
@@ -252,6 +272,9 @@ func checkFlowLog(t *testing.T, c *cluster, pauses []pause) (starts, windows, mo
 		if r.key == flowBigKey {
 			cap = flowBigCap
 		}
+		if !keyCaps {
+			cap = len(runs)
+		}
 		if key > cap || all > flowClusterCap {
 			// Say which runs overlapped, for the failure to tell why.
 			var at []string
@@ -289,7 +312,7 @@ func checkFlowLog(t *testing.T, c *cluster, pauses []pause) (starts, windows, mo
 }
 
 func TestFlowLimitsThroughSIGKILL(t *testing.T) {
-	flowScenario(t, 1000, func(c *cluster, pause func(*node, func()), stop <-chan struct{}) {
+	flowScenario(t, limitedKind, 1000, func(c *cluster, pause func(*node, func()), stop <-chan struct{}) {
 		every(stop, 700*time.Millisecond, 700*time.Millisecond, func() {
 			n := c.nodes[mrand.IntN(len(c.nodes))]
 			if n.cmd != nil {
@@ -301,7 +324,13 @@ func TestFlowLimitsThroughSIGKILL(t *testing.T) {
 }
 
 func TestFlowLimitsThroughSIGSTOPPastTheLease(t *testing.T) {
-	flowScenario(t, 1000, func(c *cluster, pause func(*node, func()), stop <-chan struct{}) {
+	for _, kind := range []api.Kind[FlowParams, struct{}]{limitedKind, looseKind} {
+		t.Run(string(kind.ID), func(t *testing.T) { sigstopPastTheLease(t, kind) })
+	}
+}
+
+func sigstopPastTheLease(t *testing.T, kind api.Kind[FlowParams, struct{}]) {
+	flowScenario(t, kind, 1000, func(c *cluster, pause func(*node, func()), stop <-chan struct{}) {
 		n := c.nodes[0]
 		every(stop, 300*time.Millisecond, 3*time.Second, func() {
 			pause(n, func() {
@@ -318,12 +347,16 @@ func TestFlowLimitsThroughPostgresRestart(t *testing.T) {
 	if cl == nil {
 		t.Skip("the cluster is not this test binary's (STINT_TEST_DATABASE_URL is set)")
 	}
-	flowScenario(t, 1000, func(c *cluster, _ func(*node, func()), stop <-chan struct{}) {
-		select {
-		case <-stop:
-			return
-		case <-time.After(time.Second):
-		}
-		require.NoError(t, cl.Restart(c.ctx))
-	})
+	for _, kind := range []api.Kind[FlowParams, struct{}]{limitedKind, looseKind} {
+		t.Run(string(kind.ID), func(t *testing.T) {
+			flowScenario(t, kind, 1000, func(c *cluster, _ func(*node, func()), stop <-chan struct{}) {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Second):
+				}
+				require.NoError(t, cl.Restart(c.ctx))
+			})
+		})
+	}
 }
