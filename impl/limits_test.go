@@ -236,3 +236,35 @@ func TestSubmitChecksRateUses(t *testing.T) {
 	_, err = c.Submit(e.ctx, flowReq(ratedKind, FlowParams{ID: "stored", Limit: "stored"}))
 	require.NoError(t, err, "a stored limit needs no declaration")
 }
+
+// TestConcurrentSubmitsStoreADeclaredLimit submits, from several clients at
+// once, tasks naming a declared limit that is not stored yet: whichever
+// stores it, every submit finds it (a submit whose insert waited for
+// another's found the limit missing from its older snapshot).
+func TestConcurrentSubmitsStoreADeclaredLimit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for round := range 5 {
+		name := fmt.Sprintf("race.%d", round)
+		clients := make([]api.Tasks, 8)
+		for i := range clients {
+			clients[i] = e.client()
+		}
+		start := make(chan struct{})
+		errs := make(chan error, len(clients))
+		for i, c := range clients {
+			go func() {
+				<-start
+				_, err := c.Submit(e.ctx, flowReq(ratedKind, FlowParams{ID: fmt.Sprintf("%s-%d", name, i), Limit: declaredLimit.Name}))
+				errs <- err
+			}()
+		}
+		if round > 0 {
+			require.NoError(t, e.st.RemoveRateLimit(e.ctx, declaredLimit.Name), "round %d", round)
+		}
+		close(start)
+		for range clients {
+			require.NoError(t, <-errs, "round %d", round)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -169,40 +170,55 @@ func (s *Store) RateLimits(ctx context.Context) ([]api.RateLimitInfo, error) {
 
 // EnsureRateLimits stores the declared limits among names that are not
 // stored yet and returns the stored limits of names; see store.Limits.
+//
+// A declared limit that another submit stores at the same moment is
+// inserted by neither statement as this one sees it: its insert waits for
+// the other's and does nothing, and its read's snapshot is older than the
+// other's commit. The statement is then run again, once, to read it.
 func (s *Store) EnsureRateLimits(ctx context.Context, declared []api.RateLimit, names []string) (map[string]api.RateLimit, error) {
 	var dn []string
 	var dl, dp []int64
 	for _, l := range declared {
 		dn, dl, dp = append(dn, l.Name), append(dl, l.Limit), append(dp, l.Period.Microseconds())
 	}
-	rows, err := s.pool.Query(ctx, `
-		WITH d AS (
-		    SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS d(name, lim, period_us)
-		    WHERE d.name = ANY($4::text[])
-		), ins AS (
-		    INSERT INTO stint_rate_limit (name, lim, period_us)
-		    SELECT d.name, d.lim, d.period_us FROM d
-		    WHERE NOT EXISTS (SELECT 1 FROM stint_rate_limit l WHERE l.name = d.name)
-		    ON CONFLICT (name) DO NOTHING
-		    RETURNING name, lim, period_us
-		)
-		SELECT name, lim, period_us FROM stint_rate_limit WHERE name = ANY($4::text[])
-		UNION ALL SELECT name, lim, period_us FROM ins`, dn, dl, dp, names)
-	if err != nil {
-		return nil, fmt.Errorf("look up rate limits: %w", err)
-	}
 	out := map[string]api.RateLimit{}
-	var l api.RateLimit
-	var periodUS int64
-	if _, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit, &periodUS}, func() error {
-		l.Period = time.Duration(periodUS) * time.Microsecond
-		out[l.Name] = l
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("look up rate limits: %w", err)
+	for try := 0; try < 2; try++ {
+		rows, err := s.pool.Query(ctx, ensureRateLimitsSQL, dn, dl, dp, names)
+		if err != nil {
+			return nil, fmt.Errorf("look up rate limits: %w", err)
+		}
+		var l api.RateLimit
+		var periodUS int64
+		if _, err := pgx.ForEachRow(rows, []any{&l.Name, &l.Limit, &periodUS}, func() error {
+			l.Period = time.Duration(periodUS) * time.Microsecond
+			out[l.Name] = l
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("look up rate limits: %w", err)
+		}
+		if !slices.ContainsFunc(dn, func(n string) bool { _, ok := out[n]; return !ok && slices.Contains(names, n) }) {
+			break
+		}
 	}
 	return out, nil
 }
+
+// ensureRateLimitsSQL inserts the declared limits ($1 names, $2 limits,
+// $3 periods in microseconds) among the names $4 that are not stored, and
+// returns the stored limits of $4 with those it inserted.
+const ensureRateLimitsSQL = `
+WITH d AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS d(name, lim, period_us)
+    WHERE d.name = ANY($4::text[])
+), ins AS (
+    INSERT INTO stint_rate_limit (name, lim, period_us)
+    SELECT d.name, d.lim, d.period_us FROM d
+    WHERE NOT EXISTS (SELECT 1 FROM stint_rate_limit l WHERE l.name = d.name)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING name, lim, period_us
+)
+SELECT name, lim, period_us FROM stint_rate_limit WHERE name = ANY($4::text[])
+UNION ALL SELECT name, lim, period_us FROM ins`
 
 // uncapped returns the condition, for a statement that starts tasks of
 // behavior without counting (a plain claim, a local start), that no cap
