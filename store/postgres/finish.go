@@ -268,16 +268,23 @@ func (s *Store) SetPriority(ctx context.Context, r store.LeaseRef, priority int)
 // Unclaim gives running tasks back, due at once; see store.Store. As in
 // a takeover, the next run covers a resubmit that came during this one.
 func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {
-	ids := make(textArray, len(refs))
-	leases := make(uuidArray, len(refs))
-	for i, r := range refs {
-		ids[i], leases[i] = string(r.ID), uuid(r.Lease)
-	}
+	ids, leases := leaseRefArrays(refs)
 	_, err := indexed(ctx, s.pool, nil, unclaimSQL, ids, leases)
 	if err != nil {
 		return fmt.Errorf("unclaim tasks: %w", err)
 	}
 	return nil
+}
+
+// leaseRefArrays returns the task ids and leases of refs, in order, as
+// statement parameters.
+func leaseRefArrays(refs []store.LeaseRef) (textArray, uuidArray) {
+	ids := make(textArray, len(refs))
+	leases := make(uuidArray, len(refs))
+	for i, r := range refs {
+		ids[i], leases[i] = string(r.ID), uuid(r.Lease)
+	}
+	return ids, leases
 }
 
 // unclaimSQL gives the running tasks $1 back under their leases $2, due

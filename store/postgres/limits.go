@@ -302,11 +302,7 @@ GROUP BY 1`
 // under "" when the behavior's tasks have no key... see runningSQL. The
 // total is returned apart.
 func runningOf(ctx context.Context, q querier, behavior string, returned []store.LeaseRef) (map[string]int, int, error) {
-	ids := make(textArray, len(returned))
-	leases := make(uuidArray, len(returned))
-	for i, r := range returned {
-		ids[i], leases[i] = string(r.ID), uuid(r.Lease)
-	}
+	ids, leases := leaseRefArrays(returned)
 	rows, err := q.Query(ctx, runningSQL, behavior, ids, leases)
 	if err != nil {
 		return nil, 0, err
@@ -398,9 +394,14 @@ func (s *Store) CappedBehaviors(ctx context.Context) ([]api.BehaviorID, error) {
 
 // dueBehaviorsSQL returns those of the behaviors $1 with a hint due within
 // the look-ahead $2: one probe of the claim index each.
-const dueBehaviorsSQL = `SELECT b FROM unnest($1::text[]) AS b
-WHERE EXISTS (SELECT 1 FROM stint_due d WHERE NOT d.parked AND d.behavior = b
-    AND d.due <= now() + $2 * interval '1 microsecond')`
+var dueBehaviorsSQL = `SELECT b FROM unnest($1::text[]) AS b WHERE ` + hasDueHint("b", "$2")
+
+// hasDueHint returns the condition that the behavior has a claim hint due
+// within the look-ahead (in microseconds): one probe of the claim index.
+func hasDueHint(behavior, lookAhead string) string {
+	return `EXISTS (SELECT 1 FROM stint_due d WHERE NOT d.parked AND d.behavior = ` + behavior + `
+    AND d.due <= now() + ` + lookAhead + ` * interval '1 microsecond')`
+}
 
 // DueBehaviors returns the behaviors with a task due; see store.Limits.
 func (s *Store) DueBehaviors(ctx context.Context, behaviors []api.BehaviorID, lookAhead time.Duration) ([]api.BehaviorID, error) {
