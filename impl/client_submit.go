@@ -57,10 +57,10 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 		}
 		params = compact.Bytes()
 	}
-	id := req.ID
+	id, unique := req.ID, false
 	derived := id == ""
 	if derived {
-		id = reg.TaskID(p)
+		id, unique = reg.NewTaskID(p)
 	}
 	if err := spi.CheckTaskID("id", id); err != nil {
 		if derived {
@@ -110,6 +110,7 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 		Share:     reg.Policy.Dedup == spi.DedupShare,
 		Retention: req.Retention,
 		RateUses:  uses,
+		Unique:    unique,
 	}, reg, nil
 }
 

@@ -18,6 +18,9 @@ import (
 // IDs makes task ids for one behavior.
 type IDs struct {
 	behavior api.BehaviorID
+	// made, when set, receives the last id Unique made, so that the
+	// registry can tell a new id from one that may name a stored task.
+	made *api.TaskID
 }
 
 // NewIDs returns the id maker of behavior b.
@@ -39,7 +42,11 @@ func (g IDs) Deterministic(parts ...any) api.TaskID {
 
 // Unique returns a new random, time-ordered id (a UUIDv7).
 func (g IDs) Unique() api.TaskID {
-	return api.TaskID(newV7())
+	id := api.TaskID(newV7())
+	if g.made != nil {
+		*g.made = id
+	}
+	return id
 }
 
 // v7 makes UUIDv7s as github.com/google/uuid's NewV7 does: 48 bits of Unix

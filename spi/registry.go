@@ -48,7 +48,13 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 		}
 		return p, nil
 	}
-	reg.taskID = func(p any) api.TaskID { return b.TaskID(reg.ids, p.(P)) }
+	reg.taskID = func(p any) (api.TaskID, bool) {
+		var made api.TaskID
+		ids := reg.ids
+		ids.made = &made
+		id := b.TaskID(ids, p.(P))
+		return id, made != "" && id == made
+	}
 	if g, ok := b.(GroupKeyer[P]); ok {
 		reg.groupKey = func(p any) string { return g.GroupKey(p.(P)) }
 	}
@@ -192,7 +198,7 @@ type Registration struct {
 
 	ids         IDs
 	decode      func(json.RawMessage) (any, error)
-	taskID      func(any) api.TaskID
+	taskID      func(any) (api.TaskID, bool)
 	groupKey    func(any) string
 	combine     func(persisted, submitted any) any
 	combines    bool
@@ -283,7 +289,15 @@ func (r *Registration) Decode(raw json.RawMessage) (any, error) {
 }
 
 // TaskID derives the id of a task with decoded params p.
-func (r *Registration) TaskID(p any) api.TaskID { return r.taskID(p) }
+func (r *Registration) TaskID(p any) api.TaskID {
+	id, _ := r.taskID(p)
+	return id
+}
+
+// NewTaskID is TaskID that also reports whether the id is new: the one
+// IDs.Unique made for this call, which no stored task can have. A new id
+// lets the store insert the task without looking for an existing one.
+func (r *Registration) NewTaskID(p any) (id api.TaskID, unique bool) { return r.taskID(p) }
 
 // GroupKey derives the group key of a task with decoded params p, or
 // returns "" when the behavior does not derive one.

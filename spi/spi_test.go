@@ -52,6 +52,45 @@ func TestUniqueIDs(t *testing.T) {
 	require.IsIncreasing(t, all, "ids keep their text as more are made")
 }
 
+// idKind derives its task ids with the function id.
+type idKind struct {
+	name api.BehaviorID
+	id   func(spi.IDs) api.TaskID
+}
+
+func (k idKind) Kind() api.Kind[struct{}, string]                            { return api.Kind[struct{}, string]{ID: k.name} }
+func (k idKind) TaskID(ids spi.IDs, _ struct{}) api.TaskID                   { return k.id(ids) }
+func (idKind) Run(context.Context, spi.RunContext, struct{}) (string, error) { return "", nil }
+
+// TestNewTaskIDTellsANewID checks that only the id IDs.Unique made for
+// the call counts as new: the store inserts such a task without looking
+// for a stored one.
+func TestNewTaskIDTellsANewID(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		id     func(spi.IDs) api.TaskID
+		unique bool
+	}{
+		{"unique", func(ids spi.IDs) api.TaskID { return ids.Unique() }, true},
+		{"deterministic", func(ids spi.IDs) api.TaskID { return ids.Deterministic("x") }, false},
+		{"fixed", func(spi.IDs) api.TaskID { return "fixed-id" }, false},
+		{"derived from a unique one", func(ids spi.IDs) api.TaskID { return "p-" + ids.Unique() }, false},
+		{"an earlier unique one", func(ids spi.IDs) api.TaskID { id := ids.Unique(); ids.Unique(); return id }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			reg := spi.NewRegistry()
+			spi.MustRegister[struct{}, string](reg, idKind{"test.ids", tc.id})
+			r, ok := reg.Lookup("test.ids")
+			require.True(t, ok)
+			id, unique := r.NewTaskID(struct{}{})
+			require.NotEmpty(t, id)
+			require.Equal(t, tc.unique, unique)
+		})
+	}
+}
+
 func TestCheckIDs(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -68,6 +68,11 @@ type NewTask struct {
 	// controlled path (ClaimRequest.Flow). Stored with the task, and
 	// replaced only where its params are.
 	RateUses []RateUse
+	// Unique says that ID was made for this submit (a new UUIDv7), so
+	// that no stored task has it: the store may insert the task without
+	// looking for one to merge with. Should one exist after all, the
+	// submit still merges with it.
+	Unique bool
 }
 
 // LeaseRef names a run: the task and the lease its claim issued.

@@ -47,7 +47,7 @@ func (s *Store) Spawn(ctx context.Context, parent store.LeaseRef, tasks []store.
 		if err != nil {
 			return err
 		}
-		if out, _, err = submit(ctx, tx, tasks, false, ""); err != nil {
+		if out, _, err = submit(ctx, tx, tasks, false, "", false); err != nil {
 			return err
 		}
 		created := 0

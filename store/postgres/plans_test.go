@@ -36,7 +36,7 @@ type hotStatement struct {
 var planLease = pgtype.UUID{Bytes: [16]byte{15: 0}, Valid: true}
 
 // hotStatements lists every statement of the hot path: submits (plain,
-// sharing, starting on the submitting node; SubmitTx runs the same ones
+// sharing, of new ids, starting on the submitting node; SubmitTx runs the same ones
 // in the caller's transaction), claims (plain and capped per group),
 // claims under flow control, renewals, checkpoints, finishes of each outcome, takeovers, lease
 // releases, an await's poll and a subscription's poll.
@@ -73,6 +73,8 @@ func hotStatements() []hotStatement {
 		{name: "submit combining: lock", sql: combineLockSQL, args: []any{"due-000001"}},
 		{name: "submit starting", sql: submitStartSQL, args: append(started.args(), false, true, started.startLeases, node, started.rateUses)},
 		{name: "submit sharing starting", sql: shareStartSQL, args: append(started.args(), true, started.startLeases, node, started.rateUses)},
+		{name: "submit with new ids", sql: newSQL, args: append(submitted.args(), true, submitted.rateUses)},
+		{name: "submit with new ids starting", sql: newStartSQL, args: append(started.args(), true, started.startLeases, node, started.rateUses)},
 		{name: "claim", sql: claimSQL, settings: claimSettingsSQL, args: []any{node, behaviors, leaseUS, 1000, int64(0)}},
 		{name: "claim under flow control: window", sql: flowWindowSQL, settings: flowSettingsSQL,
 			args: []any{"bench.noop", int64(0), 4000, []string{"g1"}, hints[:10]}},

@@ -91,7 +91,7 @@ func (s *Store) FireSchedule(ctx context.Context, name string, last *time.Time, 
 			return err
 		}
 		if task != nil {
-			if _, _, err := submitOn(ctx, tx, []store.NewTask{*task}, ""); err != nil {
+			if _, _, err := submitOn(ctx, tx, []store.NewTask{*task}, "", false); err != nil {
 				return err
 			}
 		}

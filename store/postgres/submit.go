@@ -3,10 +3,12 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stinthq/stint/api"
@@ -65,6 +67,20 @@ var (
 	submitStartSQL = submitStatement(resubmitConflict, 12, true)
 	shareStartSQL  = submitStatement(shareConflict, 11, true)
 )
+
+// newSQL and newStartSQL are shareSQL and shareStartSQL for tasks whose
+// ids no stored task can have (store.NewTask.Unique): a plain insert. The
+// conflict clause costs an index probe and a write-ahead log record per
+// task, about a fifth of the insert. Should a new id be taken after all,
+// the statement fails with a unique violation of the primary key and the
+// submit runs again with the conflict clauses (see submitOn).
+var (
+	newSQL      = submitStatement(newConflict, 11, false)
+	newStartSQL = submitStatement(newConflict, 11, true)
+)
+
+// newConflict ends the insert of newSQL: there is no conflict to resolve.
+const newConflict = `RETURNING t.id, t.status, true AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.lease`
 
 // submitStatement returns a submit statement: the insert of the tasks
 // $1..$10 with the conflict clause conflict, followed by
@@ -185,26 +201,49 @@ FROM s LEFT JOIN cfg g ON s.created AND s.status = 'running' AND g.lease = s.lea
 
 // Submit stores tasks; see store.Store.
 func (s *Store) Submit(ctx context.Context, tasks []store.NewTask) ([]api.Submission, error) {
-	out, _, err := submitOn(ctx, s.pool, tasks, "")
+	out, _, err := submitOn(ctx, s.pool, tasks, "", true)
 	return out, err
 }
 
 // SubmitStart stores tasks and starts some of them on node; see
 // store.Store.
 func (s *Store) SubmitStart(ctx context.Context, node string, tasks []store.NewTask) ([]api.Submission, []store.Claimed, error) {
-	return submitOn(ctx, s.pool, tasks, node)
+	return submitOn(ctx, s.pool, tasks, node, true)
 }
 
 // SubmitTx stores tasks in the caller's transaction; see store.Store.
 func (s *Store) SubmitTx(ctx context.Context, tx pgx.Tx, tasks []store.NewTask) ([]api.Submission, error) {
-	out, _, err := submitOn(ctx, tx, tasks, "")
+	out, _, err := submitOn(ctx, tx, tasks, "", false)
 	return out, err
 }
 
 // submitOn stores tasks through db: the pool, or a caller's transaction,
 // in which a nested transaction is a savepoint. With a node, it starts
 // tasks there as SubmitStart does.
-func submitOn(ctx context.Context, db database, tasks []store.NewTask, node string) ([]api.Submission, []store.Claimed, error) {
+//
+// With own (db is the pool: a failed statement aborts no transaction of
+// the caller's), tasks with new ids are inserted without their conflict
+// clause; should one of those ids be taken after all, the submit runs
+// again with it.
+func submitOn(ctx context.Context, db database, tasks []store.NewTask, node string, own bool) ([]api.Submission, []store.Claimed, error) {
+	out, started, err := submitOnce(ctx, db, tasks, node, own)
+	if own && newIDTaken(err) {
+		out, started, err = submitOnce(ctx, db, tasks, node, false)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("submit: %w", err)
+	}
+	return out, started, nil
+}
+
+// newIDTaken reports whether err is a unique violation of a task's id.
+func newIDTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "stint_task_pkey"
+}
+
+// submitOnce is submitOn without the retry; newIDs is submit's.
+func submitOnce(ctx context.Context, db database, tasks []store.NewTask, node string, newIDs bool) ([]api.Submission, []store.Claimed, error) {
 	var out []api.Submission
 	var started []store.Claimed
 	var err error
@@ -218,23 +257,21 @@ func submitOn(ctx context.Context, db database, tasks []store.NewTask, node stri
 	}
 	if mixed {
 		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			out, started, err = submit(ctx, tx, tasks, false, node)
+			out, started, err = submit(ctx, tx, tasks, false, node, newIDs)
 			return err
 		})
 	} else {
-		out, started, err = submit(ctx, db, tasks, false, node)
+		out, started, err = submit(ctx, db, tasks, false, node, newIDs)
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("submit: %w", err)
-	}
-	return out, started, nil
+	return out, started, err
 }
 
 // submit runs the insert statements for tasks on q: one for resubmitting
 // tasks and one for sharing ones, whichever are needed. With a node, the
 // tasks with a start lease may start there (see store.Store.SubmitStart);
-// started lists them in the order of tasks.
-func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParams bool, node string) ([]api.Submission, []store.Claimed, error) {
+// started lists them in the order of tasks. With newIDs, a statement whose
+// tasks all have new ids (store.NewTask.Unique) is a plain insert (newSQL).
+func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParams bool, node string, newIDs bool) ([]api.Submission, []store.Claimed, error) {
 	got := make(map[api.TaskID]api.Submission, len(tasks))
 	for _, t := range tasks {
 		got[t.ID] = api.Submission{ID: t.ID}
@@ -251,20 +288,29 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 		if len(cols.ids) == 0 {
 			continue
 		}
-		query := submitSQL
-		args := cols.args()
-		if share {
+		plain := newIDs && cols.unique == len(cols.ids)
+		starting := cols.starts > 0
+		var query string
+		switch {
+		case plain && starting:
+			query = newStartSQL
+		case plain:
+			query = newSQL
+		case share && starting:
+			query = shareStartSQL
+		case share:
 			query = shareSQL
-		} else {
+		case starting:
+			query = submitStartSQL
+		default:
+			query = submitSQL
+		}
+		args := cols.args()
+		if !share && !plain {
 			args = append(args, replaceParams)
 		}
 		args = append(args, cols.wake)
-		starting := cols.starts > 0
 		if starting {
-			query = submitStartSQL
-			if share {
-				query = shareStartSQL
-			}
 			args = append(args, cols.startLeases, node)
 		}
 		args = append(args, cols.rateUses)
@@ -348,6 +394,7 @@ type submitColumns struct {
 	rateUses                                             textArray // each task's rate uses as JSON, "" for none
 	startLeases                                          intArray  // with a node: each task's start lease, 0 for none
 	starts                                               int       // tasks with a start lease
+	unique                                               int       // tasks with new ids (store.NewTask.Unique)
 }
 
 // add appends t; with starting, also its start lease.
@@ -367,6 +414,9 @@ func (c *submitColumns) add(t store.NewTask, starting bool) {
 	c.awaited = append(c.awaited, t.Notify)
 	c.retentions = append(c.retentions, t.Retention.Microseconds())
 	c.wake = c.wake || t.WakeClaimers
+	if t.Unique {
+		c.unique++
+	}
 	uses := ""
 	if len(t.RateUses) > 0 {
 		b, _ := json.Marshal(t.RateUses) // strings and numbers: cannot fail
@@ -414,7 +464,7 @@ func submitCombinedOn(ctx context.Context, db database, t store.NewTask, combine
 			}
 			replace = true
 		}
-		out, _, err = submit(ctx, tx, []store.NewTask{t}, replace, "")
+		out, _, err = submit(ctx, tx, []store.NewTask{t}, replace, "", false)
 		return err
 	})
 	if err != nil {

@@ -31,6 +31,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	}{
 		{"SubmitAndGet", testSubmitAndGet},
 		{"SubmitOfAnExistingIDMerges", testSubmitOfAnExistingIDMerges},
+		{"SubmitOfATakenNewIDMerges", testSubmitOfATakenNewIDMerges},
 		{"ClaimIssuesALeaseOnce", testClaimIssuesALeaseOnce},
 		{"ClaimTakesLowerPriorityFirstAndSkipsDelayed", testClaimOrder},
 		{"ClaimKeepsPickupOrderAcrossBehaviors", testClaimOrderAcrossBehaviors},
@@ -134,6 +135,29 @@ func testSubmitOfAnExistingIDMerges(s *suite) {
 	page, err := s.st.List(s.ctx, api.Filter{Behavior: behavior})
 	require.NoError(s.t, err)
 	require.Len(s.t, page.Tasks, 1)
+}
+
+// A task whose id is marked new (store.NewTask.Unique) but exists merges
+// with the stored task as any submit does, in a plain submit and in one
+// that may start tasks; the other tasks of the batch are created.
+func testSubmitOfATakenNewIDMerges(s *suite) {
+	s.submit("t-a")
+	unique := func(id string) store.NewTask {
+		return store.NewTask{ID: api.TaskID(id), Behavior: behavior, Params: json.RawMessage(`{"id":"other"}`), Priority: 5, Unique: true}
+	}
+	subs, err := s.st.Submit(s.ctx, []store.NewTask{unique("t-b"), unique("t-a")})
+	require.NoError(s.t, err)
+	require.Equal(s.t, []api.Submission{{ID: "t-b", Created: true, Status: api.StatusScheduled},
+		{ID: "t-a", Created: false, Status: api.StatusScheduled}}, subs)
+	require.JSONEq(s.t, `{"id":"t-a"}`, string(s.get("t-a").Params), "a scheduled task keeps its params")
+
+	subs, started := s.submitStart(time.Minute, unique("t-c"), unique("t-b"))
+	require.Equal(s.t, []api.Submission{{ID: "t-c", Created: true, Status: api.StatusScheduled},
+		{ID: "t-b", Created: false, Status: api.StatusScheduled}}, subs)
+	require.Empty(s.t, started, "due tasks of the behavior wait for a claim")
+	page, err := s.st.List(s.ctx, api.Filter{Behavior: behavior})
+	require.NoError(s.t, err)
+	require.Len(s.t, page.Tasks, 3)
 }
 
 func testClaimIssuesALeaseOnce(s *suite) {
