@@ -121,6 +121,15 @@ func void[T any](a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
 	}
 }
 
+// clickOn clicks the element sel selects once there is one, finding and
+// clicking it in one script: the page redraws lists and actions on
+// events, and a node found by one call (as chromedp.Click finds it) may be
+// gone by the next.
+func clickOn(sel string) chromedp.Action[chromedp.Void] {
+	return void(chromedp.Poll[bool](`(() => { const el = document.querySelector(`+jsString(sel)+`);
+		if (!el) return false; el.click(); return true })()`, chromedp.WithPollingTimeout(time.Minute)))
+}
+
 // jsString quotes s as a JavaScript string.
 func jsString(s string) string {
 	raw, _ := json.Marshal(s)
@@ -250,16 +259,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	run("open the task page",
 		chromedp.Click(css(`a[data-nav="tasks"]`)),
 		chromedp.WaitVisible(css(`tr[data-task-id="browser-idle"] a`)),
-		chromedp.Click(css(`tr[data-task-id="browser-idle"] a`)),
+		clickOn(`tr[data-task-id="browser-idle"] a`),
 		chromedp.WaitVisible(css(`#task-status [data-status="scheduled"]`)),
 		chromedp.WaitVisible(chromedp.ID("task-params")),
 	)
-	run("hold", chromedp.Click(css(`#task-actions [data-action="hold"]`)), chromedp.WaitVisible(css(`#task-status [data-status="held"]`)))
+	run("hold", clickOn(`#task-actions [data-action="hold"]`), chromedp.WaitVisible(css(`#task-status [data-status="held"]`)))
 	task, err = e.srv.Get(e.ctx, idle)
 	require.NoError(t, err)
 	require.Equal(t, api.StatusHeld, task.Status)
 	run("see the hold in the timeline", chromedp.WaitVisible(css(`#timeline li[data-status="held"]`)))
-	run("release", chromedp.Click(css(`#task-actions [data-action="release"]`)), chromedp.WaitVisible(css(`#task-status [data-status="scheduled"]`)))
+	run("release", clickOn(`#task-actions [data-action="release"]`), chromedp.WaitVisible(css(`#task-status [data-status="scheduled"]`)))
 	task, err = e.srv.Get(e.ctx, idle)
 	require.NoError(t, err)
 	require.Equal(t, api.StatusScheduled, task.Status)
@@ -389,13 +398,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	run("open the batches",
 		chromedp.Click(css(`a[data-nav="batches"]`)),
 		chromedp.WaitVisible(row),
-		chromedp.Click(row+" a"),
+		clickOn(string(row)+" a"),
 		chromedp.WaitVisible(css(`#batch-state [data-state="Pending"]`)),
 	)
 	screenshot(t, tab, shots, "dashboard-batch.png")
 
 	// An admin acts on the batch from its page.
-	run("hold the batch", chromedp.Click(css(`#batch-actions [data-action="batch-hold"]`)),
+	run("hold the batch", clickOn(`#batch-actions [data-action="batch-hold"]`),
 		chromedp.WaitVisible(css(`#batch-state [data-state="Held"]`)),
 		chromedp.WaitVisible(css(`#batch-actions [data-action="batch-release"]`)),
 		chromedp.WaitVisible(css(`#batch-actions [data-action="batch-delete"]`)))
