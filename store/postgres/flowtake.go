@@ -142,6 +142,13 @@ func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimR
 	if err != nil {
 		return nil, err
 	}
+	if f.idle && len(out) > 0 {
+		// No hint was due when the turn was to be taken, so it was not;
+		// the claim found hints that became visible since, and without
+		// the turn another claimer's uncommitted runs escape its caps.
+		// Undone: the careful claim takes the turn first.
+		return nil, errFlowBinds
+	}
 	if len(out) == 0 && !f.idle {
 		// The guard held the claim back (or nothing was due): claim what
 		// the exact count leaves, if the caps per key do not bind.
