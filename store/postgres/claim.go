@@ -71,6 +71,13 @@ var claimHintsSQL = claimCTEs(`
 // per claim of 1,000 at 4,000 tasks). The claimed tasks are returned in
 // pickup order.
 //
+// A lease runs from the claim's writes (clock_timestamp()), not from the
+// start of its transaction (now(), the claim's start time): a claim under
+// flow control waits for its behavior's turn as long as another claimer
+// holds it (a stopped node, say), and a lease counted from before that
+// wait could be over when the claim commits, its tasks taken over while
+// they start and their slots of a cap free for other claims.
+//
 // A counted claim also returns each task's rate uses and whether it waited
 // on a rate limit. guard, when not empty, is a further condition on each
 // behavior (w.behavior) to be claimed at all.
@@ -95,7 +102,7 @@ WITH cfg AS MATERIALIZED (
         node = $1,
         attempt = t.attempt + 1,
         executed_at = now(),
-        lost_not_before = now() + cfg.lease_us * interval '1 microsecond',
+        lost_not_before = clock_timestamp() + cfg.lease_us * interval '1 microsecond',
         waiting_children = false,
         resubmitted = t.resubmit,
         resubmit = false,
@@ -106,7 +113,7 @@ WITH cfg AS MATERIALIZED (
         t.parent_id, t.group_key, t.trace, cfg.lease_us, t.resubmitted, t.schedule_not_before AS due` + returned + `
 ), leases AS (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids, behavior)
-    SELECT lease, $1, now() + max(lease_us) * interval '1 microsecond', array_agg(id), min(behavior) FROM claimed GROUP BY lease
+    SELECT lease, $1, clock_timestamp() + max(lease_us) * interval '1 microsecond', array_agg(id), min(behavior) FROM claimed GROUP BY lease
 ), feed AS (` + feedInsert("claimed", "'running'::text", "false") + `)
 SELECT id, lease, behavior, params, progress, attempt, errors, priority,
     coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us, resubmitted` + extra + `
