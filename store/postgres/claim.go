@@ -71,8 +71,10 @@ var claimHintsSQL = claimCTEs(`
 // per claim of 1,000 at 4,000 tasks). The claimed tasks are returned in
 // pickup order.
 //
-// A lease runs from the claim's writes (clock_timestamp()), not from the
-// start of its transaction (now(), the claim's start time): a claim under
+// A claim under flow control starts its tasks at the clock it read for
+// the rate rule (flowNow), any other at the start of its transaction. A
+// lease runs from the claim's writes (clock_timestamp()), not from the
+// start of its transaction: a claim under
 // flow control waits for its behavior's turn as long as another claimer
 // holds it (a stopped node, say), and a lease counted from before that
 // wait could be over when the claim commits, its tasks taken over while
@@ -90,7 +92,7 @@ func claimCTEs(hints string, counted bool, guard string) string {
 	}
 	return `
 WITH cfg AS MATERIALIZED (
-    SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, gen_random_uuid() AS lease
+    SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, gen_random_uuid() AS lease, ` + flowNow + ` AS at
     FROM unnest($2::text[], $3::bigint[]) AS w(behavior, lease_us)
     LEFT JOIN stint_behavior b ON b.behavior = w.behavior
     WHERE b.paused IS NOT TRUE` + plain + guard + `
@@ -101,7 +103,7 @@ WITH cfg AS MATERIALIZED (
         lease = cfg.lease,
         node = $1,
         attempt = t.attempt + 1,
-        executed_at = now(),
+        executed_at = cfg.at,
         lost_not_before = clock_timestamp() + cfg.lease_us * interval '1 microsecond',
         waiting_children = false,
         resubmitted = t.resubmit,

@@ -53,10 +53,21 @@ const flowSettingsSQL = claimSettingsSQL + `, set_config('enable_hashjoin', 'off
 var flowLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1, 0)) FROM (SELECT 1) one
 WHERE ` + hasDueHint("$1", "$2")
 
-// flowConfigSQL reads the database's now (the clock of every start and of
-// the rate rule) and the behavior's caps set at runtime.
-const flowConfigSQL = `SELECT now(), c.key, c.max, c.weight FROM (SELECT 1) one
+// flowConfigSQL reads the database's clock and the behavior's caps set at
+// runtime. The clock is read once the behavior's turn is taken (the
+// statement before it, in the same batch) and kept for the transaction
+// (flowNow): it is the time of the claim's starts and of the rate rule.
+// The transaction's start (now()) would not do: a claim waits for its turn
+// as long as another claimer holds it, and budget spent at a time from
+// before that wait would let the next claim start a full burst right
+// after this one's.
+const flowConfigSQL = `SELECT s.at, c.key, c.max, c.weight
+FROM (SELECT set_config('stint.now', clock_timestamp()::text, true)::timestamptz AS at) s
 LEFT JOIN stint_concurrency c ON c.behavior = $1`
+
+// flowNow is the clock flowConfigSQL read, in the statements of a claim
+// under flow control after it; now() in any other transaction.
+const flowNow = `coalesce(nullif(current_setting('stint.now', true), '')::timestamptz, now())`
 
 // Claim's flow path; see store.Limits.ClaimFlow.
 func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, store.FlowHeld, error) {
@@ -335,7 +346,7 @@ func sendAll(ctx context.Context, db batcher, b *pgx.Batch) error {
 }
 
 // flowMoveSQL moves the tasks of the hints $1 (ctids; the tasks' ids $2)
-// that still stand for them to now plus their wait ($3: a JSON object of
+// that still stand for them to the claim's clock (flowNow) plus their wait ($3: a JSON object of
 // microseconds by task id), with their hints, and records what they wait
 // on ($4: a JSON object of api.Wait by task id). The tasks are found by
 // primary key and matched to their hints by a hashed lookup, and their
@@ -343,13 +354,13 @@ func sendAll(ctx context.Context, db batcher, b *pgx.Batch) error {
 // task whatever the statistics say.
 var flowMoveSQL = `
 WITH t AS (
-    UPDATE stint_task t SET schedule_not_before = now() + ($3::jsonb ->> t.id)::bigint * interval '1 microsecond',
+    UPDATE stint_task t SET schedule_not_before = ` + flowNow + ` + ($3::jsonb ->> t.id)::bigint * interval '1 microsecond',
         waiting = $4::jsonb -> t.id, updated_at = now()
     WHERE t.id = ANY($2::text[]) AND t.status IN ` + waitingStatuses + `
       AND ((t.id, t.schedule_not_before, t.priority) IN (SELECT c.id, c.due, c.priority FROM stint_due c WHERE c.ctid = ANY($1::tid[]))) IS TRUE
     RETURNING t.id
 )
-UPDATE stint_due d SET due = now() + ($3::jsonb ->> d.id)::bigint * interval '1 microsecond'
+UPDATE stint_due d SET due = ` + flowNow + ` + ($3::jsonb ->> d.id)::bigint * interval '1 microsecond'
 WHERE d.ctid = ANY($1::tid[]) AND (d.id IN (SELECT id FROM t)) IS TRUE`
 
 // clearWaiting clears the waiting column of the claimed tasks that waited

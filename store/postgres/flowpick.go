@@ -30,7 +30,7 @@ var flowCandidates = `c.ctid, c.id, coalesce(c.group_key, ''),
 // due within the look-ahead $2, not parked or held, not of the group keys
 // $4 (full), not among the hints $5 (seen).
 const flowFilter = `NOT c.parked AND c.behavior = $1
-  AND c.due <= now() + $2 * interval '1 microsecond'
+  AND c.due <= ` + flowNow + ` + $2 * interval '1 microsecond'
   AND NOT EXISTS (SELECT 1 FROM stint_behavior b WHERE b.behavior = $1 AND b.paused)
   AND (c.group_key IS NULL OR (c.group_key <> ALL($4::text[])
        AND NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key)))
