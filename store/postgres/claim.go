@@ -71,14 +71,13 @@ var claimHintsSQL = claimCTEs(`
 // per claim of 1,000 at 4,000 tasks). The claimed tasks are returned in
 // pickup order.
 //
-// A claim under flow control starts its tasks at the clock it read for
-// the rate rule (flowNow), any other at the start of its transaction. A
-// lease runs from the claim's writes (clock_timestamp()), not from the
-// start of its transaction: a claim under
-// flow control waits for its behavior's turn as long as another claimer
-// holds it (a stopped node, say), and a lease counted from before that
-// wait could be over when the claim commits, its tasks taken over while
-// they start and their slots of a cap free for other claims.
+// A claim starts its tasks, and their lease runs, from flowNow: for a
+// claim under flow control, the clock it read once it had its behavior's
+// turn; for any other, the start of its transaction. A claim under flow
+// control waits for its turn as long as another claimer holds it (a
+// stopped node, say), and a lease counted from before that wait could be
+// over when the claim commits, its tasks taken over while they start and
+// their slots of a cap free for other claims.
 //
 // A counted claim also returns each task's rate uses and whether it waited
 // on a rate limit. guard, when not empty, is a further condition on each
@@ -104,7 +103,7 @@ WITH cfg AS MATERIALIZED (
         node = $1,
         attempt = t.attempt + 1,
         executed_at = cfg.at,
-        lost_not_before = clock_timestamp() + cfg.lease_us * interval '1 microsecond',
+        lost_not_before = cfg.at + cfg.lease_us * interval '1 microsecond',
         waiting_children = false,
         resubmitted = t.resubmit,
         resubmit = false,
@@ -112,10 +111,10 @@ WITH cfg AS MATERIALIZED (
     FROM hint h, cfg
     WHERE ` + hintProbe("t", "h") + ` AND t.behavior = cfg.behavior
     RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
-        t.parent_id, t.group_key, t.trace, cfg.lease_us, t.resubmitted, t.schedule_not_before AS due` + returned + `
+        t.parent_id, t.group_key, t.trace, cfg.lease_us, cfg.at, t.resubmitted, t.schedule_not_before AS due` + returned + `
 ), leases AS (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids, behavior)
-    SELECT lease, $1, clock_timestamp() + max(lease_us) * interval '1 microsecond', array_agg(id), min(behavior) FROM claimed GROUP BY lease
+    SELECT lease, $1, max(at) + max(lease_us) * interval '1 microsecond', array_agg(id), min(behavior) FROM claimed GROUP BY lease
 ), feed AS (` + feedInsert("claimed", "'running'::text", "false") + `)
 SELECT id, lease, behavior, params, progress, attempt, errors, priority,
     coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us, resubmitted` + extra + `
