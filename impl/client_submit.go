@@ -292,12 +292,16 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 			return nil, fmt.Errorf("submit many: %w", err)
 		}
 	}
-	var plain []store.NewTask
-	var plainAt []int
-	for i, t := range tasks {
-		if !regs[i].Combines() || t.Share {
-			plain = append(plain, t)
-			plainAt = append(plainAt, i)
+	// The tasks stored in one statement, and where each is in tasks; most
+	// often all of them, which are not copied then.
+	plain, plainAt := tasks, []int(nil)
+	if slices.ContainsFunc(regs, (*spi.Registration).Combines) {
+		plain = nil
+		for i, t := range tasks {
+			if !regs[i].Combines() || t.Share {
+				plain = append(plain, t)
+				plainAt = append(plainAt, i)
+			}
 		}
 	}
 	subs := make([]api.Submission, len(tasks))
@@ -313,6 +317,9 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 		got, led, due, err = c.storePlain(ctx, tx, plain, combinedDue && tx == nil)
 		if err != nil {
 			return nil, err
+		}
+		if plainAt == nil {
+			copy(subs, got)
 		}
 		for k, i := range plainAt {
 			subs[i] = got[k]

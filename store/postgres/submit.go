@@ -279,7 +279,7 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 	var leases map[api.TaskID]startLease
 	var missing []string
 	for _, share := range []bool{false, true} {
-		var cols submitColumns
+		cols := newSubmitColumns(len(tasks), node != "")
 		for _, t := range tasks {
 			if t.Share == share {
 				cols.add(t, node != "")
@@ -395,6 +395,19 @@ type submitColumns struct {
 	startLeases                                          intArray  // with a node: each task's start lease, 0 for none
 	starts                                               int       // tasks with a start lease
 	unique                                               int       // tasks with new ids (store.NewTask.Unique)
+}
+
+// newSubmitColumns returns columns with room for n tasks; with starting,
+// also for their start leases.
+func newSubmitColumns(n int, starting bool) submitColumns {
+	c := submitColumns{ids: make(textArray, 0, n), behaviors: make(textArray, 0, n), params: make(textArray, 0, n),
+		groupKeys: make(textArray, 0, n), parentIDs: make(textArray, 0, n), traces: make(textArray, 0, n),
+		priorities: make(intArray, 0, n), delays: make(intArray, 0, n), retentions: make(intArray, 0, n),
+		awaited: make(boolArray, 0, n), rateUses: make(textArray, 0, n)}
+	if starting {
+		c.startLeases = make(intArray, 0, n)
+	}
+	return c
 }
 
 // add appends t; with starting, also its start lease.
