@@ -86,6 +86,7 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.minLease, 5*time.Second))
 		req := store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: g.limit, LookAhead: s.cfg.LookAhead}
 		var claimed []store.Claimed
+		leased := sent // when the claimed runs' leases began, at the latest
 		if g.flow != nil {
 			var held store.FlowHeld
 			req.PerGroup, req.Cluster, req.FairShare, req.Flow = g.flow.GroupConcurrency, g.flow.ClusterConcurrency, g.flow.FairShare, true
@@ -95,6 +96,9 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 			// them: wake the claimers then, not at the next poll.
 			s.kick.kickAfter(held.Wake)
 			s.tel.delayed(ctx, held.Delayed, g.behaviors[0].Behavior)
+			// A claim that waited for its behavior's turn issued its
+			// leases after the wait.
+			leased = sent.Add(held.LeaseDelay)
 		} else {
 			claimed, err = s.st.Claim(cctx, req)
 		}
@@ -105,7 +109,7 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 		}
 		s.inc.ok(false)
 		s.tel.claimDone(ctx, claimed, time.Since(sent))
-		s.startRuns(claimed, sent)
+		s.startRuns(claimed, leased)
 		n += len(claimed)
 	}
 	s.mu.Lock()

@@ -21,6 +21,12 @@ type FlowHeld struct {
 	Delayed int
 	// Wake is how soon the first of them falls due; zero when none.
 	Wake time.Duration
+	// LeaseDelay is how long after the claim's transaction began the
+	// leases of its tasks began, by the database's clock: the time the
+	// claim waited for its behavior's turn. A node counts its runs'
+	// leases from when it sent the claim plus this, which is never later
+	// than the database counts them from.
+	LeaseDelay time.Duration
 }
 
 // Limits is the flow control a store keeps: rate limits, the state of

@@ -53,15 +53,15 @@ const flowSettingsSQL = claimSettingsSQL + `, set_config('enable_hashjoin', 'off
 var flowLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1, 0)) FROM (SELECT 1) one
 WHERE ` + hasDueHint("$1", "$2")
 
-// flowConfigSQL reads the database's clock and the behavior's caps set at
-// runtime. The clock is read once the behavior's turn is taken (the
+// flowConfigSQL reads the database's clock, the start of the claim's
+// transaction and the behavior's caps set at runtime. The clock is read once the behavior's turn is taken (the
 // statement before it, in the same batch) and kept for the transaction
 // (flowNow): it is the time of the claim's starts and of the rate rule.
 // The transaction's start (now()) would not do: a claim waits for its turn
 // as long as another claimer holds it, and budget spent at a time from
 // before that wait would let the next claim start a full burst right
 // after this one's.
-const flowConfigSQL = `SELECT s.at, c.key, c.max, c.weight
+const flowConfigSQL = `SELECT s.at, now(), c.key, c.max, c.weight
 FROM (SELECT set_config('stint.now', clock_timestamp()::text, true)::timestamptz AS at) s
 LEFT JOIN stint_concurrency c ON c.behavior = $1`
 
@@ -75,9 +75,9 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 		return nil, store.FlowHeld{}, fmt.Errorf("claim tasks: a claim under flow control must name one behavior, not %d", len(req.Behaviors))
 	}
 	if s.flowLoose(req) {
-		out, err := s.takeFlow(ctx, req)
+		out, held, err := s.takeFlow(ctx, req)
 		if !errors.Is(err, errFlowBinds) {
-			return out, store.FlowHeld{}, err
+			return out, held, err
 		}
 	}
 	behaviors := []string{string(req.Behaviors[0].Behavior)}
@@ -100,7 +100,7 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 		if err := f.write(ctx); err != nil {
 			return err
 		}
-		held = store.FlowHeld{Delayed: len(f.moves), Wake: f.wake}
+		held = store.FlowHeld{Delayed: len(f.moves), Wake: f.wake, LeaseDelay: f.leaseDelay()}
 		if len(f.hints) == 0 {
 			return nil
 		}
@@ -122,15 +122,20 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 	return out, held, nil
 }
 
+// leaseDelay is how long after the claim's transaction began its leases
+// began, by the database's clock: how long it waited for its turn.
+func (f *flowClaim) leaseDelay() time.Duration { return max(f.now.Sub(f.began), 0) }
+
 // flowClaim is the state of a claim under flow control.
 type flowClaim struct {
 	tx       querier // the claim's transaction
 	req      store.ClaimRequest
 	behavior string
-	now      time.Time
-	limit    int   // tasks to claim at most: the request's, within the cluster cap
-	idle     bool  // nothing was due: the claim did not take its turn
-	bound    int64 // an upper bound on the running tasks; see leaseBoundSQL
+	now      time.Time // the claim's clock; see flowConfigSQL
+	began    time.Time // the start of the claim's transaction
+	limit    int       // tasks to claim at most: the request's, within the cluster cap
+	idle     bool      // nothing was due: the claim did not take its turn
+	bound    int64     // an upper bound on the running tasks; see leaseBoundSQL
 
 	cluster  int            // the cap on the behavior's running tasks; 0: none
 	keyMax   map[string]int // caps of keys set at runtime
@@ -219,7 +224,7 @@ func (f *flowClaim) readConfigure(br pgx.BatchResults) error {
 	var key *string
 	var m, w *int
 	f.cluster = f.req.Cluster
-	if _, err := pgx.ForEachRow(rows, []any{&f.now, &key, &m, &w}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&f.now, &f.began, &key, &m, &w}, func() error {
 		switch {
 		case key == nil:
 		case *key == "":

@@ -42,7 +42,8 @@ func holdTurn(t *testing.T, ctx context.Context, st *postgres.Store, behavior st
 
 // A claim under flow control that waited for its behavior's turn longer
 // than its lease still gets a whole lease: its tasks are not taken over as
-// they start. Both ways of claiming wait: the claim tried at once (no caps
+// they start, and it says how long it waited (FlowHeld.LeaseDelay), for
+// the node to count the leases from after the wait too. Both ways of claiming wait: the claim tried at once (no caps
 // per key) and the careful one.
 func TestFlowClaimLeaseRunsFromTheClaimNotItsWait(t *testing.T) {
 	t.Parallel()
@@ -58,19 +59,22 @@ func TestFlowClaimLeaseRunsFromTheClaimNotItsWait(t *testing.T) {
 			const lease = time.Second
 			type result struct {
 				claimed []store.Claimed
+				held    store.FlowHeld
 				err     error
 			}
 			done := make(chan result, 1)
 			go func() {
-				claimed, _, err := st.ClaimFlow(ctx, store.ClaimRequest{Node: "n1", Limit: 10, PerGroup: perGroup, Cluster: 10, Flow: true,
+				claimed, held, err := st.ClaimFlow(ctx, store.ClaimRequest{Node: "n1", Limit: 10, PerGroup: perGroup, Cluster: 10, Flow: true,
 					Behaviors: []store.BehaviorLease{{Behavior: behavior, Lease: lease}}})
-				done <- result{claimed, err}
+				done <- result{claimed, held, err}
 			}()
 			release(lease + lease/2)
 
 			r := <-done
 			require.NoError(t, r.err)
 			require.Len(t, r.claimed, 3)
+			// The node counts the leases from after the wait too.
+			require.Greater(t, r.held.LeaseDelay, lease, "the claim waited for its turn for longer than its lease")
 			_, lost, err := st.Takeover(ctx, 100)
 			require.NoError(t, err)
 			require.Zero(t, lost, "a lease counted from before the wait would be over")

@@ -71,17 +71,18 @@ func (s *Store) flowLoose(req store.ClaimRequest) bool {
 // errFlowBinds, having changed nothing, when a limit binds. Its
 // transaction opens in the batch of its first statements and commits in
 // the batch of its last: three round trips where no exact count is needed.
-func (s *Store) takeFlow(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error) {
+func (s *Store) takeFlow(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, store.FlowHeld, error) {
 	behaviors := []string{string(req.Behaviors[0].Behavior)}
 	leases := []int64{req.Behaviors[0].Lease.Microseconds()}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
+		return nil, store.FlowHeld{}, fmt.Errorf("claim tasks: %w", err)
 	}
 	// A connection left in the transaction (a failed round trip, a
 	// cancelled context) is closed, not pooled, when released.
 	defer conn.Release()
-	out, err := s.takeFlowOn(ctx, conn.Conn(), req, behaviors, leases)
+	var held store.FlowHeld
+	out, err := s.takeFlowOn(ctx, conn.Conn(), req, behaviors, leases, &held)
 	if err != nil {
 		if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil {
 			conn.Conn().Close(ctx)
@@ -89,12 +90,12 @@ func (s *Store) takeFlow(ctx context.Context, req store.ClaimRequest) ([]store.C
 	}
 	if errors.Is(err, errFlowBinds) {
 		s.flowTight.Store(behaviors[0], time.Now())
-		return nil, err
+		return nil, store.FlowHeld{}, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
+		return nil, store.FlowHeld{}, fmt.Errorf("claim tasks: %w", err)
 	}
-	return out, nil
+	return out, held, nil
 }
 
 // takeFlowOn is takeFlow on conn: it opens the transaction and, unless it
@@ -104,8 +105,8 @@ func (s *Store) takeFlow(ctx context.Context, req store.ClaimRequest) ([]store.C
 // stores the rate keys and commits. In between, only what the first could
 // not know: the running tasks counted exactly when the bound did not
 // leave room (and a claim within what the count leaves), and rate keys
-// not locked yet.
-func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimRequest, behaviors []string, leases []int64) ([]store.Claimed, error) {
+// not locked yet. It sets held's LeaseDelay.
+func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimRequest, behaviors []string, leases []int64, held *store.FlowHeld) ([]store.Claimed, error) {
 	f := newFlowClaim(conn, req)
 	var predicted []rateRef
 	if p, ok := s.flowRates.Load(behaviors[0]); ok {
@@ -142,6 +143,7 @@ func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimR
 	if err != nil {
 		return nil, err
 	}
+	held.LeaseDelay = f.leaseDelay()
 	if f.idle && len(out) > 0 {
 		// No hint was due when the turn was to be taken, so it was not;
 		// the claim found hints that became visible since, and without
