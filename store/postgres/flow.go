@@ -54,13 +54,13 @@ var flowLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' ||
 WHERE ` + hasDueHint("$1", "$2")
 
 // flowConfigSQL reads the database's clock, the start of the claim's
-// transaction and the behavior's caps set at runtime. The clock is read once the behavior's turn is taken (the
-// statement before it, in the same batch) and kept for the transaction
-// (flowNow): it is the time of the claim's starts and of the rate rule.
-// The transaction's start (now()) would not do: a claim waits for its turn
-// as long as another claimer holds it, and budget spent at a time from
-// before that wait would let the next claim start a full burst right
-// after this one's.
+// transaction and the behavior's caps set at runtime. The clock is read
+// once the behavior's turn is taken (the statement before it, in the same
+// batch) and kept for the transaction (flowNow): it is the time of the
+// claim's starts and of the rate rule. The transaction's start (now())
+// would not do: a claim waits for its turn as long as another claimer
+// holds it, and budget spent at a time from before that wait would let
+// the next claim start a full burst right after this one's.
 const flowConfigSQL = `SELECT s.at, now(), c.key, c.max, c.weight
 FROM (SELECT set_config('stint.now', clock_timestamp()::text, true)::timestamptz AS at) s
 LEFT JOIN stint_concurrency c ON c.behavior = $1`
