@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -14,37 +13,48 @@ import (
 	"github.com/stinthq/stint/store/postgres"
 )
 
-// holdTurn takes the turn of behavior in a transaction of its own, as
-// another claimer does while it claims. The function it returns waits
-// until a claim has waited for the turn and at least d has passed, then
-// gives the turn up and returns the database's time just before.
-func holdTurn(t *testing.T, ctx context.Context, st *postgres.Store, behavior string) func(d time.Duration) time.Time {
+// claimAfterWait runs a claim of req under flow control while another
+// transaction holds the turn of its behavior, as another claimer does
+// while it claims, and gives the turn up once the claim has waited for it
+// and at least wait has passed. It returns what the claim returned and
+// the database's time just before the turn was given up.
+func claimAfterWait(t *testing.T, ctx context.Context, st *postgres.Store, req store.ClaimRequest, wait time.Duration) ([]store.Claimed, store.FlowHeld, time.Time) {
 	t.Helper()
 	holder, err := st.Pool().Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = holder.Rollback(context.Background()) })
-	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1::text, 0))`, behavior)
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1::text, 0))`, string(req.Behaviors[0].Behavior))
 	require.NoError(t, err)
 	begun := time.Now()
-	return func(d time.Duration) time.Time {
-		t.Helper()
-		require.Eventually(t, func() bool {
-			var waiting bool
-			err := st.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting)
-			return err == nil && waiting && time.Since(begun) > d
-		}, time.Minute, 10*time.Millisecond)
-		var at time.Time
-		require.NoError(t, holder.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&at))
-		require.NoError(t, holder.Commit(ctx))
-		return at
+	type result struct {
+		claimed []store.Claimed
+		held    store.FlowHeld
+		err     error
 	}
+	done := make(chan result, 1)
+	go func() {
+		claimed, held, err := st.ClaimFlow(ctx, req)
+		done <- result{claimed, held, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := st.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting)
+		return err == nil && waiting && time.Since(begun) > wait
+	}, time.Minute, 10*time.Millisecond)
+	var released time.Time
+	require.NoError(t, holder.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&released))
+	require.NoError(t, holder.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	return r.claimed, r.held, released
 }
 
 // A claim under flow control that waited for its behavior's turn longer
 // than its lease still gets a whole lease: its tasks are not taken over as
 // they start, and it says how long it waited (FlowHeld.LeaseDelay), for
-// the node to count the leases from after the wait too. Both ways of claiming wait: the claim tried at once (no caps
-// per key) and the careful one.
+// the node to count the leases from after the wait too. Both ways of
+// claiming wait: the claim tried at once (no caps per key) and the
+// careful one.
 func TestFlowClaimLeaseRunsFromTheClaimNotItsWait(t *testing.T) {
 	t.Parallel()
 	for _, perGroup := range []int{0, 5} {
@@ -55,26 +65,12 @@ func TestFlowClaimLeaseRunsFromTheClaimNotItsWait(t *testing.T) {
 			for i := range 3 {
 				submitT(t, ctx, st, store.NewTask{ID: api.TaskID(fmt.Sprintf("flow-%d", i)), Behavior: behavior})
 			}
-			release := holdTurn(t, ctx, st, behavior)
 			const lease = time.Second
-			type result struct {
-				claimed []store.Claimed
-				held    store.FlowHeld
-				err     error
-			}
-			done := make(chan result, 1)
-			go func() {
-				claimed, held, err := st.ClaimFlow(ctx, store.ClaimRequest{Node: "n1", Limit: 10, PerGroup: perGroup, Cluster: 10, Flow: true,
-					Behaviors: []store.BehaviorLease{{Behavior: behavior, Lease: lease}}})
-				done <- result{claimed, held, err}
-			}()
-			release(lease + lease/2)
-
-			r := <-done
-			require.NoError(t, r.err)
-			require.Len(t, r.claimed, 3)
+			claimed, held, _ := claimAfterWait(t, ctx, st, store.ClaimRequest{Node: "n1", Limit: 10, PerGroup: perGroup, Cluster: 10, Flow: true,
+				Behaviors: []store.BehaviorLease{{Behavior: behavior, Lease: lease}}}, lease+lease/2)
+			require.Len(t, claimed, 3)
 			// The node counts the leases from after the wait too.
-			require.Greater(t, r.held.LeaseDelay, lease, "the claim waited for its turn for longer than its lease")
+			require.Greater(t, held.LeaseDelay, lease, "the claim waited for its turn for longer than its lease")
 			_, lost, err := st.Takeover(ctx, 100)
 			require.NoError(t, err)
 			require.Zero(t, lost, "a lease counted from before the wait would be over")
@@ -107,17 +103,8 @@ func TestFlowClaimSpendsRateAfterItsWait(t *testing.T) {
 			submitRated(0)
 			req := store.ClaimRequest{Node: "n1", Limit: 10, PerGroup: perGroup, Flow: true,
 				Behaviors: []store.BehaviorLease{{Behavior: behavior, Lease: time.Minute}}}
-			release := holdTurn(t, ctx, st, behavior)
-			done := make(chan []store.Claimed, 1)
-			go func() {
-				claimed, _, err := st.ClaimFlow(ctx, req)
-				assert.NoError(t, err)
-				done <- claimed
-			}()
 			// The claim waits for the turn for longer than the limit's period.
-			released := release(period + period/2)
-
-			first := <-done
+			first, _, released := claimAfterWait(t, ctx, st, req, period+period/2)
 			require.Len(t, first, 2, "the burst")
 			var started time.Time
 			require.NoError(t, st.Pool().QueryRow(ctx, `SELECT min(executed_at) FROM stint_task WHERE id = $1`, string(first[0].ID)).Scan(&started))
