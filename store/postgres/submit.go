@@ -279,14 +279,20 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 	var leases map[api.TaskID]startLease
 	var missing []string
 	for _, share := range []bool{false, true} {
-		cols := newSubmitColumns(len(tasks), node != "")
+		n := 0
+		for _, t := range tasks {
+			if t.Share == share {
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		cols := newSubmitColumns(n, node != "")
 		for _, t := range tasks {
 			if t.Share == share {
 				cols.add(t, node != "")
 			}
-		}
-		if len(cols.ids) == 0 {
-			continue
 		}
 		plain := newIDs && cols.unique == len(cols.ids)
 		starting := cols.starts > 0
