@@ -3,6 +3,7 @@ package impl_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -373,4 +374,63 @@ func TestNewServerNamesTheMissingRegistry(t *testing.T) {
 	require.ErrorContains(t, err, "ServerConfig.Registry is required")
 	_, err = impl.NewClient(nil, impl.ClientConfig{})
 	require.ErrorContains(t, err, "ClientConfig.Registry is required")
+}
+
+// TestAClaimBackAfterItsLeaseRunsNothing: a claim that returns after its
+// leases ran out (its node or the database stalled in between) runs none of
+// its tasks: each may be another node's by then, and its slot under a cap
+// across nodes too. The tasks are given back, due at once, and run once.
+func TestAClaimBackAfterItsLeaseRunsNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	const lease = time.Second // the shortest a policy may have
+	f, err := api.Submit(e.ctx, e.client(), workKind, WorkParams{Key: "late"})
+	require.NoError(t, err)
+	// The lock holds the claim's update of the task, after the claim's
+	// transaction (and its lease) began. The claim is found by its text's
+	// start: pg_stat_activity keeps the first kilobyte only.
+	tx, err := e.pool.Begin(e.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(e.ctx, `SELECT 1 FROM stint_task WHERE id = $1 FOR UPDATE`, string(f.ID()))
+	require.NoError(t, err)
+	var logged lockedLog
+	e.server("stalled", lease, func(cfg *impl.ServerConfig) {
+		cfg.Behaviors = []api.BehaviorID{workKind.ID}
+		cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+	})
+	waitFor(t, 10*time.Second, "the claim to wait past its lease", func() bool {
+		var past bool
+		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT coalesce(bool_or(clock_timestamp() > xact_start + $1 * interval '2 millisecond'), false)
+			FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%gen_random_uuid() AS lease%'`, lease.Milliseconds()).Scan(&past))
+		return past
+	})
+	require.NoError(t, tx.Commit(e.ctx))
+
+	res, err := f.Await(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Attempt, "a run given back unbegun is not an attempt")
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_run WHERE task_id = $1`, string(f.ID())), "the task ran once")
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_run r JOIN stint_task t ON t.id = r.task_id
+		WHERE r.task_id = $1 AND r.at < t.executed_at + $2 * interval '1 millisecond'`, string(f.ID()), lease.Milliseconds()),
+		"its run began within the lease of the claim that started it: a later claim's, not the late one's")
+	require.Contains(t, logged.String(), "given back unrun")
+}
+
+// lockedLog is a log destination that goroutines may write at once.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }

@@ -72,6 +72,18 @@ func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
 		r.rc = runContext{s: s, r: r}
 		runs[i] = r
 	}
+	// Runs whose leases ran out before they were queued are given back
+	// unbegun (see execute); said once per claim, not per run.
+	late, stale := time.Since(sent), 0
+	for _, r := range runs {
+		if late >= r.lease {
+			stale++
+		}
+	}
+	if stale > 0 {
+		s.log.Warn("stint: claimed tasks arrived after their leases ran out (this node or the database stalled); they are given back unrun",
+			"tasks", stale, "late", late.Round(time.Millisecond))
+	}
 	s.mu.Lock()
 	for _, r := range runs {
 		c := &r.claimed
@@ -314,6 +326,15 @@ type leaseRuns struct {
 
 // execute runs a claimed task and records how it ended.
 func (s *Server) execute(r *run) {
+	// A run not begun within its lease (its node, or the database, stalled
+	// between the claim and now) must not begin: its task, and its slot
+	// under a cap across nodes, may be another node's by now. Its task is
+	// given back instead, due at once.
+	if time.Since(r.started) >= r.lease {
+		r.cancel(errLeaseExpired)
+		s.giveBack(r)
+		return
+	}
 	var out spi.Outcome
 	ctx, span := s.tel.runStarted(r.ctx, r.claimed, s.cfg.Node)
 	// Params were validated at submit; validate again, since the behavior's
@@ -329,20 +350,9 @@ func (s *Server) execute(r *run) {
 		}
 	}
 	if cause := context.Cause(r.ctx); errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) || errors.Is(cause, spi.ErrInactive) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		err := s.st.Unclaim(ctx, []store.LeaseRef{r.claimed.LeaseRef})
-		if err != nil && !s.inc.failed("unclaim", err) {
-			s.log.Warn("stint: unclaim failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
-		}
-		// Only now: a rotation must not start the next task while the
-		// stopped one still shows as running. Then start the next one: a
-		// claimer that found no free slot waits for a wake-up.
-		s.freeSlot(r)
-		s.wakeClaimer()
-		span.SetAttributes(attribute.String("stint.released", context.Cause(r.ctx).Error()))
+		span.SetAttributes(attribute.String("stint.released", cause.Error()))
 		span.End()
-		s.endRun(r, err == nil)
+		s.giveBack(r)
 		return
 	}
 	c := store.Completion{LeaseRef: r.claimed.LeaseRef, Again: out.Again, Delay: out.Delay,
@@ -359,6 +369,23 @@ func (s *Server) execute(r *run) {
 	s.freeSlot(r)
 	r.end = c
 	s.completer.finish(r)
+}
+
+// giveBack ends a run without recording an end: its task is given back
+// under its lease, due at once, and its slot is freed.
+func (s *Server) giveBack(r *run) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.st.Unclaim(ctx, []store.LeaseRef{r.claimed.LeaseRef})
+	if err != nil && !s.inc.failed("unclaim", err) {
+		s.log.Warn("stint: unclaim failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
+	}
+	// Only now: a rotation must not start the next task while the stopped
+	// one still shows as running. Then start the next one: a claimer that
+	// found no free slot waits for a wake-up.
+	s.freeSlot(r)
+	s.wakeClaimer()
+	s.endRun(r, err == nil)
 }
 
 // recorded ends the runs of a batch once their ends are recorded (held),
