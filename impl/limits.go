@@ -124,8 +124,9 @@ func checkConcurrencyLimit(l api.ConcurrencyLimit) error {
 // once per submit. A limit changed meanwhile is checked against its old
 // values at most that long; claims always enforce the stored ones.
 type rateCache struct {
-	mu sync.Mutex
-	m  map[string]cachedLimit
+	mu  sync.Mutex
+	m   map[string]cachedLimit
+	now func() time.Time // time.Now unless a test sets it
 }
 
 type cachedLimit struct {
@@ -140,7 +141,7 @@ func (rc *rateCache) get(name string) (api.RateLimit, bool) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	e, ok := rc.m[name]
-	if !ok || time.Since(e.at) > rateCacheTTL {
+	if !ok || rc.clock().Sub(e.at) > rateCacheTTL {
 		return api.RateLimit{}, false
 	}
 	return e.limit, true
@@ -152,7 +153,14 @@ func (rc *rateCache) put(l api.RateLimit) {
 	if rc.m == nil {
 		rc.m = map[string]cachedLimit{}
 	}
-	rc.m[l.Name] = cachedLimit{limit: l, at: time.Now()}
+	rc.m[l.Name] = cachedLimit{limit: l, at: rc.clock()}
+}
+
+func (rc *rateCache) clock() time.Time {
+	if rc.now != nil {
+		return rc.now()
+	}
+	return time.Now()
 }
 
 func (rc *rateCache) forget(name string) {
@@ -167,11 +175,19 @@ func (rc *rateCache) forget(name string) {
 // behavior, or units over a limit's Limit, is an *api.InvalidError naming
 // the task.
 func (c *Client) checkRateUses(ctx context.Context, tasks []store.NewTask, regs []*spi.Registration) error {
+	// The limits are looked up once, into known: a cached limit may expire
+	// between two lookups, and a limit found must not be missing at the
+	// check.
+	known := map[string]api.RateLimit{}
 	var missing []string
 	var declared []api.RateLimit
 	for i, t := range tasks {
 		for _, u := range t.RateUses {
-			if _, ok := c.rates.get(u.Limit); ok || slices.Contains(missing, u.Limit) {
+			if _, ok := known[u.Limit]; ok || slices.Contains(missing, u.Limit) {
+				continue
+			}
+			if l, ok := c.rates.get(u.Limit); ok {
+				known[u.Limit] = l
 				continue
 			}
 			missing = append(missing, u.Limit)
@@ -190,11 +206,12 @@ func (c *Client) checkRateUses(ctx context.Context, tasks []store.NewTask, regs 
 		}
 		for _, l := range found {
 			c.rates.put(l)
+			known[l.Name] = l
 		}
 	}
 	for i, t := range tasks {
 		for j, u := range t.RateUses {
-			l, ok := c.rates.get(u.Limit)
+			l, ok := known[u.Limit]
 			field := fmt.Sprintf("rate_uses[%d]", j)
 			if !ok {
 				return fmt.Errorf("task %s: %w", t.ID, api.Invalid(field+".limit",
