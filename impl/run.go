@@ -72,18 +72,6 @@ func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
 		r.rc = runContext{s: s, r: r}
 		runs[i] = r
 	}
-	// Runs whose leases ran out before they were queued are given back
-	// unbegun (see execute); said once per claim, not per run.
-	late, stale := time.Since(sent), 0
-	for _, r := range runs {
-		if late >= r.lease {
-			stale++
-		}
-	}
-	if stale > 0 {
-		s.log.Warn("stint: claimed tasks arrived after their leases ran out (this node or the database stalled); they are given back unrun",
-			"tasks", stale, "late", late.Round(time.Millisecond))
-	}
 	s.mu.Lock()
 	for _, r := range runs {
 		c := &r.claimed
@@ -105,6 +93,24 @@ func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
 	}
 	s.mu.Unlock()
 	s.runs.Add(len(runs))
+	// Runs whose leases ran out before they were queued (this node or the
+	// database stalled since the claim was sent) are given back unbegun,
+	// in one statement; see execute.
+	if late := time.Since(sent); slices.ContainsFunc(runs, func(r *run) bool { return late >= r.lease }) {
+		var live, stale []*run
+		for _, r := range runs {
+			if late >= r.lease {
+				r.cancel(errLeaseExpired)
+				stale = append(stale, r)
+			} else {
+				live = append(live, r)
+			}
+		}
+		s.log.Warn("stint: claimed tasks arrived after their leases ran out (this node or the database stalled); they are given back unrun",
+			"tasks", len(stale), "late", late.Round(time.Millisecond))
+		go s.giveBack(stale...)
+		runs = live
+	}
 	s.queueRuns(runs)
 }
 
@@ -371,21 +377,29 @@ func (s *Server) execute(r *run) {
 	s.completer.finish(r)
 }
 
-// giveBack ends a run without recording an end: its task is given back
-// under its lease, due at once, and its slot is freed.
-func (s *Server) giveBack(r *run) {
+// giveBack ends runs without recording an end: their tasks are given back
+// under their leases, due at once, and their slots are freed.
+func (s *Server) giveBack(runs ...*run) {
+	refs := make([]store.LeaseRef, len(runs))
+	for i, r := range runs {
+		refs[i] = r.claimed.LeaseRef
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := s.st.Unclaim(ctx, []store.LeaseRef{r.claimed.LeaseRef})
+	err := s.st.Unclaim(ctx, refs)
 	if err != nil && !s.inc.failed("unclaim", err) {
-		s.log.Warn("stint: unclaim failed; the task is taken over after its lease", "task", r.claimed.ID, "err", err)
+		s.log.Warn("stint: unclaim failed; the tasks are taken over after their lease", "tasks", len(refs), "first", refs[0].ID, "err", err)
 	}
 	// Only now: a rotation must not start the next task while the stopped
 	// one still shows as running. Then start the next one: a claimer that
 	// found no free slot waits for a wake-up.
-	s.freeSlot(r)
+	for _, r := range runs {
+		s.freeSlot(r)
+	}
 	s.wakeClaimer()
-	s.endRun(r, err == nil)
+	for _, r := range runs {
+		s.endRun(r, err == nil)
+	}
 }
 
 // recorded ends the runs of a batch once their ends are recorded (held),
