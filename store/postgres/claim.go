@@ -229,6 +229,9 @@ const claimSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true),
 // of a counted claim's tasks (see claimCTEs), one per task.
 func (s *Store) scanClaimed(rows pgx.Rows, limit int, behaviors []string, uses *[]taskUses) ([]store.Claimed, error) {
 	out := make([]store.Claimed, 0, min(limit, max(64, int(s.lastClaimed.Load()))))
+	if uses != nil && *uses == nil {
+		*uses = make([]taskUses, 0, cap(out))
+	}
 	var ids stringChunks
 	var c store.Claimed
 	var u taskUses
