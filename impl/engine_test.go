@@ -377,9 +377,10 @@ func TestNewServerNamesTheMissingRegistry(t *testing.T) {
 }
 
 // TestAClaimBackAfterItsLeaseRunsNothing: a claim that returns after its
-// leases ran out (its node or the database stalled in between) runs none of
-// its tasks: each may be another node's by then, and its slot under a cap
-// across nodes too. The tasks are given back, due at once, and run once.
+// leases ran out (its node or the database stalled in between; here, three
+// leases after its transaction began) runs none of its tasks: each may be
+// another node's by then, and its slot under a cap across nodes too. The
+// tasks are given back, due at once, and run once.
 func TestAClaimBackAfterItsLeaseRunsNothing(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -399,9 +400,9 @@ func TestAClaimBackAfterItsLeaseRunsNothing(t *testing.T) {
 		cfg.Behaviors = []api.BehaviorID{workKind.ID}
 		cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
 	})
-	waitFor(t, 10*time.Second, "the claim to wait past its lease", func() bool {
+	waitFor(t, 10*time.Second, "the claim to wait three leases", func() bool {
 		var past bool
-		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT coalesce(bool_or(clock_timestamp() > xact_start + $1 * interval '2 millisecond'), false)
+		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT coalesce(bool_or(clock_timestamp() > xact_start + $1 * interval '3 millisecond'), false)
 			FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%gen_random_uuid() AS lease%'`, lease.Milliseconds()).Scan(&past))
 		return past
 	})
@@ -412,8 +413,8 @@ func TestAClaimBackAfterItsLeaseRunsNothing(t *testing.T) {
 	require.Equal(t, 1, res.Attempt, "a run given back unbegun is not an attempt")
 	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_run WHERE task_id = $1`, string(f.ID())), "the task ran once")
 	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_run r JOIN stint_task t ON t.id = r.task_id
-		WHERE r.task_id = $1 AND r.at < t.executed_at + $2 * interval '1 millisecond'`, string(f.ID()), lease.Milliseconds()),
-		"its run began within the lease of the claim that started it: a later claim's, not the late one's")
+		WHERE r.task_id = $1 AND r.at < t.executed_at + $2 * interval '2 millisecond'`, string(f.ID()), lease.Milliseconds()),
+		"its run began soon after the claim that started it (a later claim's), not three leases after (the late one's)")
 	require.Contains(t, logged.String(), "given back unrun")
 }
 
