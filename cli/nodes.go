@@ -41,8 +41,11 @@ func (c *cli) newNodesLsCmd() *cobra.Command {
 		Use:   "ls",
 		Short: "List the registered server nodes with the age of their heartbeat",
 		Long: `List the registered server nodes, oldest first, with the age of their last
-heartbeat as measured by the database's clock. A node whose heartbeat is much
-older than its heartbeat interval (5s by default) has probably died.`,
+heartbeat as measured by the database's clock, and how the database served it:
+the incidents going on (unreachable, recovery, read_only, listener, ...) as the
+node reported them with its last heartbeat, else "ok" and the last incident
+that ended. A node whose heartbeat is much older than its heartbeat interval
+(5s by default) has probably died, or cannot reach the database.`,
 		Args: exactArgs(0),
 	}
 	db := addDBFlag(cmd)
@@ -76,15 +79,15 @@ older than its heartbeat interval (5s by default) has probably died.`,
 			return nil
 		}
 		tw := newTable(c.stdout)
-		fmt.Fprintln(tw, "ID\tHOST\tPID\tWORKERS\tBEHAVIORS\tSTARTED\tHEARTBEAT AGE")
+		fmt.Fprintln(tw, "ID\tHOST\tPID\tWORKERS\tBEHAVIORS\tSTARTED\tHEARTBEAT AGE\tDATABASE")
 		for _, n := range nodes {
 			behaviors := make([]string, len(n.Behaviors))
 			for i, b := range n.Behaviors {
 				behaviors[i] = string(b)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
 				n.ID, orDash(n.Host), strconv.Itoa(n.PID), n.MaxWorkers, orDash(strings.Join(behaviors, ",")),
-				formatTime(&n.StartedAt), formatAge(now.Sub(n.HeartbeatAt)))
+				formatTime(&n.StartedAt), formatAge(now.Sub(n.HeartbeatAt)), databaseState(n, now))
 		}
 		if err := tw.Flush(); err != nil {
 			return fmt.Errorf("write table: %w", err)
@@ -92,6 +95,23 @@ older than its heartbeat interval (5s by default) has probably died.`,
 		return nil
 	}
 	return cmd
+}
+
+// databaseState says how the database served a node, as the node reported
+// with its last heartbeat: the incidents going on, each with how long it
+// has lasted and its failures, else "ok" and the last incident that ended.
+func databaseState(n api.Node, now time.Time) string {
+	if len(n.Incidents) > 0 {
+		parts := make([]string, len(n.Incidents))
+		for i, in := range n.Incidents {
+			parts[i] = fmt.Sprintf("%s for %s (%d failures)", in.Cause, formatAge(now.Sub(in.Started)), in.Failures)
+		}
+		return strings.Join(parts, ", ")
+	}
+	if l := n.LastIncident; l != nil {
+		return fmt.Sprintf("ok · last: %s for %s, %s ago", l.Cause, formatAge(l.Ended.Sub(l.Started)), formatAge(now.Sub(l.Ended)))
+	}
+	return "ok"
 }
 
 // formatAge formats an age for a table: to the tenth of a second under a
