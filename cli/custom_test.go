@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/cli"
 	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/internal/syncbuf"
 	"github.com/stinthq/stint/spi"
 )
 
@@ -46,28 +46,9 @@ func (greet) Run(_ context.Context, _ spi.RunContext, p greetParams) (greetResul
 	return greetResult{Greeting: "hello, " + p.Name}, nil
 }
 
-// lockedBuffer is a bytes.Buffer safe for a command writing to it while
-// the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // run runs the command line of a program with the behaviors of reg.
 func run(ctx context.Context, reg *spi.Registry, args ...string) (stdout, stderr string, code int) {
-	var out, errOut lockedBuffer
+	var out, errOut syncbuf.Buffer
 	code = cli.Run(ctx, args, reg, strings.NewReader(""), &out, &errOut)
 	return out.String(), errOut.String(), code
 }
@@ -94,7 +75,7 @@ func TestProgramWithItsOwnBehavior(t *testing.T) {
 		code   int
 	}
 	done := make(chan result, 1)
-	var srvOut, srvErr lockedBuffer
+	var srvOut, srvErr syncbuf.Buffer
 	go func() {
 		args := []string{"server", "--db", dsn, "--behaviors", "demo.greet", "--http", "127.0.0.1:0", "--insecure-no-auth"}
 		code := cli.Run(srvCtx, args, reg, strings.NewReader(""), &srvOut, &srvErr)

@@ -14,11 +14,12 @@ import (
 
 	"github.com/stinthq/stint/internal/pgcluster"
 	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/internal/syncbuf"
 )
 
 // devRun is `stint dev` running in-process.
 type devRun struct {
-	stdout, stderr *syncBuffer
+	stdout, stderr *syncbuf.Buffer
 	stop           context.CancelFunc
 	done           chan int
 }
@@ -26,7 +27,7 @@ type devRun struct {
 // startDev starts `stint dev` on data directory dir.
 func startDev(ctx context.Context, dir string) *devRun {
 	ctx, stop := context.WithCancel(ctx)
-	d := &devRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}, stop: stop, done: make(chan int, 1)}
+	d := &devRun{stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, stop: stop, done: make(chan int, 1)}
 	args := []string{"dev", "--data", dir, "--workers", "8"}
 	go func() { d.done <- Run(ctx, args, nil, strings.NewReader(""), d.stdout, d.stderr) }()
 	return d

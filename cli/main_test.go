@@ -1,14 +1,12 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/internal/syncbuf"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store/postgres"
 )
@@ -45,27 +44,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is a bytes.Buffer safe for a command writing to it while the
-// test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-// Write appends p.
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// String returns what was written so far.
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // result is what one run of the CLI printed and its exit code.
 type result struct {
 	stdout, stderr string
@@ -74,14 +52,14 @@ type result struct {
 
 // runCLI runs the stint command line with args in-process.
 func runCLI(ctx context.Context, args ...string) result {
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	code := Run(ctx, args, nil, strings.NewReader(""), &stdout, &stderr)
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }
 
 // runCLIWith is runCLI with the run's state changed by mod first.
 func runCLIWith(ctx context.Context, mod func(*cli), args ...string) result {
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	c, err := newCLI("stint", &stdout, &stderr, nil)
 	if err != nil {
 		return result{stderr: err.Error(), code: exitFailure}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/internal/syncbuf"
 )
 
 // The test's tokens.
@@ -91,7 +92,7 @@ func TestServerServesPrometheusMetrics(t *testing.T) {
 
 	srvCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		args := []string{"server", "--db", dsn, "--node", "metrics-node", "--behaviors", "demo.echo", "--http", "127.0.0.1:0",

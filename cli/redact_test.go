@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/internal/syncbuf"
 )
 
 // TestPasswordsAreNeverShown submits a replication whose DSNs hold
@@ -55,7 +56,7 @@ func TestPasswordsAreNeverShown(t *testing.T) {
 	// The HTTP API of a server node.
 	srvCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		args := []string{"server", "--db", dsn, "--behaviors", "demo.echo", "--http", "127.0.0.1:0", "--insecure-no-auth"}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/internal/pgtest"
+	"github.com/stinthq/stint/internal/syncbuf"
 )
 
 // taskIDOf returns the id in the "task ID: ..." line submit prints.
@@ -132,7 +133,7 @@ func TestSubmitParamsFromStdin(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t, time.Minute)
 	dsn := pgtest.New(t)
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	args := []string{"submit", "demo.echo", "--params", "@-", "--json", "--db", dsn}
 	require.Equal(t, exitOK, Run(ctx, args, nil, strings.NewReader(`{"text":"piped"}`), &stdout, &stderr), stderr.String())
 	var sub api.Submission

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/syncbuf"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
 	"github.com/stinthq/stint/store/postgres"
@@ -395,7 +396,7 @@ func TestAClaimBackAfterItsLeaseRunsNothing(t *testing.T) {
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	_, err = tx.Exec(e.ctx, `SELECT 1 FROM stint_task WHERE id = $1 FOR UPDATE`, string(f.ID()))
 	require.NoError(t, err)
-	var logged lockedLog
+	var logged syncbuf.Buffer
 	e.server("stalled", lease, func(cfg *impl.ServerConfig) {
 		cfg.Behaviors = []api.BehaviorID{workKind.ID}
 		cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
@@ -416,22 +417,4 @@ func TestAClaimBackAfterItsLeaseRunsNothing(t *testing.T) {
 		WHERE r.task_id = $1 AND r.at < t.executed_at + $2 * interval '2 millisecond'`, string(f.ID()), lease.Milliseconds()),
 		"its run began soon after the claim that started it (a later claim's), not three leases after (the late one's)")
 	require.Contains(t, logged.String(), "given back unrun")
-}
-
-// lockedLog is a log destination that goroutines may write at once.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
