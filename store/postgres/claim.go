@@ -113,8 +113,8 @@ WITH cfg AS MATERIALIZED (
     RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
         t.parent_id, t.group_key, t.trace, cfg.lease_us, cfg.at, t.resubmitted, t.schedule_not_before AS due` + returned + `
 ), leases AS (
-    INSERT INTO stint_lease (lease, node, expires_at, task_ids, behavior)
-    SELECT lease, $1, max(at) + max(lease_us) * interval '1 microsecond', array_agg(id), min(behavior) FROM claimed GROUP BY lease
+    INSERT INTO stint_lease (lease, node, expires_at, task_ids, task_count, behavior)
+    SELECT lease, $1, max(at) + max(lease_us) * interval '1 microsecond', array_agg(id), count(*), min(behavior) FROM claimed GROUP BY lease
 ), feed AS (` + feedInsert("claimed", "'running'::text", "false") + `)
 SELECT id, lease, behavior, params, progress, attempt, errors, priority,
     coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us, resubmitted` + extra + `

@@ -116,3 +116,29 @@ func TestFlowClaimSpendsRateAfterItsWait(t *testing.T) {
 		})
 	}
 }
+
+// A lease row written by a node from before lease rows kept their task
+// count (task_count NULL) still counts toward a cluster cap: the bound that
+// lets a claim under the cap skip the exact count reads the row's array
+// then. Counted as none, the claim below would start three tasks beside
+// the four running, under a cap of five.
+func TestClusterCapCountsLeaseRowsWithoutTheirCount(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	const behavior = "sem.capped"
+	for i := range 10 {
+		submitT(t, ctx, st, store.NewTask{ID: api.TaskID(fmt.Sprintf("capped-%d", i)), Behavior: behavior})
+	}
+	req := store.ClaimRequest{Node: "n1", Limit: 4, Cluster: 5, Behaviors: []store.BehaviorLease{{Behavior: behavior, Lease: time.Minute}}}
+	claimed, err := st.Claim(ctx, req)
+	require.NoError(t, err)
+	require.Len(t, claimed, 4)
+	tag, err := st.Pool().Exec(ctx, `UPDATE stint_lease SET task_count = NULL WHERE behavior = $1`, behavior)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+
+	req.Limit = 3
+	claimed, err = st.Claim(ctx, req)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1, "four running under a cap of five leave one")
+}

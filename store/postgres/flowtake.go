@@ -50,13 +50,22 @@ var (
       AND NOT EXISTS (SELECT 1 FROM stint_concurrency cc WHERE cc.behavior = w.behavior AND cc.key <> '' AND cc.max > 0)
       AND (SELECT g.cap <= 0 OR g.bound + $4 <= g.cap FROM (SELECT
               coalesce((SELECT cc.max FROM stint_concurrency cc WHERE cc.behavior = w.behavior AND cc.key = ''), $6::int) AS cap,
-              (SELECT coalesce(sum(cardinality(l.task_ids)), 0) FROM stint_lease l WHERE l.behavior = w.behavior) AS bound) g)`)
+              (SELECT ` + leaseBound("l") + ` FROM stint_lease l WHERE l.behavior = w.behavior) AS bound) g)`)
 )
 
 // leaseBoundSQL returns an upper bound on the running tasks of the
 // behavior $1: the tasks its lease rows name, finished ones included
 // until the row is dropped. One row per claim statement, not per task.
-const leaseBoundSQL = `SELECT coalesce(sum(cardinality(task_ids)), 0)::bigint FROM stint_lease WHERE behavior = $1`
+var leaseBoundSQL = `SELECT ` + leaseBound("l") + `::bigint FROM stint_lease l WHERE l.behavior = $1`
+
+// leaseBound sums the tasks the lease rows l name. It reads the count
+// stored beside each row's array, not the array: a claim's array of a
+// thousand ids is stored compressed and out of line, and reading it back
+// cost more than the rest of the bound. A row written by a node that
+// predates the count has none; its array is counted.
+func leaseBound(l string) string {
+	return `coalesce(sum(coalesce(` + l + `.task_count, cardinality(` + l + `.task_ids))), 0)`
+}
 
 // flowLoose reports whether a claim of req may be tried at once.
 func (s *Store) flowLoose(req store.ClaimRequest) bool {

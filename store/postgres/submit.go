@@ -159,8 +159,8 @@ FROM go r LEFT JOIN cfg g ON r.starts AND g.behavior = r.behavior
 ), started AS MATERIALIZED (
     SELECT s.id, s.behavior, s.lease, g.lease_us FROM s JOIN cfg g ON g.lease = s.lease WHERE s.created AND s.status = 'running'
 ), leases AS (
-    INSERT INTO stint_lease (lease, node, expires_at, task_ids, behavior)
-    SELECT lease, ` + node + `, now() + max(lease_us) * interval '1 microsecond', array_agg(id), min(behavior) FROM started GROUP BY lease
+    INSERT INTO stint_lease (lease, node, expires_at, task_ids, task_count, behavior)
+    SELECT lease, ` + node + `, now() + max(lease_us) * interval '1 microsecond', array_agg(id), count(*), min(behavior) FROM started GROUP BY lease
 )` + recordSubmitChanges(w, true)
 }
 

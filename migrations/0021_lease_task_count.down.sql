@@ -1,0 +1,1 @@
+ALTER TABLE stint_lease DROP COLUMN IF EXISTS task_count;
