@@ -50,7 +50,7 @@ var (
       AND NOT EXISTS (SELECT 1 FROM stint_concurrency cc WHERE cc.behavior = w.behavior AND cc.key <> '' AND cc.max > 0)
       AND (SELECT g.cap <= 0 OR g.bound + $4 <= g.cap FROM (SELECT
               coalesce((SELECT cc.max FROM stint_concurrency cc WHERE cc.behavior = w.behavior AND cc.key = ''), $6::int) AS cap,
-              (SELECT ` + leaseBound("l") + ` FROM stint_lease l WHERE l.behavior = w.behavior) AS bound) g)`)
+              (SELECT `+leaseBound("l")+` FROM stint_lease l WHERE l.behavior = w.behavior) AS bound) g)`)
 )
 
 // leaseBoundSQL returns an upper bound on the running tasks of the
