@@ -19,12 +19,24 @@ import (
 // fewer than it asked for: under a stream of submits, whose notifications
 // are coalesced to one per client and window, the next tasks are due
 // before the next notification.
+//
+// A wake-up (a submit's notification, a kick when tasks fall due, the
+// poll) makes the next claim ask every group; a claim that follows one
+// that found tasks leaves out the groups that found nothing lately (see
+// activeGroups).
 func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 	poll := time.NewTimer(s.cfg.PollInterval)
 	defer poll.Stop()
 	failures := 0
+	woken := true
 	for ctx.Err() == nil {
-		n, full, err := s.claimOnce(ctx)
+		select {
+		case <-wake:
+			woken = true
+		default:
+		}
+		n, full, err := s.claimOnce(ctx, woken)
+		woken = err != nil
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
@@ -65,14 +77,16 @@ func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 		case <-wake:
 		case <-poll.C:
 		}
+		woken = true
 	}
 }
 
 // claimOnce claims tasks for the free slots. full is set when no slot is
 // left. Slots are reserved before a claim statement goes out, so that the
 // claimers running side by side never claim more than the free slots.
-func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
-	for _, g := range s.dueGroups(ctx, s.claimGroups(s.runtimeCaps(ctx))) {
+// woken asks every claim group; see activeGroups.
+func (s *Server) claimOnce(ctx context.Context, woken bool) (n int, full bool, err error) {
+	for _, g := range s.dueGroups(ctx, s.activeGroups(s.claimGroups(s.runtimeCaps(ctx)), woken)) {
 		g, ok := s.reserve(g)
 		if !ok {
 			continue
@@ -92,6 +106,9 @@ func (s *Server) claimOnce(ctx context.Context) (n int, full bool, err error) {
 			req.PerGroup, req.Cluster, req.FairShare, req.Flow = g.flow.GroupConcurrency, g.flow.ClusterConcurrency, g.flow.FairShare, true
 			req.Returned = s.returned(g.behaviors[0].Behavior)
 			claimed, held, err = s.st.ClaimFlow(cctx, req)
+			if held.Capped {
+				s.noteCapped(g.behaviors[0].Behavior, true)
+			}
 			// Tasks a rate limit held back were moved to when it admits
 			// them: wake the claimers then, not at the next poll.
 			s.kick.kickAfter(held.Wake)
@@ -138,10 +155,57 @@ func (s *Server) dueGroups(ctx context.Context, groups []claimGroup) []claimGrou
 	if err != nil {
 		return groups // the claims report the database's trouble
 	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return slices.DeleteFunc(groups, func(g claimGroup) bool {
 		b := g.behaviors[0].Behavior
-		return g.flow != nil && slices.Contains(ask, b) && !slices.Contains(due, b)
+		if g.flow == nil || !slices.Contains(ask, b) || slices.Contains(due, b) {
+			return false
+		}
+		s.markEmpty(g, now) // as a claim that found nothing: see activeGroups
+		return true
 	})
+}
+
+// activeGroups leaves out of groups those whose last claim found nothing
+// less than a poll interval ago, unless woken, which forgets what the
+// groups found: a claim that follows a busy group's need not ask the idle
+// ones again. Each such claim is a round trip (three for a behavior under
+// flow control, or a query to find nothing due), taken before the busy
+// group's claim every cycle, and a busy node started its tasks a tenth
+// slower for them. A task that falls due in an idle group is claimed when
+// a notification or kick says so, as on an idle node, or by the next poll
+// interval otherwise.
+func (s *Server) activeGroups(groups []claimGroup, woken bool) []claimGroup {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if woken {
+		clear(s.emptyAt)
+		return groups
+	}
+	return slices.DeleteFunc(groups, func(g claimGroup) bool {
+		at, ok := s.emptyAt[g.key()]
+		return ok && time.Since(at) < s.cfg.PollInterval
+	})
+}
+
+// markEmpty records that a claim of g found nothing at now. Server.mu
+// must be held.
+func (s *Server) markEmpty(g claimGroup, now time.Time) {
+	if s.emptyAt == nil {
+		s.emptyAt = map[string]time.Time{}
+	}
+	s.emptyAt[g.key()] = now
+}
+
+// key names the claim group among those of one claim: "" for the main
+// group, else the behavior it claims.
+func (g claimGroup) key() string {
+	if g.main {
+		return ""
+	}
+	return string(g.behaviors[0].Behavior)
 }
 
 // returned lists the runs of behavior b that returned and whose end is not
@@ -250,6 +314,13 @@ func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok bool) {
 		s.idle = len(claimed) < g.limit
 	}
 	s.claiming--
+	switch {
+	case !ok:
+	case len(claimed) == 0:
+		s.markEmpty(g, time.Now())
+	default:
+		delete(s.emptyAt, g.key())
+	}
 	if g.flow != nil {
 		b := g.behaviors[0].Behavior
 		delete(s.flowClaiming, b)

@@ -9,3 +9,7 @@ func KickWindow(c *Client) time.Duration { return c.kick.window }
 
 // FlushKicks waits for c's trailing due notifications to go out.
 func FlushKicks(c *Client) { c.kick.flush() }
+
+// ClaimersDone returns the channel closed once s's claimers have stopped
+// (Stop stops them first, then waits for the runs).
+func ClaimersDone(s *Server) <-chan struct{} { return s.claimDone }

@@ -26,6 +26,7 @@ type hub struct {
 	waiters   map[api.TaskID]map[chan struct{}]struct{}
 	onDue     func()
 	onRemoved func(api.TaskID)
+	onCapped  func(api.BehaviorID)
 	all       map[chan struct{}]struct{} // woken by every finish notification
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -48,7 +49,7 @@ func (h *hub) start() {
 	go func() {
 		defer close(h.done)
 		for ctx.Err() == nil {
-			err := h.st.Listen(ctx, []string{store.ChannelDue, store.ChannelFinished, store.ChannelRemoved}, h.dispatch, h.state)
+			err := h.st.Listen(ctx, []string{store.ChannelDue, store.ChannelFinished, store.ChannelRemoved, store.ChannelCapped}, h.dispatch, h.state)
 			if err != nil && ctx.Err() == nil {
 				h.state(err)
 				sleep(ctx, time.Second)
@@ -78,6 +79,14 @@ func (h *hub) setOnDue(fn func()) {
 func (h *hub) setOnRemoved(fn func(api.TaskID)) {
 	h.mu.Lock()
 	h.onRemoved = fn
+	h.mu.Unlock()
+}
+
+// setOnCapped sets the function called with the id of a behavior that a
+// cap across nodes held back.
+func (h *hub) setOnCapped(fn func(api.BehaviorID)) {
+	h.mu.Lock()
+	h.onCapped = fn
 	h.mu.Unlock()
 }
 
@@ -129,6 +138,10 @@ func (h *hub) dispatch(channel, payload string) {
 	case store.ChannelRemoved:
 		if h.onRemoved != nil && payload != "" {
 			h.onRemoved(api.TaskID(payload))
+		}
+	case store.ChannelCapped:
+		if h.onCapped != nil && payload != "" {
+			h.onCapped(api.BehaviorID(payload))
 		}
 	case store.ChannelFinished:
 		signalAll(h.all)

@@ -13,8 +13,19 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/store"
 	"github.com/stinthq/stint/store/postgres"
 )
+
+// waitStatus waits up to timeout for task id to have status.
+func waitStatus(t *testing.T, c api.Tasks, id api.TaskID, status api.Status, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, fmt.Sprintf("task %s to be %s", id, status), func() bool {
+		task, err := c.Get(context.Background(), id)
+		require.NoError(t, err)
+		return task.Status == status
+	})
+}
 
 // maxOverlap returns the most spans of test_span (of behavior's tasks)
 // that overlapped, in all and per key.
@@ -276,11 +287,7 @@ func TestGetSaysATaskWaitsOnACap(t *testing.T) {
 	require.NoError(t, c.SetConcurrencyLimit(e.ctx, api.ConcurrencyLimit{Behavior: plainKind.ID, Key: "k", Max: 1}))
 	first, err := c.Submit(e.ctx, flowReq(plainKind, FlowParams{ID: "first", Customer: "k", Gate: "open"}))
 	require.NoError(t, err)
-	waitFor(t, time.Minute, "the first task to run", func() bool {
-		task, err := c.Get(e.ctx, first.ID)
-		require.NoError(t, err)
-		return task.Status == api.StatusRunning
-	})
+	waitStatus(t, c, first.ID, api.StatusRunning, time.Minute)
 	second, err := c.Submit(e.ctx, flowReq(plainKind, FlowParams{ID: "second", Customer: "k"}))
 	require.NoError(t, err)
 	task, err := c.Get(e.ctx, second.ID)
@@ -420,4 +427,51 @@ func TestChangedRateLimitFreesItsWaitingTasks(t *testing.T) {
 			return task.Status == api.StatusSuccess
 		})
 	}
+}
+
+// TestAFullCapFreedOnOneNodeWakesAnother holds a key at its cap with a
+// run on n1, has n2's claim find the key full, stops n1's claimers and
+// lets the run end: n1, told by n2 that the cap held its claim back, wakes
+// the claimers of every node, and n2 starts the waiting task at once. Both
+// nodes poll once a minute, so without the wake the task would wait for
+// n2's poll. (A node wakes the others only for caps that claims found
+// full lately: a cap that never binds costs no notification per batch.)
+func TestAFullCapFreedOnOneNodeWakesAnother(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.client()
+	slow := func(cfg *impl.ServerConfig) { cfg.PollInterval = time.Minute }
+	n1 := e.server("n1", time.Minute, slow, func(cfg *impl.ServerConfig) { cfg.MaxWorkers = 1 })
+	first, err := c.Submit(e.ctx, flowReq(cappedKind, FlowParams{ID: "first", Customer: "k", Gate: "open"}))
+	require.NoError(t, err)
+	waitStatus(t, c, first.ID, api.StatusRunning, time.Minute)
+
+	listener, err := e.pool.Acquire(e.ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(e.ctx, `LISTEN `+store.ChannelCapped)
+	require.NoError(t, err)
+	e.server("n2", time.Minute, slow)
+	second, err := c.Submit(e.ctx, flowReq(cappedKind, FlowParams{ID: "second", Customer: "k"}))
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	defer cancel()
+	n, err := listener.Conn().WaitForNotification(wctx)
+	require.NoError(t, err, "n2's claim finds the key at its cap and says so")
+	require.Equal(t, string(cappedKind.ID), n.Payload)
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- n1.Stop(e.ctx) }()
+	select {
+	case <-impl.ClaimersDone(n1):
+	case <-wctx.Done():
+		t.Fatal("n1's claimers did not stop")
+	}
+	_, err = e.pool.Exec(e.ctx, `INSERT INTO test_effect (task_id, step) VALUES ('open', 1)`)
+	require.NoError(t, err)
+	require.NoError(t, <-stopped)
+	waitStatus(t, c, second.ID, api.StatusSuccess, 20*time.Second) // well before n2's poll
+	var node string
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT node FROM test_span WHERE task_id = $1`, string(second.ID)).Scan(&node))
+	require.Equal(t, "n2", node)
 }

@@ -180,6 +180,9 @@ type Server struct {
 	// flowBusy holds the behaviors claimed under flow control whose last
 	// claim found tasks; see dueGroups.
 	flowBusy map[api.BehaviorID]bool
+	// emptyAt holds, by claim group (see claimGroup.key), when its last
+	// claim found nothing; see activeGroups.
+	emptyAt map[string]time.Time
 
 	beatNow     chan struct{}      // asks the lease keeper for a heartbeat now
 	claimCancel context.CancelFunc // stops claiming
@@ -195,6 +198,11 @@ type Server struct {
 	capsMu   sync.Mutex
 	caps     map[api.BehaviorID]bool
 	capsRead time.Time
+	// cappedAt holds when a claim of a behavior (here, or on a node that
+	// said so on store.ChannelCapped) last found a cap across nodes full;
+	// noticed, when this node last said so. See freesCap.
+	cappedAt map[api.BehaviorID]time.Time
+	noticed  map[api.BehaviorID]time.Time
 }
 
 var _ api.Tasks = (*Server)(nil)
@@ -313,6 +321,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.hub.setOnDue(s.wakeClaimer)
 	s.hub.setOnRemoved(s.cancelRemoved)
+	s.hub.setOnCapped(func(b api.BehaviorID) { s.noteCapped(b, false) })
 	s.kick.setLocal(s.wakeClaimer)
 	s.hub.start()
 

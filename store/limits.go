@@ -27,6 +27,9 @@ type FlowHeld struct {
 	// leases from when it sent the claim plus this, which is never later
 	// than the database counts them from.
 	LeaseDelay time.Duration
+	// Capped is set when a cap across nodes (the behavior's, or a group
+	// key's) held tasks back: the claim found it full.
+	Capped bool
 }
 
 // Limits is the flow control a store keeps: rate limits, the state of

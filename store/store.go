@@ -30,6 +30,11 @@ const (
 	// that its node cancels the run at once rather than at its next lease
 	// renewal.
 	ChannelRemoved = "stint_removed"
+	// ChannelCapped is notified with the id of a behavior when a cap
+	// across nodes (FlowHeld.Capped) held back a claim of it, so that the
+	// nodes whose runs of it end wake the claimers (ChannelDue) for the
+	// slot they free.
+	ChannelCapped = "stint_capped"
 )
 
 // NewTask is a validated task to store.

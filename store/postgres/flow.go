@@ -84,10 +84,10 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 	leases := []int64{req.Behaviors[0].Lease.Microseconds()}
 	var out []store.Claimed
 	var held store.FlowHeld
-	tight := false
+	tight, capped := false, false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		f := newFlowClaim(tx, req)
-		defer func() { tight = len(f.moves) > 0 || len(f.tried) > 0 || len(f.capped) > 0 }()
+		defer func() { tight, capped = len(f.moves) > 0 || len(f.tried) > 0 || len(f.capKeys) > 0, f.capped() }()
 		if err := f.configure(ctx); err != nil {
 			return err
 		}
@@ -119,6 +119,7 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 	if tight {
 		s.flowTight.Store(behaviors[0], time.Now())
 	}
+	held.Capped = capped
 	return out, held, nil
 }
 
@@ -136,12 +137,13 @@ type flowClaim struct {
 	limit    int       // tasks to claim at most: the request's, within the cluster cap
 	idle     bool      // nothing was due: the claim did not take its turn
 	bound    int64     // an upper bound on the running tasks; see leaseBoundSQL
+	full     bool      // the cluster cap left less than the request's limit
 
 	cluster  int            // the cap on the behavior's running tasks; 0: none
 	keyMax   map[string]int // caps of keys set at runtime
 	weight   map[string]int // fair-share weights of keys set at runtime
 	running  map[string]int // running tasks of the counted keys, picks included
-	capped   []string       // keys at their cap, or locked by another claimer
+	capKeys  []string       // keys at their cap, or locked by another claimer
 	seen     []pgtype.TID   // hints read so far
 	hints    []pgtype.TID   // hints picked to claim
 	stale    []pgtype.TID   // hints that no longer stand for their task
@@ -268,11 +270,15 @@ func (f *flowClaim) count(ctx context.Context) error {
 		return err
 	}
 	f.running = byKey
-	if f.cluster > 0 {
-		f.limit = min(f.limit, f.cluster-total)
+	if f.cluster > 0 && f.cluster-total < f.limit {
+		f.limit, f.full = f.cluster-total, true
 	}
 	return nil
 }
+
+// capped reports whether a cap across nodes held tasks back: the cluster
+// cap left less than asked, or a group key was at its cap.
+func (f *flowClaim) capped() bool { return f.full || len(f.capKeys) > 0 }
 
 // keyCap returns the cap in force on a group key; 0: none.
 func (f *flowClaim) keyCap(key string) int {

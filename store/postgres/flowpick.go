@@ -130,7 +130,7 @@ func (f *flowClaim) pick(ctx context.Context, s *Store) error {
 // also the first hints of the group keys after the one served last (from
 // the first key again when they are fewer than fairKeys).
 func (f *flowClaim) read(ctx context.Context, fair bool, window int, s *Store) ([]flowCandidate, error) {
-	capped, seen := f.capped, f.seen
+	capped, seen := f.capKeys, f.seen
 	if capped == nil {
 		capped = []string{}
 	}
@@ -252,8 +252,8 @@ func (f *flowClaim) choose(cands []flowCandidate, window int) {
 		}
 		if cap := f.keyCap(c.key); cap > 0 {
 			if f.running[c.key] >= cap {
-				if !slices.Contains(f.capped, c.key) {
-					f.capped = append(f.capped, c.key)
+				if !slices.Contains(f.capKeys, c.key) {
+					f.capKeys = append(f.capKeys, c.key)
 				}
 				continue
 			}

@@ -181,6 +181,7 @@ func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimR
 			}
 		}
 	}
+	held.Capped = f.capped()
 	spent, err := f.spendAll(ctx, out, uses, len(predicted) == 0)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,72 @@
+package impl
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
+)
+
+// TestABusyClaimLeavesOutTheIdleGroups checks which claim groups a claim
+// asks: a claim that follows a busy group's leaves out a group whose last
+// claim found nothing, until a wake-up or a poll interval after; a claim
+// that finds tasks makes its group busy again.
+func TestABusyClaimLeavesOutTheIdleGroups(t *testing.T) {
+	t.Parallel()
+	reg := spi.NewRegistry()
+	s := &Server{slots: newSlots(10), claimReturned: make(chan struct{}), cfg: ServerConfig{PollInterval: time.Hour, Registry: reg}}
+	for _, b := range []noopBehavior{{"plain", spi.Policy{}}, {"capped", spi.Policy{ClusterConcurrency: 5}}} {
+		require.NoError(t, spi.Register(reg, b))
+		r, _ := reg.Lookup(b.id)
+		s.behaviors = append(s.behaviors, r)
+	}
+	// claim runs one claim of the groups asked, each finding as many
+	// tasks as found says (runs that end at once), and returns the keys of
+	// the groups asked: "" for the main one.
+	claim := func(woken bool, found map[string]int) []string {
+		var asked []string
+		for _, g := range s.activeGroups(s.claimGroups(nil), woken) {
+			g, ok := s.reserve(g)
+			require.True(t, ok)
+			claimed := make([]store.Claimed, found[g.key()])
+			for i := range claimed {
+				claimed[i].Behavior = g.behaviors[0].Behavior
+			}
+			s.unreserve(g, claimed, true)
+			s.slots.taken -= len(claimed)
+			asked = append(asked, g.key())
+		}
+		return asked
+	}
+
+	require.Equal(t, []string{"", "capped"}, claim(true, map[string]int{"": 3}), "a wake-up asks every group")
+	require.Equal(t, []string{""}, claim(false, map[string]int{"": 3}), "capped found nothing: the busy group only")
+	require.Equal(t, []string{""}, claim(false, nil))
+	require.Empty(t, claim(false, nil), "neither found anything")
+	require.Equal(t, []string{"", "capped"}, claim(true, map[string]int{"capped": 1}))
+	require.Equal(t, []string{"capped"}, claim(false, map[string]int{"capped": 1}), "the main group found nothing at the wake-up")
+
+	s.cfg.PollInterval = time.Millisecond
+	require.Eventually(t, func() bool { return len(claim(false, nil)) == 2 }, time.Minute, time.Millisecond,
+		"a poll interval after a group found nothing, it is asked again")
+}
+
+// noopBehavior is a behavior of its own id and policy that does nothing.
+type noopBehavior struct {
+	id  api.BehaviorID
+	pol spi.Policy
+}
+
+func (b noopBehavior) Kind() api.Kind[struct{}, struct{}] {
+	return api.Kind[struct{}, struct{}]{ID: b.id}
+}
+func (noopBehavior) TaskID(ids spi.IDs, _ struct{}) api.TaskID { return ids.Unique() }
+func (b noopBehavior) Policy() spi.Policy                      { return b.pol }
+func (noopBehavior) Run(context.Context, spi.RunContext, struct{}) (struct{}, error) {
+	return struct{}{}, nil
+}
