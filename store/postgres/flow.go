@@ -53,6 +53,12 @@ const flowSettingsSQL = claimSettingsSQL + `, set_config('enable_hashjoin', 'off
 var flowLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1, 0)) FROM (SELECT 1) one
 WHERE ` + hasDueHint("$1", "$2")
 
+// flowTurnSQL is flowLockSQL for a behavior known to be busy: it takes the
+// turn without looking for a hint due first (the look walks the claim
+// index past the hints the claims before deleted, as the claim does
+// again), and returns a row.
+const flowTurnSQL = `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1, 0))`
+
 // flowConfigSQL reads the database's clock, the start of the claim's
 // transaction and the behavior's caps set at runtime. The clock is read
 // once the behavior's turn is taken (the statement before it, in the same
@@ -185,7 +191,7 @@ type flowMove struct {
 // does the rest.
 func (f *flowClaim) configure(ctx context.Context) error {
 	b := &pgx.Batch{}
-	f.queueConfigure(b)
+	f.queueConfigure(b, true)
 	br := f.tx.SendBatch(ctx, b)
 	defer br.Close()
 	if err := f.readConfigure(br); err != nil {
@@ -200,10 +206,15 @@ func (f *flowClaim) configure(ctx context.Context) error {
 	return nil
 }
 
-// queueConfigure queues configure's statements in b.
-func (f *flowClaim) queueConfigure(b *pgx.Batch) {
+// queueConfigure queues configure's statements in b; look takes the turn
+// only if a hint is due (flowLockSQL), else at once (flowTurnSQL).
+func (f *flowClaim) queueConfigure(b *pgx.Batch, look bool) {
 	b.Queue(flowSettingsSQL)
-	b.Queue(flowLockSQL, f.behavior, f.req.LookAhead.Microseconds())
+	if look {
+		b.Queue(flowLockSQL, f.behavior, f.req.LookAhead.Microseconds())
+	} else {
+		b.Queue(flowTurnSQL, f.behavior)
+	}
 	b.Queue(flowConfigSQL, f.behavior)
 	b.Queue(leaseBoundSQL, f.behavior)
 }

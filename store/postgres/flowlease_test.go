@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -141,4 +142,37 @@ func TestClusterCapCountsLeaseRowsWithoutTheirCount(t *testing.T) {
 	claimed, err = st.Claim(ctx, req)
 	require.NoError(t, err)
 	require.Len(t, claimed, 1, "four running under a cap of five leave one")
+}
+
+// A claim under flow control spends each task's own rate uses, whatever
+// the tasks before and after it in the claim use: the claim sends a row's
+// uses only when they differ from the row before's, and a task without
+// uses, or with the same as the one before, must be read as such. Each
+// key's state after the claim is its start time plus the units spent
+// times the period over the limit (10 ms a unit).
+func TestFlowClaimSpendsEachTasksOwnUses(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	require.NoError(t, st.SetRateLimit(ctx, api.RateLimit{Name: "sem.mixed", Limit: 100, Period: time.Second}))
+	k1 := []store.RateUse{{Limit: "sem.mixed", Key: "k1", Units: 1}}
+	uses := [][]store.RateUse{k1, k1, {{Limit: "sem.mixed", Key: "k2", Units: 2}}, nil, k1, nil, nil,
+		{{Limit: "sem.mixed", Key: "k1", Units: 1}, {Limit: "sem.mixed", Key: "k3", Units: 5}}}
+	const behavior = "sem.mixed"
+	for i, u := range uses {
+		submitT(t, ctx, st, store.NewTask{ID: api.TaskID(fmt.Sprintf("mixed-%d", i)), Behavior: behavior, RateUses: u})
+	}
+	claimed, _, err := st.ClaimFlow(ctx, store.ClaimRequest{Node: "n1", Limit: 10, Flow: true,
+		Behaviors: []store.BehaviorLease{{Behavior: behavior, Lease: time.Minute}}})
+	require.NoError(t, err)
+	require.Len(t, claimed, len(uses))
+
+	rows, err := st.Pool().Query(ctx, `SELECT k.key, (extract(epoch FROM k.tat - t.at) * 1000)::int
+		FROM stint_rate_key k, (SELECT max(executed_at) AS at FROM stint_task) t WHERE k.name = 'sem.mixed'`)
+	require.NoError(t, err)
+	spentMS := map[string]int{}
+	var key string
+	var ms int
+	_, err = pgx.ForEachRow(rows, []any{&key, &ms}, func() error { spentMS[key] = ms; return nil })
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"k1": 40, "k2": 20, "k3": 50}, spentMS)
 }

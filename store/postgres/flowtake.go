@@ -121,9 +121,10 @@ func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimR
 	if p, ok := s.flowRates.Load(behaviors[0]); ok {
 		predicted = p.([]rateRef)
 	}
+	_, busy := s.flowFound.Load(behaviors[0])
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	f.queueConfigure(b)
+	f.queueConfigure(b, !busy)
 	q := f.queueRates(b, predicted, true)
 	b.Queue(flowTakeGuardedSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds(), req.Cluster)
 	var out []store.Claimed
@@ -194,6 +195,11 @@ func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimR
 		return nil, err
 	}
 	if len(out) > 0 {
+		s.flowFound.Store(behaviors[0], true)
+	} else {
+		s.flowFound.Delete(behaviors[0])
+	}
+	if len(out) > 0 {
 		if len(spent) <= maxPredictedRates {
 			s.flowRates.Store(behaviors[0], spent)
 		} else {
@@ -256,10 +262,12 @@ type taskUses struct {
 	waiting bool
 }
 
-// usesDecoder decodes the rate uses of claimed tasks, remembering the last
-// few encodings: the tasks of a claim mostly spend the same uses.
+// usesDecoder decodes the rate uses of claimed tasks, in the order of the
+// claim's rows (see claimCTEs), remembering the last few encodings: the
+// tasks of a claim mostly spend the same uses.
 type usesDecoder struct {
 	known map[string][]store.RateUse
+	prev  []store.RateUse // the uses of the row before
 }
 
 // decode decodes the rate uses (jsonb) and waiting (bool) columns of a
@@ -276,6 +284,7 @@ func (d *usesDecoder) decode(v [][]byte, fields []pgconn.FieldDescription) (task
 	if u.uses, err = d.uses(raw); err != nil {
 		return u, err
 	}
+	d.prev = u.uses
 	switch {
 	case v[1] == nil:
 	case fields[1].Format == pgtype.BinaryFormatCode:
@@ -286,9 +295,13 @@ func (d *usesDecoder) decode(v [][]byte, fields []pgconn.FieldDescription) (task
 	return u, nil
 }
 
-// uses decodes rate uses from their JSON text; nil for none.
+// uses decodes rate uses from their JSON text: nil for JSON null (none),
+// the row before's for no text (SQL NULL: the same uses).
 func (d *usesDecoder) uses(raw []byte) ([]store.RateUse, error) {
-	if raw == nil || string(raw) == "null" {
+	switch {
+	case raw == nil:
+		return d.prev, nil
+	case string(raw) == "null":
 		return nil, nil
 	}
 	if u, ok := d.known[string(raw)]; ok {
