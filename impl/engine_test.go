@@ -411,7 +411,13 @@ func TestAClaimBackAfterItsLeaseRunsNothing(t *testing.T) {
 
 	res, err := f.Await(e.ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, res.Attempt, "a run given back unbegun is not an attempt")
+	// The late claim's lease had run out when it committed: the node's
+	// takeover may find it before the node gives the task back, and a
+	// task taken over counts the attempt (the database cannot tell that
+	// its run never began).
+	if !strings.Contains(logged.String(), "took over the tasks of expired leases") {
+		require.Equal(t, 1, res.Attempt, "a run given back unbegun is not an attempt")
+	}
 	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_run WHERE task_id = $1`, string(f.ID())), "the task ran once")
 	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_run r JOIN stint_task t ON t.id = r.task_id
 		WHERE r.task_id = $1 AND r.at < t.executed_at + $2 * interval '2 millisecond'`, string(f.ID()), lease.Milliseconds()),

@@ -98,7 +98,9 @@ func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
 	s.runs.Add(len(runs))
 	// Runs whose leases ran out before they were queued (this node or the
 	// database stalled since the claim was sent) are given back unbegun,
-	// in one statement; see execute.
+	// in one statement, before the claimer goes on; see execute. Any
+	// takeover may find their leases expired meanwhile, and a task taken
+	// over counts the claim's attempt although it never began.
 	if now := time.Now(); slices.ContainsFunc(runs, func(r *run) bool { return r.tooLate(now) }) {
 		var live, stale []*run
 		for _, r := range runs {
@@ -111,7 +113,7 @@ func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
 		}
 		s.log.Warn("stint: claimed tasks arrived after their leases ran out (this node or the database stalled); they are given back unrun",
 			"tasks", len(stale), "late", now.Sub(sent).Round(time.Millisecond))
-		go s.giveBack(stale...)
+		s.giveBack(stale...)
 		runs = live
 	}
 	s.queueRuns(runs)
