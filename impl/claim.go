@@ -104,7 +104,7 @@ func (s *Server) claimOnce(ctx context.Context, woken bool) (n int, full bool, e
 		if g.flow != nil {
 			var held store.FlowHeld
 			req.PerGroup, req.Cluster, req.FairShare, req.Flow = g.flow.GroupConcurrency, g.flow.ClusterConcurrency, g.flow.FairShare, true
-			req.Returned = s.returned(g.behaviors[0].Behavior)
+			req.Returned, req.Busy = s.returned(g.behaviors[0].Behavior), s.isFlowBusy(g.behaviors[0].Behavior)
 			claimed, held, err = s.st.ClaimFlow(cctx, req)
 			if held.Capped {
 				s.noteCapped(g.behaviors[0].Behavior, true)
@@ -206,6 +206,14 @@ func (g claimGroup) key() string {
 		return ""
 	}
 	return string(g.behaviors[0].Behavior)
+}
+
+// isFlowBusy reports whether the last claim of behavior b, claimed under
+// flow control, found tasks; see store.ClaimRequest.Busy.
+func (s *Server) isFlowBusy(b api.BehaviorID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.flowBusy[b]
 }
 
 // returned lists the runs of behavior b that returned and whose end is not

@@ -112,6 +112,11 @@ type ClaimRequest struct {
 	// set nothing. A claim with any of them, or Flow, must name a single
 	// behavior.
 	Flow bool
+	// Busy says the behavior's last claim from this node found tasks: a
+	// claim under flow control then takes the behavior's turn without
+	// first looking for a due hint, a second walk of the claim index past
+	// the hints the claims before deleted.
+	Busy bool
 	// Returned names this node's runs of the behavior that returned but
 	// whose end is not recorded yet: their tasks still show as running
 	// under their leases, but no longer hold a slot of a cap. A claim

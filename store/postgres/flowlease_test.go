@@ -176,3 +176,24 @@ func TestFlowClaimSpendsEachTasksOwnUses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"k1": 40, "k2": 20, "k3": 50}, spentMS)
 }
+
+// A claim under flow control for a behavior whose last claim found tasks
+// (ClaimRequest.Busy) takes the turn without looking for a due hint: with
+// nothing due it finds nothing, under its cluster cap, and with tasks due
+// it claims them.
+func TestBusyFlowClaimTakesTheTurnWithoutLooking(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	const behavior = "sem.busy"
+	req := store.ClaimRequest{Node: "n1", Limit: 10, Cluster: 5, Busy: true,
+		Behaviors: []store.BehaviorLease{{Behavior: behavior, Lease: time.Minute}}}
+	claimed, _, err := st.ClaimFlow(ctx, req)
+	require.NoError(t, err)
+	require.Empty(t, claimed)
+	for i := range 7 {
+		submitT(t, ctx, st, store.NewTask{ID: api.TaskID(fmt.Sprintf("busy-%d", i)), Behavior: behavior})
+	}
+	claimed, _, err = st.ClaimFlow(ctx, req)
+	require.NoError(t, err)
+	require.Len(t, claimed, 5, "the cluster cap binds")
+}

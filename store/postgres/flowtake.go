@@ -121,10 +121,9 @@ func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimR
 	if p, ok := s.flowRates.Load(behaviors[0]); ok {
 		predicted = p.([]rateRef)
 	}
-	_, busy := s.flowFound.Load(behaviors[0])
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	f.queueConfigure(b, !busy)
+	f.queueConfigure(b, !req.Busy)
 	q := f.queueRates(b, predicted, true)
 	b.Queue(flowTakeGuardedSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds(), req.Cluster)
 	var out []store.Claimed
@@ -193,11 +192,6 @@ func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimR
 	b.Queue("COMMIT")
 	if err := sendAll(ctx, conn, b); err != nil {
 		return nil, err
-	}
-	if len(out) > 0 {
-		s.flowFound.Store(behaviors[0], true)
-	} else {
-		s.flowFound.Delete(behaviors[0])
 	}
 	if len(out) > 0 {
 		if len(spent) <= maxPredictedRates {

@@ -54,9 +54,6 @@ type Store struct {
 	// flowRates holds, per behavior, the rate keys its last claim tried
 	// at once spent: the next one locks them in its first round trip.
 	flowRates sync.Map
-	// flowFound holds the behaviors whose last claim tried at once found
-	// tasks: the next takes the turn without first looking for a due hint.
-	flowFound sync.Map
 }
 
 var _ store.Store = (*Store)(nil)
