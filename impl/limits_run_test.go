@@ -256,11 +256,7 @@ func TestFairShareServesAKeyBehindABacklog(t *testing.T) {
 	small, err := c.Submit(e.ctx, flowReq(fairKind, FlowParams{ID: "small", Customer: "small"}))
 	require.NoError(t, err)
 	before := e.count(`SELECT count(*) FROM test_span`)
-	waitFor(t, time.Minute, "the small key's task", func() bool {
-		task, err := c.Get(e.ctx, small.ID)
-		require.NoError(t, err)
-		return task.Status == api.StatusSuccess
-	})
+	waitStatus(t, c, small.ID, api.StatusSuccess, time.Minute)
 	var order []string
 	rows, err := e.pool.Query(e.ctx, `SELECT task_id FROM test_span ORDER BY started`)
 	require.NoError(t, err)
@@ -421,11 +417,7 @@ func TestChangedRateLimitFreesItsWaitingTasks(t *testing.T) {
 			return done == 1 && waiting != ""
 		})
 		require.NoError(t, change.apply(l.Name))
-		waitFor(t, time.Minute, "the waiting task to run once the limit "+change.name, func() bool {
-			task, err := c.Get(e.ctx, waiting)
-			require.NoError(t, err)
-			return task.Status == api.StatusSuccess
-		})
+		waitStatus(t, c, waiting, api.StatusSuccess, time.Minute)
 	}
 }
 
