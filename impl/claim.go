@@ -14,8 +14,9 @@ import (
 )
 
 // claimLoop claims due tasks while there are free slots and claims find
-// some, and waits for a wake-up, a freed slot or the poll interval
-// otherwise. A claim follows one that found tasks even when that one found
+// some, and waits for a wake-up, a freed slot (when the node is full), the
+// end of a run of a behavior at its cap on this node (see freeSlot) or the
+// poll interval otherwise. A claim follows one that found tasks even when that one found
 // fewer than it asked for: under a stream of submits, whose notifications
 // are coalesced to one per client and window, the next tasks are due
 // before the next notification.
@@ -75,9 +76,11 @@ func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 		select {
 		case <-ctx.Done():
 		case <-wake:
+			woken = true
 		case <-poll.C:
+			woken = true
+		case <-s.capFreed:
 		}
-		woken = true
 	}
 }
 
@@ -260,6 +263,10 @@ func (s *Server) claimGroups(runtime map[api.BehaviorID]bool) []claimGroup {
 		left, capped := s.slots.left(b.ID, b.Policy, free)
 		switch {
 		case left <= 0:
+			if s.atCap == nil {
+				s.atCap = map[api.BehaviorID]bool{}
+			}
+			s.atCap[b.ID] = true
 		case flowControlled(b) || runtime[b.ID]:
 			p := b.Policy
 			groups = append(groups, claimGroup{behaviors: []store.BehaviorLease{bl}, limit: min(left, free),

@@ -151,12 +151,28 @@ func runCtx(timeout time.Duration) (context.Context, context.CancelCauseFunc) {
 // freeSlot gives a run's slot back once its behavior returned. The run
 // stays in the running map, its lease renewed, until its end is recorded:
 // a slot need not wait for the completion batch.
+//
+// A run of a behavior that a claim left out at its cap on this node
+// (MaxConcurrency, a rotation's MaxRunning) wakes a claimer: the node has
+// free slots, so its claimers wait for a wake-up or their poll, not for a
+// slot, and nothing else would say that the behavior may be claimed again.
+// Only those groups are asked again (see activeGroups), not every idle one.
 func (s *Server) freeSlot(r *run) {
+	b := r.claimed.Behavior
 	s.mu.Lock()
-	s.slots.release(r.claimed.Behavior, r.reg.Policy)
+	s.slots.release(b, r.reg.Policy)
 	r.returned = true
+	atCap := s.atCap[b]
+	if atCap {
+		delete(s.atCap, b)
+		delete(s.emptyAt, "") // the behavior may be back in the main group
+		delete(s.emptyAt, string(b))
+	}
 	s.mu.Unlock()
 	signal(s.slotFreed)
+	if atCap {
+		signal(s.capFreed)
+	}
 }
 
 // endRun forgets a run whose end is recorded (settled) or given up on

@@ -146,6 +146,7 @@ type Server struct {
 
 	wakes       []chan struct{} // one wake-up channel per claimer
 	slotFreed   chan struct{}
+	capFreed    chan struct{} // a run of a behavior in atCap ended
 	dispatch    dispatch      // runs waiting for a worker goroutine
 	workersDone chan struct{} // closed by Stop: idle workers exit
 
@@ -183,6 +184,9 @@ type Server struct {
 	// emptyAt holds, by claim group (see claimGroup.key), when its last
 	// claim found nothing; see activeGroups.
 	emptyAt map[string]time.Time
+	// atCap holds the behaviors a claim left out because this node ran as
+	// many of them as their cap allows; see freeSlot.
+	atCap map[api.BehaviorID]bool
 
 	beatNow     chan struct{}      // asks the lease keeper for a heartbeat now
 	claimCancel context.CancelFunc // stops claiming
@@ -258,6 +262,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		Client:        client,
 		cfg:           cfg,
 		slotFreed:     make(chan struct{}, 1),
+		capFreed:      make(chan struct{}, 1),
 		claimReturned: make(chan struct{}),
 		startWait:     localStartWait,
 		workersDone:   make(chan struct{}),
