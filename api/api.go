@@ -51,7 +51,7 @@ const (
 // Valid reports whether s is one of the known states.
 func (s Status) Valid() bool {
 	switch s {
-	case StatusScheduled, StatusRunning, StatusSuccess, StatusFailure, StatusHeld:
+	case StatusScheduled, StatusRunning, StatusSuccess, StatusFailure, StatusHeld, StatusWaiting:
 		return true
 	}
 	return false

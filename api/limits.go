@@ -112,7 +112,7 @@ type ConcurrencyInfo struct {
 
 // Wait is what a due task waits on before it can start.
 type Wait struct {
-	// Reason is WaitRateLimit or WaitConcurrency.
+	// Reason is WaitRateLimit, WaitConcurrency or WaitDependencies.
 	Reason string `json:"reason"`
 	// Limit names the rate limit, or the behavior whose cap is full.
 	Limit string `json:"limit"`
@@ -122,10 +122,16 @@ type Wait struct {
 	// Until is when the rate limit next admits the task; nil for a cap,
 	// which frees when a running task ends.
 	Until *time.Time `json:"until,omitempty"`
+	// Dependencies names the dependencies a waiting workflow node waits
+	// for (Reason WaitDependencies).
+	Dependencies []string `json:"dependencies,omitempty"`
 }
 
 // The reasons of a Wait.
 const (
 	WaitRateLimit   = "rate_limit"
 	WaitConcurrency = "concurrency"
+	// WaitDependencies: a workflow node's rule waits for its
+	// dependencies to end.
+	WaitDependencies = "dependencies"
 )

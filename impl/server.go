@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -254,9 +255,18 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	if cfg.Maintenance.NodeTimeout <= 0 {
 		cfg.Maintenance.NodeTimeout = 10 * cfg.NodeHeartbeat
 	}
-	ids := cfg.Behaviors
+	// Every server runs the tasks that stand for workflows, whatever its
+	// behaviors: a workflow ends wherever a slot is free.
+	if _, ok := cfg.Registry.Lookup(api.WorkflowBehavior); !ok {
+		// A server made at the same time on the same registry may have
+		// registered it first; Lookup below finds either one.
+		_ = spi.Register[struct{}, WorkflowResult](cfg.Registry, workflowRunner{})
+	}
+	ids := slices.Clone(cfg.Behaviors)
 	if len(ids) == 0 {
 		ids = cfg.Registry.IDs()
+	} else if !slices.Contains(ids, api.WorkflowBehavior) {
+		ids = append(ids, api.WorkflowBehavior)
 	}
 	s := &Server{
 		Client:        client,

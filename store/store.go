@@ -186,6 +186,7 @@ type Completion struct {
 // safe for concurrent use.
 type Store interface {
 	Limits
+	Workflows
 
 	// Submit stores tasks in one statement, merging each into an existing
 	// task of its id (see api.Tasks.Submit). The result has one entry per

@@ -54,7 +54,7 @@ WITH c AS (
     FROM c
     WHERE t.id = ANY(ARRAY[c.id]) AND t.lease = c.lease AND t.status = 'running'
     RETURNING t.id, c.ord, t.behavior, t.status, t.parent_id, t.awaited, t.priority, t.schedule_not_before, t.group_key,
-        t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AS final
+        t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AS final, t.workflow_node IS NOT NULL AS node
 ), due AS (` + dueInsert("done") + `
 ), feed AS (` + feedInsert("done", "status", "final") + `), notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', ids)) AS n FROM (
@@ -66,7 +66,8 @@ WITH c AS (
         SELECT 1 FROM done WHERE schedule_not_before <= now() LIMIT 1) d
 )
 SELECT ARRAY(SELECT c.ord FROM c WHERE c.ord NOT IN (SELECT ord FROM done)),
-    ARRAY(SELECT parent_id FROM done WHERE final AND parent_id IS NOT NULL)
+    ARRAY(SELECT parent_id FROM done WHERE final AND parent_id IS NOT NULL),
+    ARRAY(SELECT id FROM done WHERE final AND node)
 FROM notified, woke`
 
 // childrenEndedSQL counts children that finished for good off their
@@ -78,6 +79,8 @@ var childrenEndedSQL = `
 WITH woken AS (
     UPDATE stint_task p SET
         children_pending = greatest(p.children_pending - e.n, 0),
+        status = CASE WHEN p.status = 'waiting' AND p.waiting_children AND p.children_pending - e.n <= 0
+            THEN 'scheduled' ELSE p.status END,
         schedule_not_before = CASE WHEN p.status <> 'held' AND p.waiting_children AND p.children_pending - e.n <= 0
             THEN now() ELSE p.schedule_not_before END,
         held_due = CASE WHEN p.status = 'held' AND p.waiting_children AND p.children_pending - e.n <= 0
@@ -181,8 +184,8 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 		if tx != nil {
 			q = tx
 		}
-		var parents []string
-		if err := indexedRow(ctx, q, finishSQL, lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits).Scan(&lost, &parents); err != nil {
+		var parents, nodes []string
+		if err := indexedRow(ctx, q, finishSQL, lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits).Scan(&lost, &parents, &nodes); err != nil {
 			return err
 		}
 		for _, ord := range lost {
@@ -196,8 +199,10 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 		if tx == nil {
 			return fmt.Errorf("tasks with parents were finished outside a transaction: set Completion.HasParent")
 		}
-		_, err := indexed(ctx, tx, nil, childrenEndedSQL, parents)
-		return err
+		if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
+			return err
+		}
+		return depsEnded(ctx, tx, nodes)
 	})
 	if err != nil {
 		return err

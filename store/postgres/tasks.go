@@ -19,7 +19,15 @@ var taskColumns = `id, behavior, status, priority, params, result, error, progre
 	lease, coalesce(node, ''), attempt, errors, resubmit,
 	coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''),
 	created_at, updated_at, executed_at, finished_at, awaited, children_pending, coalesce(retention_us, 0),
-	CASE WHEN status IN ` + waitingStatuses + ` AND schedule_not_before IS NOT NULL THEN waiting END`
+	CASE WHEN status IN ` + waitingStatuses + ` AND schedule_not_before IS NOT NULL THEN waiting
+	    WHEN status = 'waiting' AND workflow_node IS NOT NULL THEN ` + waitingOnDependencies + ` END`
+
+// waitingOnDependencies is the api.Wait of a waiting workflow node of
+// stint_task: the names of its dependencies that have not ended.
+const waitingOnDependencies = `(SELECT jsonb_build_object('reason', '` + api.WaitDependencies + `', 'limit', '',
+	    'dependencies', coalesce(jsonb_agg(d.workflow_node ORDER BY d.workflow_node), '[]'))
+	FROM stint_dependency e JOIN stint_task d ON d.id = e.depends_on
+	WHERE e.task_id = stint_task.id AND NOT (d.status IN ('success', 'failure') AND d.schedule_not_before IS NULL))`
 
 // leaseExpiry returns column of stint_task, except for a running task: its
 // lease row's expiry, which renewals move (the row keeps the expiry as of

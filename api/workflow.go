@@ -1,0 +1,184 @@
+package api
+
+import (
+	"context"
+	"time"
+)
+
+// StatusWaiting is a workflow node whose rule does not yet allow it to
+// run: its dependencies have not ended as the rule needs. The finish of
+// its last needed dependency makes it scheduled, or ends it (a failure
+// with error code CodeSkipped) when its rule can no longer be met.
+const StatusWaiting Status = "waiting"
+
+// Rule says when a workflow node may run, from its dependencies'
+// outcomes. A dependency's outcome is success, failed (it failed for good
+// after its retries, or was cancelled) or skipped (a rule of its own ended
+// it without running).
+type Rule string
+
+// The rules of a workflow node.
+const (
+	// RuleAllSucceeded, the default, runs the node once every dependency
+	// succeeded, and skips it as soon as one failed or was skipped.
+	RuleAllSucceeded Rule = "all_succeeded"
+	// RuleAllEnded runs the node once every dependency ended, whatever
+	// its outcome: a cleanup step.
+	RuleAllEnded Rule = "all_ended"
+	// RuleAnySucceeded runs the node as soon as one dependency succeeded,
+	// and skips it when all ended and none succeeded.
+	RuleAnySucceeded Rule = "any_succeeded"
+	// RuleNoneFailed runs the node once every dependency ended and none
+	// failed (a skipped one is fine), and skips it as soon as one failed.
+	RuleNoneFailed Rule = "none_failed"
+)
+
+// Valid reports whether r is one of the rules; the empty rule is
+// RuleAllSucceeded.
+func (r Rule) Valid() bool {
+	switch r {
+	case "", RuleAllSucceeded, RuleAllEnded, RuleAnySucceeded, RuleNoneFailed:
+		return true
+	}
+	return false
+}
+
+// Error codes (TaskError.Code) of the workflow nodes that ended without
+// running.
+const (
+	// CodeSkipped ends a node whose rule can no longer be met; the
+	// message names the dependency that decided it.
+	CodeSkipped = "skipped"
+	// CodeCancelled ends a node of a cancelled workflow that had not
+	// started.
+	CodeCancelled = "cancelled"
+)
+
+// MaxWorkflowNodes is the most nodes one workflow may have.
+const MaxWorkflowNodes = 100_000
+
+// WorkflowBehavior is the behavior of the task that stands for a workflow:
+// the parent of its nodes, which ends once they all ended, succeeded when
+// none failed. Every server runs it.
+const WorkflowBehavior BehaviorID = "stint.workflow"
+
+// WorkflowRequest asks for a workflow: a graph of tasks stored at once, or
+// not at all.
+type WorkflowRequest struct {
+	// ID names the workflow; its nodes' task ids are ID + "/" + their
+	// name. Empty generates one. A second submit of an existing workflow's
+	// id stores nothing and shares the first (WorkflowSubmission.Created
+	// is false). 3 to 63 characters from A-Z a-z 0-9 . _ : @ + = -.
+	ID TaskID `json:"id,omitempty"`
+	// Nodes are the workflow's tasks; at least one, at most
+	// MaxWorkflowNodes.
+	Nodes []WorkflowNode `json:"nodes"`
+	// Trace is the submitter's W3C traceparent, given to every node
+	// that has none of its own.
+	Trace string `json:"trace,omitempty"`
+}
+
+// WorkflowNode is one task of a workflow.
+type WorkflowNode struct {
+	// Name is unique in the workflow: 1 to 64 characters from A-Z a-z
+	// 0-9 . _ -.
+	Name string `json:"name"`
+	// Task is the task to run: its behavior, params and options. Its ID
+	// must be empty (the node's id is its workflow's and its name). Its
+	// Delay applies to a node without dependencies; a node with some is
+	// due when its rule lets it run.
+	Task SubmitRequest `json:"task"`
+	// DependsOn names the nodes that must end first, as Rule says.
+	DependsOn []string `json:"depends_on,omitempty"`
+	// Rule says when the node runs. Empty is RuleAllSucceeded.
+	Rule Rule `json:"rule,omitempty"`
+	// Finally makes the node run once after every other node ended,
+	// whatever happened (RuleAllEnded on all of them). At most one node
+	// of a workflow; it may not name DependsOn nor have dependents.
+	Finally bool `json:"finally,omitempty"`
+}
+
+// WorkflowSubmission is what a workflow submit did.
+type WorkflowSubmission struct {
+	// ID is the workflow's id: the id of the task that stands for it.
+	ID TaskID `json:"id"`
+	// Created is false when a workflow of this id existed: nothing was
+	// stored.
+	Created bool `json:"created"`
+	// Nodes maps each node's name to its task id.
+	Nodes map[string]TaskID `json:"nodes,omitempty"`
+}
+
+// WorkflowState is the state of a workflow as a whole.
+type WorkflowState string
+
+// The states of a workflow.
+const (
+	// WorkflowRunning has nodes that have not ended.
+	WorkflowRunning WorkflowState = "running"
+	// WorkflowSucceeded ended with no node failed.
+	WorkflowSucceeded WorkflowState = "succeeded"
+	// WorkflowFailed ended with a node failed (skipped ones do not count).
+	WorkflowFailed WorkflowState = "failed"
+	// WorkflowCancelled was cancelled.
+	WorkflowCancelled WorkflowState = "cancelled"
+)
+
+// Workflow is the stored state of a workflow.
+type Workflow struct {
+	ID    TaskID        `json:"id"`
+	State WorkflowState `json:"state"`
+	// Counts counts the nodes per status; skipped and cancelled nodes
+	// count as failure.
+	Counts map[Status]int `json:"counts"`
+	// Skipped counts the nodes a rule ended without running.
+	Skipped int `json:"skipped"`
+	// Nodes are the workflow's nodes, by name.
+	Nodes      []WorkflowNodeState `json:"nodes"`
+	CreatedAt  time.Time           `json:"created_at"`
+	FinishedAt *time.Time          `json:"finished_at,omitempty"`
+}
+
+// Ended reports whether the workflow reached a final state.
+func (w Workflow) Ended() bool { return w.State != WorkflowRunning }
+
+// Node returns the node of w named name.
+func (w Workflow) Node(name string) (WorkflowNodeState, bool) {
+	for _, n := range w.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return WorkflowNodeState{}, false
+}
+
+// WorkflowNodeState is a node of a stored workflow.
+type WorkflowNodeState struct {
+	Name      string   `json:"name"`
+	DependsOn []string `json:"depends_on,omitempty"`
+	Rule      Rule     `json:"rule"`
+	// Task is the node's task. A waiting node's Task.Waiting names the
+	// dependencies it waits on.
+	Task Task `json:"task"`
+}
+
+// Workflows submits and inspects workflows. Servers and client-only
+// processes implement it alike.
+type Workflows interface {
+	// SubmitWorkflow stores a workflow whole, or nothing: a bad graph (a
+	// cycle, naming its nodes; an unknown dependency; a duplicate name; a
+	// self-dependency; no nodes or too many) or a bad node (an unknown
+	// behavior, invalid params or options, naming the node) is an error
+	// wrapping ErrInvalid.
+	SubmitWorkflow(ctx context.Context, req WorkflowRequest) (WorkflowSubmission, error)
+	// GetWorkflow returns a workflow with its nodes; ErrNotFound if there
+	// is none of this id.
+	GetWorkflow(ctx context.Context, id TaskID) (Workflow, error)
+	// AwaitWorkflow waits until the workflow ended and returns it.
+	AwaitWorkflow(ctx context.Context, id TaskID) (Workflow, error)
+	// CancelWorkflow ends the nodes that have not started as cancelled and
+	// removes its running ones (each halts at its next fenced write), in
+	// one transaction; the workflow ends cancelled. ErrNotFound if there
+	// is none.
+	CancelWorkflow(ctx context.Context, id TaskID) error
+}

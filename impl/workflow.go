@@ -1,0 +1,391 @@
+package impl
+
+// Workflows: graphs of tasks submitted at once. A workflow is a task of
+// api.WorkflowBehavior, the parent of its nodes; the store wakes or skips
+// a node's dependents in the transaction that records its end, and the
+// workflow's task runs once its last node ended, to record the outcome.
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/sqltx"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
+)
+
+var _ api.Workflows = (*Client)(nil)
+
+// maxWorkflowIDLen bounds a workflow's id so that its nodes' ids (the id,
+// a slash and a name of up to 64 characters) are valid task ids.
+const maxWorkflowIDLen = 63
+
+// SubmitWorkflow stores a workflow; see api.Workflows.
+func (c *Client) SubmitWorkflow(ctx context.Context, req api.WorkflowRequest) (api.WorkflowSubmission, error) {
+	return c.submitWorkflow(ctx, nil, req)
+}
+
+// SubmitWorkflowTx stores a workflow in the caller's transaction tx: it
+// exists, and its first nodes are claimed, only once tx commits.
+func (c *Client) SubmitWorkflowTx(ctx context.Context, tx pgx.Tx, req api.WorkflowRequest) (api.WorkflowSubmission, error) {
+	if tx == nil {
+		return api.WorkflowSubmission{}, fmt.Errorf("submit workflow: %w", api.Invalid("tx", "is nil"))
+	}
+	return c.submitWorkflow(ctx, tx, req)
+}
+
+// SubmitWorkflowSQLTx is SubmitWorkflowTx in a database/sql transaction of
+// pgx's stdlib driver; see SubmitSQLTx.
+func (c *Client) SubmitWorkflowSQLTx(ctx context.Context, tx *sql.Tx, req api.WorkflowRequest) (sub api.WorkflowSubmission, err error) {
+	if tx == nil {
+		return sub, fmt.Errorf("submit workflow: %w", api.Invalid("tx", "is nil"))
+	}
+	ran := false
+	err = sqltx.Run(ctx, tx, func(tx pgx.Tx) error {
+		ran = true
+		sub, err = c.submitWorkflow(ctx, tx, req)
+		return err
+	})
+	if err != nil {
+		return api.WorkflowSubmission{}, sqlTxError("submit workflow", ran, err)
+	}
+	return sub, nil
+}
+
+func (c *Client) submitWorkflow(ctx context.Context, tx pgx.Tx, req api.WorkflowRequest) (api.WorkflowSubmission, error) {
+	wf, err := c.prepareWorkflow(req)
+	if err != nil {
+		return api.WorkflowSubmission{}, fmt.Errorf("submit workflow: %w", err)
+	}
+	created, err := c.st.SubmitWorkflow(ctx, tx, wf)
+	if err != nil {
+		return api.WorkflowSubmission{}, unavailable(err)
+	}
+	sub := api.WorkflowSubmission{ID: wf.Task.ID, Created: created}
+	if created {
+		sub.Nodes = make(map[string]api.TaskID, len(wf.Nodes))
+		for i, n := range wf.Nodes {
+			sub.Nodes[wf.Names[i]] = n.ID
+		}
+	}
+	return sub, nil
+}
+
+// prepareWorkflow validates a workflow request whole and turns it into
+// what the store keeps. Every error wraps api.ErrInvalid and names the
+// node or the field at fault.
+func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, error) {
+	switch {
+	case len(req.Nodes) == 0:
+		return store.NewWorkflow{}, api.Invalid("nodes", "a workflow needs at least one node")
+	case len(req.Nodes) > api.MaxWorkflowNodes:
+		return store.NewWorkflow{}, api.Invalid("nodes", "%d nodes is over the limit of %d", len(req.Nodes), api.MaxWorkflowNodes)
+	}
+	id := req.ID
+	if id == "" {
+		id = spi.NewIDs(api.WorkflowBehavior).Unique()
+	}
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return store.NewWorkflow{}, err
+	}
+	if len(id) > maxWorkflowIDLen || strings.Contains(string(id), "/") {
+		return store.NewWorkflow{}, api.Invalid("id", "%q must be at most %d characters, without a slash", id, maxWorkflowIDLen)
+	}
+	if err := spi.CheckTrace(req.Trace); err != nil {
+		return store.NewWorkflow{}, err
+	}
+	index := make(map[string]int, len(req.Nodes))
+	finally := -1
+	for i, n := range req.Nodes {
+		if err := checkNodeName(n.Name); err != nil {
+			return store.NewWorkflow{}, err
+		}
+		if _, dup := index[n.Name]; dup {
+			return store.NewWorkflow{}, api.Invalid("nodes", "node %q appears twice", n.Name)
+		}
+		index[n.Name] = i
+		if n.Finally {
+			if finally >= 0 {
+				return store.NewWorkflow{}, api.Invalid("nodes", "nodes %q and %q are both finally: a workflow has at most one", req.Nodes[finally].Name, n.Name)
+			}
+			if len(n.DependsOn) > 0 || n.Rule != "" {
+				return store.NewWorkflow{}, api.Invalid("nodes", "node %q is finally: it runs after every other node and takes no depends_on nor rule", n.Name)
+			}
+			finally = i
+		}
+	}
+	wf := store.NewWorkflow{
+		Task:      store.NewTask{ID: id, Behavior: api.WorkflowBehavior, Params: json.RawMessage("{}"), Priority: spi.DefaultPriority, Trace: req.Trace},
+		Nodes:     make([]store.NewTask, len(req.Nodes)),
+		Names:     make([]string, len(req.Nodes)),
+		Rules:     make([]api.Rule, len(req.Nodes)),
+		DependsOn: make([][]int, len(req.Nodes)),
+	}
+	for i, n := range req.Nodes {
+		if !n.Rule.Valid() {
+			return store.NewWorkflow{}, api.Invalid("nodes", "node %q: rule %q is not one of all_succeeded, all_ended, any_succeeded, none_failed", n.Name, n.Rule)
+		}
+		if n.Task.ID != "" {
+			return store.NewWorkflow{}, api.Invalid("nodes", "node %q: task.id must be empty: a node's id is its workflow's and its name", n.Name)
+		}
+		t := n.Task
+		t.ID = id + "/" + api.TaskID(n.Name)
+		if t.Trace == "" {
+			t.Trace = req.Trace
+		}
+		nt, _, err := c.prepare(t)
+		if err != nil {
+			return store.NewWorkflow{}, fmt.Errorf("node %q: %w", n.Name, err)
+		}
+		nt.ParentID = id
+		wf.Nodes[i], wf.Names[i], wf.Rules[i] = nt, n.Name, cmpOr(n.Rule, api.RuleAllSucceeded)
+		deps := make([]int, 0, len(n.DependsOn))
+		for _, d := range n.DependsOn {
+			j, ok := index[d]
+			switch {
+			case !ok:
+				return store.NewWorkflow{}, api.Invalid("nodes", "node %q depends on %q, which is not a node of the workflow", n.Name, d)
+			case j == i:
+				return store.NewWorkflow{}, api.Invalid("nodes", "node %q depends on itself", n.Name)
+			case j == finally:
+				return store.NewWorkflow{}, api.Invalid("nodes", "node %q depends on %q, the finally node, which runs last", n.Name, d)
+			case slices.Contains(deps, j):
+				return store.NewWorkflow{}, api.Invalid("nodes", "node %q names %q twice in depends_on", n.Name, d)
+			}
+			deps = append(deps, j)
+		}
+		wf.DependsOn[i] = deps
+	}
+	if cycle := findCycle(wf.DependsOn); cycle != nil {
+		names := make([]string, len(cycle))
+		for i, j := range cycle {
+			names[i] = fmt.Sprintf("%q", wf.Names[j])
+		}
+		return store.NewWorkflow{}, api.Invalid("nodes", "the dependencies form a cycle: %s", strings.Join(names, " -> "))
+	}
+	if finally >= 0 {
+		all := make([]int, 0, len(req.Nodes)-1)
+		for j := range req.Nodes {
+			if j != finally {
+				all = append(all, j)
+			}
+		}
+		wf.DependsOn[finally], wf.Rules[finally] = all, api.RuleAllEnded
+	}
+	return wf, nil
+}
+
+func cmpOr(r, def api.Rule) api.Rule {
+	if r == "" {
+		return def
+	}
+	return r
+}
+
+// checkNodeName returns an *api.InvalidError when name is not 1 to 64
+// characters from A-Z a-z 0-9 . _ -.
+func checkNodeName(name string) error {
+	ok := len(name) >= 1 && len(name) <= 64
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
+	}
+	if !ok {
+		return api.Invalid("nodes", "node name %q must be 1 to 64 characters from A-Z a-z 0-9 . _ -", name)
+	}
+	return nil
+}
+
+// findCycle returns the nodes of a cycle of the graph whose node i depends
+// on deps[i], the first node repeated at the end; nil when there is none.
+// It peels off the nodes whose dependencies are all peeled (Kahn's
+// algorithm); the nodes left each depend on another left one, so walking
+// from any of them must come back to a node already seen.
+func findCycle(deps [][]int) []int {
+	n := len(deps)
+	pending := make([]int, n)
+	dependents := make([][]int, n)
+	for i, ds := range deps {
+		pending[i] = len(ds)
+		for _, d := range ds {
+			dependents[d] = append(dependents[d], i)
+		}
+	}
+	ready := make([]int, 0, n)
+	for i := range n {
+		if pending[i] == 0 {
+			ready = append(ready, i)
+		}
+	}
+	for k := 0; k < len(ready); k++ {
+		for _, t := range dependents[ready[k]] {
+			if pending[t]--; pending[t] == 0 {
+				ready = append(ready, t)
+			}
+		}
+	}
+	if len(ready) == n {
+		return nil
+	}
+	start := slices.IndexFunc(pending, func(p int) bool { return p > 0 })
+	seen := map[int]int{}
+	var path []int
+	for at := start; ; {
+		if k, ok := seen[at]; ok {
+			return append(path[k:], at)
+		}
+		seen[at] = len(path)
+		path = append(path, at)
+		at = deps[at][slices.IndexFunc(deps[at], func(d int) bool { return pending[d] > 0 })]
+	}
+}
+
+// GetWorkflow returns a workflow; see api.Workflows.
+func (c *Client) GetWorkflow(ctx context.Context, id api.TaskID) (api.Workflow, error) {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return api.Workflow{}, fmt.Errorf("get workflow: %w", err)
+	}
+	t, err := c.st.Get(ctx, id)
+	if err == nil && t.Behavior != api.WorkflowBehavior {
+		err = api.ErrNotFound
+	}
+	if err != nil {
+		return api.Workflow{}, fmt.Errorf("get workflow %s: %w", id, err)
+	}
+	nodes, err := c.st.WorkflowNodes(ctx, id)
+	if err != nil {
+		return api.Workflow{}, fmt.Errorf("get workflow %s: %w", id, unavailable(err))
+	}
+	return workflowOf(t, nodes), nil
+}
+
+// workflowOf builds a workflow from its task and nodes: its counts and
+// its state (running while a node has not ended).
+func workflowOf(t api.Task, nodes []store.WorkflowNode) api.Workflow {
+	w := api.Workflow{ID: t.ID, Counts: map[api.Status]int{}, CreatedAt: t.CreatedAt, FinishedAt: t.FinishedAt,
+		Nodes: make([]api.WorkflowNodeState, len(nodes))}
+	ended := 0
+	var codes codeCounts
+	for _, n := range nodes {
+		if n.Task.Finished() {
+			ended++
+		}
+		w.Counts[n.Task.Status]++
+		if n.Task.Finished() && n.Task.Status == api.StatusFailure && n.Task.Error != nil {
+			codes.add(n.Task.Error.Code, 1)
+		}
+	}
+	for i, n := range nodes {
+		w.Nodes[i] = api.WorkflowNodeState{Name: n.Name, DependsOn: n.DependsOn, Rule: n.Rule, Task: n.Task}
+	}
+	w.Skipped = codes.skipped
+	w.State = codes.state(ended == len(nodes), w.Counts[api.StatusFailure])
+	return w
+}
+
+// codeCounts counts the failed nodes of a workflow that a rule skipped
+// and that a cancel ended.
+type codeCounts struct{ skipped, cancelled int }
+
+func (c *codeCounts) add(code string, n int) {
+	switch code {
+	case api.CodeSkipped:
+		c.skipped += n
+	case api.CodeCancelled:
+		c.cancelled += n
+	}
+}
+
+// state is the state of a workflow from whether all its nodes ended and
+// how many failed.
+func (c codeCounts) state(allEnded bool, failed int) api.WorkflowState {
+	switch {
+	case !allEnded:
+		return api.WorkflowRunning
+	case c.cancelled > 0:
+		return api.WorkflowCancelled
+	case failed > c.skipped:
+		return api.WorkflowFailed
+	}
+	return api.WorkflowSucceeded
+}
+
+// AwaitWorkflow waits for a workflow to end; see api.Workflows.
+func (c *Client) AwaitWorkflow(ctx context.Context, id api.TaskID) (api.Workflow, error) {
+	if _, err := c.GetWorkflow(ctx, id); err != nil {
+		return api.Workflow{}, err
+	}
+	if _, err := c.Await(ctx, id); err != nil {
+		return api.Workflow{}, fmt.Errorf("await workflow: %w", err)
+	}
+	return c.GetWorkflow(ctx, id)
+}
+
+// CancelWorkflow cancels a workflow; see api.Workflows.
+func (c *Client) CancelWorkflow(ctx context.Context, id api.TaskID) error {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return fmt.Errorf("cancel workflow: %w", err)
+	}
+	if _, err := c.st.CancelWorkflow(ctx, id); err != nil {
+		if errors.Is(err, api.ErrNotFound) {
+			return err
+		}
+		return unavailable(err)
+	}
+	return nil
+}
+
+// WorkflowResult is the result of a workflow's own task: its state and
+// node counts once every node ended.
+type WorkflowResult struct {
+	State   api.WorkflowState  `json:"state"`
+	Counts  map[api.Status]int `json:"counts"`
+	Skipped int                `json:"skipped"`
+}
+
+// workflowRunner is api.WorkflowBehavior: its run records the outcome of
+// a workflow whose nodes all ended, a failure when a node failed or the
+// workflow was cancelled.
+type workflowRunner struct{}
+
+var workflowKind = api.Kind[struct{}, WorkflowResult]{ID: api.WorkflowBehavior}
+
+func (workflowRunner) Kind() api.Kind[struct{}, WorkflowResult] { return workflowKind }
+
+func (workflowRunner) TaskID(ids spi.IDs, _ struct{}) api.TaskID { return ids.Unique() }
+
+func (workflowRunner) Run(ctx context.Context, rc spi.RunContext, _ struct{}) (WorkflowResult, error) {
+	st := rc.(*runContext).s.st
+	counts, err := st.WorkflowCounts(ctx, rc.TaskID())
+	if err != nil {
+		return WorkflowResult{}, err
+	}
+	res := WorkflowResult{Counts: map[api.Status]int{}}
+	var codes codeCounts
+	allEnded := true
+	for _, c := range counts {
+		res.Counts[c.Status] += c.N
+		allEnded = allEnded && (c.Status == api.StatusSuccess || c.Status == api.StatusFailure)
+		if c.Status == api.StatusFailure {
+			codes.add(c.Code, c.N)
+		}
+	}
+	res.Skipped = codes.skipped
+	res.State = codes.state(allEnded, res.Counts[api.StatusFailure])
+	switch res.State {
+	case api.WorkflowRunning:
+		return res, spi.Snooze(rc.(*runContext).s.cfg.PollInterval)
+	case api.WorkflowFailed, api.WorkflowCancelled:
+		return res, &api.TaskError{Code: "workflow_" + string(res.State),
+			Message: fmt.Sprintf("workflow %s: %d of its nodes failed, %d skipped", res.State, res.Counts[api.StatusFailure]-res.Skipped, res.Skipped)}
+	}
+	return res, nil
+}

@@ -1,0 +1,211 @@
+package impl_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+)
+
+// spanNode is a workflow node of test.plain that records its run in
+// test_span and sleeps ms.
+func spanNode(name string, ms int, deps ...string) api.WorkflowNode {
+	return api.WorkflowNode{Name: name, Task: flowReq(plainKind, FlowParams{ID: name, SleepMS: ms}), DependsOn: deps}
+}
+
+// failNode is a workflow node of test.work that fails for good.
+func failNode(name string, deps ...string) api.WorkflowNode {
+	return api.WorkflowNode{Name: name, Task: workReq(workKind, WorkParams{Key: name, FailUntil: 9, Permanent: true}), DependsOn: deps}
+}
+
+// TestWorkflowRunsEachNodeAfterItsDependencies runs a diamond with a
+// finally node and checks, by the database's clock, that no node started
+// before its dependencies ended.
+func TestWorkflowRunsEachNodeAfterItsDependencies(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.server("n1", 5*time.Second)
+	c := e.client()
+	fin := spanNode("notify", 0)
+	fin.Finally = true
+	sub, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-diamond", Nodes: []api.WorkflowNode{
+		spanNode("fetch", 20),
+		spanNode("left", 10, "fetch"),
+		spanNode("right", 30, "fetch"),
+		spanNode("merge", 0, "left", "right"),
+		fin,
+	}})
+	require.NoError(t, err)
+	require.True(t, sub.Created)
+	require.Equal(t, api.TaskID("wf-diamond/merge"), sub.Nodes["merge"])
+
+	w, err := c.AwaitWorkflow(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.WorkflowSucceeded, w.State)
+	require.Equal(t, map[api.Status]int{api.StatusSuccess: 5}, w.Counts)
+	merge, ok := w.Node("merge")
+	require.True(t, ok)
+	require.Equal(t, []string{"left", "right"}, merge.DependsOn)
+
+	edges := map[string][]string{"left": {"fetch"}, "right": {"fetch"}, "merge": {"left", "right"},
+		"notify": {"fetch", "left", "right", "merge"}}
+	for node, deps := range edges {
+		for _, d := range deps {
+			require.Zero(t, e.count(`SELECT count(*) FROM test_span n, test_span d
+				WHERE n.task_id = $1 AND d.task_id = $2 AND n.started < d.ended`, "wf-diamond/"+node, "wf-diamond/"+d),
+				"%s started before %s ended", node, d)
+		}
+	}
+	task, err := c.Get(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusSuccess, task.Status, "the workflow's own task records its outcome")
+
+	again, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-diamond", Nodes: []api.WorkflowNode{spanNode("other", 0)}})
+	require.NoError(t, err)
+	require.False(t, again.Created, "a second submit of the id shares the first")
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_task WHERE id = 'wf-diamond/other'`))
+}
+
+// TestWorkflowFailureRules fails one node and checks each rule's answer:
+// dependents by default are skipped transitively, naming the dependency;
+// all_ended and none_failed (over a skipped dependency) decide as their
+// rules say; finally runs whatever happened.
+func TestWorkflowFailureRules(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.server("n1", 5*time.Second)
+	c := e.client()
+	rule := func(n api.WorkflowNode, r api.Rule) api.WorkflowNode { n.Rule = r; return n }
+	fin := spanNode("finally", 0)
+	fin.Finally = true
+	sub, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-rules", Nodes: []api.WorkflowNode{
+		spanNode("ok", 0),
+		failNode("bad"),
+		spanNode("after-bad", 0, "bad"),
+		spanNode("after-skipped", 0, "after-bad"),
+		rule(spanNode("cleanup", 0, "bad", "ok"), api.RuleAllEnded),
+		rule(spanNode("any", 0, "bad", "ok"), api.RuleAnySucceeded),
+		rule(spanNode("none-failed-skip", 0, "after-bad", "ok"), api.RuleNoneFailed),
+		rule(spanNode("none-failed-fail", 0, "bad"), api.RuleNoneFailed),
+		fin,
+	}})
+	require.NoError(t, err)
+	w, err := c.AwaitWorkflow(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.WorkflowFailed, w.State)
+
+	want := map[string]string{
+		"ok": "success", "bad": "failure", "after-bad": api.CodeSkipped, "after-skipped": api.CodeSkipped,
+		"cleanup": "success", "any": "success", "none-failed-skip": "success", "none-failed-fail": api.CodeSkipped,
+		"finally": "success",
+	}
+	for name, outcome := range want {
+		n, ok := w.Node(name)
+		require.True(t, ok, name)
+		require.True(t, n.Task.Finished(), name)
+		got := string(n.Task.Status)
+		if n.Task.Error != nil && n.Task.Error.Code == api.CodeSkipped {
+			got = api.CodeSkipped
+		}
+		require.Equal(t, outcome, got, name)
+	}
+	skipped, _ := w.Node("after-bad")
+	require.Contains(t, skipped.Task.Error.Message, "bad")
+	transitive, _ := w.Node("after-skipped")
+	require.Contains(t, transitive.Task.Error.Message, "after-bad")
+	require.Equal(t, 3, w.Skipped)
+	require.Zero(t, e.count(`SELECT count(*) FROM test_span WHERE task_id IN ('wf-rules/after-bad', 'wf-rules/after-skipped', 'wf-rules/none-failed-fail')`),
+		"a skipped node never runs")
+	task, err := c.Get(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusFailure, task.Status)
+}
+
+// TestWorkflowNodeWaitsOnItsDependencies checks the waiting state and
+// its reason, read through Get and GetWorkflow, on a workflow no server
+// runs.
+func TestWorkflowNodeWaitsOnItsDependencies(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.client()
+	sub, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{Nodes: []api.WorkflowNode{
+		spanNode("a", 0), spanNode("b", 0), spanNode("c", 0, "b", "a"),
+	}})
+	require.NoError(t, err)
+	task, err := c.Get(e.ctx, sub.Nodes["c"])
+	require.NoError(t, err)
+	require.Equal(t, api.StatusWaiting, task.Status)
+	require.Nil(t, task.ScheduleNotBefore)
+	require.Equal(t, &api.Wait{Reason: api.WaitDependencies, Dependencies: []string{"a", "b"}}, task.Waiting)
+	w, err := c.GetWorkflow(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.WorkflowRunning, w.State)
+	require.Equal(t, map[api.Status]int{api.StatusScheduled: 2, api.StatusWaiting: 1}, w.Counts)
+
+	require.NoError(t, c.CancelWorkflow(e.ctx, sub.ID))
+	w, err = c.GetWorkflow(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.WorkflowCancelled, w.State)
+	for _, n := range w.Nodes {
+		require.True(t, n.Task.Finished(), n.Name)
+		require.Equal(t, api.CodeCancelled, n.Task.Error.Code, n.Name)
+	}
+	_, err = c.GetWorkflow(e.ctx, sub.Nodes["a"])
+	require.ErrorIs(t, err, api.ErrNotFound, "a node is not a workflow")
+	require.ErrorIs(t, c.CancelWorkflow(e.ctx, "no-such-workflow"), api.ErrNotFound)
+}
+
+// TestWorkflowRefusesBadGraphs submits each kind of bad workflow and
+// checks that it is refused as invalid, naming the problem, with nothing
+// stored.
+func TestWorkflowRefusesBadGraphs(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.client()
+	n := func(name string, deps ...string) api.WorkflowNode { return spanNode(name, 0, deps...) }
+	withFinally := func(name string, deps ...string) api.WorkflowNode { x := n(name, deps...); x.Finally = true; return x }
+	tooMany := make([]api.WorkflowNode, api.MaxWorkflowNodes+1)
+	for i := range tooMany {
+		tooMany[i] = n(fmt.Sprint("n", i))
+	}
+	cases := map[string]struct {
+		req  api.WorkflowRequest
+		want string
+	}{
+		"empty":          {api.WorkflowRequest{}, "at least one node"},
+		"too many":       {api.WorkflowRequest{Nodes: tooMany}, "over the limit of 100000"},
+		"cycle":          {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a", "c"), n("b", "a"), n("c", "b"), n("d")}}, `cycle: "a" -> "c" -> "b" -> "a"`},
+		"unknown dep":    {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a", "ghost")}}, `"a" depends on "ghost"`},
+		"self":           {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a", "a")}}, `"a" depends on itself`},
+		"duplicate":      {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a"), n("a")}}, `"a" appears twice`},
+		"dep twice":      {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a"), n("b", "a", "a")}}, `names "a" twice`},
+		"bad name":       {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a b")}}, `node name "a b"`},
+		"bad id":         {api.WorkflowRequest{ID: "x/y", Nodes: []api.WorkflowNode{n("a")}}, "without a slash"},
+		"long id":        {api.WorkflowRequest{ID: api.TaskID(strings.Repeat("w", 64)), Nodes: []api.WorkflowNode{n("a")}}, "at most 63"},
+		"bad rule":       {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "a", Task: n("a").Task, Rule: "sometimes"}}}, `rule "sometimes"`},
+		"node task id":   {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "a", Task: api.SubmitRequest{Behavior: plainKind.ID, ID: "mine"}}}}, "task.id must be empty"},
+		"two finally":    {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a"), withFinally("f1"), withFinally("f2")}}, "both finally"},
+		"finally deps":   {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a"), withFinally("f", "a")}}, "takes no depends_on"},
+		"on finally":     {api.WorkflowRequest{Nodes: []api.WorkflowNode{withFinally("f"), n("a", "f")}}, "the finally node"},
+		"unknown kind":   {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "x", Task: api.SubmitRequest{Behavior: "no.such"}}}}, `node "x": invalid behavior`},
+		"bad params":     {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a"), {Name: "w", Task: api.SubmitRequest{Behavior: workKind.ID, Params: json.RawMessage(`{"key":""}`)}}}}, `node "w": invalid params`},
+		"bad priority":   {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "p", Task: api.SubmitRequest{Behavior: plainKind.ID, Priority: new(int(-1))}}}}, `node "p": invalid priority`},
+		"bad json":       {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "j", Task: api.SubmitRequest{Behavior: plainKind.ID, Params: json.RawMessage(`{`)}}}}, `node "j"`},
+		"bad trace":      {api.WorkflowRequest{Trace: "bad\x00trace", Nodes: []api.WorkflowNode{n("a")}}, "trace"},
+		"negative delay": {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "d", Task: api.SubmitRequest{Behavior: plainKind.ID, Delay: -time.Second}}}}, `node "d": invalid delay`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := c.SubmitWorkflow(e.ctx, tc.req)
+			require.ErrorIs(t, err, api.ErrInvalid)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_task`))
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_dependency`))
+}

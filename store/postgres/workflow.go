@@ -1,0 +1,304 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/store"
+)
+
+// workflowInsertSQL stores the task that stands for a workflow: waiting,
+// with no due time, for its $8 nodes to end (children_pending, which
+// childrenEndedSQL counts down and which makes it due once it reaches
+// zero). An existing task of the id is left as it is, and no row returns.
+var workflowInsertSQL = `
+WITH s AS (
+    INSERT INTO stint_task AS t (id, behavior, params, priority, status, schedule_not_before, trace, awaited, retention_us,
+        waiting_children, children_pending, deps_pending)
+    VALUES ($1, $2, $3::jsonb, $4, 'waiting', NULL, nullif($5, ''), $6, nullif($7, 0), true, $8, 0)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING t.id, t.behavior, t.status, t.parent_id
+), feed AS (` + feedInsert("s", "status", "false") + `)
+SELECT count(*) FROM s`
+
+// workflowNodesSQL stores a workflow's nodes: those without dependencies
+// scheduled (due after their delay), the others waiting with their count
+// of pending dependencies. It adds the claim hints of the scheduled ones,
+// records their creation in the change feed and wakes the claimers.
+var workflowNodesSQL = `
+WITH s AS (
+    INSERT INTO stint_task AS t (id, behavior, params, priority, status, schedule_not_before, group_key, parent_id, trace,
+        awaited, retention_us, rate_uses, workflow_node, dep_rule, deps_pending, deps_succeeded, deps_failed, deps_skipped)
+    SELECT r.id, r.behavior, r.params::jsonb, r.priority, CASE WHEN r.deps = 0 THEN 'scheduled' ELSE 'waiting' END,
+        CASE WHEN r.deps = 0 THEN now() + r.delay_us * interval '1 microsecond' END,
+        nullif(r.group_key, ''), $13, nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0),
+        nullif(r.rate_uses, '')::jsonb, r.name, r.rule, r.deps, 0, 0, 0
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::bool[],
+        $9::bigint[], $10::text[], $11::text[], $12::text[], $14::bigint[])
+        AS r(id, behavior, params, priority, delay_us, group_key, trace, awaited, retention_us, rate_uses, name, rule, deps)
+    RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
+), due AS (` + dueInsert("s") + `
+), feed AS (` + feedInsert("s", "status", "false") + `
+), wake AS (
+    SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM s WHERE status = 'scheduled' LIMIT 1) d
+)
+SELECT count(*) FROM s LEFT JOIN wake ON true`
+
+// workflowEdgesSQL stores a workflow's edges.
+const workflowEdgesSQL = `INSERT INTO stint_dependency (depends_on, task_id) SELECT * FROM unnest($1::text[], $2::text[])`
+
+// SubmitWorkflow stores a workflow; see store.Workflows.
+func (s *Store) SubmitWorkflow(ctx context.Context, tx pgx.Tx, wf store.NewWorkflow) (created bool, err error) {
+	var db interface {
+		Begin(context.Context) (pgx.Tx, error)
+	} = s.pool
+	if tx != nil {
+		db = tx // a savepoint: a failure leaves the caller's transaction usable
+	}
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		t := wf.Task
+		var n int
+		if err := tx.QueryRow(ctx, workflowInsertSQL, string(t.ID), string(t.Behavior), string(t.Params), t.Priority,
+			t.Trace, t.Notify, t.Retention.Microseconds(), len(wf.Nodes)).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		created = true
+		if err := tx.QueryRow(ctx, workflowNodesSQL, workflowNodeArgs(wf)...).Scan(&n); err != nil {
+			return err
+		}
+		var from, to textArray
+		for i, deps := range wf.DependsOn {
+			for _, d := range deps {
+				from, to = append(from, string(wf.Nodes[d].ID)), append(to, string(wf.Nodes[i].ID))
+			}
+		}
+		if len(from) > 0 {
+			if _, err := tx.Exec(ctx, workflowEdgesSQL, from, to); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			err = &api.InvalidError{Field: "nodes", Reason: "a node's task id is taken by another task: " + pgErr.Detail, Err: err}
+		}
+		return false, fmt.Errorf("submit workflow %s: %w", wf.Task.ID, err)
+	}
+	return created, nil
+}
+
+// workflowNodeArgs returns the parameters of workflowNodesSQL for wf.
+func workflowNodeArgs(wf store.NewWorkflow) []any {
+	n := len(wf.Nodes)
+	ids, behaviors, params := make(textArray, n), make(textArray, n), make(textArray, n)
+	priorities, delays, retentions, deps := make(intArray, n), make(intArray, n), make(intArray, n), make(intArray, n)
+	groups, traces, uses, names, rules := make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n)
+	awaited := make(boolArray, n)
+	for i, t := range wf.Nodes {
+		ids[i], behaviors[i], params[i] = string(t.ID), string(t.Behavior), string(t.Params)
+		priorities[i], delays[i], retentions[i] = int64(t.Priority), t.Delay.Microseconds(), t.Retention.Microseconds()
+		groups[i], traces[i], awaited[i] = t.GroupKey, t.Trace, t.Notify
+		if len(t.RateUses) > 0 {
+			b, _ := json.Marshal(t.RateUses) // strings and numbers: cannot fail
+			uses[i] = string(b)
+		}
+		names[i], rules[i], deps[i] = wf.Names[i], string(wf.Rules[i]), int64(len(wf.DependsOn[i]))
+	}
+	return []any{ids, behaviors, params, priorities, delays, groups, traces, awaited, retentions, uses, names, rules,
+		string(wf.Task.ID), deps}
+}
+
+// depsEndedSQL counts the tasks $1, which ended for good, off the
+// dependents that wait for them, and decides each dependent its count
+// changed by its rule: it runs (scheduled, due now, with its claim hint),
+// it is skipped (a failure with code skipped whose message names the
+// dependency that decided it), or it waits on. The dependent's row lock
+// orders concurrent finishes of its dependencies, so the last one sees
+// every other's count. It returns the skipped dependents and their
+// parents (the workflows), whose ends the caller counts in turn, as
+// finishes count their tasks', in the same transaction.
+var depsEndedSQL = `
+WITH ended AS (
+    SELECT e.task_id,
+        count(*) AS n,
+        count(*) FILTER (WHERE d.status = 'success') AS ok,
+        count(*) FILTER (WHERE d.status <> 'success' AND coalesce(d.error->>'code', '') <> '` + api.CodeSkipped + `') AS failed,
+        count(*) FILTER (WHERE d.error->>'code' = '` + api.CodeSkipped + `') AS skipped,
+        min(d.workflow_node) FILTER (WHERE d.status <> 'success') AS bad
+    FROM stint_dependency e JOIN stint_task d ON d.id = e.depends_on
+    WHERE e.depends_on = ANY($1::text[])
+    GROUP BY e.task_id
+), c AS MATERIALIZED (
+    SELECT t.id, t.deps_pending - e.n AS pending, t.deps_succeeded + e.ok AS ok, t.deps_failed + e.failed AS failed,
+        t.deps_skipped + e.skipped AS skipped, t.dep_rule AS rule, e.bad
+    FROM stint_task t JOIN ended e ON t.id = e.task_id
+    WHERE t.status = 'waiting'
+    FOR UPDATE OF t
+), v AS (
+    SELECT c.*, CASE
+        WHEN rule = 'all_ended' THEN CASE WHEN pending <= 0 THEN 'run' END
+        WHEN rule = 'any_succeeded' THEN CASE WHEN ok > 0 THEN 'run' WHEN pending <= 0 THEN 'skip' END
+        WHEN rule = 'none_failed' THEN CASE WHEN failed > 0 THEN 'skip' WHEN pending <= 0 THEN 'run' END
+        ELSE CASE WHEN failed + skipped > 0 THEN 'skip' WHEN pending <= 0 THEN 'run' END
+    END AS verdict
+    FROM c
+), u AS (
+    UPDATE stint_task t SET
+        deps_pending = v.pending, deps_succeeded = v.ok, deps_failed = v.failed, deps_skipped = v.skipped,
+        status = CASE v.verdict WHEN 'run' THEN 'scheduled' WHEN 'skip' THEN 'failure' ELSE 'waiting' END,
+        schedule_not_before = CASE WHEN v.verdict = 'run' THEN now() END,
+        error = CASE WHEN v.verdict = 'skip' THEN jsonb_build_object('retryable', false, 'code', '` + api.CodeSkipped + `',
+            'message', CASE WHEN v.rule = 'any_succeeded' THEN 'no dependency succeeded'
+                ELSE format('dependency %s did not succeed', v.bad) END) ELSE t.error END,
+        finished_at = CASE WHEN v.verdict = 'skip' THEN now() END,
+        updated_at = now()
+    FROM v
+    WHERE t.id = v.id
+    RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id, t.awaited, v.verdict
+), due AS (` + dueInsert("u") + `
+), feed AS (` + feedInsert("(SELECT * FROM u WHERE verdict IS NOT NULL) x", "status", "verdict = 'skip'") + `
+), notified AS (
+    SELECT count(pg_notify('` + store.ChannelFinished + `', id)) AS n FROM u WHERE verdict = 'skip' AND awaited
+), woke AS (
+    SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (SELECT 1 FROM u WHERE verdict = 'run' LIMIT 1) d
+)
+SELECT ARRAY(SELECT id FROM u WHERE verdict = 'skip'), ARRAY(SELECT parent_id FROM u WHERE verdict = 'skip' AND parent_id IS NOT NULL)
+FROM notified, woke`
+
+// depsEnded records in tx that the workflow nodes ids ended for good: it
+// wakes or skips their dependents (depsEndedSQL) and counts the skipped
+// ones off their workflows, until no more are skipped.
+func depsEnded(ctx context.Context, tx pgx.Tx, ids []string) error {
+	for len(ids) > 0 {
+		var parents []string
+		if err := indexedRow(ctx, tx, depsEndedSQL, textArray(ids)).Scan(&ids, &parents); err != nil {
+			return fmt.Errorf("wake dependents: %w", err)
+		}
+		if len(parents) > 0 {
+			if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
+				return fmt.Errorf("count skipped nodes: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// WorkflowNodes returns a workflow's nodes; see store.Workflows.
+func (s *Store) WorkflowNodes(ctx context.Context, id api.TaskID) ([]store.WorkflowNode, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+`, workflow_node, coalesce(dep_rule, ''),
+		    ARRAY(SELECT d.workflow_node FROM stint_dependency e JOIN stint_task d ON d.id = e.depends_on
+		          WHERE e.task_id = stint_task.id ORDER BY 1)
+		FROM stint_task WHERE parent_id = $1 AND workflow_node IS NOT NULL ORDER BY workflow_node`, string(id))
+	if err != nil {
+		return nil, fmt.Errorf("read workflow %s: %w", id, err)
+	}
+	defer rows.Close()
+	var out []store.WorkflowNode
+	for rows.Next() {
+		var n store.WorkflowNode
+		var rule string
+		t, err := scanTask(withTail{rows, []any{&n.Name, &rule, &n.DependsOn}})
+		if err != nil {
+			return nil, fmt.Errorf("read workflow %s: %w", id, err)
+		}
+		n.Task, n.Rule = t, api.Rule(rule)
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read workflow %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// withTail is a row whose Scan fills tail after the destinations it is
+// given: scanTask's columns, then more.
+type withTail struct {
+	pgx.Row
+	tail []any
+}
+
+func (r withTail) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.tail...)...) }
+
+// WorkflowCounts counts a workflow's nodes; see store.Workflows.
+func (s *Store) WorkflowCounts(ctx context.Context, id api.TaskID) ([]store.WorkflowCount, error) {
+	rows, err := s.pool.Query(ctx, `SELECT status, CASE WHEN status = 'failure' THEN coalesce(error->>'code', '') ELSE '' END, count(*)
+		FROM stint_task WHERE parent_id = $1 AND workflow_node IS NOT NULL GROUP BY 1, 2`, string(id))
+	if err != nil {
+		return nil, fmt.Errorf("count nodes of workflow %s: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.WorkflowCount, error) {
+		var c store.WorkflowCount
+		err := r.Scan(&c.Status, &c.Code, &c.N)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count nodes of workflow %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// cancelWorkflowSQL ends the nodes of workflow $1 that have not ended as
+// cancelled failures, and returns them. A running node's run is fenced
+// out: its lease no longer holds a running task, so its next write halts
+// it and its finish changes nothing.
+var cancelWorkflowSQL = `
+WITH u AS (
+    UPDATE stint_task t SET status = 'failure', schedule_not_before = NULL, lost_not_before = NULL, finished_at = now(),
+        updated_at = now(), resubmit = false,
+        error = jsonb_build_object('retryable', false, 'code', '` + api.CodeCancelled + `', 'message', 'the workflow was cancelled')
+    WHERE t.parent_id = $1 AND t.workflow_node IS NOT NULL
+      AND (t.status IN ('waiting', 'scheduled', 'held', 'running') OR t.schedule_not_before IS NOT NULL)
+    RETURNING t.id, t.behavior, t.status, t.parent_id, t.awaited
+), feed AS (` + feedInsert("u", "status", "true") + `
+), notified AS (
+    SELECT count(pg_notify('` + store.ChannelFinished + `', id)) AS n FROM u WHERE awaited
+)
+SELECT ARRAY(SELECT id FROM u) FROM notified`
+
+// CancelWorkflow cancels a workflow; see store.Workflows.
+func (s *Store) CancelWorkflow(ctx context.Context, id api.TaskID) (int, error) {
+	var ended int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var behavior string
+		if err := tx.QueryRow(ctx, `SELECT behavior FROM stint_task WHERE id = $1 FOR UPDATE`, string(id)).Scan(&behavior); err != nil {
+			if isNoRows(err) {
+				return api.ErrNotFound
+			}
+			return err
+		}
+		if behavior != string(api.WorkflowBehavior) {
+			return api.ErrNotFound
+		}
+		var cancelled []string
+		if err := tx.QueryRow(ctx, cancelWorkflowSQL, string(id)).Scan(&cancelled); err != nil {
+			return err
+		}
+		ended = len(cancelled)
+		if ended == 0 {
+			return nil
+		}
+		parents := make(textArray, ended)
+		for i := range parents {
+			parents[i] = string(id)
+		}
+		if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
+			return err
+		}
+		return depsEnded(ctx, tx, cancelled)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cancel workflow %s: %w", id, err)
+	}
+	return ended, nil
+}

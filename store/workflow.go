@@ -1,0 +1,65 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stinthq/stint/api"
+)
+
+// NewWorkflow is a validated workflow to store: the task that stands for
+// it, its nodes, and the edges between them.
+type NewWorkflow struct {
+	// Task is the workflow's own task (behavior api.WorkflowBehavior),
+	// the parent of every node.
+	Task NewTask
+	// Nodes are the nodes' tasks, with ParentID set to Task.ID.
+	Nodes []NewTask
+	// Names are the nodes' names, Rules their rules, in Nodes' order.
+	Names []string
+	Rules []api.Rule
+	// DependsOn lists, per node, the indexes in Nodes of its
+	// dependencies, each once.
+	DependsOn [][]int
+}
+
+// WorkflowCount counts the nodes of a workflow in one state.
+type WorkflowCount struct {
+	Status api.Status
+	// Code is the error code of failed nodes (api.CodeSkipped,
+	// api.CodeCancelled, or the run's own); empty otherwise.
+	Code string
+	N    int
+}
+
+// WorkflowNode is a stored node: its task, name, rule and dependencies'
+// names.
+type WorkflowNode struct {
+	Task      api.Task
+	Name      string
+	Rule      api.Rule
+	DependsOn []string
+}
+
+// Workflows is what a store keeps of workflows: graphs of tasks whose
+// nodes wait for their dependencies. Finish wakes or skips the
+// dependents of the nodes it ends, in its own transaction.
+type Workflows interface {
+	// SubmitWorkflow stores a workflow, in tx when it is not nil. created
+	// is false when a task of the workflow's id exists: nothing is stored
+	// then. A node whose id is taken by a task of another workflow or by
+	// none is an error wrapping api.ErrInvalid, and nothing is stored.
+	SubmitWorkflow(ctx context.Context, tx pgx.Tx, wf NewWorkflow) (created bool, err error)
+	// WorkflowNodes returns the nodes of the workflow id, by name.
+	WorkflowNodes(ctx context.Context, id api.TaskID) ([]WorkflowNode, error)
+	// WorkflowCounts counts the nodes of the workflow id by status and
+	// error code.
+	WorkflowCounts(ctx context.Context, id api.TaskID) ([]WorkflowCount, error)
+	// CancelWorkflow ends the waiting and scheduled nodes of workflow id
+	// as failed with code api.CodeCancelled, and removes its running ones
+	// (their runs halt at their next fenced write), in one transaction.
+	// It reports how many nodes it ended; api.ErrNotFound when there is no
+	// such workflow.
+	CancelWorkflow(ctx context.Context, id api.TaskID) (int, error)
+}
