@@ -43,7 +43,7 @@ func TestServerCommandRunsTasksAndStopsCleanly(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 2, r.stdout)
 	require.Regexp(t, `^ID\s+HOST\s+PID\s+WORKERS\s+BEHAVIORS\s+STARTED\s+HEARTBEAT AGE\s+DATABASE$`, lines[0])
-	require.Regexp(t, `^cli-node\s+\S+\s+\d+\s+4\s+demo\.echo\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+[0-9.]+m?s\s+ok$`, lines[1])
+	require.Regexp(t, `^cli-node\s+\S+\s+\d+\s+4\s+demo\.echo,stint\.workflow\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+[0-9.]+m?s\s+ok$`, lines[1])
 
 	r = runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"via server"}`, "--wait", "--db", dsn)
 	requireOK(t, r)

@@ -469,6 +469,21 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 	return subs, nil
 }
 
+func (rc *runContext) WorkflowNode(ctx context.Context, name string) (api.Task, error) {
+	parent := rc.r.claimed.ParentID
+	if parent == "" || checkNodeName(name) != nil {
+		return api.Task{}, fmt.Errorf("workflow node %q: %w", name, api.ErrNotFound)
+	}
+	t, err := rc.s.Get(store.ReadPrimary(ctx), parent+"/"+api.TaskID(name))
+	if err == nil && t.ParentID != parent {
+		err = api.ErrNotFound
+	}
+	if err != nil {
+		return api.Task{}, fmt.Errorf("workflow node %q: %w", name, err)
+	}
+	return t, nil
+}
+
 // sending returns the context of a write of the run (a checkpoint, a
 // priority, children) about to be sent. A statement abandoned when its
 // context ends may still run on the server after the call returned, and

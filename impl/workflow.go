@@ -6,6 +6,7 @@ package impl
 // workflow's task runs once its last node ended, to record the outcome.
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -61,8 +62,11 @@ func (c *Client) SubmitWorkflowSQLTx(ctx context.Context, tx *sql.Tx, req api.Wo
 }
 
 func (c *Client) submitWorkflow(ctx context.Context, tx pgx.Tx, req api.WorkflowRequest) (api.WorkflowSubmission, error) {
-	wf, err := c.prepareWorkflow(req)
+	wf, regs, err := c.prepareWorkflow(req)
 	if err != nil {
+		return api.WorkflowSubmission{}, fmt.Errorf("submit workflow: %w", err)
+	}
+	if err := c.checkRateUses(ctx, wf.Nodes, regs); err != nil {
 		return api.WorkflowSubmission{}, fmt.Errorf("submit workflow: %w", err)
 	}
 	created, err := c.st.SubmitWorkflow(ctx, tx, wf)
@@ -82,42 +86,42 @@ func (c *Client) submitWorkflow(ctx context.Context, tx pgx.Tx, req api.Workflow
 // prepareWorkflow validates a workflow request whole and turns it into
 // what the store keeps. Every error wraps api.ErrInvalid and names the
 // node or the field at fault.
-func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, error) {
+func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, []*spi.Registration, error) {
 	switch {
 	case len(req.Nodes) == 0:
-		return store.NewWorkflow{}, api.Invalid("nodes", "a workflow needs at least one node")
+		return store.NewWorkflow{}, nil, api.Invalid("nodes", "a workflow needs at least one node")
 	case len(req.Nodes) > api.MaxWorkflowNodes:
-		return store.NewWorkflow{}, api.Invalid("nodes", "%d nodes is over the limit of %d", len(req.Nodes), api.MaxWorkflowNodes)
+		return store.NewWorkflow{}, nil, api.Invalid("nodes", "%d nodes is over the limit of %d", len(req.Nodes), api.MaxWorkflowNodes)
 	}
 	id := req.ID
 	if id == "" {
 		id = spi.NewIDs(api.WorkflowBehavior).Unique()
 	}
 	if err := spi.CheckTaskID("id", id); err != nil {
-		return store.NewWorkflow{}, err
+		return store.NewWorkflow{}, nil, err
 	}
 	if len(id) > maxWorkflowIDLen || strings.Contains(string(id), "/") {
-		return store.NewWorkflow{}, api.Invalid("id", "%q must be at most %d characters, without a slash", id, maxWorkflowIDLen)
+		return store.NewWorkflow{}, nil, api.Invalid("id", "%q must be at most %d characters, without a slash", id, maxWorkflowIDLen)
 	}
 	if err := spi.CheckTrace(req.Trace); err != nil {
-		return store.NewWorkflow{}, err
+		return store.NewWorkflow{}, nil, err
 	}
 	index := make(map[string]int, len(req.Nodes))
 	finally := -1
 	for i, n := range req.Nodes {
 		if err := checkNodeName(n.Name); err != nil {
-			return store.NewWorkflow{}, err
+			return store.NewWorkflow{}, nil, err
 		}
 		if _, dup := index[n.Name]; dup {
-			return store.NewWorkflow{}, api.Invalid("nodes", "node %q appears twice", n.Name)
+			return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q appears twice", n.Name)
 		}
 		index[n.Name] = i
 		if n.Finally {
 			if finally >= 0 {
-				return store.NewWorkflow{}, api.Invalid("nodes", "nodes %q and %q are both finally: a workflow has at most one", req.Nodes[finally].Name, n.Name)
+				return store.NewWorkflow{}, nil, api.Invalid("nodes", "nodes %q and %q are both finally: a workflow has at most one", req.Nodes[finally].Name, n.Name)
 			}
 			if len(n.DependsOn) > 0 || n.Rule != "" {
-				return store.NewWorkflow{}, api.Invalid("nodes", "node %q is finally: it runs after every other node and takes no depends_on nor rule", n.Name)
+				return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q is finally: it runs after every other node and takes no depends_on nor rule", n.Name)
 			}
 			finally = i
 		}
@@ -129,36 +133,38 @@ func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, er
 		Rules:     make([]api.Rule, len(req.Nodes)),
 		DependsOn: make([][]int, len(req.Nodes)),
 	}
+	regs := make([]*spi.Registration, len(req.Nodes))
 	for i, n := range req.Nodes {
 		if !n.Rule.Valid() {
-			return store.NewWorkflow{}, api.Invalid("nodes", "node %q: rule %q is not one of all_succeeded, all_ended, any_succeeded, none_failed", n.Name, n.Rule)
+			return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q: rule %q is not one of all_succeeded, all_ended, any_succeeded, none_failed", n.Name, n.Rule)
 		}
 		if n.Task.ID != "" {
-			return store.NewWorkflow{}, api.Invalid("nodes", "node %q: task.id must be empty: a node's id is its workflow's and its name", n.Name)
+			return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q: task.id must be empty: a node's id is its workflow's and its name", n.Name)
 		}
 		t := n.Task
 		t.ID = id + "/" + api.TaskID(n.Name)
 		if t.Trace == "" {
 			t.Trace = req.Trace
 		}
-		nt, _, err := c.prepare(t)
+		nt, reg, err := c.prepare(t)
 		if err != nil {
-			return store.NewWorkflow{}, fmt.Errorf("node %q: %w", n.Name, err)
+			return store.NewWorkflow{}, nil, fmt.Errorf("node %q: %w", n.Name, err)
 		}
 		nt.ParentID = id
-		wf.Nodes[i], wf.Names[i], wf.Rules[i] = nt, n.Name, cmpOr(n.Rule, api.RuleAllSucceeded)
+		regs[i] = reg
+		wf.Nodes[i], wf.Names[i], wf.Rules[i] = nt, n.Name, cmp.Or(n.Rule, api.RuleAllSucceeded)
 		deps := make([]int, 0, len(n.DependsOn))
 		for _, d := range n.DependsOn {
 			j, ok := index[d]
 			switch {
 			case !ok:
-				return store.NewWorkflow{}, api.Invalid("nodes", "node %q depends on %q, which is not a node of the workflow", n.Name, d)
+				return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q depends on %q, which is not a node of the workflow", n.Name, d)
 			case j == i:
-				return store.NewWorkflow{}, api.Invalid("nodes", "node %q depends on itself", n.Name)
+				return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q depends on itself", n.Name)
 			case j == finally:
-				return store.NewWorkflow{}, api.Invalid("nodes", "node %q depends on %q, the finally node, which runs last", n.Name, d)
+				return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q depends on %q, the finally node, which runs last", n.Name, d)
 			case slices.Contains(deps, j):
-				return store.NewWorkflow{}, api.Invalid("nodes", "node %q names %q twice in depends_on", n.Name, d)
+				return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q names %q twice in depends_on", n.Name, d)
 			}
 			deps = append(deps, j)
 		}
@@ -169,7 +175,7 @@ func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, er
 		for i, j := range cycle {
 			names[i] = fmt.Sprintf("%q", wf.Names[j])
 		}
-		return store.NewWorkflow{}, api.Invalid("nodes", "the dependencies form a cycle: %s", strings.Join(names, " -> "))
+		return store.NewWorkflow{}, nil, api.Invalid("nodes", "the dependencies form a cycle: %s", strings.Join(names, " -> "))
 	}
 	if finally >= 0 {
 		all := make([]int, 0, len(req.Nodes)-1)
@@ -180,14 +186,7 @@ func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, er
 		}
 		wf.DependsOn[finally], wf.Rules[finally] = all, api.RuleAllEnded
 	}
-	return wf, nil
-}
-
-func cmpOr(r, def api.Rule) api.Rule {
-	if r == "" {
-		return def
-	}
-	return r
+	return wf, regs, nil
 }
 
 // checkNodeName returns an *api.InvalidError when name is not 1 to 64

@@ -1,7 +1,9 @@
 package impl_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/spi"
 )
 
 // spanNode is a workflow node of test.plain that records its run in
@@ -208,4 +212,66 @@ func TestWorkflowRefusesBadGraphs(t *testing.T) {
 	}
 	require.Zero(t, e.count(`SELECT count(*) FROM stint_task`))
 	require.Zero(t, e.count(`SELECT count(*) FROM stint_dependency`))
+}
+
+// doubleParams are the params of test.double: N, or twice the result of
+// the workflow node From.
+type doubleParams struct {
+	N    int    `json:"n"`
+	From string `json:"from,omitempty"`
+}
+
+// double is test.double: it reads its dependency's result with
+// spi.NodeResult.
+type double struct{}
+
+var doubleKind = api.Kind[doubleParams, int]{ID: "test.double"}
+
+func (double) Kind() api.Kind[doubleParams, int]             { return doubleKind }
+func (double) TaskID(ids spi.IDs, _ doubleParams) api.TaskID { return ids.Unique() }
+func (double) Run(ctx context.Context, rc spi.RunContext, p doubleParams) (int, error) {
+	if p.From == "" {
+		return p.N, nil
+	}
+	n, err := spi.NodeResult[int](ctx, rc, p.From)
+	if errors.Is(err, api.ErrNotFound) {
+		return 0, &api.TaskError{Code: "no_node", Message: err.Error()}
+	}
+	return 2 * n, err
+}
+
+// TestWorkflowNodeReadsItsDependencysResult chains three nodes, each
+// doubling the result of the one before, and checks that a node outside
+// any workflow reads no node.
+func TestWorkflowNodeReadsItsDependencysResult(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.server("n1", 5*time.Second, func(c *impl.ServerConfig) { spi.MustRegister(c.Registry, double{}) })
+	reg := spi.NewRegistry()
+	spi.MustRegister(reg, double{})
+	c, err := impl.NewClient(e.st, impl.ClientConfig{Registry: reg})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	node := func(name string, p doubleParams, deps ...string) api.WorkflowNode {
+		raw, err := json.Marshal(p)
+		require.NoError(t, err)
+		return api.WorkflowNode{Name: name, Task: api.SubmitRequest{Behavior: doubleKind.ID, Params: raw}, DependsOn: deps}
+	}
+	sub, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{Nodes: []api.WorkflowNode{
+		node("a", doubleParams{N: 3}), node("b", doubleParams{From: "a"}, "a"), node("c", doubleParams{From: "b"}, "b"),
+		node("lost", doubleParams{From: "nobody"}),
+	}})
+	require.NoError(t, err)
+	w, err := c.AwaitWorkflow(e.ctx, sub.ID)
+	require.NoError(t, err)
+	last, _ := w.Node("c")
+	require.JSONEq(t, "12", string(last.Task.Result))
+	lost, _ := w.Node("lost")
+	require.Equal(t, api.StatusFailure, lost.Task.Status)
+	require.Contains(t, lost.Task.Error.Message, "not found")
+
+	f, err := api.Submit(e.ctx, c, doubleKind, doubleParams{From: "a"})
+	require.NoError(t, err)
+	_, err = f.Await(e.ctx)
+	require.ErrorContains(t, err, "not found", "a task outside any workflow reads no node")
 }

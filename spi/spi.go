@@ -15,6 +15,8 @@ package spi
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -165,6 +167,32 @@ type RunContext interface {
 	// Checkpoint, a context that ends while the write is under way does
 	// not abandon it: Spawn returns once the children are stored or not.
 	Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]api.Submission, error)
+	// WorkflowNode returns the task of the node name of the workflow this
+	// task is a node of: a dependency's outcome and result (see
+	// NodeResult). api.ErrNotFound when this task is no workflow node or
+	// its workflow has no such node.
+	WorkflowNode(ctx context.Context, name string) (api.Task, error)
+}
+
+// NodeResult returns the result of the node name of the running task's
+// workflow, decoded: typically a dependency's. A node that failed (or was
+// skipped or cancelled) returns its *api.TaskError; one that has not
+// ended, an error saying so.
+func NodeResult[R any](ctx context.Context, rc RunContext, name string) (R, error) {
+	var r R
+	t, err := rc.WorkflowNode(ctx, name)
+	switch {
+	case err != nil:
+		return r, err
+	case !t.Finished():
+		return r, fmt.Errorf("workflow node %q has not ended: it is %s", name, t.Status)
+	case t.Status == api.StatusFailure:
+		return r, t.Error
+	}
+	if err := json.Unmarshal(t.Result, &r); err != nil {
+		return r, fmt.Errorf("decode result of workflow node %q: %w", name, err)
+	}
+	return r, nil
 }
 
 // SnoozeError is returned by Run (via Snooze) to run the task again after
