@@ -27,6 +27,9 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	if err := spi.CheckBehaviorID(req.Behavior); err != nil {
 		return store.NewTask{}, nil, err
 	}
+	if req.Behavior == api.WorkflowBehavior {
+		return store.NewTask{}, nil, api.Invalid("behavior", "%s tasks are stored with their workflow (SubmitWorkflow), never alone", req.Behavior)
+	}
 	reg, ok := c.reg.Lookup(req.Behavior)
 	if !ok {
 		return store.NewTask{}, nil, &api.InvalidError{Field: "behavior",

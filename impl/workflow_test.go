@@ -275,3 +275,14 @@ func TestWorkflowNodeReadsItsDependencysResult(t *testing.T) {
 	_, err = f.Await(e.ctx)
 	require.ErrorContains(t, err, "not found", "a task outside any workflow reads no node")
 }
+
+// TestWorkflowTaskIsNeverSubmittedAlone checks that a plain submit of the
+// workflow behavior is refused.
+func TestWorkflowTaskIsNeverSubmittedAlone(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("n1", 5*time.Second)
+	_, err := srv.Submit(e.ctx, api.SubmitRequest{Behavior: api.WorkflowBehavior})
+	require.ErrorIs(t, err, api.ErrInvalid)
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_task`))
+}

@@ -25,15 +25,16 @@ ALTER TABLE stint_task ADD CONSTRAINT stint_task_dep_rule
     CHECK (dep_rule IS NULL OR dep_rule IN ('all_succeeded', 'all_ended', 'any_succeeded', 'none_failed'));
 
 -- stint_dependency holds a workflow's edges: task_id runs after depends_on
--- by task_id's rule. The primary key serves the finish (the dependents of
+-- by task_id's rule. Its ids collate as the tasks' do, so that a join on
+-- them can use either table's index. The primary key serves the finish (the dependents of
 -- the tasks that ended); the second index, the reads of what a node waits
 -- on and of its dependencies' results.
 CREATE TABLE stint_dependency (
-    depends_on text NOT NULL,
-    task_id    text NOT NULL,
+    depends_on text COLLATE "C" NOT NULL,
+    task_id    text COLLATE "C" NOT NULL,
     PRIMARY KEY (depends_on, task_id)
 );
-CREATE INDEX stint_dependency_task ON stint_dependency (task_id);
+CREATE INDEX stint_dependency_task ON stint_dependency (task_id, depends_on);
 
 DO $$
 BEGIN

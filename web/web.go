@@ -72,6 +72,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -424,6 +425,8 @@ func (h *Handler) whoami(w http.ResponseWriter, r *http.Request) error {
 				resp.MaxAttempts[id] = reg.Policy.MaxAttempts
 			}
 		}
+		// A workflow's own task is stored with its workflow, never alone.
+		resp.Behaviors = slices.DeleteFunc(resp.Behaviors, func(id api.BehaviorID) bool { return id == api.WorkflowBehavior })
 	}
 	WriteJSON(w, http.StatusOK, resp)
 	return nil

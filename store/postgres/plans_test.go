@@ -107,6 +107,8 @@ func hotStatements() []hotStatement {
 		{name: "finish: snooze", sql: finishSQL, args: []any{ids, leases, snooze, nulls, nulls, again, noWaits}},
 		{name: "finish: wait for children", sql: finishSQL, args: []any{ids, leases, success, results, nulls, again, waits}},
 		{name: "finish: children ended", sql: childrenEndedSQL, args: []any{ids}},
+		{name: "finish: dependents woken or skipped", sql: depsEndedSQL, args: []any{ids}},
+		{name: "read a waiting workflow node", sql: getTaskSQL, args: []any{"wait-000001"}},
 		{name: "unclaim", sql: unclaimSQL, args: []any{ids, leases}},
 		{name: "takeover", sql: takeoverSQL, args: []any{100}},
 		{name: "release leases", sql: releaseLeasesSQL, args: []any{leases[:1]}},
@@ -129,7 +131,8 @@ func hotStatements() []hotStatement {
 // 40,000 due (with claim hints; every tenth in one of 10 group keys),
 // 40,000 running (1,000 of them under planLease, as one claim's, the
 // others under a lease each, as one-task claims'), 20,000
-// finished; and 100,000 changes in the feed between ticks 1 and 2.
+// finished; 20,000 workflow nodes waiting, each for two of the running
+// tasks; and 100,000 changes in the feed between ticks 1 and 2.
 const planFill = `
 INSERT INTO stint_task (id, behavior, status, priority, schedule_not_before, group_key)
 SELECT 'due-' || lpad(i::text, 6, '0'), 'bench.noop', 'scheduled', 5, now() - interval '1 minute',
@@ -152,6 +155,13 @@ FROM (SELECT 0 UNION ALL SELECT generate_series(1000, 39999)) AS s(l);
 INSERT INTO stint_task (id, behavior, status, priority, result, attempt, executed_at, finished_at)
 SELECT 'done-' || lpad(i::text, 6, '0'), 'bench.noop', 'success', 5, '{}', 1, now(), now()
 FROM generate_series(0, 19999) i;
+INSERT INTO stint_task (id, behavior, status, priority, parent_id, workflow_node, dep_rule, deps_pending,
+    deps_succeeded, deps_failed, deps_skipped)
+SELECT 'wait-' || lpad(i::text, 6, '0'), 'bench.noop', 'waiting', 5, 'wf', 'n' || i, 'all_succeeded', 2, 0, 0, 0
+FROM generate_series(0, 19999) i;
+INSERT INTO stint_dependency (depends_on, task_id)
+SELECT 'run-' || lpad((i % 40000)::text, 6, '0'), 'wait-' || lpad((i / 2)::text, 6, '0')
+FROM generate_series(0, 39999) i;
 INSERT INTO stint_feed_tick (snap) VALUES (pg_current_snapshot());
 INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals)
 SELECT ARRAY['due-' || i], ARRAY['bench.noop'], ARRAY['scheduled'], ARRAY[NULL::text], ARRAY[false]
@@ -164,10 +174,11 @@ INSERT INTO stint_feed_tick (snap) VALUES (pg_current_snapshot())`
 // cut short by its limit), a lease by its token or its expiry (a
 // takeover's walk, cut short by its limit), changes by transaction.
 var planTables = map[string][]string{
-	"stint_task":   {"stint_task_pkey", "stint_task_group", "stint_task_waiting"},
-	"stint_due":    {"stint_due_order", "stint_due_key"},
-	"stint_lease":  {"stint_lease_pkey", "stint_lease_expiry", "stint_lease_behavior"},
-	"stint_change": {"stint_change_xid"},
+	"stint_task":       {"stint_task_pkey", "stint_task_group", "stint_task_waiting"},
+	"stint_due":        {"stint_due_order", "stint_due_key"},
+	"stint_lease":      {"stint_lease_pkey", "stint_lease_expiry", "stint_lease_behavior"},
+	"stint_change":     {"stint_change_xid"},
+	"stint_dependency": {"stint_dependency_pkey", "stint_dependency_task"},
 }
 
 // planSmallCTEs are the CTEs of hot statements that a nested loop may read

@@ -127,22 +127,28 @@ func workflowNodeArgs(wf store.NewWorkflow) []any {
 // orders concurrent finishes of its dependencies, so the last one sees
 // every other's count. It returns the skipped dependents and their
 // parents (the workflows), whose ends the caller counts in turn, as
-// finishes count their tasks', in the same transaction.
+// finishes count their tasks', in the same transaction. The edges of each
+// ended task are found by a probe of the edge index per task: OFFSET 0
+// keeps the lateral subquery from being flattened into a join, which the
+// planner made a merge join over the whole index.
 var depsEndedSQL = `
-WITH ended AS (
+WITH edges AS MATERIALIZED (
+    SELECT x.id AS depends_on, e.task_id
+    FROM unnest($1::text[]) AS x(id),
+        LATERAL (SELECT e.task_id FROM stint_dependency e WHERE e.depends_on = x.id COLLATE "C" OFFSET 0) e
+), ended AS (
     SELECT e.task_id,
         count(*) AS n,
         count(*) FILTER (WHERE d.status = 'success') AS ok,
         count(*) FILTER (WHERE d.status <> 'success' AND coalesce(d.error->>'code', '') <> '` + api.CodeSkipped + `') AS failed,
         count(*) FILTER (WHERE d.error->>'code' = '` + api.CodeSkipped + `') AS skipped,
         min(d.workflow_node) FILTER (WHERE d.status <> 'success') AS bad
-    FROM stint_dependency e JOIN stint_task d ON d.id = e.depends_on
-    WHERE e.depends_on = ANY($1::text[])
+    FROM edges e JOIN stint_task d ON d.id = ANY(ARRAY[e.depends_on])
     GROUP BY e.task_id
 ), c AS MATERIALIZED (
     SELECT t.id, t.deps_pending - e.n AS pending, t.deps_succeeded + e.ok AS ok, t.deps_failed + e.failed AS failed,
         t.deps_skipped + e.skipped AS skipped, t.dep_rule AS rule, e.bad
-    FROM stint_task t JOIN ended e ON t.id = e.task_id
+    FROM ended e JOIN stint_task t ON t.id = ANY(ARRAY[e.task_id])
     WHERE t.status = 'waiting'
     FOR UPDATE OF t
 ), v AS (
@@ -164,7 +170,7 @@ WITH ended AS (
         finished_at = CASE WHEN v.verdict = 'skip' THEN now() END,
         updated_at = now()
     FROM v
-    WHERE t.id = v.id
+    WHERE t.id = ANY(ARRAY[v.id])
     RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id, t.awaited, v.verdict
 ), due AS (` + dueInsert("u") + `
 ), feed AS (` + feedInsert("(SELECT * FROM u WHERE verdict IS NOT NULL) x", "status", "verdict = 'skip'") + `
