@@ -148,7 +148,7 @@ func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, []
 		}
 		nt, reg, err := c.prepare(t)
 		if err != nil {
-			return store.NewWorkflow{}, nil, fmt.Errorf("node %q: %w", n.Name, err)
+			return store.NewWorkflow{}, nil, nodeError(i, n.Name, err)
 		}
 		nt.ParentID = id
 		regs[i] = reg
@@ -187,6 +187,17 @@ func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, []
 		wf.DependsOn[finally], wf.Rules[finally] = all, api.RuleAllEnded
 	}
 	return wf, regs, nil
+}
+
+// nodeError names the node i, name, in err, an error of its task's
+// validation: an *api.InvalidError's field becomes nodes[i].task.FIELD.
+func nodeError(i int, name string, err error) error {
+	var ie *api.InvalidError
+	if !errors.As(err, &ie) {
+		return fmt.Errorf("node %q: %w", name, err)
+	}
+	return &api.InvalidError{Field: fmt.Sprintf("nodes[%d].task.%s", i, ie.Field),
+		Reason: fmt.Sprintf("%s (node %q)", ie.Reason, name), Err: ie.Unwrap()}
 }
 
 // checkNodeName returns an *api.InvalidError when name is not 1 to 64

@@ -196,12 +196,12 @@ func TestWorkflowRefusesBadGraphs(t *testing.T) {
 		"two finally":    {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a"), withFinally("f1"), withFinally("f2")}}, "both finally"},
 		"finally deps":   {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a"), withFinally("f", "a")}}, "takes no depends_on"},
 		"on finally":     {api.WorkflowRequest{Nodes: []api.WorkflowNode{withFinally("f"), n("a", "f")}}, "the finally node"},
-		"unknown kind":   {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "x", Task: api.SubmitRequest{Behavior: "no.such"}}}}, `node "x": invalid behavior`},
-		"bad params":     {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a"), {Name: "w", Task: api.SubmitRequest{Behavior: workKind.ID, Params: json.RawMessage(`{"key":""}`)}}}}, `node "w": invalid params`},
-		"bad priority":   {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "p", Task: api.SubmitRequest{Behavior: plainKind.ID, Priority: new(int(-1))}}}}, `node "p": invalid priority`},
-		"bad json":       {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "j", Task: api.SubmitRequest{Behavior: plainKind.ID, Params: json.RawMessage(`{`)}}}}, `node "j"`},
+		"unknown kind":   {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "x", Task: api.SubmitRequest{Behavior: "no.such"}}}}, `invalid nodes[0].task.behavior: "no.such" is not registered (node "x")`},
+		"bad params":     {api.WorkflowRequest{Nodes: []api.WorkflowNode{n("a"), {Name: "w", Task: api.SubmitRequest{Behavior: workKind.ID, Params: json.RawMessage(`{"key":""}`)}}}}, `invalid nodes[1].task.params`},
+		"bad priority":   {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "p", Task: api.SubmitRequest{Behavior: plainKind.ID, Priority: new(int(-1))}}}}, `invalid nodes[0].task.priority: -1 is outside 0..32767 (node "p")`},
+		"bad json":       {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "j", Task: api.SubmitRequest{Behavior: plainKind.ID, Params: json.RawMessage(`{`)}}}}, `(node "j")`},
 		"bad trace":      {api.WorkflowRequest{Trace: "bad\x00trace", Nodes: []api.WorkflowNode{n("a")}}, "trace"},
-		"negative delay": {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "d", Task: api.SubmitRequest{Behavior: plainKind.ID, Delay: -time.Second}}}}, `node "d": invalid delay`},
+		"negative delay": {api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "d", Task: api.SubmitRequest{Behavior: plainKind.ID, Delay: -time.Second}}}}, `invalid nodes[0].task.delay`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -144,6 +144,27 @@ type SubmitBody struct {
 	GroupKey string `json:"group_key,omitempty"`
 }
 
+// request returns the submit request of b; field prefixes the names of
+// the fields its errors name.
+func (b SubmitBody) request(field string) (api.SubmitRequest, error) {
+	req := api.SubmitRequest{Behavior: b.Behavior, Params: b.Params, ID: b.ID, Priority: b.Priority, GroupKey: b.GroupKey}
+	if b.Delay != "" {
+		d, err := time.ParseDuration(b.Delay)
+		if err != nil {
+			return req, invalid(field+"delay", "%q is not a duration such as \"90s\" or \"1h30m\"", b.Delay)
+		}
+		req.Delay = d
+	}
+	if b.Retention != "" {
+		d, err := time.ParseDuration(b.Retention)
+		if err != nil {
+			return req, invalid(field+"retention", "%q is not a duration such as \"24h\"", b.Retention)
+		}
+		req.Retention = d
+	}
+	return req, nil
+}
+
 func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	if _, err := Query(r); err != nil {
 		return err
@@ -152,20 +173,9 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, &body); err != nil {
 		return err
 	}
-	req := api.SubmitRequest{Behavior: body.Behavior, Params: body.Params, ID: body.ID, Priority: body.Priority, GroupKey: body.GroupKey}
-	if body.Delay != "" {
-		d, err := time.ParseDuration(body.Delay)
-		if err != nil {
-			return invalid("delay", "%q is not a duration such as \"90s\" or \"1h30m\"", body.Delay)
-		}
-		req.Delay = d
-	}
-	if body.Retention != "" {
-		d, err := time.ParseDuration(body.Retention)
-		if err != nil {
-			return invalid("retention", "%q is not a duration such as \"24h\"", body.Retention)
-		}
-		req.Retention = d
+	req, err := body.request("")
+	if err != nil {
+		return err
 	}
 	sub, err := h.cfg.Client.Submit(r.Context(), req)
 	if err != nil {

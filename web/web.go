@@ -32,6 +32,9 @@
 //	GET    /api/v1/limits                   read    the rate limits and concurrency caps, with use, waiting tasks, next free unit
 //	PUT    /api/v1/limits/rate/{name}       admin   {"limit": 100, "period": "1m"} (period also in nanoseconds); DELETE removes: 204
 //	PUT    /api/v1/limits/concurrency/{b}   admin   {"key", "max", "weight"} for behavior b; DELETE ?key=K removes: 204
+//	POST   /api/v1/workflows                submit  {"id", "nodes": [{"name", "task": <as POST /tasks>, "depends_on", "rule", "finally"}]}: 201 created, 200 existed
+//	GET    /api/v1/workflows/{id}           read    its state, counts, and nodes with their tasks
+//	POST   /api/v1/workflows/{id}/cancel    admin   204
 //
 // With Config.Metrics, GET /metrics (read role) serves the process's
 // metrics in the Prometheus text format.
@@ -221,6 +224,9 @@ func New(cfg Config) (*Handler, error) {
 		{"DELETE /limits/rate/{name}", RoleAdmin, h.removeRateLimit},
 		{"PUT /limits/concurrency/{behavior}", RoleAdmin, h.setConcurrencyLimit},
 		{"DELETE /limits/concurrency/{behavior}", RoleAdmin, h.removeConcurrencyLimit},
+		{"POST /workflows", RoleSubmit, h.submitWorkflow},
+		{"GET /workflows/{id}", RoleRead, h.getWorkflow},
+		{"POST /workflows/{id}/cancel", RoleAdmin, h.cancelWorkflow},
 	}
 	for _, rt := range append(routes, cfg.Routes...) {
 		method, path, ok := strings.Cut(rt.Pattern, " ")

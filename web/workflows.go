@@ -1,0 +1,75 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/stinthq/stint/api"
+)
+
+// WorkflowBody is the body of POST /workflows.
+type WorkflowBody struct {
+	// ID names the workflow; absent generates one.
+	ID api.TaskID `json:"id,omitempty"`
+	// Nodes are the workflow's tasks.
+	Nodes []WorkflowNodeBody `json:"nodes"`
+}
+
+// WorkflowNodeBody is a node of a WorkflowBody: api.WorkflowNode with its
+// task as the body of POST /tasks (durations as strings such as "90s").
+type WorkflowNodeBody struct {
+	Name      string     `json:"name"`
+	Task      SubmitBody `json:"task"`
+	DependsOn []string   `json:"depends_on,omitempty"`
+	Rule      api.Rule   `json:"rule,omitempty"`
+	Finally   bool       `json:"finally,omitempty"`
+}
+
+func (h *Handler) submitWorkflow(w http.ResponseWriter, r *http.Request) error {
+	if _, err := Query(r); err != nil {
+		return err
+	}
+	var body WorkflowBody
+	if err := decodeBody(w, r, &body); err != nil {
+		return err
+	}
+	req := api.WorkflowRequest{ID: body.ID, Nodes: make([]api.WorkflowNode, len(body.Nodes))}
+	for i, n := range body.Nodes {
+		task, err := n.Task.request(fmt.Sprintf("nodes[%d].task.", i))
+		if err != nil {
+			return err
+		}
+		req.Nodes[i] = api.WorkflowNode{Name: n.Name, Task: task, DependsOn: n.DependsOn, Rule: n.Rule, Finally: n.Finally}
+	}
+	sub, err := h.cfg.Client.SubmitWorkflow(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if sub.Created {
+		status = http.StatusCreated
+	}
+	w.Header().Set("Location", apiPrefix+"/workflows/"+url.PathEscape(string(sub.ID)))
+	WriteJSON(w, status, sub)
+	return nil
+}
+
+func (h *Handler) getWorkflow(w http.ResponseWriter, r *http.Request) error {
+	id := api.TaskID(r.PathValue("id"))
+	wf, err := h.cfg.Client.GetWorkflow(r.Context(), id)
+	if err != nil {
+		return TaskError(id, "get workflow", err)
+	}
+	WriteJSON(w, http.StatusOK, wf)
+	return nil
+}
+
+func (h *Handler) cancelWorkflow(w http.ResponseWriter, r *http.Request) error {
+	id := api.TaskID(r.PathValue("id"))
+	if err := h.cfg.Client.CancelWorkflow(r.Context(), id); err != nil {
+		return TaskError(id, "cancel workflow", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
