@@ -300,6 +300,7 @@ Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
 		c.newStatsCmd(),
 		c.newIngestCmd(), c.newBatchesCmd(),
 		c.newReplicationsCmd(),
+		c.newWorkflowsCmd(),
 	)
 	classifyErrors(root)
 	nameProgram(root, c.name)
@@ -308,7 +309,7 @@ Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
 
 // commandLine matches the program's name where help text shows a command
 // line: "stint" before one of its commands or at the start of a line.
-var commandLine = regexp.MustCompile(`(^|[\s'"` + "`" + `(])stint( (?:dev|server|migrate|submit|tasks|nodes|schedules|stats|ingest|batches|replications)\b|\s|$)`)
+var commandLine = regexp.MustCompile(`(^|[\s'"` + "`" + `(])stint( (?:dev|server|migrate|submit|tasks|nodes|schedules|stats|ingest|batches|replications|workflows)\b|\s|$)`)
 
 // nameProgram renames the program in the help of root and its
 // descendants, written for stint, to name: the command path, and every

@@ -224,6 +224,8 @@ func shortStatus(t api.Task) string {
 		return "retrying"
 	case t.Waiting != nil && t.Waiting.Reason == api.WaitRateLimit:
 		return "waiting (rate limit " + t.Waiting.Limit + ")"
+	case t.Waiting != nil && t.Waiting.Reason == api.WaitDependencies:
+		return "waiting (dependencies)"
 	case t.Waiting != nil:
 		return "waiting (concurrency cap)"
 	}
@@ -234,9 +236,12 @@ func shortStatus(t api.Task) string {
 // (key K) until T" or "waiting on the concurrency cap of B (key K)".
 func waitText(w *api.Wait) string {
 	var b strings.Builder
-	if w.Reason == api.WaitRateLimit {
+	switch w.Reason {
+	case api.WaitDependencies:
+		return "waiting for its workflow dependencies " + strings.Join(w.Dependencies, ", ")
+	case api.WaitRateLimit:
 		fmt.Fprintf(&b, "waiting on rate limit %s", w.Limit)
-	} else {
+	default:
 		fmt.Fprintf(&b, "waiting on the concurrency cap of %s", w.Limit)
 	}
 	if w.Key != "" {

@@ -26,6 +26,20 @@ type WorkflowNodeBody struct {
 	Finally   bool       `json:"finally,omitempty"`
 }
 
+// Request returns the workflow request of b. A duration that does not
+// parse is an error wrapping api.ErrInvalid that names its field.
+func (b WorkflowBody) Request() (api.WorkflowRequest, error) {
+	req := api.WorkflowRequest{ID: b.ID, Nodes: make([]api.WorkflowNode, len(b.Nodes))}
+	for i, n := range b.Nodes {
+		task, err := n.Task.request(fmt.Sprintf("nodes[%d].task.", i))
+		if err != nil {
+			return req, err
+		}
+		req.Nodes[i] = api.WorkflowNode{Name: n.Name, Task: task, DependsOn: n.DependsOn, Rule: n.Rule, Finally: n.Finally}
+	}
+	return req, nil
+}
+
 func (h *Handler) submitWorkflow(w http.ResponseWriter, r *http.Request) error {
 	if _, err := Query(r); err != nil {
 		return err
@@ -34,13 +48,9 @@ func (h *Handler) submitWorkflow(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, &body); err != nil {
 		return err
 	}
-	req := api.WorkflowRequest{ID: body.ID, Nodes: make([]api.WorkflowNode, len(body.Nodes))}
-	for i, n := range body.Nodes {
-		task, err := n.Task.request(fmt.Sprintf("nodes[%d].task.", i))
-		if err != nil {
-			return err
-		}
-		req.Nodes[i] = api.WorkflowNode{Name: n.Name, Task: task, DependsOn: n.DependsOn, Rule: n.Rule, Finally: n.Finally}
+	req, err := body.Request()
+	if err != nil {
+		return err
 	}
 	sub, err := h.cfg.Client.SubmitWorkflow(r.Context(), req)
 	if err != nil {

@@ -1,0 +1,277 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/web"
+)
+
+// newWorkflowsCmd returns `stint workflows` and its subcommands.
+func (c *cli) newWorkflowsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "workflows",
+		Short: "Submit, inspect and cancel workflows (graphs of tasks)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
+		},
+	}
+	cmd.AddCommand(c.newWorkflowsSubmitCmd(), c.newWorkflowsShowCmd(), c.newWorkflowsCancelCmd())
+	return cmd
+}
+
+// newWorkflowsSubmitCmd returns `stint workflows submit`.
+func (c *cli) newWorkflowsSubmitCmd() *cobra.Command {
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "submit FILE",
+		Short: "Submit a workflow described as JSON (FILE, or - for standard input)",
+		Long: `Submit a workflow: a graph of tasks stored whole or not at all. FILE holds the
+body of POST /api/v1/workflows:
+
+  {"id": "nightly-2026-11-27",
+   "nodes": [
+     {"name": "fetch", "task": {"behavior": "demo.echo", "params": {"text": "a"}}},
+     {"name": "merge", "task": {"behavior": "demo.echo"}, "depends_on": ["fetch"]},
+     {"name": "notify", "task": {"behavior": "demo.echo"}, "finally": true}]}
+
+A node's rule ("rule") is all_succeeded (the default), all_ended, any_succeeded
+or none_failed. A bad workflow (a cycle, an unknown dependency, invalid params
+of a node) is refused with exit code 2, naming the problem, and nothing is
+stored.`,
+		Example: `  stint workflows submit nightly.json --wait
+  cat nightly.json | stint workflows submit -`,
+		Args: exactArgs(1, "FILE"),
+	}
+	db := addDBFlag(cmd)
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the workflow to end, then show it; exit 1 unless it succeeded")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		req, err := readWorkflow(args[0], cmd.InOrStdin())
+		if err != nil {
+			return err
+		}
+		client, closeClient, err := c.openClient(ctx, db)
+		if err != nil {
+			return err
+		}
+		defer closeClient()
+		sub, err := client.SubmitWorkflow(ctx, req)
+		if err != nil {
+			return c.schemaHint(err)
+		}
+		if !sub.Created {
+			fmt.Fprintf(c.stderr, "workflow %s exists: nothing was stored\n", sub.ID)
+		}
+		fmt.Fprintln(c.stdout, sub.ID)
+		if !wait {
+			return nil
+		}
+		w, err := client.AwaitWorkflow(ctx, sub.ID)
+		if err != nil {
+			return err
+		}
+		c.printWorkflow(w)
+		if w.State != api.WorkflowSucceeded {
+			return fmt.Errorf("workflow %s %s", w.ID, w.State)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// readWorkflow reads the JSON workflow of file (- for r).
+func readWorkflow(file string, r io.Reader) (api.WorkflowRequest, error) {
+	var raw []byte
+	var err error
+	if file == "-" {
+		raw, err = io.ReadAll(r)
+	} else {
+		raw, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return api.WorkflowRequest{}, usageErrorf("cannot read the workflow: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var body web.WorkflowBody
+	if err := dec.Decode(&body); err != nil {
+		return api.WorkflowRequest{}, usageErrorf("%s: not a workflow: %v", file, err)
+	}
+	req, err := body.Request()
+	if err != nil {
+		return api.WorkflowRequest{}, usageErrorf("%s: %v", file, err)
+	}
+	return req, nil
+}
+
+// workflowFormats are the formats of stint workflows show.
+var workflowFormats = []string{"text", "json", "mermaid", "dot"}
+
+// newWorkflowsShowCmd returns `stint workflows show`.
+func (c *cli) newWorkflowsShowCmd() *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a workflow: its state, its nodes and what each waits on",
+		Long: `Show a workflow. --format text (the default) prints its state and a table of its
+nodes; json the whole workflow; mermaid and dot its graph, for a Mermaid
+diagram or Graphviz, each node labelled with its state.`,
+		Example: `  stint workflows show nightly-2026-11-27
+  stint workflows show nightly-2026-11-27 --format dot | dot -Tsvg > graph.svg`,
+		Args: exactArgs(1, "ID"),
+	}
+	db := addDBFlag(cmd)
+	addReadDBFlag(cmd, db)
+	cmd.Flags().StringVar(&format, "format", "text", "text, json, mermaid or dot")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		if !slices.Contains(workflowFormats, format) {
+			return usageErrorf("--format %q: want text, json, mermaid or dot", format)
+		}
+		id := api.TaskID(args[0])
+		if err := spi.CheckTaskID("id", id); err != nil {
+			return err
+		}
+		client, closeClient, err := c.openClient(ctx, db)
+		if err != nil {
+			return err
+		}
+		defer closeClient()
+		w, err := client.GetWorkflow(ctx, id)
+		if errors.Is(err, api.ErrNotFound) {
+			return fmt.Errorf("workflow %s not found", id)
+		}
+		if err != nil {
+			return c.schemaHint(err)
+		}
+		for i := range w.Nodes {
+			c.reg.RedactTask(&w.Nodes[i].Task) // no password is ever printed
+		}
+		switch format {
+		case "json":
+			return writeJSON(c.stdout, w)
+		case "mermaid", "dot":
+			fmt.Fprint(c.stdout, workflowGraph(w, format))
+			return nil
+		}
+		c.printWorkflow(w)
+		return nil
+	}
+	return cmd
+}
+
+// printWorkflow prints w as text: its state and counts, then a table of
+// its nodes.
+func (c *cli) printWorkflow(w api.Workflow) {
+	var counts []string
+	for status, n := range w.Counts {
+		counts = append(counts, fmt.Sprintf("%d %s", n, status))
+	}
+	sort.Strings(counts)
+	fmt.Fprintf(c.stdout, "workflow %s: %s (%s", w.ID, w.State, strings.Join(counts, ", "))
+	if w.Skipped > 0 {
+		fmt.Fprintf(c.stdout, "; %d skipped", w.Skipped)
+	}
+	fmt.Fprintln(c.stdout, ")")
+	tw := newTable(c.stdout)
+	fmt.Fprintln(tw, "NODE\tSTATUS\tRULE\tDEPENDS ON\tWHY")
+	for _, n := range w.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, nodeStatus(n.Task), n.Rule, orDash(strings.Join(n.DependsOn, ",")), orDash(nodeWhy(n.Task)))
+	}
+	tw.Flush()
+}
+
+// nodeStatus is a node's status, with skipped and cancelled told apart
+// from failed.
+func nodeStatus(t api.Task) string {
+	if t.Status == api.StatusFailure && t.Error != nil && (t.Error.Code == api.CodeSkipped || t.Error.Code == api.CodeCancelled) {
+		return t.Error.Code
+	}
+	return shortStatus(t)
+}
+
+// nodeWhy says what a node waits on, or why it did not run or failed.
+func nodeWhy(t api.Task) string {
+	switch {
+	case t.Waiting != nil && t.Waiting.Reason == api.WaitDependencies:
+		return "waits for " + strings.Join(t.Waiting.Dependencies, ", ")
+	case t.Waiting != nil:
+		return "waits on " + t.Waiting.Reason + " " + t.Waiting.Limit
+	case t.Status == api.StatusFailure && t.Error != nil:
+		return t.Error.Message
+	}
+	return ""
+}
+
+// workflowGraph returns w's graph in format mermaid or dot, each node
+// labelled with its name and state.
+func workflowGraph(w api.Workflow, format string) string {
+	var b strings.Builder
+	id := func(name string) string { return fmt.Sprintf("n%x", name) } // names may hold . and -
+	if format == "mermaid" {
+		b.WriteString("graph TD\n")
+		for _, n := range w.Nodes {
+			fmt.Fprintf(&b, "  %s[\"%s: %s\"]\n", id(n.Name), n.Name, nodeStatus(n.Task))
+		}
+		for _, n := range w.Nodes {
+			for _, d := range n.DependsOn {
+				fmt.Fprintf(&b, "  %s --> %s\n", id(d), id(n.Name))
+			}
+		}
+		return b.String()
+	}
+	fmt.Fprintf(&b, "digraph %q {\n", string(w.ID))
+	for _, n := range w.Nodes {
+		fmt.Fprintf(&b, "  %s [label=%q];\n", id(n.Name), n.Name+": "+nodeStatus(n.Task))
+	}
+	for _, n := range w.Nodes {
+		for _, d := range n.DependsOn {
+			fmt.Fprintf(&b, "  %s -> %s;\n", id(d), id(n.Name))
+		}
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+// newWorkflowsCancelCmd returns `stint workflows cancel`.
+func (c *cli) newWorkflowsCancelCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a workflow: its nodes that have not ended end cancelled, running ones halt",
+		Args:  exactArgs(1, "ID"),
+	}
+	db := addDBFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		id := api.TaskID(args[0])
+		if err := spi.CheckTaskID("id", id); err != nil {
+			return err
+		}
+		client, closeClient, err := c.openClient(ctx, db)
+		if err != nil {
+			return err
+		}
+		defer closeClient()
+		if err := client.CancelWorkflow(ctx, id); errors.Is(err, api.ErrNotFound) {
+			return fmt.Errorf("workflow %s not found", id)
+		} else if err != nil {
+			return c.schemaHint(err)
+		}
+		fmt.Fprintf(c.stdout, "workflow %s cancelled\n", id)
+		return nil
+	}
+	return cmd
+}
