@@ -26,7 +26,8 @@ import (
 // sees the result; ids go in chunks of 50 to stay under the 8,000-byte
 // payload limit. The statement returns one row: the ordinals (from 1) of
 // the completions it did not record (their lease was lost: most often
-// none), and the parents of the tasks that finished for good. A row per
+// none), the parents of the tasks that finished for good, and the
+// workflow nodes among them that have dependents (see depsEnded). A row per
 // completion would cost the server and the client more than the
 // statement's other output.
 var finishSQL = `
@@ -67,7 +68,8 @@ WITH c AS (
 )
 SELECT ARRAY(SELECT c.ord FROM c WHERE c.ord NOT IN (SELECT ord FROM done)),
     ARRAY(SELECT parent_id FROM done WHERE final AND parent_id IS NOT NULL),
-    ARRAY(SELECT id FROM done WHERE final AND node)
+    ARRAY(SELECT id FROM done WHERE final AND node
+        AND (SELECT true FROM stint_dependency e WHERE e.depends_on = done.id LIMIT 1))
 FROM notified, woke`
 
 // childrenEndedSQL counts children that finished for good off their
