@@ -14,6 +14,7 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
 )
 
 // spanNode is a workflow node of test.plain that records its run in
@@ -285,4 +286,33 @@ func TestWorkflowTaskIsNeverSubmittedAlone(t *testing.T) {
 	_, err := srv.Submit(e.ctx, api.SubmitRequest{Behavior: api.WorkflowBehavior})
 	require.ErrorIs(t, err, api.ErrInvalid)
 	require.Zero(t, e.count(`SELECT count(*) FROM stint_task`))
+}
+
+// TestWorkflowNodesLeaveWithTheirWorkflow checks that the cleanup keeps a
+// finished node while its workflow runs (a dependent may read it), and
+// deletes the nodes and edges of a finished workflow with it.
+func TestWorkflowNodesLeaveWithTheirWorkflow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.server("n1", 5*time.Second)
+	c := e.client()
+	gated := api.WorkflowNode{Name: "b", Task: flowReq(plainKind, FlowParams{ID: "b", Gate: "open"}), DependsOn: []string{"a"}}
+	sub, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-clean", Nodes: []api.WorkflowNode{spanNode("a", 0), gated}})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "b to run", func() bool {
+		return e.count(`SELECT count(*) FROM stint_task WHERE id = 'wf-clean/b' AND status = 'running'`) == 1
+	})
+	deleted, err := e.st.DeleteFinished(e.ctx, store.DeleteFinishedParams{Behavior: plainKind.ID, Status: api.StatusSuccess, Limit: 100})
+	require.NoError(t, err)
+	require.Zero(t, deleted, "a node of a running workflow stays")
+
+	_, err = e.pool.Exec(e.ctx, `INSERT INTO test_effect (task_id, step) VALUES ('open', 1)`)
+	require.NoError(t, err)
+	_, err = c.AwaitWorkflow(e.ctx, sub.ID)
+	require.NoError(t, err)
+	deleted, err = e.st.DeleteFinished(e.ctx, store.DeleteFinishedParams{Behavior: api.WorkflowBehavior, Status: api.StatusSuccess, Limit: 100})
+	require.NoError(t, err)
+	require.Equal(t, 1, deleted)
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_task`))
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_dependency`))
 }

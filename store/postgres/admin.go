@@ -454,23 +454,41 @@ func (s *Store) Maintain(ctx context.Context, p store.MaintainParams) (store.Mai
 // deleteFinishedSQL selects a batch of a behavior's finished tasks past
 // the retention $3 (microseconds) through the index stint_task_created: a
 // task that finished that long ago was created longer ago still, so the
-// range on created_at holds them all.
+// range on created_at holds them all. A workflow's nodes go with their
+// workflow (deleteNodes), never before it: a node's dependents may read
+// its result for as long as the workflow lives.
 const deleteFinishedSQL = `
-DELETE FROM stint_task WHERE id = ANY(ARRAY(
-    SELECT id FROM stint_task
-    WHERE behavior = $1 AND retention_us IS NULL AND created_at < now() - $3 * interval '1 microsecond'
-      AND status = $2 AND schedule_not_before IS NULL
-      AND finished_at < now() - $3 * interval '1 microsecond'
-    LIMIT $4
-    FOR UPDATE SKIP LOCKED))`
+WITH d AS (
+    DELETE FROM stint_task WHERE id = ANY(ARRAY(
+        SELECT id FROM stint_task
+        WHERE behavior = $1 AND retention_us IS NULL AND created_at < now() - $3 * interval '1 microsecond'
+          AND status = $2 AND schedule_not_before IS NULL
+          AND finished_at < now() - $3 * interval '1 microsecond' AND workflow_node IS NULL
+        LIMIT $4
+        FOR UPDATE SKIP LOCKED))
+    RETURNING id, behavior
+)` + deleteNodes + `
+SELECT count(*) FROM d`
+
+// deleteNodes ends the statements that delete finished tasks d (a CTE
+// with id and behavior): it deletes the nodes and edges of the workflows
+// among them.
+const deleteNodes = `, nodes AS (
+    DELETE FROM stint_task n
+    WHERE n.parent_id IN (SELECT id FROM d WHERE behavior = '` + string(api.WorkflowBehavior) + `') AND n.workflow_node IS NOT NULL
+    RETURNING n.id
+), edges AS (
+    DELETE FROM stint_dependency e WHERE e.task_id IN (SELECT id FROM nodes)
+)`
 
 // DeleteFinished deletes a batch of old finished tasks; see store.Store.
 func (s *Store) DeleteFinished(ctx context.Context, p store.DeleteFinishedParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, deleteFinishedSQL, string(p.Behavior), string(p.Status), p.OlderThan.Microseconds(), p.Limit)
+	var n int
+	err := s.pool.QueryRow(ctx, deleteFinishedSQL, string(p.Behavior), string(p.Status), p.OlderThan.Microseconds(), p.Limit).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("delete finished %s tasks of %s: %w", p.Status, p.Behavior, err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }
 
 // deleteExpiredSQL selects a batch of finished tasks past their own
@@ -482,10 +500,10 @@ WITH d AS (
         SELECT id FROM stint_task
         WHERE retention_us IS NOT NULL AND stint_expiry(created_at, retention_us) < now()
           AND status IN ('success', 'failure') AND schedule_not_before IS NULL
-          AND stint_expiry(finished_at, retention_us) < now()
+          AND stint_expiry(finished_at, retention_us) < now() AND workflow_node IS NULL
         LIMIT $1
         FOR UPDATE SKIP LOCKED))
-    RETURNING behavior, status)
+    RETURNING id, behavior, status)` + deleteNodes + `
 SELECT behavior || '/' || status, count(*) FROM d GROUP BY 1`
 
 // DeleteExpired deletes a batch of finished tasks past their own
