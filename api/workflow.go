@@ -181,4 +181,9 @@ type Workflows interface {
 	// one transaction; the workflow ends cancelled. ErrNotFound if there
 	// is none.
 	CancelWorkflow(ctx context.Context, id TaskID) error
+	// RetryWorkflow runs an ended workflow's failed, skipped and cancelled
+	// nodes again, keeping the results of those that succeeded; each
+	// waits again for its dependencies that run again. ErrConflict when
+	// the workflow has not ended or no node failed.
+	RetryWorkflow(ctx context.Context, id TaskID) error
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,7 +29,11 @@ func (c *cli) newWorkflowsCmd() *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(c.newWorkflowsSubmitCmd(), c.newWorkflowsShowCmd(), c.newWorkflowsCancelCmd())
+	cmd.AddCommand(c.newWorkflowsSubmitCmd(), c.newWorkflowsShowCmd(),
+		c.newWorkflowActionCmd("cancel", "Cancel a workflow: its nodes that have not ended end cancelled, running ones halt", "cancelled",
+			func(client api.Workflows) func(context.Context, api.TaskID) error { return client.CancelWorkflow }),
+		c.newWorkflowActionCmd("retry", "Run an ended workflow's failed, skipped and cancelled nodes again", "retried",
+			func(client api.Workflows) func(context.Context, api.TaskID) error { return client.RetryWorkflow }))
 	return cmd
 }
 
@@ -246,11 +251,12 @@ func workflowGraph(w api.Workflow, format string) string {
 	return b.String()
 }
 
-// newWorkflowsCancelCmd returns `stint workflows cancel`.
-func (c *cli) newWorkflowsCancelCmd() *cobra.Command {
+// newWorkflowActionCmd returns `stint workflows VERB ID`, which calls
+// act's method and says done.
+func (c *cli) newWorkflowActionCmd(verb, short, done string, act func(api.Workflows) func(context.Context, api.TaskID) error) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "cancel ID",
-		Short: "Cancel a workflow: its nodes that have not ended end cancelled, running ones halt",
+		Use:   verb + " ID",
+		Short: short,
 		Args:  exactArgs(1, "ID"),
 	}
 	db := addDBFlag(cmd)
@@ -265,12 +271,12 @@ func (c *cli) newWorkflowsCancelCmd() *cobra.Command {
 			return err
 		}
 		defer closeClient()
-		if err := client.CancelWorkflow(ctx, id); errors.Is(err, api.ErrNotFound) {
+		if err := act(client)(ctx, id); errors.Is(err, api.ErrNotFound) {
 			return fmt.Errorf("workflow %s not found", id)
 		} else if err != nil {
 			return c.schemaHint(err)
 		}
-		fmt.Fprintf(c.stdout, "workflow %s cancelled\n", id)
+		fmt.Fprintf(c.stdout, "workflow %s %s\n", id, done)
 		return nil
 	}
 	return cmd

@@ -81,4 +81,8 @@ func TestWorkflowsCommands(t *testing.T) {
 	r = runCLI(ctx, "workflows", "show", "wf-later", "--db", dsn)
 	requireOK(t, r)
 	require.Contains(t, r.stdout, "workflow wf-later: cancelled")
+	requireOK(t, runCLI(ctx, "workflows", "retry", "wf-later", "--db", dsn))
+	r = runCLI(ctx, "workflows", "retry", "wf-cli", "--db", dsn)
+	require.Equal(t, exitFailure, r.code, "a succeeded workflow has nothing to retry: %s", r.stderr)
+	require.Contains(t, r.stderr, "no failed node")
 }

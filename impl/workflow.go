@@ -353,6 +353,21 @@ func (c *Client) CancelWorkflow(ctx context.Context, id api.TaskID) error {
 	return nil
 }
 
+// RetryWorkflow runs an ended workflow's failed nodes again; see
+// api.Workflows.
+func (c *Client) RetryWorkflow(ctx context.Context, id api.TaskID) error {
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return fmt.Errorf("retry workflow: %w", err)
+	}
+	if _, err := c.st.RetryWorkflow(ctx, id); err != nil {
+		if errors.Is(err, api.ErrNotFound) || errors.Is(err, api.ErrConflict) {
+			return err
+		}
+		return unavailable(err)
+	}
+	return nil
+}
+
 // WorkflowResult is the result of a workflow's own task: its state and
 // node counts once every node ended.
 type WorkflowResult struct {

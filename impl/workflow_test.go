@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -315,4 +316,60 @@ func TestWorkflowNodesLeaveWithTheirWorkflow(t *testing.T) {
 	require.Equal(t, 1, deleted)
 	require.Zero(t, e.count(`SELECT count(*) FROM stint_task`))
 	require.Zero(t, e.count(`SELECT count(*) FROM stint_dependency`))
+}
+
+// TestWorkflowRetryRunsTheFailedNodesAgain fails a node once, lets its
+// dependents be skipped, and retries the workflow: the failed and skipped
+// nodes run, the succeeded one keeps its single run, and the workflow
+// succeeds.
+func TestWorkflowRetryRunsTheFailedNodesAgain(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	fix := &fixable{pool: e.pool}
+	e.server("n1", 5*time.Second, func(c *impl.ServerConfig) { spi.MustRegister(c.Registry, fix) })
+	reg := spi.NewRegistry()
+	require.NoError(t, reg.Merge(testRegistry(e.pool, "client", time.Second)))
+	spi.MustRegister(reg, fix)
+	c, err := impl.NewClient(e.st, impl.ClientConfig{Registry: reg})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	flaky := api.WorkflowNode{Name: "flaky", Task: api.SubmitRequest{Behavior: fixableKind.ID}}
+	sub, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-retry", Nodes: []api.WorkflowNode{
+		spanNode("ok", 0), flaky, spanNode("after", 0, "flaky", "ok"),
+	}})
+	require.NoError(t, err)
+	require.ErrorIs(t, c.RetryWorkflow(e.ctx, sub.ID), api.ErrConflict, "a running workflow is not retried")
+	w, err := c.AwaitWorkflow(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.WorkflowFailed, w.State)
+
+	_, err = e.pool.Exec(e.ctx, `INSERT INTO test_effect (task_id, step) VALUES ('fixed', 1)`)
+	require.NoError(t, err)
+	require.NoError(t, c.RetryWorkflow(e.ctx, sub.ID))
+	w, err = c.AwaitWorkflow(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.WorkflowSucceeded, w.State)
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_span WHERE task_id = 'wf-retry/ok'`), "a succeeded node keeps its result")
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_span WHERE task_id = 'wf-retry/after'`))
+	require.ErrorIs(t, c.RetryWorkflow(e.ctx, sub.ID), api.ErrConflict, "no node failed")
+	require.ErrorIs(t, c.RetryWorkflow(e.ctx, "wf-retry/ok"), api.ErrNotFound)
+}
+
+// fixable is test.fixable: it fails for good until test_effect holds a row
+// of task id "fixed".
+type fixable struct{ pool *pgxpool.Pool }
+
+var fixableKind = api.Kind[struct{}, struct{}]{ID: "test.fixable"}
+
+func (*fixable) Kind() api.Kind[struct{}, struct{}]        { return fixableKind }
+func (*fixable) TaskID(ids spi.IDs, _ struct{}) api.TaskID { return ids.Unique() }
+func (f *fixable) Run(ctx context.Context, _ spi.RunContext, _ struct{}) (struct{}, error) {
+	var n int
+	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM test_effect WHERE task_id = 'fixed'`).Scan(&n); err != nil {
+		return struct{}{}, err
+	}
+	if n == 0 {
+		return struct{}{}, &api.TaskError{Code: "broken", Message: "not fixed yet"}
+	}
+	return struct{}{}, nil
 }

@@ -62,4 +62,9 @@ type Workflows interface {
 	// It reports how many nodes it ended; api.ErrNotFound when there is no
 	// such workflow.
 	CancelWorkflow(ctx context.Context, id api.TaskID) (int, error)
+	// RetryWorkflow runs the failed, skipped and cancelled nodes of the
+	// ended workflow id again, keeping the results of those that
+	// succeeded, and reports how many. api.ErrConflict when a node has
+	// not ended or none failed; api.ErrNotFound when there is none.
+	RetryWorkflow(ctx context.Context, id api.TaskID) (int, error)
 }

@@ -34,7 +34,7 @@
 //	PUT    /api/v1/limits/concurrency/{b}   admin   {"key", "max", "weight"} for behavior b; DELETE ?key=K removes: 204
 //	POST   /api/v1/workflows                submit  {"id", "nodes": [{"name", "task": <as POST /tasks>, "depends_on", "rule", "finally"}]}: 201 created, 200 existed
 //	GET    /api/v1/workflows/{id}           read    its state, counts, and nodes with their tasks
-//	POST   /api/v1/workflows/{id}/cancel    admin   204
+//	POST   /api/v1/workflows/{id}/cancel    admin   204; also retry (its failed nodes run again; 409 unless it ended with one)
 //
 // With Config.Metrics, GET /metrics (read role) serves the process's
 // metrics in the Prometheus text format.
@@ -227,6 +227,7 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /workflows", RoleSubmit, h.submitWorkflow},
 		{"GET /workflows/{id}", RoleRead, h.getWorkflow},
 		{"POST /workflows/{id}/cancel", RoleAdmin, h.cancelWorkflow},
+		{"POST /workflows/{id}/retry", RoleAdmin, h.retryWorkflow},
 	}
 	for _, rt := range append(routes, cfg.Routes...) {
 		method, path, ok := strings.Cut(rt.Pattern, " ")

@@ -83,3 +83,12 @@ func (h *Handler) cancelWorkflow(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+func (h *Handler) retryWorkflow(w http.ResponseWriter, r *http.Request) error {
+	id := api.TaskID(r.PathValue("id"))
+	if err := h.cfg.Client.RetryWorkflow(r.Context(), id); err != nil {
+		return TaskError(id, "retry workflow", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

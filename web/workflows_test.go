@@ -72,4 +72,10 @@ func TestWorkflowsOverHTTP(t *testing.T) {
 	get("wf-wait")
 	require.Equal(t, api.WorkflowCancelled, wf.State)
 	e.requireError(http.MethodPost, "/api/v1/workflows/nope-nope/cancel", adminToken, nil, http.StatusNotFound, "not_found", "")
+
+	r = e.do(http.MethodPost, "/api/v1/workflows/wf-wait/retry", adminToken, nil)
+	require.Equal(t, http.StatusNoContent, r.status, "%s", r.body)
+	get("wf-wait")
+	require.Equal(t, api.WorkflowRunning, wf.State)
+	e.requireError(http.MethodPost, "/api/v1/workflows/wf-http/retry", adminToken, nil, http.StatusConflict, "conflict", "")
 }

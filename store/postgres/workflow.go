@@ -308,3 +308,74 @@ func (s *Store) CancelWorkflow(ctx context.Context, id api.TaskID) (int, error) 
 	}
 	return ended, nil
 }
+
+// retryWorkflowSQL runs the failed nodes of workflow $1 again (those that
+// failed, were skipped or were cancelled), keeping the results of those
+// that succeeded: each waits again for its dependencies that run again,
+// or is due at once when none does. The workflow's task waits for them,
+// whatever its state: a run of it that records the old outcome is fenced
+// out, as its task no longer runs.
+var retryWorkflowSQL = `
+WITH r AS MATERIALIZED (
+    SELECT id FROM stint_task WHERE parent_id = $1 AND workflow_node IS NOT NULL AND status = 'failure'
+), counts AS (
+    SELECT e.task_id,
+        count(*) FILTER (WHERE d.id IN (SELECT id FROM r)) AS pending,
+        count(*) FILTER (WHERE d.status = 'success') AS ok
+    FROM stint_dependency e JOIN stint_task d ON d.id = e.depends_on
+    WHERE e.task_id IN (SELECT id FROM r)
+    GROUP BY e.task_id
+), u AS (
+    UPDATE stint_task t SET
+        status = CASE WHEN coalesce(c.pending, 0) = 0 THEN 'scheduled' ELSE 'waiting' END,
+        schedule_not_before = CASE WHEN coalesce(c.pending, 0) = 0 THEN now() END,
+        deps_pending = coalesce(c.pending, 0), deps_succeeded = coalesce(c.ok, 0), deps_failed = 0, deps_skipped = 0,
+        attempt = 0, errors = 0, executed_at = NULL, finished_at = NULL, resubmit = false, updated_at = now()
+    FROM r LEFT JOIN counts c ON c.task_id = r.id
+    WHERE t.id = r.id
+    RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
+), w AS (
+    UPDATE stint_task t SET status = 'waiting', schedule_not_before = NULL, lost_not_before = NULL, waiting_children = true,
+        children_pending = (SELECT count(*) FROM r), attempt = 0, errors = 0, executed_at = NULL, finished_at = NULL,
+        updated_at = now()
+    WHERE t.id = $1
+    RETURNING t.id, t.behavior, t.status, t.parent_id
+), due AS (` + dueInsert("u") + `
+), feed AS (` + feedInsert("(SELECT id, behavior, status, parent_id FROM u UNION ALL SELECT * FROM w) x", "status", "false") + `
+), woke AS (
+    SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (SELECT 1 FROM u WHERE status = 'scheduled' LIMIT 1) d
+)
+SELECT count(*) FROM u, woke`
+
+// RetryWorkflow runs a failed or cancelled workflow again; see
+// store.Workflows.
+func (s *Store) RetryWorkflow(ctx context.Context, id api.TaskID) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var behavior string
+		var ended bool
+		err := tx.QueryRow(ctx, `SELECT behavior, NOT EXISTS (SELECT 1 FROM stint_task n
+			    WHERE n.parent_id = $1 AND n.workflow_node IS NOT NULL
+			      AND NOT (n.status IN ('success', 'failure') AND n.schedule_not_before IS NULL))
+			FROM stint_task WHERE id = $1 FOR UPDATE`, string(id)).Scan(&behavior, &ended)
+		switch {
+		case isNoRows(err) || err == nil && behavior != string(api.WorkflowBehavior):
+			return api.ErrNotFound
+		case err != nil:
+			return err
+		case !ended:
+			return fmt.Errorf("workflow %s has nodes that have not ended: %w", id, api.ErrConflict)
+		}
+		if err := tx.QueryRow(ctx, retryWorkflowSQL, string(id)).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("workflow %s has no failed node to run again: %w", id, api.ErrConflict)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("retry workflow %s: %w", id, err)
+	}
+	return n, nil
+}
