@@ -42,10 +42,15 @@ const (
 	// envListen is the URL of the node's LISTEN connection, if not its
 	// pool's (behind PgBouncer).
 	envListen = "STINT_CHAOS_LISTEN_DSN"
+	// envLease is the lease of the node's behaviors (a Go duration), if
+	// not lease.
+	envLease = "STINT_CHAOS_LEASE"
 )
 
-// lease is the lease of chaos.work: short, so that takeovers are quick.
-const lease = time.Second
+// lease is the lease of chaos.work and the flow behaviors: short, so that
+// takeovers are quick. A node process started with envLease uses that
+// instead.
+var lease = time.Second
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envDSN) != "" {
@@ -116,6 +121,14 @@ func registry(pool *pgxpool.Pool, node string) *spi.Registry {
 
 // runNode is a server process: it runs until SIGTERM or SIGKILL.
 func runNode() {
+	if v := os.Getenv(envLease); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		lease = d
+	}
 	var opts []postgres.Option
 	if dsn := os.Getenv(envListen); dsn != "" {
 		opts = append(opts, postgres.ListenDSN(dsn))
@@ -151,8 +164,9 @@ type cluster struct {
 type node struct {
 	name   string
 	dsn    string
-	listen string // the URL of its LISTEN connection, if not dsn
-	log    string // the node's log file, JSON lines (see nodeLog)
+	listen string        // the URL of its LISTEN connection, if not dsn
+	log    string        // the node's log file, JSON lines (see nodeLog)
+	lease  time.Duration // its behaviors' lease, if not lease
 	cmd    *exec.Cmd
 }
 
@@ -196,7 +210,11 @@ func newClusterAt(t *testing.T, dsn string) *cluster {
 
 // start starts a node process and waits until it is ready.
 func (c *cluster) start(n *node) {
-	n.cmd = childtest.Start(c.t, envDSN+"="+n.dsn, envNode+"="+n.name, envLog+"="+n.log, envListen+"="+n.listen).Cmd
+	env := []string{envDSN + "=" + n.dsn, envNode + "=" + n.name, envLog + "=" + n.log, envListen + "=" + n.listen}
+	if n.lease > 0 {
+		env = append(env, envLease+"="+n.lease.String())
+	}
+	n.cmd = childtest.Start(c.t, env...).Cmd
 }
 
 func (c *cluster) startAll() {
