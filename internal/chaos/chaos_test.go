@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -73,14 +74,15 @@ var workKind = api.Kind[WorkParams, string]{ID: "chaos.work"}
 // the same transaction as a fenced checkpoint: a run whose lease is gone
 // cannot write a result.
 type work struct {
-	pool *pgxpool.Pool
-	node string
+	pool  *pgxpool.Pool
+	node  string
+	lease time.Duration // if not lease
 }
 
 func (work) Kind() api.Kind[WorkParams, string]          { return workKind }
 func (work) TaskID(ids spi.IDs, p WorkParams) api.TaskID { return ids.Deterministic(p.N) }
-func (work) Policy() spi.Policy {
-	return spi.Policy{Lease: lease, MaxAttempts: 1000, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
+func (w work) Policy() spi.Policy {
+	return spi.Policy{Lease: cmp.Or(w.lease, lease), MaxAttempts: 1000, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
 }
 
 func (w work) Run(ctx context.Context, rc spi.RunContext, p WorkParams) (string, error) {
@@ -116,6 +118,7 @@ func registry(pool *pgxpool.Pool, node string) *spi.Registry {
 	spi.MustRegister[WorkParams, string](reg, work{pool: pool, node: node})
 	spi.MustRegister[FlowParams, struct{}](reg, limited{pool: pool, node: node})
 	spi.MustRegister[FlowParams, struct{}](reg, loose{limited{pool: pool, node: node}})
+	spi.MustRegister[WorkParams, string](reg, locked{pool: pool})
 	return reg
 }
 
