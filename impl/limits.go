@@ -3,6 +3,7 @@ package impl
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -173,14 +174,15 @@ func (rc *rateCache) forget(name string) {
 // in order) against the stored limits, storing the declared defaults of
 // limits first named: a limit neither stored nor declared by the task's
 // behavior, or units over a limit's Limit, is an *api.InvalidError naming
-// the task.
+// the task. A declared default is stored only once every task passes the
+// check against it, so that a refused submit stores nothing.
 func (c *Client) checkRateUses(ctx context.Context, tasks []store.NewTask, regs []*spi.Registration) error {
 	// The limits are looked up once, into known: a cached limit may expire
 	// between two lookups, and a limit found must not be missing at the
 	// check.
 	known := map[string]api.RateLimit{}
 	var missing []string
-	var declared []api.RateLimit
+	defaults := map[string]api.RateLimit{}
 	for i, t := range tasks {
 		for _, u := range t.RateUses {
 			if _, ok := known[u.Limit]; ok || slices.Contains(missing, u.Limit) {
@@ -193,22 +195,59 @@ func (c *Client) checkRateUses(ctx context.Context, tasks []store.NewTask, regs 
 			missing = append(missing, u.Limit)
 			for _, d := range regs[i].Policy.RateLimits {
 				if d.Name == u.Limit {
-					declared = append(declared, d)
+					defaults[d.Name] = d
 					break
 				}
 			}
 		}
 	}
-	if len(missing) > 0 {
-		found, err := c.st.EnsureRateLimits(ctx, declared, missing)
-		if err != nil {
-			return err
-		}
-		for _, l := range found {
-			c.rates.put(l)
-			known[l.Name] = l
+	if len(missing) == 0 {
+		return checkUses(tasks, regs, known)
+	}
+	if err := c.lookUpLimits(ctx, nil, missing, known); err != nil {
+		return err
+	}
+	var declared []api.RateLimit
+	var names []string
+	for _, name := range missing {
+		if d, ok := defaults[name]; ok {
+			if _, stored := known[name]; !stored {
+				declared, names = append(declared, d), append(names, name)
+			}
 		}
 	}
+	if len(declared) > 0 {
+		would := maps.Clone(known)
+		for _, d := range declared {
+			would[d.Name] = d
+		}
+		if err := checkUses(tasks, regs, would); err != nil {
+			return err
+		}
+		if err := c.lookUpLimits(ctx, declared, names, known); err != nil {
+			return err
+		}
+	}
+	return checkUses(tasks, regs, known)
+}
+
+// lookUpLimits adds the stored limits of names to known and to the cache,
+// storing first the limits of declared that are not stored yet.
+func (c *Client) lookUpLimits(ctx context.Context, declared []api.RateLimit, names []string, known map[string]api.RateLimit) error {
+	found, err := c.st.EnsureRateLimits(ctx, declared, names)
+	if err != nil {
+		return err
+	}
+	for _, l := range found {
+		c.rates.put(l)
+		known[l.Name] = l
+	}
+	return nil
+}
+
+// checkUses checks the rate uses of tasks (of the registrations regs, in
+// order) against the limits known.
+func checkUses(tasks []store.NewTask, regs []*spi.Registration, known map[string]api.RateLimit) error {
 	for i, t := range tasks {
 		for j, u := range t.RateUses {
 			l, ok := known[u.Limit]

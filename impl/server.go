@@ -415,13 +415,19 @@ func (s *Server) behaviorIDs() []api.BehaviorID {
 	return ids
 }
 
-// Stop stops claiming and waits for running tasks to finish until ctx is
-// done; the runs still going then are cancelled and released, due again at
-// once on any node. Runs of preemptible behaviors (with a Rotation) are
-// stopped and released at once, without waiting. Then the node
-// deregisters. Stop is safe to call when Start failed or never ran (it
-// only closes the client then) and more than once, so that
-// `defer srv.Stop(ctx)` may follow NewServer.
+// Stop stops claiming and waits for running tasks to finish until a
+// second before ctx's deadline (half the time when it is less than 2 s:
+// stopReserve); the runs still going then
+// are cancelled and released, due again at once on any node. Runs of
+// preemptible behaviors (with a Rotation) are stopped and released at
+// once, without waiting. Then the node deregisters. Stop returns by ctx's
+// deadline whatever the database does: what is not done by then (a claim
+// or a release waiting on a dead connection, a run that ignores its
+// cancellation) is abandoned to go on in the background until it fails,
+// as it does once the store is closed, and leases not released expire.
+// Stop is safe to call when Start failed or never ran (it only closes the
+// client then) and more than once, so that `defer srv.Stop(ctx)` may
+// follow NewServer.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.started || s.stopped {
@@ -432,6 +438,37 @@ func (s *Server) Stop(ctx context.Context) error {
 	s.stopped = true
 	s.mu.Unlock()
 
+	done := make(chan error, 1)
+	go func() { done <- s.stop(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		s.cancelRuns(errStopping)
+		s.bgCancel()
+		go s.Client.Close() // its listener stops; a notification it flushes may wait for the database
+		return fmt.Errorf("stop server: gave up waiting for claims, runs and the database: %w", context.Cause(ctx))
+	}
+}
+
+// stopReserve is the part of Stop's time kept for releasing the leases of
+// the runs it cancels and deregistering the node: a second, or half the
+// time when Stop has less than 2 s.
+func stopReserve(ctx context.Context) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	return min(time.Second, time.Until(dl)/2)
+}
+
+// stop is Stop's work, which ends when the database answers.
+func (s *Server) stop(ctx context.Context) error {
+	runsCtx, cancelRunsCtx := ctx, context.CancelFunc(func() {})
+	if dl, ok := ctx.Deadline(); ok {
+		runsCtx, cancelRunsCtx = context.WithDeadline(ctx, dl.Add(-stopReserve(ctx)))
+	}
+	defer cancelRunsCtx()
 	s.claimCancel()
 	<-s.claimDone
 	s.localStarts.Wait()
@@ -440,7 +477,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	go func() { s.runs.Wait(); close(finished) }()
 	select {
 	case <-finished:
-	case <-ctx.Done():
+	case <-runsCtx.Done():
 		s.cancelRuns(errStopping)
 		<-finished
 	}

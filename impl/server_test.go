@@ -423,7 +423,8 @@ func TestStopReleasesRunningTasks(t *testing.T) {
 	sub, err := srv.Submit(e.ctx, workReq(workKind, WorkParams{Key: "long", BlockFirst: true}))
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "the run to start", func() bool { return srv.Running() == 1 })
-	ctx, cancel := context.WithTimeout(e.ctx, 100*time.Millisecond)
+	// Half of Stop's time is kept for the release: see stopReserve.
+	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
 	defer cancel()
 	require.NoError(t, srv.Stop(ctx))
 	task, err := e.st.Get(e.ctx, sub.ID)

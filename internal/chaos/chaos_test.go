@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -42,10 +43,15 @@ const (
 	// envListen is the URL of the node's LISTEN connection, if not its
 	// pool's (behind PgBouncer).
 	envListen = "STINT_CHAOS_LISTEN_DSN"
+	// envLease is the lease of the node's behaviors (a Go duration), if
+	// not lease.
+	envLease = "STINT_CHAOS_LEASE"
 )
 
-// lease is the lease of chaos.work: short, so that takeovers are quick.
-const lease = time.Second
+// lease is the lease of chaos.work and the flow behaviors: short, so that
+// takeovers are quick. A node process started with envLease uses that
+// instead.
+var lease = time.Second
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envDSN) != "" {
@@ -68,14 +74,15 @@ var workKind = api.Kind[WorkParams, string]{ID: "chaos.work"}
 // the same transaction as a fenced checkpoint: a run whose lease is gone
 // cannot write a result.
 type work struct {
-	pool *pgxpool.Pool
-	node string
+	pool  *pgxpool.Pool
+	node  string
+	lease time.Duration // if not lease
 }
 
 func (work) Kind() api.Kind[WorkParams, string]          { return workKind }
 func (work) TaskID(ids spi.IDs, p WorkParams) api.TaskID { return ids.Deterministic(p.N) }
-func (work) Policy() spi.Policy {
-	return spi.Policy{Lease: lease, MaxAttempts: 1000, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
+func (w work) Policy() spi.Policy {
+	return spi.Policy{Lease: cmp.Or(w.lease, lease), MaxAttempts: 1000, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
 }
 
 func (w work) Run(ctx context.Context, rc spi.RunContext, p WorkParams) (string, error) {
@@ -111,11 +118,20 @@ func registry(pool *pgxpool.Pool, node string) *spi.Registry {
 	spi.MustRegister[WorkParams, string](reg, work{pool: pool, node: node})
 	spi.MustRegister[FlowParams, struct{}](reg, limited{pool: pool, node: node})
 	spi.MustRegister[FlowParams, struct{}](reg, loose{limited{pool: pool, node: node}})
+	spi.MustRegister[WorkParams, string](reg, locked{pool: pool})
 	return reg
 }
 
 // runNode is a server process: it runs until SIGTERM or SIGKILL.
 func runNode() {
+	if v := os.Getenv(envLease); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		lease = d
+	}
 	var opts []postgres.Option
 	if dsn := os.Getenv(envListen); dsn != "" {
 		opts = append(opts, postgres.ListenDSN(dsn))
@@ -151,8 +167,9 @@ type cluster struct {
 type node struct {
 	name   string
 	dsn    string
-	listen string // the URL of its LISTEN connection, if not dsn
-	log    string // the node's log file, JSON lines (see nodeLog)
+	listen string        // the URL of its LISTEN connection, if not dsn
+	log    string        // the node's log file, JSON lines (see nodeLog)
+	lease  time.Duration // its behaviors' lease, if not lease
 	cmd    *exec.Cmd
 }
 
@@ -196,7 +213,11 @@ func newClusterAt(t *testing.T, dsn string) *cluster {
 
 // start starts a node process and waits until it is ready.
 func (c *cluster) start(n *node) {
-	n.cmd = childtest.Start(c.t, envDSN+"="+n.dsn, envNode+"="+n.name, envLog+"="+n.log, envListen+"="+n.listen).Cmd
+	env := []string{envDSN + "=" + n.dsn, envNode + "=" + n.name, envLog + "=" + n.log, envListen + "=" + n.listen}
+	if n.lease > 0 {
+		env = append(env, envLease+"="+n.lease.String())
+	}
+	n.cmd = childtest.Start(c.t, env...).Cmd
 }
 
 func (c *cluster) startAll() {

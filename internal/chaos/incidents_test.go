@@ -170,6 +170,20 @@ func incidentFor(short time.Duration) time.Duration {
 	return short
 }
 
+// behindProxy puts every node (not started yet) behind a proxy of its
+// own to the database, which it returns.
+func (c *cluster) behindProxy() *proxy {
+	u := mustURL(c.t, c.dsn)
+	p, err := newProxy(u.Host)
+	require.NoError(c.t, err)
+	c.t.Cleanup(p.close)
+	u.Host = p.addr()
+	for _, n := range c.nodes {
+		n.dsn = u.String()
+	}
+	return p
+}
+
 // incident runs the workload with an incident: begin starts it 300 ms
 // in, while the workload runs; it lasts for; end ends it. Then it checks
 // the ledger and the nodes' incident lines (with the causes want), and
@@ -200,14 +214,7 @@ func TestSilentNetworkLoss(t *testing.T) {
 	_, err := c.pool.Exec(c.ctx, fmt.Sprintf(`ALTER DATABASE %s SET idle_in_transaction_session_timeout = '5s'`,
 		pgx.Identifier{strings.TrimPrefix(mustURL(t, c.dsn).Path, "/")}.Sanitize()))
 	require.NoError(t, err)
-	u := mustURL(t, c.dsn)
-	p, err := newProxy(u.Host)
-	require.NoError(t, err)
-	t.Cleanup(p.close)
-	u.Host = p.addr()
-	for _, n := range c.nodes {
-		n.dsn = u.String() // every node behind the proxy: none can work during the loss
-	}
+	p := c.behindProxy() // every node: none can work during the loss
 	c.startAll()
 	// Past every detection bound (10 s for the listener).
 	c.incident("silent network loss", incidentFor(12*time.Second), func() {

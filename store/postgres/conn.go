@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,9 +47,117 @@ const (
 	ListenCheck = 5 * time.Second
 )
 
-// dial makes every connection with TCP keepalives and TCP_USER_TIMEOUT
-// (see above), bounded by timeout.
-func dialer(timeout time.Duration) pgconn.DialFunc {
+// deadConnAfter is how long after the database stopped answering (see
+// ResetConnections) a pooled connection that has waited for an answer
+// since, and got none, is closed: after a silent network loss the
+// statement in flight on it would otherwise wait for its own deadline, or
+// forever when it has none (a behavior's own statement, or a transaction
+// holding the connection), and keep the pool's slot all that time.
+const deadConnAfter = 5 * time.Second
+
+// closeGrace is how long Close lets the pools close their connections
+// cleanly before it closes their sockets.
+const closeGrace = 2 * time.Second
+
+// errStoreClosed is a connection attempt after Close.
+var errStoreClosed = errors.New("the store is closed")
+
+// sockets tracks the sockets of a store's connections, so that the ones a
+// silent network loss left dead can be closed (sweep) and Close can end
+// whatever state they are in (abort). A socket closed under a statement
+// fails it at once.
+type sockets struct {
+	mu      sync.Mutex
+	open    map[*socket]struct{}
+	aborted bool
+}
+
+func newSockets() *sockets { return &sockets{open: map[*socket]struct{}{}} }
+
+// socket is a connection's net.Conn, with what sweep needs to know.
+type socket struct {
+	net.Conn
+	set *sockets
+	// pooled is false for the listener's connection, which waits for
+	// notifications for as long as none come and checks itself.
+	pooled bool
+	born   time.Time
+	// busy counts the reads and writes in progress; heard is when the
+	// last byte came (UnixNano).
+	busy  atomic.Int32
+	heard atomic.Int64
+}
+
+func (c *socket) Read(b []byte) (int, error) {
+	c.busy.Add(1)
+	n, err := c.Conn.Read(b)
+	c.busy.Add(-1)
+	if n > 0 {
+		c.heard.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (c *socket) Write(b []byte) (int, error) {
+	c.busy.Add(1)
+	defer c.busy.Add(-1)
+	return c.Conn.Write(b)
+}
+
+func (c *socket) Close() error {
+	c.set.mu.Lock()
+	delete(c.set.open, c)
+	c.set.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// add tracks c, unless the set was aborted.
+func (s *sockets) add(c *socket) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.aborted {
+		return false
+	}
+	s.open[c] = struct{}{}
+	return true
+}
+
+// sweep closes the pooled sockets made before since that are reading or
+// writing and have heard nothing from the server since: they wait for an
+// answer that a live connection would have given by now.
+func (s *sockets) sweep(since time.Time) int {
+	s.mu.Lock()
+	var dead []*socket
+	for c := range s.open {
+		if c.pooled && c.born.Before(since) && c.busy.Load() > 0 && c.heard.Load() < since.UnixNano() {
+			dead = append(dead, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range dead {
+		_ = c.Close()
+	}
+	return len(dead)
+}
+
+// abort refuses new connections and closes every socket.
+func (s *sockets) abort() {
+	s.mu.Lock()
+	s.aborted = true
+	all := make([]*socket, 0, len(s.open))
+	for c := range s.open {
+		all = append(all, c)
+	}
+	s.mu.Unlock()
+	for _, c := range all {
+		_ = c.Close()
+	}
+}
+
+// dialer makes every connection with TCP keepalives and TCP_USER_TIMEOUT
+// (see above), bounded by timeout, and tracks its socket in s; pooled is
+// false for the listener's connections.
+func (s *sockets) dialer(timeout time.Duration, pooled bool) pgconn.DialFunc {
 	d := &net.Dialer{
 		Timeout: timeout,
 		KeepAliveConfig: net.KeepAliveConfig{
@@ -64,22 +174,39 @@ func dialer(timeout time.Duration) pgconn.DialFunc {
 			return errors.Join(err, serr)
 		},
 	}
-	return d.DialContext
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		s.mu.Lock()
+		aborted := s.aborted
+		s.mu.Unlock()
+		if aborted {
+			return nil, errStoreClosed
+		}
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := &socket{Conn: conn, set: s, pooled: pooled, born: time.Now()}
+		if !s.add(c) {
+			_ = conn.Close()
+			return nil, errStoreClosed
+		}
+		return c, nil
+	}
 }
 
 // guardConnConfig sets the dialer and the connect timeout of cfg (and of
 // its fallbacks, the other hosts of a multi-host URL).
-func guardConnConfig(cfg *pgconn.Config) {
+func (s *sockets) guardConnConfig(cfg *pgconn.Config, pooled bool) {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = ConnectTimeout
 	}
-	cfg.DialFunc = dialer(cfg.ConnectTimeout)
+	cfg.DialFunc = s.dialer(cfg.ConnectTimeout, pooled)
 }
 
 // guardPoolConfig applies guardConnConfig to a pool's connections and
 // bounds the ping of an idle connection.
-func guardPoolConfig(cfg *pgxpool.Config) {
-	guardConnConfig(&cfg.ConnConfig.Config)
+func (s *sockets) guardPoolConfig(cfg *pgxpool.Config) {
+	s.guardConnConfig(&cfg.ConnConfig.Config, true)
 	if cfg.PingTimeout <= 0 {
 		cfg.PingTimeout = pingTimeout
 	}
@@ -117,9 +244,13 @@ func waitNotification(ctx context.Context, conn *pgx.Conn, check time.Duration) 
 // calls it when the database stops answering: after a silent network
 // loss every pooled connection may be dead, and each would cost a
 // statement its deadline before the pool found out.
+// Connections that wait for an answer since and got none deadConnAfter
+// later are closed, failing their statements.
 func (s *Store) ResetConnections() {
+	since := time.Now()
 	s.pool.Reset()
 	if s.read != nil {
 		s.read.Reset()
 	}
+	time.AfterFunc(deadConnAfter, func() { s.sockets.sweep(since) })
 }

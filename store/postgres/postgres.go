@@ -42,6 +42,9 @@ type Store struct {
 	read         *pgxpool.Pool // the standby's, or nil; see ReadDSN
 	listenConfig *pgx.ConnConfig
 	noListen     bool
+	// sockets are the sockets of the pools' and the listener's
+	// connections.
+	sockets *sockets
 	// lastClaimed is how many tasks the last claim found: the next one's
 	// result is sized for as many.
 	lastClaimed atomic.Int64
@@ -109,7 +112,8 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if o.maxConns > 0 {
 		cfg.MaxConns = o.maxConns
 	}
-	guardPoolConfig(cfg)
+	socks := newSockets()
+	socks.guardPoolConfig(cfg)
 	afterConnect := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		registerArrayCodecs(conn.TypeMap())
@@ -122,14 +126,14 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Store{pool: pool, noListen: o.noListen, listenConfig: pool.Config().ConnConfig}
+	s := &Store{pool: pool, noListen: o.noListen, listenConfig: pool.Config().ConnConfig.Copy(), sockets: socks}
 	if o.listenDSN != "" {
 		if s.listenConfig, err = pgx.ParseConfig(o.listenDSN); err != nil {
 			pool.Close()
 			return nil, fmt.Errorf("open store: parse listen URL: %w", err)
 		}
-		guardConnConfig(&s.listenConfig.Config)
 	}
+	socks.guardConnConfig(&s.listenConfig.Config, false)
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open store: connect: %w", err)
@@ -141,7 +145,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		}
 	}
 	if strings.TrimSpace(o.readDSN) != "" {
-		if s.read, err = openReadPool(ctx, o.readDSN, cfg.MaxConns); err != nil {
+		if s.read, err = openReadPool(ctx, o.readDSN, cfg.MaxConns, socks); err != nil {
 			pool.Close()
 			return nil, fmt.Errorf("open store: %w", err)
 		}
@@ -163,11 +167,33 @@ func (s *Store) Migrate(ctx context.Context) error {
 // tables in the same database (see spi.RunContext.CheckpointTx).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Close closes the pools.
+// Close closes the pools, and returns within about twice closeGrace
+// whatever state their connections are in: after closeGrace it closes
+// every socket of the store's connections (failing the statements in
+// flight on them, whose callers then release their connections) and
+// refuses new ones; after as long again it returns even if a caller still
+// holds a connection, which the pool then closes when it is released.
 func (s *Store) Close() {
-	s.pool.Close()
-	if s.read != nil {
-		s.read.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.pool.Close()
+		if s.read != nil {
+			s.read.Close()
+		}
+	}()
+	grace := time.NewTimer(closeGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return
+	case <-grace.C:
+	}
+	s.sockets.abort()
+	grace.Reset(closeGrace)
+	select {
+	case <-done:
+	case <-grace.C:
 	}
 }
 

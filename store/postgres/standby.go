@@ -46,7 +46,7 @@ func ReadDSN(dsn string) Option { return func(o *options) { o.readDSN = dsn } }
 
 // openReadPool opens the pool of the standby at dsn, with the primary's
 // pool size.
-func openReadPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+func openReadPool(ctx context.Context, dsn string, maxConns int32, socks *sockets) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse read database URL: %w", err)
@@ -54,6 +54,7 @@ func openReadPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Poo
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
+	socks.guardPoolConfig(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("read database: %w", err)
