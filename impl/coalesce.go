@@ -134,8 +134,18 @@ func (c *Client) submitCoalesced(ctx context.Context, t store.NewTask) (api.Subm
 	b := q.join(e)
 	send := q.take()
 	q.mu.Unlock()
+	// The caller sends its own batch; others that go out now (full ones)
+	// go side by side.
+	own := false
 	for _, s := range send {
-		c.sendBatch(s)
+		if s == b {
+			own = true
+		} else {
+			go c.sendBatch(s)
+		}
+	}
+	if own {
+		c.sendBatch(b)
 	}
 	select {
 	case <-b.done:

@@ -286,3 +286,28 @@ func TestNoCoalescedSubmitReturnsBeforeItsCommit(t *testing.T) {
 		require.True(t, visible[i], "task %d was not committed when its submit returned", i)
 	}
 }
+
+// TestAFullBatchGoesOutAtOnce: while a submit is in the database, the
+// submits that fill a batch (1,000) go out at once, side by side, and only
+// the rest wait for the statements in the database to return.
+func TestAFullBatchGoesOutAtOnce(t *testing.T) {
+	e := setup(t)
+	c, g := e.gatedClient()
+	first := e.holdFirst(c, g)
+	const n = 2500
+	outs := submitKeysAsync(e.ctx, c, "k", n)
+	waitFor(t, 20*time.Second, "two full batches to go out", func() bool {
+		calls, _ := g.record()
+		return len(calls) == 3
+	})
+	waitFor(t, 20*time.Second, "the rest to wait", func() bool { return impl.CoalesceWaiting(c) == n-2000 })
+	close(g.hold)
+	require.NoError(t, (<-first).err)
+	for _, ch := range outs {
+		require.NoError(t, (<-ch).err)
+	}
+	calls, failed := g.record()
+	require.Equal(t, []int{1, 1000, 1000, n - 2000}, calls)
+	require.Zero(t, failed)
+	require.Equal(t, n+1, e.count(`SELECT count(*) FROM stint_task`))
+}
