@@ -112,26 +112,27 @@ func submitKeysAsync(ctx context.Context, c api.Tasks, prefix string, n int) []<
 	return outs
 }
 
-// holdFirst submits the task "first" through c, whose store g holds the
-// statement, and returns its outcome's channel once it is held.
-func (e *env) holdFirst(c *impl.Client, g *gatedStore) <-chan outcome {
-	e.t.Helper()
-	first := submitAsync(e.ctx, c, workReq(workKind, WorkParams{Key: "first"}))
+// holdFirst gives the test a database and a client on a gated store of
+// it, whose first submit, of the task "first", is held in the store: the
+// submits that follow wait in batches until the test closes g.hold.
+func holdFirst(t *testing.T) (e *env, c *impl.Client, g *gatedStore, first <-chan outcome) {
+	t.Helper()
+	e = setup(t)
+	c, g = e.gatedClient()
+	first = submitAsync(e.ctx, c, workReq(workKind, WorkParams{Key: "first"}))
 	select {
 	case <-g.held:
 	case <-time.After(20 * time.Second):
-		e.t.Fatal("the first submit never reached the store")
+		t.Fatal("the first submit never reached the store")
 	}
-	return first
+	return e, c, g, first
 }
 
 // TestConcurrentSubmitsShareOneStatement: the single submits that arrive
 // while one is in the database go out together, in one statement, once it
 // returns; each caller gets its own task's submission.
 func TestConcurrentSubmitsShareOneStatement(t *testing.T) {
-	e := setup(t)
-	c, g := e.gatedClient()
-	first := e.holdFirst(c, g)
+	e, c, g, first := holdFirst(t)
 	const n = 50
 	outs := submitKeysAsync(e.ctx, c, "k", n)
 	waitFor(t, 20*time.Second, "the submits to wait in a batch", func() bool { return impl.CoalesceWaiting(c) == n })
@@ -156,7 +157,7 @@ func TestConcurrentSubmitsShareOneStatement(t *testing.T) {
 // one whose caller gives up is dropped, and one whose row the database
 // refuses fails alone: the others are stored.
 func TestARefusedCoalescedSubmitLeavesTheOthers(t *testing.T) {
-	e := setup(t)
+	e, c, g, first := holdFirst(t)
 	_, err := e.pool.Exec(e.ctx, `
 		CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
@@ -165,9 +166,6 @@ func TestARefusedCoalescedSubmitLeavesTheOthers(t *testing.T) {
 		END $$;
 		CREATE TRIGGER test_refuse BEFORE INSERT ON stint_task FOR EACH ROW EXECUTE FUNCTION test_refuse()`)
 	require.NoError(t, err)
-	c, g := e.gatedClient()
-	first := e.holdFirst(c, g)
-
 	const n = 20
 	good := submitKeysAsync(e.ctx, c, "good", n)
 	bad := submitAsync(e.ctx, c, workReq(workKind, WorkParams{Key: "bad"}))
@@ -203,9 +201,7 @@ func TestARefusedCoalescedSubmitLeavesTheOthers(t *testing.T) {
 // that they deduplicate as two submits in turn do (one creates the task,
 // the other finds it), for both dedup modes, without a failed statement.
 func TestSubmitsOfOneIDWaitingTogetherDeduplicateInTurn(t *testing.T) {
-	e := setup(t)
-	c, g := e.gatedClient()
-	first := e.holdFirst(c, g)
+	e, c, g, first := holdFirst(t)
 	var outs []<-chan outcome
 	for range 2 {
 		for _, kind := range []api.Kind[WorkParams, WorkResult]{workKind, shareKind} {
@@ -291,9 +287,7 @@ func TestNoCoalescedSubmitReturnsBeforeItsCommit(t *testing.T) {
 // submits that fill a batch (1,000) go out at once, side by side, and only
 // the rest wait for the statements in the database to return.
 func TestAFullBatchGoesOutAtOnce(t *testing.T) {
-	e := setup(t)
-	c, g := e.gatedClient()
-	first := e.holdFirst(c, g)
+	e, c, g, first := holdFirst(t)
 	const n = 2500
 	outs := submitKeysAsync(e.ctx, c, "k", n)
 	waitFor(t, 20*time.Second, "two full batches to go out", func() bool {
