@@ -69,6 +69,8 @@ type Client struct {
 	local starter
 	// rates caches the rate limits submits found stored.
 	rates rateCache
+	// coalesce gathers concurrent single submits into batches.
+	coalesce coalescer
 	// capsChanged, on a server's client, tells the server that a cap was
 	// set or removed through it, so that it claims accordingly at once.
 	capsChanged func()

@@ -125,6 +125,21 @@ const maxRetention = 100 * 365 * 24 * time.Hour
 // A submit the database cannot serve (down, in recovery, refusing writes)
 // fails with an error wrapping api.ErrUnavailable that names the cause,
 // and stores nothing.
+//
+// Concurrent Submits of one Client share statements: each joins a batch
+// that goes out as one statement and one commit, at once when no batch of
+// the Client is in the database (so a lone submit goes out alone, without
+// waiting) or when it holds 1,000 submits, and otherwise as soon as the
+// batches in the database return. Each caller still gets its own
+// submission or error, and only once its task is committed: a submit
+// refused by its own checks never joins a batch, and a row the database
+// refuses fails that submit alone (the batch is sent again in parts). Two
+// submits of one id never share a batch, so they deduplicate as two
+// submits one after the other do. If ctx ends before the batch goes out,
+// the task is not stored and Submit returns ctx's error; once the batch is
+// in the database, Submit returns its outcome, whenever ctx ends. A
+// behavior with a Combiner (unless it shares its tasks) is submitted on
+// its own.
 func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Submission, error) {
 	sub, err := c.submit(ctx, nil, req)
 	return sub, c.written(ctx, "submit", err)
@@ -160,6 +175,10 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 		}
 	}
 	span.SetAttributes(attribute.String("stint.task_id", string(t.ID)))
+	if tx == nil && (!reg.Combines() || t.Share) {
+		// The batch counts the task and wakes the claimers.
+		return c.submitCoalesced(ctx, t)
+	}
 	led, due := false, false
 	if reg.Combines() && !t.Share {
 		// In a caller's transaction the statement always notifies: the
@@ -189,6 +208,21 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 		c.kick.stored(due, led, t.Delay)
 	}
 	return sub, nil
+}
+
+// countSubmitted counts tasks in the submitted metric, per behavior.
+func (c *Client) countSubmitted(ctx context.Context, tasks []store.NewTask) {
+	if len(tasks) == 1 {
+		c.tel.submitted.Add(ctx, 1, c.tel.behavior(tasks[0].Behavior)...)
+		return
+	}
+	per := map[api.BehaviorID]int64{}
+	for _, t := range tasks {
+		per[t.Behavior]++
+	}
+	for b, n := range per {
+		c.tel.submitted.Add(ctx, n, c.tel.behavior(b)...)
+	}
 }
 
 // earliestDelay returns the shortest delay of tasks that have one, or zero.
@@ -347,13 +381,7 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 			subs[i] = sub
 		}
 	}
-	per := map[api.BehaviorID]int64{}
-	for _, t := range tasks {
-		per[t.Behavior]++
-	}
-	for b, n := range per {
-		c.tel.submitted.Add(ctx, n, c.tel.behavior(b)...)
-	}
+	c.countSubmitted(ctx, tasks)
 	if tx == nil {
 		c.kick.stored(due, led, earliestDelay(tasks))
 	}

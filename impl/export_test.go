@@ -13,3 +13,19 @@ func FlushKicks(c *Client) { c.kick.flush() }
 // ClaimersDone returns the channel closed once s's claimers have stopped
 // (Stop stops them first, then waits for the runs).
 func ClaimersDone(s *Server) <-chan struct{} { return s.claimDone }
+
+// CoalesceWaiting returns how many of c's single submits wait in batches
+// not sent yet (callers that gave up left out).
+func CoalesceWaiting(c *Client) int {
+	c.coalesce.mu.Lock()
+	defer c.coalesce.mu.Unlock()
+	n := 0
+	for _, b := range c.coalesce.queue {
+		for _, e := range b.entries {
+			if !e.gone {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -113,6 +113,11 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 			rounds(jobs...)
 		}
 	}
+	if c.concurrent {
+		if jobs := b.concurrentJobs(); len(jobs) > 0 {
+			rounds(jobs...)
+		}
+	}
 	if c.has(sysStint) {
 		for _, jobs := range b.flowJobs() {
 			rounds(jobs...)

@@ -122,9 +122,12 @@ type graphileHarness struct {
 // processes, which wait for "go".
 func newGraphile(ctx context.Context, inst *graphileInstall, dsn string, workers int) (h *graphileHarness, err error) {
 	h = &graphileHarness{pr: &probe{}}
+	// A failed return sets h to nil: close what was opened through its
+	// own pointer.
+	opened := h
 	defer func() {
 		if err != nil {
-			h.close()
+			opened.close()
 		}
 	}()
 	if h.client, err = startChild(ctx, exec.Command(inst.node, inst.runner, "client", dsn), nil); err != nil {

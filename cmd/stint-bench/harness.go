@@ -155,9 +155,12 @@ type stintHarness struct {
 // newStint opens stint on dsn, migrating it.
 func newStint(ctx context.Context, dsn string, cfg config, log *slog.Logger, o stintOptions) (h *stintHarness, err error) {
 	h = &stintHarness{pr: &probe{}}
+	// A failed return sets h to nil: close what was opened through its
+	// own pointer.
+	opened := h
 	defer func() {
 		if err != nil {
-			h.close()
+			opened.close()
 		}
 	}()
 	reg := spi.NewRegistry()
@@ -313,9 +316,12 @@ type riverHarness struct {
 // newRiver opens River on dsn, migrating it with rivermigrate.
 func newRiver(ctx context.Context, dsn string, cfg config, log *slog.Logger, o riverOptions) (h *riverHarness, err error) {
 	h = &riverHarness{pr: &probe{}}
+	// A failed return sets h to nil: close what was opened through its
+	// own pointer.
+	opened := h
 	defer func() {
 		if err != nil {
-			h.close()
+			opened.close()
 		}
 	}()
 	if h.pool, err = riverPool(ctx, dsn, cfg.riverMaxConns); err != nil {

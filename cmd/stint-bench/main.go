@@ -37,6 +37,17 @@
 //	              of the most nodes with one's
 //	--floor       the same database doing only batched insert, claim and complete
 //	              statements on stint's tables (tasks, claim hints, leases): the floor
+//	--concurrent-submit
+//	              --concurrent-n callers (10,000) released together, each
+//	              submitting one task, while the workers run (a web service
+//	              enqueuing one task per request): submits/s from the release
+//	              until the last call returned. stint and River each from a
+//	              client on a pool of its own (stint's impl.Client, River's
+//	              insert-only client with Insert) and from the working process
+//	              itself (stint's server node, River's working client); the
+//	              floor row is as many connections as stint's pool (20, or
+//	              --stint-max-conns) inserting a row per durable statement,
+//	              as pgbench's clients do
 //
 // The flow-control scenarios are stint's alone, each run with and without
 // what it measures, and run only when picked:
@@ -93,8 +104,8 @@ type config struct {
 	json    bool
 	verbose bool
 
-	burndown, streaming, burst, drainBurst, latency, scale, floor bool
-	systems                                                       string
+	burndown, streaming, burst, drainBurst, latency, scale, floor, concurrent bool
+	systems                                                                   string
 
 	n             int
 	batch         int
@@ -108,6 +119,7 @@ type config struct {
 	latNoAwait    bool
 	latSubmit     string
 	burstN        int
+	concurrentN   int
 	burstBatch    int
 	drainCycles   int
 	scaleN        int
@@ -154,6 +166,7 @@ func defaultConfig() config {
 		latWarmup:     time.Second,
 		latSubmit:     "client,server",
 		burstN:        100_000,
+		concurrentN:   10_000,
 		burstBatch:    5_000,
 		drainCycles:   3,
 		scaleN:        100_000,
@@ -195,6 +208,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.latency, "latency", false, "run the latency scenario")
 	fs.BoolVar(&c.scale, "scale", false, "run the multi-process scale scenario")
 	fs.BoolVar(&c.floor, "floor", false, "run the SQL floor")
+	fs.BoolVar(&c.concurrent, "concurrent-submit", false, "run the concurrent-submit scenario: many callers each submitting one task")
+	fs.IntVar(&c.concurrentN, "concurrent-n", c.concurrentN, "concurrent-submit: callers, each submitting one task")
 	fs.StringVar(&c.systems, "systems", c.systems, "comma-separated `systems` to run: stint, river, graphile (Graphile Worker: needs Node.js and npm, installs itself on first use), floor")
 
 	fs.IntVar(&c.n, "n", c.n, "burn-down: number of tasks")
@@ -230,8 +245,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor && !c.flow.picked() {
-		c.burndown, c.streaming, c.burst, c.drainBurst, c.latency, c.scale, c.floor = true, true, true, true, true, true, true
+	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor && !c.concurrent && !c.flow.picked() {
+		c.burndown, c.streaming, c.burst, c.drainBurst, c.latency, c.scale, c.floor, c.concurrent = true, true, true, true, true, true, true, true
 	}
 	nodes, err := parseInts(*scaleNodes)
 	if err != nil {
@@ -245,7 +260,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	for name, v := range map[string]int{"n": c.n, "batch": c.batch, "stream-batch": c.streamBatch, "stream-backlog": c.streamBacklog,
 		"latency-rate": c.latRate, "scale-n": c.scaleN, "floor-n": c.floorN, "floor-workers": c.floorWorkers, "floor-claim": c.floorClaim, "river-workers": c.riverWorkers, "runs": c.runs,
-		"burst-n": c.burstN, "burst-batch": c.burstBatch, "drain-cycles": c.drainCycles, "graphile-processes": c.graphileProcs} {
+		"burst-n": c.burstN, "concurrent-n": c.concurrentN, "burst-batch": c.burstBatch, "drain-cycles": c.drainCycles, "graphile-processes": c.graphileProcs} {
 		if v <= 0 {
 			return c, fmt.Errorf("--%s must be positive, not %d", name, v)
 		}

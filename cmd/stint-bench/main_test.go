@@ -46,6 +46,7 @@ func TestScenarios(t *testing.T) {
 	cfg.streamBatch, cfg.streamBacklog = 100, 500
 	cfg.latRate, cfg.latDur = 50, time.Second
 	cfg.scaleNodes = []int{1, 2}
+	cfg.concurrent, cfg.concurrentN = true, 300
 	cfg.timeout = time.Minute
 	cfg.runs = 1
 
@@ -100,6 +101,16 @@ func TestScenarios(t *testing.T) {
 			}
 		}
 	}
+	for _, metric := range []string{metricConcurrentCli, metricConcurrentSelf} {
+		for _, sys := range []string{sysStint, sysRiver} {
+			if r := find(scenarioConcurrent, metric, sys, 0); r.Tasks != int64(cfg.concurrentN) || r.PerSec <= 0 || (sys != sysStint && r.StintRatio <= 0) {
+				t.Errorf("%s %s %s: %d tasks at %.0f/s (stint ratio %.2f), want %d at > 0", scenarioConcurrent, metric, sys, r.Tasks, r.PerSec, r.StintRatio, cfg.concurrentN)
+			}
+		}
+	}
+	if r := find(scenarioConcurrent, metricConcurrentCli, "floor (20 conns, a row per statement)", 0); r.Tasks != int64(cfg.concurrentN) || r.StintRatio <= 0 {
+		t.Errorf("%s floor: %d tasks, stint ratio %.2f, want %d and a ratio", scenarioConcurrent, r.Tasks, r.StintRatio, cfg.concurrentN)
+	}
 	total := cfg.latRate * int(cfg.latDur/time.Second)
 	for _, c := range []struct{ metric, system string }{
 		{"submit->stored", "stint (defaults)"}, {"submit->start", "stint (defaults)"}, {"submit->await", "stint (defaults)"},
@@ -116,7 +127,7 @@ func TestScenarios(t *testing.T) {
 	var table bytes.Buffer
 	rep.writeTable(&table)
 	t.Log("\n" + table.String())
-	for _, want := range []string{"fsync=", "burn-down", "streaming", scenarioStreamingClient, "drain-burst", "latency", "scale 2 nodes", "STINT ÷ THIS"} {
+	for _, want := range []string{"fsync=", "burn-down", "streaming", scenarioStreamingClient, "drain-burst", "latency", "scale 2 nodes", scenarioConcurrent, "STINT ÷ THIS"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}
@@ -260,7 +271,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.burndown || !c.streaming || !c.latency || !c.scale || !c.floor || c.fast {
+	if !c.burndown || !c.streaming || !c.latency || !c.scale || !c.floor || !c.concurrent || c.fast {
 		t.Errorf("defaults: %+v, want every scenario, durable", c)
 	}
 	c, err = parseFlags([]string{"--latency", "--scale-nodes", "1,3", "--systems", "stint"}, io.Discard)

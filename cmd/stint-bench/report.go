@@ -43,6 +43,8 @@ type ConfigSummary struct {
 	DrainBurst string `json:"drain_burst"`
 	Latency    string `json:"latency"`
 	Scale      string `json:"scale"`
+	// Concurrent describes the concurrent-submit scenario.
+	Concurrent string `json:"concurrent_submit"`
 	LimitsCost string `json:"limits_cost,omitempty"`
 	GlobalCap  string `json:"global_cap,omitempty"`
 	Rate       string `json:"rate,omitempty"`
@@ -273,7 +275,9 @@ func (c config) summary() ConfigSummary {
 		Streaming: fmt.Sprintf("batches of %s inserted by a separate client (backlog at most %s) while working; %s warm-up, then a %s window; \"client process\" rows: the client in a process of its own (Graphile Worker's always is)", num(int64(c.streamBatch)), num(int64(c.streamBacklog)), c.streamWarmup, c.streamDur),
 		Latency:   fmt.Sprintf("%d single tasks/s for %s after a %s warm-up; start recorded in the task's run", c.latRate, c.latDur, c.latWarmup),
 		Scale:     fmt.Sprintf("%s tasks inserted, then worked by %v node processes", num(int64(c.scaleN)), c.scaleNodes),
-		Runs:      fmt.Sprintf("%d per scenario and system, systems interleaved in rotating order", c.runs),
+		Concurrent: fmt.Sprintf("%s callers released together, each submitting one task (stint: Submit; River: Insert), from a client on its own pool (%q) and from the working process (%q), while it works; from the release until the last returned; floor: %d connections inserting a row per durable statement",
+			num(int64(c.concurrentN)), metricConcurrentCli, metricConcurrentSelf, c.floorConns()),
+		Runs: fmt.Sprintf("%d per scenario and system, systems interleaved in rotating order", c.runs),
 	}
 	s.LimitsCost, s.GlobalCap, s.Rate, s.Fair = c.flowSummary()
 	return s
@@ -427,6 +431,7 @@ func (r *Report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "drain-burst: %s\n", c.DrainBurst)
 	fmt.Fprintf(w, "latency:   %s\n", c.Latency)
 	fmt.Fprintf(w, "scale:     %s\n", c.Scale)
+	fmt.Fprintf(w, "concurrent submit: %s\n", c.Concurrent)
 	for _, f := range [][2]string{{"limits-cost", c.LimitsCost}, {"global-cap", c.GlobalCap}, {"rate", c.Rate}, {"fair", c.Fair}} {
 		if f[1] != "" {
 			fmt.Fprintf(w, "%s: %s\n", f[0], f[1])

@@ -56,12 +56,19 @@ type batcher interface {
 // that the caller's own statements are planned as before. read, if not
 // nil, reads the statement's rows.
 func indexed(ctx context.Context, db batcher, read func(pgx.Rows) error, sql string, args ...any) (pgconn.CommandTag, error) {
+	return indexedWith(ctx, db, seqscanOffSQL, read, sql, args...)
+}
+
+// indexedWith is indexed with settings, a statement of set_config calls
+// scoped to the transaction, in place of seqscanOffSQL outside a
+// transaction; in a transaction it runs the statement as indexed does.
+func indexedWith(ctx context.Context, db batcher, settings string, read func(pgx.Rows) error, sql string, args ...any) (pgconn.CommandTag, error) {
 	_, inTx := db.(pgx.Tx)
 	batch := &pgx.Batch{}
 	if inTx {
 		batch.Queue(seqscanSaveOffSQL)
 	} else {
-		batch.Queue(seqscanOffSQL)
+		batch.Queue(settings)
 	}
 	batch.Queue(sql, args...)
 	if inTx {
