@@ -300,7 +300,12 @@ Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
 		c.newStatsCmd(),
 		c.newIngestCmd(), c.newBatchesCmd(),
 		c.newReplicationsCmd(),
+		c.newVersionCmd(),
 	)
+	if text, err := versionText(); err == nil {
+		root.Version = text
+		root.SetVersionTemplate(text)
+	}
 	classifyErrors(root)
 	nameProgram(root, c.name)
 	return root

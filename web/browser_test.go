@@ -371,7 +371,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The Nodes page shows a node's database incidents as it reported
 	// them: one going on, and the last one that ended.
-	require.NoError(t, e.st.RegisterNode(e.ctx, store.Node{ID: "browser-node", Host: "h", PID: 1}))
+	require.NoError(t, e.st.RegisterNode(e.ctx, store.Node{ID: "browser-node", Host: "h", PID: 1, Version: "v0.9.1 (1a2b3c4d5e6f)"}))
 	began := time.Now().Add(-time.Minute)
 	require.NoError(t, e.st.HeartbeatNode(e.ctx, "browser-node", store.NodeHealth{
 		Incidents: []store.NodeIncident{{Cause: "listener", Started: began, Failures: 3, Err: "listen: connection reset"}},
@@ -380,6 +380,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#nodes tr[data-node="browser-node"] td.db-state [data-status="degraded"]`)))
 	require.Contains(t, text("nodes"), "listener since")
 	require.Contains(t, text("nodes"), "listen: connection reset")
+	require.Equal(t, "v0.9.1 (1a2b3c4d5e6f)", p.text(`#nodes tr[data-node="browser-node"] td.version`), "each node's version")
 	require.NoError(t, e.st.HeartbeatNode(e.ctx, "browser-node", store.NodeHealth{
 		Last: &store.NodeIncident{Cause: "listener", Started: began, Ended: began.Add(90 * time.Second), Failures: 3}}))
 	run("see it end", goHash("#/schedules"), goHash("#/nodes"),

@@ -18,10 +18,10 @@ func (s *Store) RegisterNode(ctx context.Context, n store.Node) error {
 		behaviors[i] = string(b)
 	}
 	_, err := s.pool.Exec(ctx, `
-		INSERT INTO stint_node (id, host, pid, behaviors, max_workers) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (id) DO UPDATE SET host = $2, pid = $3, behaviors = $4, max_workers = $5,
+		INSERT INTO stint_node (id, host, pid, behaviors, max_workers, version) VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''))
+		ON CONFLICT (id) DO UPDATE SET host = $2, pid = $3, behaviors = $4, max_workers = $5, version = NULLIF($6, ''),
 		    started_at = now(), heartbeat_at = now()`,
-		n.ID, n.Host, n.PID, behaviors, n.MaxWorkers)
+		n.ID, n.Host, n.PID, behaviors, n.MaxWorkers, n.Version)
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", n.ID, err)
 	}
@@ -63,8 +63,8 @@ func (s *Store) DeregisterNode(ctx context.Context, id string) error {
 
 // Nodes lists registered nodes, oldest first.
 func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, host, pid, behaviors, max_workers, started_at, heartbeat_at, incidents, last_incident
-		FROM stint_node ORDER BY started_at, id`)
+	rows, err := s.pool.Query(ctx, `SELECT id, host, pid, behaviors, max_workers, started_at, heartbeat_at, incidents, last_incident,
+		    coalesce(version, '') FROM stint_node ORDER BY started_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -72,7 +72,7 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 	var n store.Node
 	var behaviors []string
 	var incidents, last []byte
-	_, err = pgx.ForEachRow(rows, []any{&n.ID, &n.Host, &n.PID, &behaviors, &n.MaxWorkers, &n.StartedAt, &n.HeartbeatAt, &incidents, &last}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&n.ID, &n.Host, &n.PID, &behaviors, &n.MaxWorkers, &n.StartedAt, &n.HeartbeatAt, &incidents, &last, &n.Version}, func() error {
 		n.Incidents, n.LastIncident = nil, nil
 		if incidents != nil {
 			if err := json.Unmarshal(incidents, &n.Incidents); err != nil {

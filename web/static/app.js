@@ -870,10 +870,11 @@
       }
       fill(body, r.nodes.length === 0 ? h('div', { class: 'empty' }, 'No server node is registered.')
         : h('table', { id: 'nodes' },
-          h('thead', {}, h('tr', {}, ['Node', 'Health', 'Database', 'Host', 'PID', 'Running', 'Workers', 'Expired leases', 'Behaviors', 'Started', 'Heartbeat']
-            .map((c, i) => h('th', { class: [4, 5, 6, 7].includes(i) ? 'num' : null }, c)))),
+          h('thead', {}, h('tr', {}, ['Node', 'Version', 'Health', 'Database', 'Host', 'PID', 'Running', 'Workers', 'Expired leases', 'Behaviors', 'Started', 'Heartbeat']
+            .map((c, i) => h('th', { class: [5, 6, 7, 8].includes(i) ? 'num' : null }, c)))),
           h('tbody', {}, r.nodes.map((n) => h('tr', { dataset: { node: n.id } },
-            h('td', { class: 'id' }, n.id), h('td', {}, pill(n.health)), h('td', { class: 'db-state' }, dbState(n)), h('td', {}, n.host), h('td', { class: 'num' }, n.pid),
+            h('td', { class: 'id' }, n.id), h('td', { class: 'version' + (n.version ? '' : ' faint') }, n.version || 'unknown'),
+            h('td', {}, pill(n.health)), h('td', { class: 'db-state' }, dbState(n)), h('td', {}, n.host), h('td', { class: 'num' }, n.pid),
             h('td', { class: 'num' }, h('a', { href: listHref({ status: 'running' }) }, n.running)), h('td', { class: 'num' }, n.max_workers),
             h('td', { class: 'num' + (n.expired_leases ? '' : ' zero') }, n.expired_leases),
             h('td', {}, (n.behaviors || []).join(', ')), h('td', {}, timeEl(n.started_at)),
