@@ -20,6 +20,9 @@ type Node struct {
 	// "devel (1a2b3c4d5e6f)"). Empty for a node of a version that did not
 	// record it.
 	Version string `json:"version,omitempty"`
+	// HeartbeatAge is how long before the listing, by the database's
+	// clock, the node last renewed its heartbeat.
+	HeartbeatAge time.Duration `json:"-"`
 	// Incidents are the database incidents going on at the node, as it
 	// reported them with its last heartbeat: only those that let it write
 	// its heartbeat (a failing listener) show while they last; the others

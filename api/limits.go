@@ -29,7 +29,8 @@ type Limits interface {
 	// a behavior, or of the behavior as a whole), or changes it; the
 	// change applies to the next start (tasks running over a lowered cap
 	// run on). Bad values are an error wrapping ErrInvalid, and nothing is
-	// stored.
+	// stored; so is a behavior unknown to the caller and to every live
+	// node (ErrUnknownBehavior) unless l.Force is set.
 	SetConcurrencyLimit(ctx context.Context, l ConcurrencyLimit) error
 	// RemoveConcurrencyLimit deletes the cap set for behavior and key (key
 	// empty: the behavior's cluster-wide cap); ErrNotFound if there is
@@ -99,6 +100,11 @@ type ConcurrencyLimit struct {
 	// spi.Policy.FairShare: a key of weight 3 is served three tasks for
 	// each task of a key of weight 1. Zero means 1; only on a key.
 	Weight int `json:"weight,omitempty"`
+	// Force stores the cap for a behavior that neither the caller's
+	// registry holds nor any live node runs: one whose nodes are not
+	// deployed yet. Without it (the default) such a behavior is refused
+	// with ErrUnknownBehavior, as a typo would be. Set only on input.
+	Force bool `json:"force,omitempty"`
 }
 
 // ConcurrencyInfo is a concurrency cap with its use.

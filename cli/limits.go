@@ -187,14 +187,18 @@ func (c *cli) newLimitsSetRateCmd() *cobra.Command {
 func (c *cli) newLimitsSetConcurrencyCmd() *cobra.Command {
 	var key string
 	var maxRunning, weight int
+	var force bool
 	cmd := &cobra.Command{
-		Use:   "concurrency BEHAVIOR [--key KEY] --max N [--weight W]",
+		Use:   "concurrency BEHAVIOR [--key KEY] --max N [--weight W] [--force]",
 		Short: "Cap the running tasks of a behavior, or of one of its group keys, across all nodes",
 		Long: `Cap the running tasks of a behavior across all nodes: of one group key with
 --key (overriding its policy's GroupConcurrency for that key), else of the
 behavior as a whole (overriding its ClusterConcurrency). Tasks running over a
 lowered cap run on. On a key, --weight sets its share of the claims of a
-behavior with fair share, and --max 0 keeps the policy's cap.`,
+behavior with fair share, and --max 0 keeps the policy's cap. A behavior this
+program does not register and no live node runs is refused, as a typo would
+be: --force sets the cap anyway, for a behavior whose nodes are not deployed
+yet.`,
 		Example: `  stint limits set concurrency report.build --max 4
   stint limits set concurrency ingest.job --key acme --max 2 --weight 3`,
 		Args: exactArgs(1, "BEHAVIOR"),
@@ -203,6 +207,7 @@ behavior with fair share, and --max 0 keeps the policy's cap.`,
 	cmd.Flags().StringVar(&key, "key", "", "the group key the cap is for (default: the behavior as a whole)")
 	cmd.Flags().IntVar(&maxRunning, "max", 0, "the most tasks that may run at once: at least 1, or 0 on a key to set only --weight (required)")
 	cmd.Flags().IntVar(&weight, "weight", 0, "the key's share of claims under fair share (default 1; only with --key)")
+	cmd.Flags().BoolVar(&force, "force", false, "set the cap of a behavior that no live node runs yet")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if !cmd.Flags().Changed("max") {
 			return usageErrorf("--max is required")
@@ -212,8 +217,11 @@ behavior with fair share, and --max 0 keeps the policy's cap.`,
 			return err
 		}
 		defer closeClient()
-		l := api.ConcurrencyLimit{Behavior: api.BehaviorID(args[0]), Key: key, Max: maxRunning, Weight: weight}
+		l := api.ConcurrencyLimit{Behavior: api.BehaviorID(args[0]), Key: key, Max: maxRunning, Weight: weight, Force: force}
 		if err := client.SetConcurrencyLimit(cmd.Context(), l); err != nil {
+			if errors.Is(err, api.ErrUnknownBehavior) {
+				return usageErrorf("%w; pass --force to set it for a behavior whose nodes are not deployed yet", err)
+			}
 			if errors.Is(err, api.ErrInvalid) {
 				return usageErrorf("%w", err)
 			}

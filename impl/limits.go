@@ -49,10 +49,17 @@ func (c *Client) RateLimits(ctx context.Context) ([]api.RateLimitInfo, error) {
 	return c.st.RateLimits(ctx)
 }
 
-// SetConcurrencyLimit stores a cap; see api.Limits.
+// SetConcurrencyLimit stores a cap; see api.Limits. A behavior neither
+// registered with the client nor run by a live node is refused unless
+// l.Force is set.
 func (c *Client) SetConcurrencyLimit(ctx context.Context, l api.ConcurrencyLimit) error {
 	if err := checkConcurrencyLimit(l); err != nil {
-		return fmt.Errorf("set concurrency limit of %s %q: %w", l.Behavior, l.Key, err)
+		return fmt.Errorf("set concurrency limit of %s: %w", capName(l.Behavior, l.Key), err)
+	}
+	if !l.Force {
+		if err := c.checkKnownBehavior(ctx, l.Behavior); err != nil {
+			return fmt.Errorf("set concurrency limit of %s: %w", capName(l.Behavior, l.Key), err)
+		}
 	}
 	if err := c.st.SetConcurrencyLimit(ctx, l); err != nil {
 		return err
@@ -85,6 +92,15 @@ func (c *Client) RemoveConcurrencyLimit(ctx context.Context, behavior api.Behavi
 // ConcurrencyLimits lists the caps set at runtime; see api.Limits.
 func (c *Client) ConcurrencyLimits(ctx context.Context) ([]api.ConcurrencyInfo, error) {
 	return c.st.ConcurrencyLimits(ctx)
+}
+
+// capName names the cap of behavior and key in messages: the behavior
+// alone for its cap as a whole, else `b key "k"`.
+func capName(behavior api.BehaviorID, key string) string {
+	if key == "" {
+		return string(behavior)
+	}
+	return fmt.Sprintf("%s key %q", behavior, key)
 }
 
 // checkConcurrencyLimit checks a cap: a well-formed behavior id; on a key

@@ -349,7 +349,8 @@ type Store interface {
 	HeartbeatNode(ctx context.Context, id string, health NodeHealth) error
 	// DeregisterNode removes a node.
 	DeregisterNode(ctx context.Context, id string) error
-	// Nodes lists the registered nodes.
+	// Nodes lists the registered nodes, with the age of their heartbeat
+	// by the database's clock.
 	Nodes(ctx context.Context) ([]Node, error)
 	// Stats returns a consistent snapshot of task counts for operators.
 	Stats(ctx context.Context) (Stats, error)

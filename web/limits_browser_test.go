@@ -53,8 +53,26 @@ func TestLimitsInBrowser(t *testing.T) {
 	require.Equal(t, "2 / 1h", text(`#rate-limits tr[data-limit="`+testRateLimit+`"][data-key=""] [data-field="rate"]`))
 	require.Equal(t, []api.RateLimit{{Name: testRateLimit, Limit: 2, Period: time.Hour}}, []api.RateLimit{e.limits().Rate[0].RateLimit})
 
+	// The cap form proposes no behavior; one that no live node runs is
+	// refused, naming it, unless "not deployed yet" is ticked.
+	behaviorValue, err := chromedp.Run(p.tab, chromedp.Evaluate[string](`document.getElementById('cl-behavior').value`))
+	require.NoError(t, err)
+	require.Empty(t, behaviorValue, "no behavior is picked for the user")
+	run("cap an unknown behavior",
+		setValue("cl-behavior", "nope.kind"), setValue("cl-max", "3"),
+		chromedp.Click(chromedp.ID("cl-set")),
+		poll(`[...document.querySelectorAll('.toast.bad')].some((el) => el.textContent.includes('"nope.kind" is not registered here and no live node runs it'))`))
+	require.Empty(t, e.limits().Concurrency)
+	run("force it",
+		chromedp.Click(chromedp.ID("cl-force")),
+		chromedp.Click(chromedp.ID("cl-set")),
+		chromedp.WaitVisible(css(`#concurrency-limits tr[data-cap="nope.kind"][data-key=""]`)))
+	require.Equal(t, "3", text(`#concurrency-limits tr[data-cap="nope.kind"][data-key=""] [data-field="max"]`))
+	require.Equal(t, http.StatusNoContent, e.do(http.MethodDelete, "/api/v1/limits/concurrency/nope.kind", adminToken, nil).status)
+	run("untick force", chromedp.Click(chromedp.ID("cl-force")))
+
 	run("set a concurrency cap",
-		chromedp.SetValue(chromedp.ID("cl-behavior"), "test.limited"), setValue("cl-key", "acme"), setValue("cl-max", "5"), setValue("cl-weight", "2"),
+		setValue("cl-behavior", "test.limited"), setValue("cl-key", "acme"), setValue("cl-max", "5"), setValue("cl-weight", "2"),
 		chromedp.Click(chromedp.ID("cl-set")),
 		chromedp.WaitVisible(css(`#concurrency-limits tr[data-cap="test.limited"][data-key="acme"]`)))
 	require.Equal(t, "5", text(`#concurrency-limits tr[data-cap="test.limited"][data-key="acme"] [data-field="max"]`))

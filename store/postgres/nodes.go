@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -64,7 +65,7 @@ func (s *Store) DeregisterNode(ctx context.Context, id string) error {
 // Nodes lists registered nodes, oldest first.
 func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, host, pid, behaviors, max_workers, started_at, heartbeat_at, incidents, last_incident,
-		    coalesce(version, '') FROM stint_node ORDER BY started_at, id`)
+		    coalesce(version, ''), (extract(epoch FROM now() - heartbeat_at) * 1000000)::bigint FROM stint_node ORDER BY started_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -72,7 +73,9 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 	var n store.Node
 	var behaviors []string
 	var incidents, last []byte
-	_, err = pgx.ForEachRow(rows, []any{&n.ID, &n.Host, &n.PID, &behaviors, &n.MaxWorkers, &n.StartedAt, &n.HeartbeatAt, &incidents, &last, &n.Version}, func() error {
+	var ageUS int64
+	_, err = pgx.ForEachRow(rows, []any{&n.ID, &n.Host, &n.PID, &behaviors, &n.MaxWorkers, &n.StartedAt, &n.HeartbeatAt, &incidents, &last, &n.Version, &ageUS}, func() error {
+		n.HeartbeatAge = time.Duration(ageUS) * time.Microsecond
 		n.Incidents, n.LastIncident = nil, nil
 		if incidents != nil {
 			if err := json.Unmarshal(incidents, &n.Incidents); err != nil {

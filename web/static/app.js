@@ -970,8 +970,14 @@
       }, nameF, limitF, periodF, h('button', { class: 'btn primary', type: 'submit', id: 'rl-set' }, 'Set rate limit'));
     }
 
+    // capForm sets a cap. Its behavior has no default: one is typed or
+    // picked from the registered ones. A behavior no live node runs needs
+    // "not deployed yet" ticked, else the server refuses it.
     function capForm() {
-      const behavior = h('select', { id: 'cl-behavior' }, state.behaviors.map((b) => h('option', { value: b }, b)));
+      const [behaviorF, behavior] = field('cl-behavior', 'Behavior', { list: 'cl-behaviors', placeholder: 'behavior', required: true });
+      const force = h('input', { id: 'cl-force', type: 'checkbox' });
+      const forceF = h('div', { class: 'field check', title: 'set the cap of a behavior whose nodes are not deployed yet' },
+        h('label', { for: 'cl-force' }, force, ' Not deployed yet'));
       const [keyF, key] = field('cl-key', 'Group key', { placeholder: 'all keys' });
       const [maxF, max] = field('cl-max', 'Max running', { type: 'number', min: '0', step: '1', placeholder: '4', required: true });
       const [weightF, weight] = field('cl-weight', 'Weight', { type: 'number', min: '0', step: '1', placeholder: '1' });
@@ -981,14 +987,16 @@
           const body = { max: Number(max.value) };
           if (key.value.trim()) body.key = key.value.trim();
           if (weight.value.trim()) body.weight = Number(weight.value);
+          if (force.checked) body.force = true;
+          const b = behavior.value.trim();
           try {
-            await api('PUT', '/limits/concurrency/' + encodeURIComponent(behavior.value), body);
-            toast('Concurrency cap of ' + behavior.value + ' set');
+            await api('PUT', '/limits/concurrency/' + encodeURIComponent(b), body);
+            toast('Concurrency cap of ' + b + ' set');
             load();
           } catch (e) { toast('Set concurrency cap failed: ' + e.message, true); }
         },
-      }, h('div', { class: 'field' }, h('label', { for: 'cl-behavior' }, 'Behavior'), behavior), keyF, maxF, weightF,
-      h('button', { class: 'btn primary', type: 'submit', id: 'cl-set' }, 'Set cap'));
+      }, behaviorF, h('datalist', { id: 'cl-behaviors' }, state.behaviors.map((b) => h('option', { value: b }))),
+      keyF, maxF, weightF, forceF, h('button', { class: 'btn primary', type: 'submit', id: 'cl-set' }, 'Set cap'));
     }
 
     function removeButton(what, path) {
