@@ -78,7 +78,7 @@ func TestLimitsSetLsRm(t *testing.T) {
 		{[]string{"set", "rate", "x", "--limit", "1", "--period", "soon"}, `invalid argument "soon" for "--period"`},
 		{[]string{"set", "rate", "x", "--limit", "many", "--period", "1m"}, `invalid argument "many" for "--limit"`},
 		{[]string{"set", "rate", strings.Repeat("n", 129), "--limit", "1", "--period", "1m"}, "name"},
-		{[]string{"set", "rate", "--limit", "1", "--period", "1m"}, "wants 1 argument(s), NAME"},
+		{[]string{"set", "rate", "--limit", "1", "--period", "1m"}, "stint limits set rate: missing NAME"},
 		{[]string{"set", "concurrency", "demo.echo"}, "--max is required"},
 		{[]string{"set", "concurrency", "demo.echo", "--max", "0"}, "max"},
 		{[]string{"set", "concurrency", "demo.echo", "--max", "-1"}, "max"},
@@ -86,7 +86,7 @@ func TestLimitsSetLsRm(t *testing.T) {
 		{[]string{"set", "concurrency", "demo.echo", "--key", "acme", "--max", "1", "--weight", "-1"}, "weight"},
 		{[]string{"set", "concurrency", "demo.echo", "--key", strings.Repeat("k", 257), "--max", "1"}, "key"},
 		{[]string{"set", "concurrency", "Not A Behavior", "--max", "1"}, "behavior"},
-		{[]string{"rm", "rate"}, "wants 1 argument(s), NAME"},
+		{[]string{"rm", "rate"}, "stint limits rm rate: missing NAME"},
 	} {
 		r := runCLI(ctx, append(append([]string{"limits"}, bad.args...), "--db", dsn)...)
 		require.Equal(t, exitUsage, r.code, "%v: %s", bad.args, r.stderr)

@@ -105,7 +105,7 @@ func TestSubmitBadInputStoresNothing(t *testing.T) {
 		{"priority out of range", []string{"demo.echo", "--params", `{"text":"x"}`, "--priority", "40000"}, "--priority 40000 is outside 0..32767"},
 		{"malformed priority", []string{"demo.echo", "--params", `{"text":"x"}`, "--priority", "high"}, `invalid argument "high" for "--priority"`},
 		{"timeout without wait", []string{"demo.echo", "--params", `{"text":"x"}`, "--timeout", "1s"}, "--timeout needs --wait"},
-		{"two behaviors", []string{"demo.echo", "demo.echo"}, "stint submit wants 1 argument(s), BEHAVIOR, got 2"},
+		{"two behaviors", []string{"demo.echo", "demo.echo"}, `stint submit takes one argument, BEHAVIOR, not 2: "demo.echo" "demo.echo"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCLI(ctx, append(append([]string{"submit"}, tc.args...), "--db", dsn)...)
