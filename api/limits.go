@@ -118,9 +118,12 @@ type ConcurrencyInfo struct {
 
 // Wait is what a due task waits on before it can start.
 type Wait struct {
-	// Reason is WaitRateLimit or WaitConcurrency.
+	// Reason is WaitRateLimit, WaitConcurrency, WaitPaused, WaitNoNode or
+	// WaitNodesFull.
 	Reason string `json:"reason"`
-	// Limit names the rate limit, or the behavior whose cap is full.
+	// Limit names the rate limit, or for the other reasons the task's
+	// behavior (whose cap is full, which is paused, which no live node
+	// runs, or whose nodes are full).
 	Limit string `json:"limit"`
 	// Key is the limit's key or the group key; empty for a cap of the
 	// behavior as a whole.
@@ -128,10 +131,23 @@ type Wait struct {
 	// Until is when the rate limit next admits the task; nil for a cap,
 	// which frees when a running task ends.
 	Until *time.Time `json:"until,omitempty"`
+	// Detail says more, for a person: for WaitNoNode, which live node runs
+	// which behaviors ("node-a runs demo.echo, cleanup", or "no node is
+	// live"); for WaitNodesFull, how busy each node that runs the behavior
+	// is. Empty for the other reasons.
+	Detail string `json:"detail,omitempty"`
 }
 
 // The reasons of a Wait.
 const (
 	WaitRateLimit   = "rate_limit"
 	WaitConcurrency = "concurrency"
+	// WaitPaused: the task's behavior is paused (on every node).
+	WaitPaused = "paused"
+	// WaitNoNode: no live node runs the task's behavior, so nothing will
+	// claim it until one starts.
+	WaitNoNode = "no_node"
+	// WaitNodesFull: every live node that runs the task's behavior runs
+	// as many tasks as its workers allow.
+	WaitNodesFull = "nodes_full"
 )

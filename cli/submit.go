@@ -301,6 +301,9 @@ func (c *cli) progressLine(t api.Task) string {
 	if t.Status != api.StatusRunning && t.ScheduleNotBefore != nil && t.ScheduleNotBefore.After(time.Now()) {
 		fmt.Fprintf(&b, ", due %s", formatTime(t.ScheduleNotBefore))
 	}
+	if t.Waiting != nil {
+		b.WriteString(", " + waitText(t.Waiting))
+	}
 	return b.String()
 }
 

@@ -68,3 +68,56 @@ func (c *Client) checkKnownBehavior(ctx context.Context, b api.BehaviorID) error
 	return &api.InvalidError{Field: "behavior", Err: api.ErrUnknownBehavior,
 		Reason: fmt.Sprintf("%q is not registered here and no live node runs it (%s)", b, whoRunsWhat(nodes))}
 }
+
+// nodeWait fills t.Waiting for a due task that no claim will take as
+// things stand, checked in this order: its behavior is paused
+// (api.WaitPaused), no live node runs it (api.WaitNoNode, saying which
+// nodes run what), or every live node that runs it is running as many
+// tasks as its workers allow (api.WaitNodesFull). A task already waiting
+// on a limit, not due, running, held or finished is left as it is, as is
+// t when the database cannot say.
+func (c *Client) nodeWait(ctx context.Context, t *api.Task) {
+	if t.Waiting != nil || t.Status == api.StatusRunning || t.Status == api.StatusHeld || t.Finished() ||
+		t.ScheduleNotBefore == nil || t.ScheduleNotBefore.After(time.Now()) {
+		return
+	}
+	settings, err := c.BehaviorSettings(ctx, t.Behavior)
+	if err != nil {
+		return
+	}
+	if settings.Paused {
+		t.Waiting = &api.Wait{Reason: api.WaitPaused, Limit: string(t.Behavior)}
+		return
+	}
+	nodes, err := c.liveNodes(ctx)
+	if err != nil {
+		return
+	}
+	runners := slices.DeleteFunc(slices.Clone(nodes), func(n api.Node) bool { return !runsBehavior(n, t.Behavior) })
+	if len(runners) == 0 {
+		t.Waiting = &api.Wait{Reason: api.WaitNoNode, Limit: string(t.Behavior), Detail: whoRunsWhat(nodes)}
+		return
+	}
+	ids := make([]string, len(runners))
+	for i, n := range runners {
+		ids[i] = n.ID
+	}
+	running, err := c.st.RunningOn(ctx, ids)
+	if err != nil {
+		return
+	}
+	busy := make([]string, len(runners))
+	for i, n := range runners {
+		var r int64
+		for _, nr := range running {
+			if nr.Node == n.ID {
+				r = nr.Running
+			}
+		}
+		if r < int64(n.MaxWorkers) {
+			return
+		}
+		busy[i] = fmt.Sprintf("%s runs %d of %d", n.ID, r, n.MaxWorkers)
+	}
+	t.Waiting = &api.Wait{Reason: api.WaitNodesFull, Limit: string(t.Behavior), Detail: strings.Join(busy, "; ")}
+}

@@ -100,3 +100,40 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 	}
 	return out, nil
 }
+
+// RunningOn counts the running tasks whose lease each of nodes holds.
+func (s *Store) RunningOn(ctx context.Context, nodes []string) ([]store.NodeRunning, error) {
+	if nodes == nil {
+		nodes = []string{}
+	}
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, fmt.Errorf("count running tasks of nodes: %w", err)
+	}
+	return runningByNode(ctx, s.pool, now, nodes)
+}
+
+// runningByNode counts the running tasks per node that holds their lease,
+// and of them those whose lease expired by now; nodes, unless nil, names
+// the nodes to count.
+func runningByNode(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, now time.Time, nodes []string) ([]store.NodeRunning, error) {
+	rows, err := db.Query(ctx, `
+		SELECT l.node, count(*), count(*) FILTER (WHERE l.expires_at <= $1) FROM stint_lease l
+		JOIN stint_task t ON t.id = ANY(l.task_ids) AND t.lease = l.lease AND t.status = 'running'
+		WHERE $2::text[] IS NULL OR l.node = ANY($2::text[])
+		GROUP BY 1 ORDER BY 1`, now, nodes)
+	if err != nil {
+		return nil, fmt.Errorf("count running tasks: %w", err)
+	}
+	var out []store.NodeRunning
+	var n store.NodeRunning
+	if _, err := pgx.ForEachRow(rows, []any{&n.Node, &n.Running, &n.Expired}, func() error {
+		out = append(out, n)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count running tasks: %w", err)
+	}
+	return out, nil
+}

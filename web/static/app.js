@@ -779,7 +779,7 @@
         h('section', { class: 'card panel' }, h('dl', { class: 'fields' },
           field('Behavior', h('a', { href: listHref({ behavior: t.behavior }) }, t.behavior), 'behavior'),
           field('State', retrying(t) ? h('span', { class: 'retry-note', id: 'task-retrying' }, retryText(t))
-            : t.waiting ? h('span', {}, t.status + ', ', h('a', { class: 'wait-note', id: 'task-waiting', href: limitsHref }, waitText(t.waiting)))
+            : t.waiting ? h('span', {}, t.status + ', ', h('a', { class: 'wait-note', id: 'task-waiting', href: waitHref(t.waiting) }, waitText(t.waiting)))
               : t.status, 'status'),
           field('Priority', t.priority, 'priority'),
           field('Attempt', t.attempt, 'attempt'),
@@ -928,11 +928,24 @@
   }
 
   // waitText says what a waiting task waits on: "waiting on rate limit L
-  // (key K) until T" or "waiting on the concurrency cap of B (key K)".
+  // (key K) until T", "waiting on the concurrency cap of B (key K)", or
+  // that its behavior is paused, that no live node runs it (and which
+  // nodes run what), or that every node that runs it is full.
   function waitText(w) {
     const key = w.key ? ' (key ' + w.key + ')' : '';
-    if (w.reason === 'rate_limit') return 'waiting on rate limit ' + w.limit + key + (w.until ? ' until ' + stamp(w.until) : '');
+    switch (w.reason) {
+      case 'rate_limit': return 'waiting on rate limit ' + w.limit + key + (w.until ? ' until ' + stamp(w.until) : '');
+      case 'paused': return 'waiting: ' + w.limit + ' is paused';
+      case 'no_node': return 'waiting: no live node runs ' + w.limit + ' (' + w.detail + ')';
+      case 'nodes_full': return 'waiting: every node that runs ' + w.limit + ' is full (' + w.detail + ')';
+    }
     return 'waiting on the concurrency cap of ' + w.limit + key;
+  }
+
+  // waitHref is where a wait's cause is shown: the Nodes page for a wait
+  // on nodes, else the Limits page.
+  function waitHref(w) {
+    return w.reason === 'no_node' || w.reason === 'nodes_full' ? '#/nodes' : limitsHref;
   }
 
   const limitsHref = '#/limits';
