@@ -302,7 +302,14 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
 	observeServer(cfg.MeterProvider, cfg.Node, ids, s.Running, st.MetricStats)
-	observeLimits(cfg.MeterProvider, s.Client)
+	var declared []string
+	for _, reg := range s.behaviors {
+		for _, l := range reg.Policy.RateLimits {
+			declared = append(declared, l.Name)
+		}
+	}
+	observeLimits(cfg.MeterProvider, s.Client, declared)
+	s.tel.zeroFrom(context.Background(), ids)
 	return s, nil
 }
 
