@@ -92,18 +92,8 @@ func TestServerServesPrometheusMetrics(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	dsn := pgtest.New(t)
 
-	srvCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var stdout, stderr syncbuf.Buffer
-	done := make(chan int, 1)
-	go func() {
-		args := []string{"server", "--db", dsn, "--node", "metrics-node", "--behaviors", "demo.echo", "--http", "127.0.0.1:0",
-			"--token", "read:" + metricsReadToken, "--token", "admin:" + metricsAdminToken}
-		done <- Run(srvCtx, args, nil, strings.NewReader(""), &stdout, &stderr)
-	}()
-	dashboard := regexp.MustCompile(`dashboard: (http://\S+)/`)
-	waitFor(t, time.Minute, "the HTTP server", func() bool { return dashboard.MatchString(stdout.String()) })
-	base := dashboard.FindStringSubmatch(stdout.String())[1]
+	base, stop := serveHTTP(t, ctx, nil, "--db", dsn, "--node", "metrics-node", "--behaviors", "demo.echo",
+		"--token", "read:"+metricsReadToken, "--token", "admin:"+metricsAdminToken)
 
 	const runs = 3
 	for range runs {
@@ -188,7 +178,27 @@ func TestServerServesPrometheusMetrics(t *testing.T) {
 		require.Contains(t, families, name, "the Grafana dashboard queries %s", name)
 	}
 	stop()
-	require.Equal(t, exitOK, <-done, stderr.String())
+}
+
+// serveHTTP runs `stint server --http 127.0.0.1:0` with args and the
+// behaviors of reg until stop, which waits for its end and fails the test
+// unless it exits with 0, and returns the base URL it serves.
+func serveHTTP(t *testing.T, ctx context.Context, reg *spi.Registry, args ...string) (base string, stop func()) {
+	t.Helper()
+	srvCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	var stdout, stderr syncbuf.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(srvCtx, append([]string{"server", "--http", "127.0.0.1:0"}, args...), reg, strings.NewReader(""), &stdout, &stderr)
+	}()
+	dashboard := regexp.MustCompile(`dashboard: (http://\S+)/`)
+	waitFor(t, time.Minute, "the HTTP server", func() bool { return dashboard.MatchString(stdout.String()) })
+	return dashboard.FindStringSubmatch(stdout.String())[1], func() {
+		t.Helper()
+		cancel()
+		require.Equal(t, exitOK, <-done, stderr.String())
+	}
 }
 
 // grafanaMetrics returns the metric names that the queries of the Grafana
@@ -273,18 +283,8 @@ func TestMetricsExistFromTheStart(t *testing.T) {
 	reg := spi.NewRegistry()
 	require.NoError(t, spi.Register(reg, spi.Behavior[limitedParams, struct{}](declared{})))
 
-	srvCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var stdout, stderr syncbuf.Buffer
-	done := make(chan int, 1)
-	go func() {
-		args := []string{"server", "--db", dsn, "--node", "fresh-node", "--behaviors", "demo.echo,test.declared", "--http", "127.0.0.1:0",
-			"--token", "read:" + metricsReadToken}
-		done <- Run(srvCtx, args, reg, strings.NewReader(""), &stdout, &stderr)
-	}()
-	dashboard := regexp.MustCompile(`dashboard: (http://\S+)/`)
-	waitFor(t, time.Minute, "the HTTP server", func() bool { return dashboard.MatchString(stdout.String()) })
-	base := dashboard.FindStringSubmatch(stdout.String())[1]
+	base, stop := serveHTTP(t, ctx, reg, "--db", dsn, "--node", "fresh-node", "--behaviors", "demo.echo,test.declared",
+		"--token", "read:"+metricsReadToken)
 	families, status := scrape(t, ctx, base, metricsReadToken)
 	require.Equal(t, http.StatusOK, status)
 
@@ -329,5 +329,4 @@ func TestMetricsExistFromTheStart(t *testing.T) {
 	submits, _ := value(families, "stint_client_submits_total", echo)
 	require.Zero(t, submits)
 	stop()
-	require.Equal(t, exitOK, <-done, stderr.String())
 }
