@@ -447,3 +447,43 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	require.Empty(t, jsErrors(), "the page raised errors")
 }
+
+// A link with a token in its fragment signs in and opens the route it
+// names, the token dropped from the address bar: a task's page, or a
+// filtered list; the bare "#token=" of `stint dev` opens the overview.
+func TestTokenLinkKeepsItsRoute(t *testing.T) {
+	t.Parallel()
+	chromiumPath(t) // installs Chromium, or skips, before the test's deadlines start
+	e := newEnv(t)
+	p := openPage(t, e)
+	id := e.submit(web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"linked"}`), ID: "browser-linked"})
+	_, err := e.srv.Await(e.ctx, id)
+	require.NoError(t, err)
+	hash := func() string {
+		t.Helper()
+		h, err := chromedp.Run(p.tab, chromedp.Evaluate[string](`location.hash`))
+		require.NoError(t, err)
+		return h
+	}
+	// fresh forgets the token, as a new tab would not have it.
+	fresh := void(chromedp.Evaluate[bool](`(() => { sessionStorage.clear(); return true })()`))
+
+	p.run("open a task's link", chromedp.Navigate(e.ts.URL+"/#/tasks/"+string(id)+"?token="+adminToken),
+		chromedp.WaitVisible(chromedp.ID("task-id")))
+	require.Equal(t, string(id), p.text("#task-id"))
+	require.Equal(t, "#/tasks/"+string(id), hash(), "the token is dropped, the route kept")
+
+	p.run("open a list's link", fresh, chromedp.Navigate("about:blank"),
+		chromedp.Navigate(e.ts.URL+"/#/tasks?behavior=demo.echo&token="+adminToken),
+		chromedp.WaitVisible(css(`tr[data-task-id="`+string(id)+`"]`)))
+	require.Equal(t, "#/tasks?behavior=demo.echo", hash())
+
+	p.run("open the dev link", fresh, chromedp.Navigate("about:blank"),
+		chromedp.Navigate(e.ts.URL+"/#token="+adminToken),
+		chromedp.WaitVisible(css(`#live[data-state="on"]`)))
+	require.Equal(t, "#/", hash())
+	view, err := chromedp.Run(p.tab, chromedp.Evaluate[string](`document.body.dataset.view`))
+	require.NoError(t, err)
+	require.Equal(t, "overview", view)
+	require.Empty(t, p.jsErrors(), "the page raised errors")
+}

@@ -1338,15 +1338,31 @@
     route();
   }
 
-  async function boot() {
-    // `stint dev` prints a link with the token in the fragment, which the
-    // browser never sends: take it and drop it from the address bar.
-    const m = location.hash.match(/^#token=([^&]+)/);
+  // takeToken takes a token from the fragment, which the browser never
+  // sends, and drops it from the address bar, keeping the route the link
+  // names: "#token=T" (as `stint dev` prints it) opens the overview,
+  // "#/tasks/ID?token=T" the task.
+  function takeToken() {
+    const hash = location.hash.replace(/^#/, '');
+    const m = hash.match(/^token=([^&]+)$/);
     if (m) {
       state.token = decodeURIComponent(m[1]);
       sessionStorage.setItem(TOKEN_KEY, state.token);
       history.replaceState(null, '', location.pathname + '#/');
+      return;
     }
+    const [path, qs] = hash.split('?');
+    const params = new URLSearchParams(qs || '');
+    if (!params.get('token')) return;
+    state.token = params.get('token');
+    sessionStorage.setItem(TOKEN_KEY, state.token);
+    params.delete('token');
+    const rest = params.toString();
+    history.replaceState(null, '', location.pathname + '#' + (path || '/') + (rest ? '?' + rest : ''));
+  }
+
+  async function boot() {
+    takeToken();
     try {
       await whoami();
     } catch (e) {
