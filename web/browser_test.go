@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -486,4 +487,35 @@ func TestTokenLinkKeepsItsRoute(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "overview", view)
 	require.Empty(t, p.jsErrors(), "the page raised errors")
+}
+
+// The overview's queue-lag card and its table's lag of the behavior that
+// waits longest are one number, and both count on while nothing happens.
+func TestQueueLagIsOneNumber(t *testing.T) {
+	t.Parallel()
+	chromiumPath(t) // installs Chromium, or skips, before the test's deadlines start
+	e := newEnv(t)
+	p := openPage(t, e)
+	// test.idle runs on no node: its task waits, and its lag grows. Signed
+	// in as admin, a row ends with the lag and the actions.
+	e.submit(web.SubmitBody{Behavior: idleKind.ID, Params: json.RawMessage(`{"note":"waits"}`)})
+	p.run("open the dashboard", chromedp.Navigate(e.ts.URL+"/"))
+	p.run("sign in", signIn(adminToken)...)
+	p.run("see the lag grow past 5s", void(chromedp.Poll[bool](`(() => { const el = document.getElementById('m-lag');
+		return !!el && /^(\d\d+s|[5-9]\.\ds|\d+m .*)$/.test(el.innerText) })()`, chromedp.WithPollingTimeout(time.Minute))))
+	texts, err := chromedp.Run(p.tab, chromedp.Evaluate[[]string](`[document.getElementById('m-lag').innerText,
+		document.querySelector('#queues tr[data-behavior="test.idle"] td:nth-last-child(2)').innerText]`))
+	require.NoError(t, err)
+	card, table := parseLag(t, texts[0]), parseLag(t, texts[1])
+	require.InDelta(t, card.Seconds(), table.Seconds(), 1, "the card says %s, the table %s", texts[0], texts[1])
+	require.Empty(t, p.jsErrors(), "the page raised errors")
+}
+
+// parseLag reads a duration as the dashboard writes one: "3.4s", "12s",
+// "1m 5s".
+func parseLag(t *testing.T, s string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(strings.ReplaceAll(s, " ", ""))
+	require.NoError(t, err, "lag %q", s)
+	return d
 }

@@ -444,12 +444,17 @@
     if (state.view && state.view.refresh) state.view.refresh();
   }
 
-  // queueLag is the queue lag now: as last read, plus the time since when
-  // a task was waiting.
+  // lagNow is a queue lag read as ms with the last statistics, counted on
+  // to now: a due task keeps waiting while nothing happens. The card's
+  // lag (the largest) and each behavior's in the table use it, so that
+  // they show one number.
+  function lagNow(ms) {
+    return ms ? ms + (Date.now() - state.statsAt) : 0;
+  }
+
+  // queueLag is the queue lag now, of all behaviors.
   function queueLag() {
-    const s = state.stats;
-    if (!s || !s.queue_lag_ms) return 0;
-    return s.queue_lag_ms + (Date.now() - state.statsAt);
+    return state.stats ? lagNow(state.stats.queue_lag_ms) : 0;
   }
 
   // ---- views ----
@@ -496,7 +501,8 @@
         STATUSES.map((st) => h('td', { class: 'num' + (q.counts[st] ? '' : ' zero'), dataset: { count: st } },
           h('a', { href: listHref({ behavior: q.behavior, status: st }) }, q.counts[st].toLocaleString()))),
         h('td', { class: 'num' + (q.due_now ? '' : ' zero') }, q.due_now.toLocaleString()),
-        h('td', { class: 'num' + (q.due_now ? '' : ' zero') }, q.due_now ? fmtDuration(q.oldest_due_age_ms) : '—'),
+        h('td', { class: 'num' + (q.due_now ? '' : ' zero'), dataset: { lag: q.due_now ? q.oldest_due_age_ms : '' } },
+          q.due_now ? fmtDuration(lagNow(q.oldest_due_age_ms)) : '—'),
         can('admin') ? h('td', { class: 'actions' }, q.paused
           ? actionButton('Resume', 'resume', async () => { await api('POST', '/behaviors/' + encodeURIComponent(q.behavior) + '/resume'); refreshStats(); })
           : actionButton('Pause', 'pause', async () => { await api('POST', '/behaviors/' + encodeURIComponent(q.behavior) + '/pause'); refreshStats(); })) : null));
@@ -578,6 +584,9 @@
     const lagTimer = setInterval(() => {
       const el = document.getElementById('m-lag');
       if (el && state.stats && state.stats.queue_lag_ms > 0) el.textContent = fmtDuration(queueLag());
+      for (const td of document.querySelectorAll('#queues td[data-lag]')) {
+        if (td.dataset.lag) td.textContent = fmtDuration(lagNow(Number(td.dataset.lag)));
+      }
     }, 1000);
     renderStats();
     renderFeed();
