@@ -101,8 +101,10 @@ type Task struct {
 	UpdatedAt  time.Time  `json:"updated_at"`
 	ExecutedAt *time.Time `json:"executed_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
-	// Waiting says what a due task waits on when a rate limit or a
-	// concurrency cap holds it back; nil otherwise.
+	// Waiting says what a due task waits on: a rate limit or a concurrency
+	// cap that holds it back (in every read), or, in Get, its behavior
+	// paused, no live node that runs its behavior, or every such node
+	// full; nil otherwise.
 	Waiting *Wait `json:"waiting,omitempty"`
 	// Retention is the task's own retention (SubmitRequest.Retention);
 	// zero when its behavior's applies. In JSON, in nanoseconds.

@@ -15,6 +15,14 @@ type Node struct {
 	MaxWorkers  int          `json:"max_workers"`
 	StartedAt   time.Time    `json:"started_at"`
 	HeartbeatAt time.Time    `json:"heartbeat_at"`
+	// Version is the stint version the node runs, as it registered: the
+	// module version, with the commit when the build names one ("v0.6.0",
+	// "devel (1a2b3c4d5e6f)"). Empty for a node of a version that did not
+	// record it.
+	Version string `json:"version,omitempty"`
+	// HeartbeatAge is how long before the listing, by the database's
+	// clock, the node last renewed its heartbeat.
+	HeartbeatAge time.Duration `json:"-"`
 	// Incidents are the database incidents going on at the node, as it
 	// reported them with its last heartbeat: only those that let it write
 	// its heartbeat (a failing listener) show while they last; the others

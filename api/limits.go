@@ -29,7 +29,8 @@ type Limits interface {
 	// a behavior, or of the behavior as a whole), or changes it; the
 	// change applies to the next start (tasks running over a lowered cap
 	// run on). Bad values are an error wrapping ErrInvalid, and nothing is
-	// stored.
+	// stored; so is a behavior unknown to the caller and to every live
+	// node (ErrUnknownBehavior) unless l.Force is set.
 	SetConcurrencyLimit(ctx context.Context, l ConcurrencyLimit) error
 	// RemoveConcurrencyLimit deletes the cap set for behavior and key (key
 	// empty: the behavior's cluster-wide cap); ErrNotFound if there is
@@ -99,6 +100,11 @@ type ConcurrencyLimit struct {
 	// spi.Policy.FairShare: a key of weight 3 is served three tasks for
 	// each task of a key of weight 1. Zero means 1; only on a key.
 	Weight int `json:"weight,omitempty"`
+	// Force stores the cap for a behavior that neither the caller's
+	// registry holds nor any live node runs: one whose nodes are not
+	// deployed yet. Without it (the default) such a behavior is refused
+	// with ErrUnknownBehavior, as a typo would be. Set only on input.
+	Force bool `json:"force,omitempty"`
 }
 
 // ConcurrencyInfo is a concurrency cap with its use.
@@ -112,9 +118,12 @@ type ConcurrencyInfo struct {
 
 // Wait is what a due task waits on before it can start.
 type Wait struct {
-	// Reason is WaitRateLimit, WaitConcurrency or WaitDependencies.
+	// Reason is WaitRateLimit, WaitConcurrency, WaitPaused, WaitNoNode,
+	// WaitNodesFull or WaitDependencies.
 	Reason string `json:"reason"`
-	// Limit names the rate limit, or the behavior whose cap is full.
+	// Limit names the rate limit, or for the other reasons the task's
+	// behavior (whose cap is full, which is paused, which no live node
+	// runs, or whose nodes are full).
 	Limit string `json:"limit"`
 	// Key is the limit's key or the group key; empty for a cap of the
 	// behavior as a whole.
@@ -125,6 +134,11 @@ type Wait struct {
 	// Dependencies names the dependencies a waiting workflow node waits
 	// for (Reason WaitDependencies).
 	Dependencies []string `json:"dependencies,omitempty"`
+	// Detail says more, for a person: for WaitNoNode, which live node runs
+	// which behaviors ("node-a runs demo.echo, cleanup", or "no node is
+	// live"); for WaitNodesFull, how busy each node that runs the behavior
+	// is. Empty for the other reasons.
+	Detail string `json:"detail,omitempty"`
 }
 
 // The reasons of a Wait.
@@ -134,4 +148,12 @@ const (
 	// WaitDependencies: a workflow node's rule waits for its
 	// dependencies to end.
 	WaitDependencies = "dependencies"
+	// WaitPaused: the task's behavior is paused (on every node).
+	WaitPaused = "paused"
+	// WaitNoNode: no live node runs the task's behavior, so nothing will
+	// claim it until one starts.
+	WaitNoNode = "no_node"
+	// WaitNodesFull: every live node that runs the task's behavior runs
+	// as many tasks as its workers allow.
+	WaitNodesFull = "nodes_full"
 )

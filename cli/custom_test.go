@@ -1,13 +1,11 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -201,19 +199,7 @@ func TestProgramNamesItself(t *testing.T) {
 	require.NoError(t, os.Symlink(self, acme))
 	run := func(args ...string) (stdout, stderr string, code int) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, acme, args...)
-		cmd.Env = append(os.Environ(), "STINT_CLI_TEST_MAIN=1", "STINT_DATABASE_URL=")
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var exit *exec.ExitError
-		if err != nil {
-			require.ErrorAs(t, err, &exit, "stderr: %s", errOut.String())
-			code = exit.ExitCode()
-		}
-		return out.String(), errOut.String(), code
+		return cli.RunProgram(t, acme, args...)
 	}
 	stintCommandLine := regexp.MustCompile(`(^|[\s'"])stint (dev|server|migrate|submit|tasks|nodes|schedules|stats|ingest|batches|replications)\b`)
 

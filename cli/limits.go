@@ -4,13 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/timefmt"
+	"github.com/stinthq/stint/spi"
 )
 
 // newLimitsCmd returns `stint limits` and its subcommands.
@@ -97,10 +98,10 @@ func (c *cli) printLimits(rate []api.RateLimitInfo, conc []api.ConcurrencyInfo) 
 		fmt.Fprintln(tw, "RATE LIMIT\tLIMIT\tPERIOD\tKEY\tUSED\tWAITING\tNEXT FREE")
 		for _, l := range rate {
 			if len(l.Keys) == 0 {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t-\t0\t%d\t-\n", l.Name, l.Limit, formatPeriod(l.Period), l.Waiting)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t-\t0\t%d\t-\n", l.Name, l.Limit, timefmt.Duration(l.Period), l.Waiting)
 			}
 			for _, k := range l.Keys {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%s\n", l.Name, l.Limit, formatPeriod(l.Period), orDash(k.Key), k.Used, k.Waiting, formatTime(k.NextFree))
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%s\n", l.Name, l.Limit, timefmt.Duration(l.Period), orDash(k.Key), k.Used, k.Waiting, formatTime(k.NextFree))
 			}
 		}
 		if err := tw.Flush(); err != nil {
@@ -132,19 +133,6 @@ func (c *cli) printLimits(rate []api.RateLimitInfo, conc []api.ConcurrencyInfo) 
 	return nil
 }
 
-// formatPeriod writes d without the zero units time.Duration.String
-// keeps: "1m", "1h30m", "1.5s".
-func formatPeriod(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
-
 // newLimitsSetRateCmd returns `stint limits set rate`.
 func (c *cli) newLimitsSetRateCmd() *cobra.Command {
 	var limit int64
@@ -165,19 +153,22 @@ func (c *cli) newLimitsSetRateCmd() *cobra.Command {
 				return usageErrorf("--%s is required", f)
 			}
 		}
+		l := api.RateLimit{Name: args[0], Limit: limit, Period: period}
+		if err := spi.CheckRateLimit(l); err != nil {
+			return usageErrorf("set rate limit %q: %w", l.Name, err)
+		}
 		client, closeClient, err := c.openClient(cmd.Context(), db)
 		if err != nil {
 			return err
 		}
 		defer closeClient()
-		l := api.RateLimit{Name: args[0], Limit: limit, Period: period}
 		if err := client.SetRateLimit(cmd.Context(), l); err != nil {
 			if errors.Is(err, api.ErrInvalid) {
 				return usageErrorf("%w", err)
 			}
 			return fmt.Errorf("set rate limit: %w", c.schemaHint(err))
 		}
-		fmt.Fprintf(c.stdout, "rate limit %s set: %d per %s\n", l.Name, l.Limit, formatPeriod(l.Period))
+		fmt.Fprintf(c.stdout, "rate limit %s set: %d per %s\n", l.Name, l.Limit, timefmt.Duration(l.Period))
 		return nil
 	}
 	return cmd
@@ -187,14 +178,18 @@ func (c *cli) newLimitsSetRateCmd() *cobra.Command {
 func (c *cli) newLimitsSetConcurrencyCmd() *cobra.Command {
 	var key string
 	var maxRunning, weight int
+	var force bool
 	cmd := &cobra.Command{
-		Use:   "concurrency BEHAVIOR [--key KEY] --max N [--weight W]",
+		Use:   "concurrency BEHAVIOR [--key KEY] --max N [--weight W] [--force]",
 		Short: "Cap the running tasks of a behavior, or of one of its group keys, across all nodes",
 		Long: `Cap the running tasks of a behavior across all nodes: of one group key with
 --key (overriding its policy's GroupConcurrency for that key), else of the
 behavior as a whole (overriding its ClusterConcurrency). Tasks running over a
 lowered cap run on. On a key, --weight sets its share of the claims of a
-behavior with fair share, and --max 0 keeps the policy's cap.`,
+behavior with fair share, and --max 0 keeps the policy's cap. A behavior this
+program does not register and no live node runs is refused, as a typo would
+be: --force sets the cap anyway, for a behavior whose nodes are not deployed
+yet.`,
 		Example: `  stint limits set concurrency report.build --max 4
   stint limits set concurrency ingest.job --key acme --max 2 --weight 3`,
 		Args: exactArgs(1, "BEHAVIOR"),
@@ -203,17 +198,24 @@ behavior with fair share, and --max 0 keeps the policy's cap.`,
 	cmd.Flags().StringVar(&key, "key", "", "the group key the cap is for (default: the behavior as a whole)")
 	cmd.Flags().IntVar(&maxRunning, "max", 0, "the most tasks that may run at once: at least 1, or 0 on a key to set only --weight (required)")
 	cmd.Flags().IntVar(&weight, "weight", 0, "the key's share of claims under fair share (default 1; only with --key)")
+	cmd.Flags().BoolVar(&force, "force", false, "set the cap of a behavior that no live node runs yet")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if !cmd.Flags().Changed("max") {
 			return usageErrorf("--max is required")
+		}
+		l := api.ConcurrencyLimit{Behavior: api.BehaviorID(args[0]), Key: key, Max: maxRunning, Weight: weight, Force: force}
+		if err := spi.CheckConcurrencyLimit(l); err != nil {
+			return usageErrorf("set concurrency limit of %s: %w", capName(l.Behavior, l.Key), err)
 		}
 		client, closeClient, err := c.openClient(cmd.Context(), db)
 		if err != nil {
 			return err
 		}
 		defer closeClient()
-		l := api.ConcurrencyLimit{Behavior: api.BehaviorID(args[0]), Key: key, Max: maxRunning, Weight: weight}
 		if err := client.SetConcurrencyLimit(cmd.Context(), l); err != nil {
+			if errors.Is(err, api.ErrUnknownBehavior) {
+				return usageErrorf("%w; pass --force to set it for a behavior whose nodes are not deployed yet", err)
+			}
 			if errors.Is(err, api.ErrInvalid) {
 				return usageErrorf("%w", err)
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -77,7 +78,7 @@ func TestLimitsSetLsRm(t *testing.T) {
 		{[]string{"set", "rate", "x", "--limit", "1", "--period", "soon"}, `invalid argument "soon" for "--period"`},
 		{[]string{"set", "rate", "x", "--limit", "many", "--period", "1m"}, `invalid argument "many" for "--limit"`},
 		{[]string{"set", "rate", strings.Repeat("n", 129), "--limit", "1", "--period", "1m"}, "name"},
-		{[]string{"set", "rate", "--limit", "1", "--period", "1m"}, "wants 1 argument(s), NAME"},
+		{[]string{"set", "rate", "--limit", "1", "--period", "1m"}, "stint limits set rate: missing NAME"},
 		{[]string{"set", "concurrency", "demo.echo"}, "--max is required"},
 		{[]string{"set", "concurrency", "demo.echo", "--max", "0"}, "max"},
 		{[]string{"set", "concurrency", "demo.echo", "--max", "-1"}, "max"},
@@ -85,7 +86,7 @@ func TestLimitsSetLsRm(t *testing.T) {
 		{[]string{"set", "concurrency", "demo.echo", "--key", "acme", "--max", "1", "--weight", "-1"}, "weight"},
 		{[]string{"set", "concurrency", "demo.echo", "--key", strings.Repeat("k", 257), "--max", "1"}, "key"},
 		{[]string{"set", "concurrency", "Not A Behavior", "--max", "1"}, "behavior"},
-		{[]string{"rm", "rate"}, "wants 1 argument(s), NAME"},
+		{[]string{"rm", "rate"}, "stint limits rm rate: missing NAME"},
 	} {
 		r := runCLI(ctx, append(append([]string{"limits"}, bad.args...), "--db", dsn)...)
 		require.Equal(t, exitUsage, r.code, "%v: %s", bad.args, r.stderr)
@@ -182,4 +183,45 @@ func TestLimitsSetLsRm(t *testing.T) {
 	r = runCLI(ctx, "limits", "ls", "--db", dsn)
 	requireOK(t, r)
 	require.Equal(t, "no rate limits\nno concurrency limits\n", r.stderr)
+}
+
+// TestLimitsRefuseAnUnknownBehavior: a cap of a behavior that this program
+// does not register and no live node runs is refused (exit 2, naming it
+// and which nodes run what, nothing stored) unless --force says its nodes
+// are not deployed yet. A behavior a live node runs is known, and one
+// only a dead node ran is not.
+func TestLimitsRefuseAnUnknownBehavior(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 2*time.Minute)
+	dsn := pgtest.New(t)
+	reg := spi.NewRegistry()
+	require.NoError(t, spi.Register(reg, spi.Behavior[limitedParams, struct{}](limited{})))
+	startServerWith(t, ctx, dsn, "node-known", reg)
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, `INSERT INTO stint_node (id, host, pid, behaviors, max_workers, heartbeat_at)
+		VALUES ('node-dead', 'h', 1, '{gone.kind}', 1, now() - interval '10 minutes')`)
+	require.NoError(t, err)
+
+	for _, behavior := range []string{"nope.kind", "gone.kind"} {
+		r := runCLI(ctx, "limits", "set", "concurrency", behavior, "--max", "3", "--db", dsn)
+		require.Equal(t, exitUsage, r.code, r.stderr)
+		require.Contains(t, r.stderr, `stint: error: set concurrency limit of `+behavior+`: invalid behavior: "`+behavior+
+			`" is not registered here and no live node runs it (node-known runs `)
+		require.Contains(t, r.stderr, "test.limited")
+		require.Contains(t, r.stderr, "; pass --force to set it for a behavior whose nodes are not deployed yet\n")
+	}
+	r := runCLI(ctx, "limits", "ls", "--db", dsn)
+	requireOK(t, r)
+	require.Contains(t, r.stderr, "no concurrency limits", "refused caps stored nothing")
+
+	requireOK(t, runCLI(ctx, "limits", "set", "concurrency", "test.limited", "--max", "3", "--db", dsn))
+	r = runCLI(ctx, "limits", "set", "concurrency", "nope.kind", "--max", "3", "--force", "--db", dsn)
+	requireOK(t, r)
+	require.Equal(t, "concurrency limit of nope.kind set: at most 3 running\n", r.stdout)
+	r = runCLI(ctx, "limits", "ls", "--db", dsn)
+	requireOK(t, r)
+	require.Regexp(t, `(?m)^nope\.kind\s+-\s+3\s`, r.stdout)
+	require.Regexp(t, `(?m)^test\.limited\s+-\s+3\s`, r.stdout)
 }

@@ -283,7 +283,14 @@ Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
 	}
 	root.SetOut(c.stdout)
 	root.SetErr(c.stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if cmd.HasSubCommands() {
+			// The words before the flag that failed: a mistyped command
+			// is the error to report, not the flag it does not take.
+			if args := cmd.Flags().Args(); len(args) > 0 {
+				return unknownCommand(cmd, args[0])
+			}
+		}
 		return &exitError{code: exitUsage, err: err}
 	})
 	root.PersistentFlags().Var((*levelFlag)(c.level), "log-level", "log level: debug, info, warn or error")
@@ -301,10 +308,53 @@ Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
 		c.newIngestCmd(), c.newBatchesCmd(),
 		c.newReplicationsCmd(),
 		c.newWorkflowsCmd(),
+		c.newVersionCmd(),
 	)
+	if text, err := versionText(); err == nil {
+		root.Version = text
+		root.SetVersionTemplate(text)
+	}
 	classifyErrors(root)
+	checkCommands(root)
 	nameProgram(root, c.name)
 	return root
+}
+
+// checkCommands makes cmd and every command below it that holds commands
+// refuse an argument that names none of them (see unknownCommand).
+func checkCommands(cmd *cobra.Command) {
+	cmd.SuggestionsMinimumDistance = 1 // a typo of one letter; "ls" is no typo of "up"
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return unknownCommand(cmd, args[0])
+		}
+		return nil
+	}
+	for _, sub := range cmd.Commands() {
+		if sub.HasSubCommands() {
+			checkCommands(sub)
+		}
+	}
+}
+
+// unknownCommand is the usage error for a word that names no command of
+// cmd: it names the word, a close command if there is one, and below the
+// root the commands cmd holds.
+func unknownCommand(cmd *cobra.Command, word string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", word, cmd.CommandPath())
+	if cmd.HasParent() {
+		var names []string
+		for _, sub := range cmd.Commands() {
+			if sub.IsAvailableCommand() {
+				names = append(names, sub.Name())
+			}
+		}
+		msg += " (its commands: " + strings.Join(names, ", ") + ")"
+	}
+	if s := cmd.SuggestionsFor(word); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return usageErrorf("%s", msg)
 }
 
 // commandLine matches the program's name where help text shows a command
@@ -356,7 +406,7 @@ func (l *levelFlag) String() string { return strings.ToLower((*slog.LevelVar)(l)
 // Set parses a level name such as "debug".
 func (l *levelFlag) Set(s string) error {
 	if err := (*slog.LevelVar)(l).UnmarshalText([]byte(s)); err != nil {
-		return fmt.Errorf("want debug, info, warn or error: %w", err)
+		return errors.New("want debug, info, warn or error")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +173,50 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		r := runCLI(ctx, args...)
 		require.Equal(t, exitUsage, r.code, "args %q: stderr:\n%s", args, r.stderr)
 		require.Contains(t, r.stderr, "stint: error: ", "args %q", args)
+	}
+}
+
+// TestBadInputReadsWell runs the command line as a process named stint
+// with bad input, as a user would type it: each is refused with exit code
+// 2 and a message that names what is wrong, before any database is
+// reached (the one given cannot be).
+func TestBadInputReadsWell(t *testing.T) {
+	t.Parallel()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	stint := filepath.Join(t.TempDir(), "stint")
+	require.NoError(t, os.Symlink(self, stint))
+	const db = "postgres://nobody@127.0.0.1:1/none"
+	for _, tc := range []struct {
+		args []string
+		want string // the whole of stderr
+	}{
+		{[]string{"migrate", "ls", "--db", db}, "stint: error: unknown command \"ls\" for \"stint migrate\" (its commands: down, status, up)\n" +
+			"Run 'stint migrate --help' for usage.\n"},
+		{[]string{"tasks", "lss", "--db", db}, "stint: error: unknown command \"lss\" for \"stint tasks\" " +
+			"(its commands: fail, hold, ls, release, retry, rm, show, wait); did you mean ls?\nRun 'stint tasks --help' for usage.\n"},
+		{[]string{"limits", "set", "conc", "demo.echo", "--max", "3"}, "stint: error: unknown command \"conc\" for \"stint limits set\" " +
+			"(its commands: concurrency, rate); did you mean concurrency?\nRun 'stint limits set --help' for usage.\n"},
+		{[]string{"migrat", "up"}, "stint: error: unknown command \"migrat\" for \"stint\"; did you mean migrate?\nRun 'stint --help' for usage.\n"},
+		{[]string{"submit"}, "stint: error: stint submit: missing BEHAVIOR\nRun 'stint submit --help' for usage.\n"},
+		{[]string{"submit", "demo.echo", "extra"}, "stint: error: stint submit takes one argument, BEHAVIOR, not 2: \"demo.echo\" \"extra\"\n" +
+			"Run 'stint submit --help' for usage.\n"},
+		{[]string{"schedules", "add", "hourly"}, "stint: error: stint schedules add: missing BEHAVIOR\nRun 'stint schedules add --help' for usage.\n"},
+		{[]string{"version", "now"}, "stint: error: stint version takes no arguments, got \"now\"\nRun 'stint version --help' for usage.\n"},
+		{[]string{"--log-level", "loud", "version"}, "stint: error: invalid argument \"loud\" for \"--log-level\" flag: want debug, info, warn or error\n" +
+			"Run 'stint version --help' for usage.\n"},
+		{[]string{"limits", "set", "concurrency", "demo.echo", "--max", "-1", "--db", db},
+			"stint: error: set concurrency limit of demo.echo: invalid max: -1 is negative\n"},
+		{[]string{"limits", "set", "concurrency", "demo.echo", "--key", "acme", "--max", "1", "--weight", "-2", "--db", db},
+			"stint: error: set concurrency limit of demo.echo key \"acme\": invalid weight: -2 is negative\n"},
+		{[]string{"limits", "set", "rate", "partner-api", "--limit", "5", "--period", "9000h", "--db", db},
+			"stint: error: set rate limit \"partner-api\": invalid period: must be from 1ms to 366 days, not 375 days\n"},
+		{[]string{"limits", "set", "rate", "partner-api", "--limit", "5", "--period", "500us", "--db", db},
+			"stint: error: set rate limit \"partner-api\": invalid period: must be from 1ms to 366 days, not 500µs\n"},
+	} {
+		stdout, stderr, code := RunProgram(t, stint, tc.args...)
+		require.Equal(t, exitUsage, code, "%q: %s", tc.args, stderr)
+		require.Equal(t, tc.want, stderr, "%q", tc.args)
+		require.Empty(t, stdout, "%q", tc.args)
 	}
 }

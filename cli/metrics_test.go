@@ -16,8 +16,10 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/internal/syncbuf"
+	"github.com/stinthq/stint/spi"
 )
 
 // The test's tokens.
@@ -90,18 +92,8 @@ func TestServerServesPrometheusMetrics(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	dsn := pgtest.New(t)
 
-	srvCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var stdout, stderr syncbuf.Buffer
-	done := make(chan int, 1)
-	go func() {
-		args := []string{"server", "--db", dsn, "--node", "metrics-node", "--behaviors", "demo.echo", "--http", "127.0.0.1:0",
-			"--token", "read:" + metricsReadToken, "--token", "admin:" + metricsAdminToken}
-		done <- Run(srvCtx, args, nil, strings.NewReader(""), &stdout, &stderr)
-	}()
-	dashboard := regexp.MustCompile(`dashboard: (http://\S+)/`)
-	waitFor(t, time.Minute, "the HTTP server", func() bool { return dashboard.MatchString(stdout.String()) })
-	base := dashboard.FindStringSubmatch(stdout.String())[1]
+	base, stop := serveHTTP(t, ctx, nil, "--db", dsn, "--node", "metrics-node", "--behaviors", "demo.echo",
+		"--token", "read:"+metricsReadToken, "--token", "admin:"+metricsAdminToken)
 
 	const runs = 3
 	for range runs {
@@ -186,7 +178,27 @@ func TestServerServesPrometheusMetrics(t *testing.T) {
 		require.Contains(t, families, name, "the Grafana dashboard queries %s", name)
 	}
 	stop()
-	require.Equal(t, exitOK, <-done, stderr.String())
+}
+
+// serveHTTP runs `stint server --http 127.0.0.1:0` with args and the
+// behaviors of reg until stop, which waits for its end and fails the test
+// unless it exits with 0, and returns the base URL it serves.
+func serveHTTP(t *testing.T, ctx context.Context, reg *spi.Registry, args ...string) (base string, stop func()) {
+	t.Helper()
+	srvCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	var stdout, stderr syncbuf.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(srvCtx, append([]string{"server", "--http", "127.0.0.1:0"}, args...), reg, strings.NewReader(""), &stdout, &stderr)
+	}()
+	dashboard := regexp.MustCompile(`dashboard: (http://\S+)/`)
+	waitFor(t, time.Minute, "the HTTP server", func() bool { return dashboard.MatchString(stdout.String()) })
+	return dashboard.FindStringSubmatch(stdout.String())[1], func() {
+		t.Helper()
+		cancel()
+		require.Equal(t, exitOK, <-done, stderr.String())
+	}
 }
 
 // grafanaMetrics returns the metric names that the queries of the Grafana
@@ -241,4 +253,80 @@ func grafanaMetrics(t *testing.T) []string {
 	}
 	require.GreaterOrEqual(t, len(names), 9, "the dashboard's metrics: %v", names)
 	return names
+}
+
+// declared is test.declared: its tasks take a unit of the rate limit
+// declared-api, which its policy declares.
+type declared struct{ limited }
+
+var declaredKind = api.Kind[limitedParams, struct{}]{ID: "test.declared"}
+
+func (declared) Kind() api.Kind[limitedParams, struct{}] { return declaredKind }
+
+func (declared) RateUses(p limitedParams) []spi.RateUse {
+	return []spi.RateUse{{Limit: "declared-api", Key: p.Customer}}
+}
+
+func (declared) Policy() spi.Policy {
+	return spi.Policy{RateLimits: []api.RateLimit{{Name: "declared-api", Limit: 10, Period: time.Minute}}}
+}
+
+// TestMetricsExistFromTheStart scrapes a server that has run nothing yet:
+// every series a dashboard graphs is there at zero, for each behavior the
+// node runs and each rate limit its behaviors declare, so that a new panel
+// shows 0 rather than "no data". The submits counter is named for what it
+// counts, this process's own submits.
+func TestMetricsExistFromTheStart(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 2*time.Minute)
+	dsn := pgtest.New(t)
+	reg := spi.NewRegistry()
+	require.NoError(t, spi.Register(reg, spi.Behavior[limitedParams, struct{}](declared{})))
+
+	base, stop := serveHTTP(t, ctx, reg, "--db", dsn, "--node", "fresh-node", "--behaviors", "demo.echo,test.declared",
+		"--token", "read:"+metricsReadToken)
+	families, status := scrape(t, ctx, base, metricsReadToken)
+	require.Equal(t, http.StatusOK, status)
+
+	type series struct {
+		name   string
+		labels map[string]string
+	}
+	want := []series{
+		{"stint_lease_renewals_total", nil},
+		{"stint_takeovers_total", nil},
+		{"stint_rate_limit_used", map[string]string{"rate_limit": "declared-api"}},
+		{"stint_rate_limit_waiting", map[string]string{"rate_limit": "declared-api"}},
+	}
+	for _, b := range []string{"demo.echo", "test.declared"} {
+		want = append(want,
+			series{"stint_task_delays_total", map[string]string{"behavior": b}},
+			series{"stint_task_starts_total", map[string]string{"behavior": b}},
+			series{"stint_task_finishes_total", map[string]string{"behavior": b, "outcome": "success"}},
+			series{"stint_task_finishes_total", map[string]string{"behavior": b, "outcome": "failure"}},
+			series{"stint_task_retries_total", map[string]string{"behavior": b}},
+			series{"stint_client_submits_total", map[string]string{"behavior": b}},
+			series{"stint_tasks", map[string]string{"behavior": b, "status": "scheduled"}},
+			series{"stint_due_backlog", map[string]string{"behavior": b}},
+		)
+	}
+	for _, s := range want {
+		got, ok := value(families, s.name, s.labels)
+		require.True(t, ok, "%s%v is served before its first use", s.name, s.labels)
+		require.Zero(t, got, "%s%v", s.name, s.labels)
+	}
+	require.NotContains(t, families, "stint_tasks_submitted_total", "the submits counter is named for what it counts")
+
+	// Another process's submit reaches the database, not this node's
+	// counter of its own submits.
+	requireOK(t, runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"hi"}`, "--wait", "--db", dsn))
+	echo := map[string]string{"behavior": "demo.echo"}
+	waitFor(t, time.Minute, "the run in the scrape", func() bool {
+		families, _ = scrape(t, ctx, base, metricsReadToken)
+		started, _ := value(families, "stint_task_starts_total", echo)
+		return started == 1
+	})
+	submits, _ := value(families, "stint_client_submits_total", echo)
+	require.Zero(t, submits)
+	stop()
 }

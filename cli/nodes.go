@@ -40,11 +40,11 @@ func (c *cli) newNodesLsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List the registered server nodes with the age of their heartbeat",
-		Long: `List the registered server nodes, oldest first, with the age of their last
-heartbeat as measured by the database's clock, and how the database served it:
-the incidents going on (unreachable, recovery, read_only, listener, ...) as the
-node reported them with its last heartbeat, else "ok" and the last incident
-that ended. A node whose heartbeat is much older than its heartbeat interval
+		Long: `List the registered server nodes, oldest first, with the stint version each
+runs, the age of their last heartbeat as measured by the database's clock, and
+how the database served it: the incidents going on (unreachable, recovery,
+read_only, listener, ...) as the node reported them with its last heartbeat,
+else "ok" and the last incident that ended. A node whose heartbeat is much older than its heartbeat interval
 (5s by default) has probably died, or cannot reach the database.`,
 		Args: exactArgs(0),
 	}
@@ -79,14 +79,14 @@ that ended. A node whose heartbeat is much older than its heartbeat interval
 			return nil
 		}
 		tw := newTable(c.stdout)
-		fmt.Fprintln(tw, "ID\tHOST\tPID\tWORKERS\tBEHAVIORS\tSTARTED\tHEARTBEAT AGE\tDATABASE")
+		fmt.Fprintln(tw, "ID\tVERSION\tHOST\tPID\tWORKERS\tBEHAVIORS\tSTARTED\tHEARTBEAT AGE\tDATABASE")
 		for _, n := range nodes {
 			behaviors := make([]string, len(n.Behaviors))
 			for i, b := range n.Behaviors {
 				behaviors[i] = string(b)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
-				n.ID, orDash(n.Host), strconv.Itoa(n.PID), n.MaxWorkers, orDash(strings.Join(behaviors, ",")),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
+				n.ID, orDash(n.Version), orDash(n.Host), strconv.Itoa(n.PID), n.MaxWorkers, orDash(strings.Join(behaviors, ",")),
 				formatTime(&n.StartedAt), formatAge(now.Sub(n.HeartbeatAt)), databaseState(n, now))
 		}
 		if err := tw.Flush(); err != nil {

@@ -47,7 +47,7 @@ func TestSchedulesAddLsRm(t *testing.T) {
 		{[]string{"schedules", "add", "Bad Name", "demo.echo", "--spec", "@daily"}, "name"},
 		{[]string{"schedules", "add", "x", "no.such", "--spec", "@daily"}, "not registered"},
 		{[]string{"schedules", "add", "x", "demo.echo", "--spec", "@daily", "--params", `{"text":`}, "params"},
-		{[]string{"schedules", "add", "x"}, "wants 2 argument(s)"},
+		{[]string{"schedules", "add", "x"}, "stint schedules add: missing BEHAVIOR"},
 	} {
 		r := runCLI(ctx, append(bad.args, "--db", dsn)...)
 		require.Equal(t, exitUsage, r.code, "%v: %s", bad.args, r.stderr)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/behaviors/ingest"
+	"github.com/stinthq/stint/internal/buildinfo"
 	"github.com/stinthq/stint/internal/pgtest"
 )
 
@@ -42,8 +44,8 @@ func TestServerCommandRunsTasksAndStopsCleanly(t *testing.T) {
 	requireOK(t, r)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 2, r.stdout)
-	require.Regexp(t, `^ID\s+HOST\s+PID\s+WORKERS\s+BEHAVIORS\s+STARTED\s+HEARTBEAT AGE\s+DATABASE$`, lines[0])
-	require.Regexp(t, `^cli-node\s+\S+\s+\d+\s+4\s+demo\.echo,stint\.workflow\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+[0-9.]+m?s\s+ok$`, lines[1])
+	require.Regexp(t, `^ID\s+VERSION\s+HOST\s+PID\s+WORKERS\s+BEHAVIORS\s+STARTED\s+HEARTBEAT AGE\s+DATABASE$`, lines[0])
+	require.Regexp(t, `^cli-node\s+`+regexp.QuoteMeta(buildinfo.Read().String())+`\s+\S+\s+\d+\s+4\s+demo\.echo,stint\.workflow\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+[0-9.]+m?s\s+ok$`, lines[1])
 
 	r = runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"via server"}`, "--wait", "--db", dsn)
 	requireOK(t, r)

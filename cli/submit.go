@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -300,6 +301,9 @@ func (c *cli) progressLine(t api.Task) string {
 	if t.Status != api.StatusRunning && t.ScheduleNotBefore != nil && t.ScheduleNotBefore.After(time.Now()) {
 		fmt.Fprintf(&b, ", due %s", formatTime(t.ScheduleNotBefore))
 	}
+	if t.Waiting != nil {
+		b.WriteString(", " + waitText(t.Waiting))
+	}
 	return b.String()
 }
 
@@ -341,15 +345,30 @@ func writeJSONLine(w io.Writer, v any) error {
 }
 
 // exactArgs returns a cobra.PositionalArgs that wants exactly n arguments,
-// named by names in its error message.
+// named by names in its error message: "stint submit: missing BEHAVIOR",
+// "stint submit takes one argument, BEHAVIOR, not 2: ...".
 func exactArgs(n int, names ...string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if len(args) == n {
+		switch {
+		case len(args) == n:
 			return nil
+		case n == 0:
+			return usageErrorf("%s takes no arguments, got %s", cmd.CommandPath(), quoteArgs(args))
+		case len(args) < n:
+			return usageErrorf("%s: missing %s", cmd.CommandPath(), strings.Join(names[len(args):], " "))
+		case n == 1:
+			return usageErrorf("%s takes one argument, %s, not %d: %s", cmd.CommandPath(), names[0], len(args), quoteArgs(args))
 		}
-		if n == 0 {
-			return usageErrorf("%s takes no arguments, got %q", cmd.CommandPath(), args)
-		}
-		return usageErrorf("%s wants %d argument(s), %s, got %d", cmd.CommandPath(), n, strings.Join(names, " "), len(args))
+		return usageErrorf("%s takes %d arguments, %s, not %d: %s", cmd.CommandPath(), n, strings.Join(names, " "), len(args), quoteArgs(args))
 	}
+}
+
+// quoteArgs writes command-line arguments for a message: each quoted, and
+// separated by spaces.
+func quoteArgs(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = strconv.Quote(a)
+	}
+	return strings.Join(q, " ")
 }

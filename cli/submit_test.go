@@ -14,6 +14,8 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/internal/syncbuf"
+	"github.com/stinthq/stint/store"
+	"github.com/stinthq/stint/store/postgres"
 )
 
 // taskIDOf returns the id in the "task ID: ..." line submit prints.
@@ -65,18 +67,30 @@ func TestSubmitWaitPrintsEchoResult(t *testing.T) {
 	require.Contains(t, r.stdout, `"text": "again"`)
 }
 
+// TestSubmitWaitShowsProgressAndTimesOut: a task that no live node runs
+// stays scheduled, and both the progress of --wait and `tasks show` say
+// why, with which nodes run what.
 func TestSubmitWaitShowsProgressAndTimesOut(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t, time.Minute)
 	dsn := pgtest.New(t)
+	st, err := postgres.Open(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	require.NoError(t, st.RegisterNode(ctx, store.Node{ID: "node-other", Host: "h", PID: 1, MaxWorkers: 1,
+		Behaviors: []api.BehaviorID{"cleanup"}}))
 
-	// No server runs, so the task stays scheduled.
+	// No server runs demo.echo, so the task stays scheduled.
 	r := runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"nobody runs me"}`, "--wait", "--timeout", "1500ms", "--db", dsn)
 	require.Equal(t, exitFailure, r.code, r.stderr)
 	id := taskIDOf(t, r.stdout)
-	require.Contains(t, r.stderr, "waiting for task "+id+": scheduled")
+	require.Contains(t, r.stderr, "waiting for task "+id+": scheduled, waiting: no live node runs demo.echo (node-other runs cleanup)\n")
 	require.Contains(t, r.stderr, "gave up waiting for task "+id+" after 1.5s")
 	require.Equal(t, 1, countTasks(t, ctx, dsn), "the task stays stored")
+
+	r = runCLI(ctx, "tasks", "show", id, "--db", dsn)
+	requireOK(t, r)
+	require.Regexp(t, `(?m)^status:\s+scheduled, waiting: no live node runs demo\.echo \(node-other runs cleanup\)$`, r.stdout)
 }
 
 func TestSubmitBadInputStoresNothing(t *testing.T) {
@@ -105,7 +119,7 @@ func TestSubmitBadInputStoresNothing(t *testing.T) {
 		{"priority out of range", []string{"demo.echo", "--params", `{"text":"x"}`, "--priority", "40000"}, "--priority 40000 is outside 0..32767"},
 		{"malformed priority", []string{"demo.echo", "--params", `{"text":"x"}`, "--priority", "high"}, `invalid argument "high" for "--priority"`},
 		{"timeout without wait", []string{"demo.echo", "--params", `{"text":"x"}`, "--timeout", "1s"}, "--timeout needs --wait"},
-		{"two behaviors", []string{"demo.echo", "demo.echo"}, "stint submit wants 1 argument(s), BEHAVIOR, got 2"},
+		{"two behaviors", []string{"demo.echo", "demo.echo"}, `stint submit takes one argument, BEHAVIOR, not 2: "demo.echo" "demo.echo"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCLI(ctx, append(append([]string{"submit"}, tc.args...), "--db", dsn)...)

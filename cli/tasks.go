@@ -226,14 +226,19 @@ func shortStatus(t api.Task) string {
 		return "waiting (rate limit " + t.Waiting.Limit + ")"
 	case t.Waiting != nil && t.Waiting.Reason == api.WaitDependencies:
 		return "waiting (dependencies)"
-	case t.Waiting != nil:
+	case t.Waiting != nil && t.Waiting.Reason == api.WaitConcurrency:
 		return "waiting (concurrency cap)"
+	case t.Waiting != nil:
+		return "waiting (" + strings.ReplaceAll(t.Waiting.Reason, "_", " ") + ")"
 	}
 	return string(t.Status)
 }
 
 // waitText says what a waiting task waits on: "waiting on rate limit L
-// (key K) until T" or "waiting on the concurrency cap of B (key K)".
+// (key K) until T", "waiting on the concurrency cap of B (key K)",
+// "waiting: B is paused", "waiting: no live node runs B (node-a runs
+// ...)" or "waiting: every node that runs B is full (node-a runs 8 of
+// 8)".
 func waitText(w *api.Wait) string {
 	var b strings.Builder
 	switch w.Reason {
@@ -241,6 +246,12 @@ func waitText(w *api.Wait) string {
 		return "waiting for its workflow dependencies " + strings.Join(w.Dependencies, ", ")
 	case api.WaitRateLimit:
 		fmt.Fprintf(&b, "waiting on rate limit %s", w.Limit)
+	case api.WaitPaused:
+		fmt.Fprintf(&b, "waiting: %s is paused", w.Limit)
+	case api.WaitNoNode:
+		fmt.Fprintf(&b, "waiting: no live node runs %s (%s)", w.Limit, w.Detail)
+	case api.WaitNodesFull:
+		fmt.Fprintf(&b, "waiting: every node that runs %s is full (%s)", w.Limit, w.Detail)
 	default:
 		fmt.Fprintf(&b, "waiting on the concurrency cap of %s", w.Limit)
 	}

@@ -177,7 +177,9 @@ func (c *Client) Close() {
 	c.hub.close()
 }
 
-// Get returns a task or api.ErrNotFound.
+// Get returns a task or api.ErrNotFound. A due task that waits says on
+// what in Task.Waiting: a rate limit or a cap, a paused behavior, no live
+// node that runs its behavior, or every such node full.
 func (c *Client) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
 	if err := spi.CheckTaskID("id", id); err != nil {
 		return api.Task{}, err
@@ -185,6 +187,7 @@ func (c *Client) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
 	t, err := c.st.Get(ctx, id)
 	if err == nil {
 		c.flowWait(ctx, &t)
+		c.nodeWait(ctx, &t)
 	}
 	return t, err
 }

@@ -50,10 +50,17 @@ func (c *Client) RateLimits(ctx context.Context) ([]api.RateLimitInfo, error) {
 	return c.st.RateLimits(ctx)
 }
 
-// SetConcurrencyLimit stores a cap; see api.Limits.
+// SetConcurrencyLimit stores a cap; see api.Limits. A behavior neither
+// registered with the client nor run by a live node is refused unless
+// l.Force is set.
 func (c *Client) SetConcurrencyLimit(ctx context.Context, l api.ConcurrencyLimit) error {
-	if err := checkConcurrencyLimit(l); err != nil {
-		return fmt.Errorf("set concurrency limit of %s %q: %w", l.Behavior, l.Key, err)
+	if err := spi.CheckConcurrencyLimit(l); err != nil {
+		return fmt.Errorf("set concurrency limit of %s: %w", capName(l.Behavior, l.Key), err)
+	}
+	if !l.Force {
+		if err := c.checkKnownBehavior(ctx, l.Behavior); err != nil {
+			return fmt.Errorf("set concurrency limit of %s: %w", capName(l.Behavior, l.Key), err)
+		}
 	}
 	if err := c.st.SetConcurrencyLimit(ctx, l); err != nil {
 		return err
@@ -88,36 +95,13 @@ func (c *Client) ConcurrencyLimits(ctx context.Context) ([]api.ConcurrencyInfo, 
 	return c.st.ConcurrencyLimits(ctx)
 }
 
-// checkConcurrencyLimit checks a cap: a well-formed behavior id; on a key
-// (at most spi.MaxGroupKey printable bytes), a Max of zero (the policy's
-// cap kept) or more and a Weight of zero (1) or more, not both zero; on the
-// behavior as a whole, a Max of at least 1 and no Weight.
-func checkConcurrencyLimit(l api.ConcurrencyLimit) error {
-	if err := spi.CheckBehaviorID(l.Behavior); err != nil {
-		return err
+// capName names the cap of behavior and key in messages: the behavior
+// alone for its cap as a whole, else `b key "k"`.
+func capName(behavior api.BehaviorID, key string) string {
+	if key == "" {
+		return string(behavior)
 	}
-	if l.Max < 0 {
-		return api.Invalid("max", "%d is negative", l.Max)
-	}
-	if l.Weight < 0 {
-		return api.Invalid("weight", "%d is negative", l.Weight)
-	}
-	if l.Key == "" {
-		if l.Max < 1 {
-			return api.Invalid("max", "a cap of the behavior as a whole must be at least 1, not %d", l.Max)
-		}
-		if l.Weight != 0 {
-			return api.Invalid("weight", "applies to a group key, not to the behavior as a whole")
-		}
-		return nil
-	}
-	if err := spi.CheckGroupKey("key", l.Key); err != nil {
-		return err
-	}
-	if l.Max == 0 && l.Weight == 0 {
-		return api.Invalid("max", "zero with no weight sets nothing")
-	}
-	return nil
+	return fmt.Sprintf("%s key %q", behavior, key)
 }
 
 // rateCache remembers the rate limits submits found stored, for a second,

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/buildinfo"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
 )
@@ -27,6 +28,10 @@ type ServerConfig struct {
 	Node string
 	// Registry holds the behaviors the server knows. Required.
 	Registry *spi.Registry
+	// Version is the version the node reports in the nodes table (`stint
+	// nodes ls`, the dashboard's Nodes page). Defaults to stint's module
+	// version and commit as the binary's build information records them.
+	Version string
 	// Behaviors are the behaviors this node runs. Defaults to all in
 	// Registry; a server submits any registered behavior either way.
 	Behaviors []api.BehaviorID
@@ -233,6 +238,9 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		_, _ = rand.Read(b)
 		cfg.Node = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
 	}
+	if cfg.Version == "" {
+		cfg.Version = buildinfo.Read().String()
+	}
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = 1000
 	}
@@ -304,7 +312,14 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
 	observeServer(cfg.MeterProvider, cfg.Node, ids, s.Running, st.MetricStats)
-	observeLimits(cfg.MeterProvider, s.Client)
+	var declared []string
+	for _, reg := range s.behaviors {
+		for _, l := range reg.Policy.RateLimits {
+			declared = append(declared, l.Name)
+		}
+	}
+	observeLimits(cfg.MeterProvider, s.Client, declared)
+	s.tel.zeroFrom(context.Background(), ids)
 	return s, nil
 }
 
@@ -404,7 +419,7 @@ func (s *Server) registerAll(ctx context.Context) error {
 func (s *Server) register(ctx context.Context) error {
 	host, _ := os.Hostname()
 	return s.st.RegisterNode(ctx, store.Node{ID: s.cfg.Node, Host: host, PID: os.Getpid(),
-		Behaviors: s.behaviorIDs(), MaxWorkers: s.cfg.MaxWorkers})
+		Behaviors: s.behaviorIDs(), MaxWorkers: s.cfg.MaxWorkers, Version: s.cfg.Version})
 }
 
 func (s *Server) behaviorIDs() []api.BehaviorID {

@@ -195,7 +195,8 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	t := &telemetry{tracer: tp.Tracer(instrumentationName), propagator: propagation.TraceContext{}, global: global}
 	// Instrument creation fails only on invalid names; ours are constants,
 	// and a failed instrument is a working no-op.
-	t.submitted, _ = m.Int64Counter("stint.tasks.submitted", metric.WithDescription("Tasks submitted, by behavior."))
+	t.submitted, _ = m.Int64Counter("stint.client.submits",
+		metric.WithDescription("Tasks this process submitted through its own client, by behavior: not those other processes submitted, which stint.tasks counts in the database."))
 	t.renewals, _ = m.Int64Counter("stint.lease.renewals", metric.WithDescription("Leases renewed by this node."))
 	t.delays, _ = m.Int64Counter("stint.task.delays",
 		metric.WithDescription("Task starts a rate limit delayed (each time a claim moved a task to when its limit admits it), by behavior."))
@@ -223,6 +224,18 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 		return nil
 	}, starts, finishes, retries, takeovers)
 	return t
+}
+
+// zeroFrom makes the node's counters report zeros from the start, before
+// their first use: the lease renewals, and for each of behaviors (those
+// the node runs) the runs started, ended and retried, the delays and the
+// submits.
+func (t *telemetry) zeroFrom(ctx context.Context, behaviors []api.BehaviorID) {
+	t.renewals.Add(ctx, 0)
+	for _, b := range behaviors {
+		t.delays.Add(ctx, 0, t.behavior(b)...)
+		t.submitted.Add(ctx, 0, t.behavior(b)...)
+	}
 }
 
 // behavior returns the options of a counter's Add naming behavior b.

@@ -16,8 +16,10 @@ import (
 // on it; per concurrency cap set at runtime (behavior, and group_key: empty
 // for the behavior as a whole) the tasks running and waiting. The values
 // are the cluster's, so every node reports the same ones: aggregate them
-// across nodes with max, not sum.
-func observeLimits(mp metric.MeterProvider, limits api.Limits) {
+// across nodes with max, not sum. The rate limits named in declared (those
+// the node's behaviors declare) report zeros until the database holds
+// them, so that their series exist from the start.
+func observeLimits(mp metric.MeterProvider, limits api.Limits, declared []string) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -38,6 +40,7 @@ func observeLimits(mp metric.MeterProvider, limits api.Limits) {
 		if err != nil {
 			return err
 		}
+		seen := map[string]bool{}
 		for _, l := range info.rate {
 			var used int64
 			for _, k := range l.Keys {
@@ -46,6 +49,15 @@ func observeLimits(mp metric.MeterProvider, limits api.Limits) {
 			attrs := metric.WithAttributes(attribute.String("rate_limit", l.Name))
 			o.ObserveInt64(rateUsed, used, attrs)
 			o.ObserveInt64(rateWaiting, int64(l.Waiting), attrs)
+			seen[l.Name] = true
+		}
+		for _, name := range declared {
+			if !seen[name] {
+				seen[name] = true
+				attrs := metric.WithAttributes(attribute.String("rate_limit", name))
+				o.ObserveInt64(rateUsed, 0, attrs)
+				o.ObserveInt64(rateWaiting, 0, attrs)
+			}
 		}
 		for _, c := range info.caps {
 			attrs := metric.WithAttributes(attribute.String("behavior", string(c.Behavior)), attribute.String("group_key", c.Key))

@@ -64,7 +64,7 @@ func TestRunSpanLinksToSubmitSpanAndCountersMatch(t *testing.T) {
 	sums, gauges := collectMetrics(t, reader)
 	require.Contains(t, gauges, "stint.queue.lag")
 	require.Zero(t, gauges["stint.queue.lag"], "nothing is due")
-	require.Equal(t, int64(n), sums["stint.tasks.submitted"])
+	require.Equal(t, int64(n), sums["stint.client.submits"])
 	waitFor(t, 10*time.Second, "the finishes to be counted", func() bool {
 		sums, _ = collectMetrics(t, reader)
 		return sums["stint.task.finishes{outcome=success}"] == n

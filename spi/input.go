@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/timefmt"
 )
 
 // Limits of the free-text inputs of a task.
@@ -51,10 +52,43 @@ func CheckRateLimit(l api.RateLimit) error {
 		return api.Invalid("limit", "%d is not positive", l.Limit)
 	}
 	if l.Period < time.Millisecond || l.Period > MaxRatePeriod {
-		return api.Invalid("period", "%s is outside 1ms..%s", l.Period, MaxRatePeriod)
+		return api.Invalid("period", "must be from 1ms to %s, not %s", timefmt.Duration(MaxRatePeriod), timefmt.Duration(l.Period))
 	}
 	if l.Period%time.Microsecond != 0 {
-		return api.Invalid("period", "%s is not a whole number of microseconds", l.Period)
+		return api.Invalid("period", "%s is not a whole number of microseconds", timefmt.Duration(l.Period))
+	}
+	return nil
+}
+
+// CheckConcurrencyLimit checks a cap: a well-formed behavior id; on a key
+// (at most spi.MaxGroupKey printable bytes), a Max of zero (the policy's
+// cap kept) or more and a Weight of zero (1) or more, not both zero; on the
+// behavior as a whole, a Max of at least 1 and no Weight. Errors are
+// *api.InvalidError.
+func CheckConcurrencyLimit(l api.ConcurrencyLimit) error {
+	if err := CheckBehaviorID(l.Behavior); err != nil {
+		return err
+	}
+	if l.Max < 0 {
+		return api.Invalid("max", "%d is negative", l.Max)
+	}
+	if l.Weight < 0 {
+		return api.Invalid("weight", "%d is negative", l.Weight)
+	}
+	if l.Key == "" {
+		if l.Max < 1 {
+			return api.Invalid("max", "a cap of the behavior as a whole must be at least 1, not %d", l.Max)
+		}
+		if l.Weight != 0 {
+			return api.Invalid("weight", "applies to a group key, not to the behavior as a whole")
+		}
+		return nil
+	}
+	if err := CheckGroupKey("key", l.Key); err != nil {
+		return err
+	}
+	if l.Max == 0 && l.Weight == 0 {
+		return api.Invalid("max", "zero with no weight sets nothing")
 	}
 	return nil
 }

@@ -350,8 +350,12 @@ type Store interface {
 	HeartbeatNode(ctx context.Context, id string, health NodeHealth) error
 	// DeregisterNode removes a node.
 	DeregisterNode(ctx context.Context, id string) error
-	// Nodes lists the registered nodes.
+	// Nodes lists the registered nodes, with the age of their heartbeat
+	// by the database's clock.
 	Nodes(ctx context.Context) ([]Node, error)
+	// RunningOn counts the running tasks whose lease each of nodes holds;
+	// a node with none is left out.
+	RunningOn(ctx context.Context, nodes []string) ([]NodeRunning, error)
 	// Stats returns a consistent snapshot of task counts for operators.
 	Stats(ctx context.Context) (Stats, error)
 	// QueueLag returns how long the longest-waiting due task (not running,

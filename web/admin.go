@@ -30,8 +30,8 @@ type StatsResponse struct {
 	// HeldGroups are the group keys on hold.
 	HeldGroups []string `json:"held_groups"`
 	// QueueLagMS is how long the longest-waiting due task has been due,
-	// in milliseconds, as the servers' queue-lag gauge reads it; 0 when no
-	// task waits.
+	// in milliseconds: the largest OldestDueAgeMS of Behaviors, from the
+	// same reading; 0 when no task waits.
 	QueueLagMS int64 `json:"queue_lag_ms"`
 }
 
@@ -65,7 +65,6 @@ type snapshot struct {
 	stats      api.Stats
 	settings   []api.BehaviorSettings
 	heldGroups []string
-	queueLag   time.Duration
 	// at is when it was read, on this process's monotonic clock: the
 	// database's time now is stats.Now plus time.Since(at).
 	at time.Time
@@ -88,9 +87,6 @@ func (h *Handler) snapshot(ctx context.Context) (snapshot, error) {
 		return s, err
 	}
 	if s.heldGroups, err = h.cfg.Client.HeldGroups(ctx); err != nil {
-		return s, err
-	}
-	if s.queueLag, err = h.cfg.Client.QueueLag(ctx); err != nil {
 		return s, err
 	}
 	s.at = time.Now()
@@ -155,7 +151,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) error {
 		totals.OldestDueAgeMS = max(totals.OldestDueAgeMS, q.OldestDueAgeMS)
 	}
 	resp := StatsResponse{Now: s.stats.Now, Totals: *totals, Behaviors: []QueueStats{}, Nodes: []NodeRunning{}, HeldGroups: s.heldGroups,
-		QueueLagMS: s.queueLag.Milliseconds()}
+		QueueLagMS: totals.OldestDueAgeMS}
 	for _, q := range queues {
 		resp.Behaviors = append(resp.Behaviors, *q)
 	}

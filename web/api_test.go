@@ -17,6 +17,7 @@ import (
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/behaviors/demo"
+	"github.com/stinthq/stint/internal/buildinfo"
 	"github.com/stinthq/stint/store"
 	"github.com/stinthq/stint/web"
 )
@@ -434,7 +435,7 @@ func TestStatsAndNodes(t *testing.T) {
 
 	// A node that registered long ago and never beat again looks dead to
 	// a handler that expects a heartbeat every nanosecond.
-	require.NoError(t, e.st.RegisterNode(e.ctx, store.Node{ID: "ghost", Host: "nowhere", PID: 1}))
+	require.NoError(t, e.st.RegisterNode(e.ctx, store.Node{ID: "ghost", Host: "nowhere", PID: 1, Version: "v0.0.1"}))
 	var nodes web.NodesResponse
 	e.json(http.MethodGet, "/api/v1/nodes", readToken, nil, http.StatusOK, &nodes)
 	require.Len(t, nodes.Nodes, 2)
@@ -449,6 +450,8 @@ func TestStatsAndNodes(t *testing.T) {
 	require.GreaterOrEqual(t, self.HeartbeatAgeMS, int64(0))
 	require.Less(t, self.HeartbeatAgeMS, int64(time.Minute/time.Millisecond))
 	require.Equal(t, web.HealthOK, byID["ghost"].Health)
+	require.Equal(t, buildinfo.Read().String(), self.Version, "a node registers its version")
+	require.Equal(t, "v0.0.1", byID["ghost"].Version)
 
 	cfg := e.cfg
 	cfg.NodeHeartbeat = time.Nanosecond

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -371,7 +372,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The Nodes page shows a node's database incidents as it reported
 	// them: one going on, and the last one that ended.
-	require.NoError(t, e.st.RegisterNode(e.ctx, store.Node{ID: "browser-node", Host: "h", PID: 1}))
+	require.NoError(t, e.st.RegisterNode(e.ctx, store.Node{ID: "browser-node", Host: "h", PID: 1, Version: "v0.9.1 (1a2b3c4d5e6f)"}))
 	began := time.Now().Add(-time.Minute)
 	require.NoError(t, e.st.HeartbeatNode(e.ctx, "browser-node", store.NodeHealth{
 		Incidents: []store.NodeIncident{{Cause: "listener", Started: began, Failures: 3, Err: "listen: connection reset"}},
@@ -380,6 +381,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#nodes tr[data-node="browser-node"] td.db-state [data-status="degraded"]`)))
 	require.Contains(t, text("nodes"), "listener since")
 	require.Contains(t, text("nodes"), "listen: connection reset")
+	require.Equal(t, "v0.9.1 (1a2b3c4d5e6f)", p.text(`#nodes tr[data-node="browser-node"] td.version`), "each node's version")
 	require.NoError(t, e.st.HeartbeatNode(e.ctx, "browser-node", store.NodeHealth{
 		Last: &store.NodeIncident{Cause: "listener", Started: began, Ended: began.Add(90 * time.Second), Failures: 3}}))
 	run("see it end", goHash("#/schedules"), goHash("#/nodes"),
@@ -445,4 +447,75 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.Zero(t, batchButtons, "a read token sees no batch actions")
 
 	require.Empty(t, jsErrors(), "the page raised errors")
+}
+
+// A link with a token in its fragment signs in and opens the route it
+// names, the token dropped from the address bar: a task's page, or a
+// filtered list; the bare "#token=" of `stint dev` opens the overview.
+func TestTokenLinkKeepsItsRoute(t *testing.T) {
+	t.Parallel()
+	chromiumPath(t) // installs Chromium, or skips, before the test's deadlines start
+	e := newEnv(t)
+	p := openPage(t, e)
+	id := e.submit(web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"linked"}`), ID: "browser-linked"})
+	_, err := e.srv.Await(e.ctx, id)
+	require.NoError(t, err)
+	hash := func() string {
+		t.Helper()
+		h, err := chromedp.Run(p.tab, chromedp.Evaluate[string](`location.hash`))
+		require.NoError(t, err)
+		return h
+	}
+	// fresh forgets the token, as a new tab would not have it.
+	fresh := void(chromedp.Evaluate[bool](`(() => { sessionStorage.clear(); return true })()`))
+
+	p.run("open a task's link", chromedp.Navigate(e.ts.URL+"/#/tasks/"+string(id)+"?token="+adminToken),
+		chromedp.WaitVisible(chromedp.ID("task-id")))
+	require.Equal(t, string(id), p.text("#task-id"))
+	require.Equal(t, "#/tasks/"+string(id), hash(), "the token is dropped, the route kept")
+
+	p.run("open a list's link", fresh, chromedp.Navigate("about:blank"),
+		chromedp.Navigate(e.ts.URL+"/#/tasks?behavior=demo.echo&token="+adminToken),
+		chromedp.WaitVisible(css(`tr[data-task-id="`+string(id)+`"]`)))
+	require.Equal(t, "#/tasks?behavior=demo.echo", hash())
+
+	p.run("open the dev link", fresh, chromedp.Navigate("about:blank"),
+		chromedp.Navigate(e.ts.URL+"/#token="+adminToken),
+		chromedp.WaitVisible(css(`#live[data-state="on"]`)))
+	require.Equal(t, "#/", hash())
+	view, err := chromedp.Run(p.tab, chromedp.Evaluate[string](`document.body.dataset.view`))
+	require.NoError(t, err)
+	require.Equal(t, "overview", view)
+	require.Empty(t, p.jsErrors(), "the page raised errors")
+}
+
+// The overview's queue-lag card and its table's lag of the behavior that
+// waits longest are one number, and both count on while nothing happens.
+func TestQueueLagIsOneNumber(t *testing.T) {
+	t.Parallel()
+	chromiumPath(t) // installs Chromium, or skips, before the test's deadlines start
+	e := newEnv(t)
+	p := openPage(t, e)
+	// test.idle runs on no node: its task waits, and its lag grows. Signed
+	// in as admin, a row ends with the lag and the actions.
+	e.submit(web.SubmitBody{Behavior: idleKind.ID, Params: json.RawMessage(`{"note":"waits"}`)})
+	p.run("open the dashboard", chromedp.Navigate(e.ts.URL+"/"))
+	p.run("sign in", signIn(adminToken)...)
+	p.run("see the lag grow past 5s", void(chromedp.Poll[bool](`(() => { const el = document.getElementById('m-lag');
+		return !!el && /^(\d\d+s|[5-9]\.\ds|\d+m .*)$/.test(el.innerText) })()`, chromedp.WithPollingTimeout(time.Minute))))
+	texts, err := chromedp.Run(p.tab, chromedp.Evaluate[[]string](`[document.getElementById('m-lag').innerText,
+		document.querySelector('#queues tr[data-behavior="test.idle"] td:nth-last-child(2)').innerText]`))
+	require.NoError(t, err)
+	card, table := parseLag(t, texts[0]), parseLag(t, texts[1])
+	require.InDelta(t, card.Seconds(), table.Seconds(), 1, "the card says %s, the table %s", texts[0], texts[1])
+	require.Empty(t, p.jsErrors(), "the page raised errors")
+}
+
+// parseLag reads a duration as the dashboard writes one: "3.4s", "12s",
+// "1m 5s".
+func parseLag(t *testing.T, s string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(strings.ReplaceAll(s, " ", ""))
+	require.NoError(t, err, "lag %q", s)
+	return d
 }

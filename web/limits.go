@@ -123,6 +123,10 @@ type ConcurrencyLimitBody struct {
 	Max int `json:"max"`
 	// Weight is the key's share under fair share; zero means 1.
 	Weight int `json:"weight,omitempty"`
+	// Force sets the cap of a behavior that the server does not register
+	// and no live node runs: one whose nodes are not deployed yet. Without
+	// it (the default) such a behavior is a 400.
+	Force bool `json:"force,omitempty"`
 }
 
 func (h *Handler) setConcurrencyLimit(w http.ResponseWriter, r *http.Request) error {
@@ -137,10 +141,16 @@ func (h *Handler) setConcurrencyLimit(w http.ResponseWriter, r *http.Request) er
 	if err := decodeBody(w, r, &body); err != nil {
 		return err
 	}
-	l := api.ConcurrencyLimit{Behavior: behavior, Key: body.Key, Max: body.Max, Weight: body.Weight}
+	l := api.ConcurrencyLimit{Behavior: behavior, Key: body.Key, Max: body.Max, Weight: body.Weight, Force: body.Force}
 	if err := h.cfg.Client.SetConcurrencyLimit(r.Context(), l); err != nil {
-		return fmt.Errorf("set concurrency limit of %s: %w", behavior, err)
+		var inv *api.InvalidError
+		if errors.Is(err, api.ErrUnknownBehavior) && errors.As(err, &inv) {
+			return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: inv.Field,
+				Message: inv.Error() + `; send "force": true to set it for a behavior whose nodes are not deployed yet`}
+		}
+		return err
 	}
+	l.Force = false // an input, not part of the cap
 	WriteJSON(w, http.StatusOK, l)
 	return nil
 }

@@ -53,8 +53,26 @@ func TestLimitsInBrowser(t *testing.T) {
 	require.Equal(t, "2 / 1h", text(`#rate-limits tr[data-limit="`+testRateLimit+`"][data-key=""] [data-field="rate"]`))
 	require.Equal(t, []api.RateLimit{{Name: testRateLimit, Limit: 2, Period: time.Hour}}, []api.RateLimit{e.limits().Rate[0].RateLimit})
 
+	// The cap form proposes no behavior; one that no live node runs is
+	// refused, naming it, unless "not deployed yet" is ticked.
+	behaviorValue, err := chromedp.Run(p.tab, chromedp.Evaluate[string](`document.getElementById('cl-behavior').value`))
+	require.NoError(t, err)
+	require.Empty(t, behaviorValue, "no behavior is picked for the user")
+	run("cap an unknown behavior",
+		setValue("cl-behavior", "nope.kind"), setValue("cl-max", "3"),
+		chromedp.Click(chromedp.ID("cl-set")),
+		poll(`[...document.querySelectorAll('.toast.bad')].some((el) => el.textContent.includes('"nope.kind" is not registered here and no live node runs it'))`))
+	require.Empty(t, e.limits().Concurrency)
+	run("force it",
+		chromedp.Click(chromedp.ID("cl-force")),
+		chromedp.Click(chromedp.ID("cl-set")),
+		chromedp.WaitVisible(css(`#concurrency-limits tr[data-cap="nope.kind"][data-key=""]`)))
+	require.Equal(t, "3", text(`#concurrency-limits tr[data-cap="nope.kind"][data-key=""] [data-field="max"]`))
+	require.Equal(t, http.StatusNoContent, e.do(http.MethodDelete, "/api/v1/limits/concurrency/nope.kind", adminToken, nil).status)
+	run("untick force", chromedp.Click(chromedp.ID("cl-force")))
+
 	run("set a concurrency cap",
-		chromedp.SetValue(chromedp.ID("cl-behavior"), "test.limited"), setValue("cl-key", "acme"), setValue("cl-max", "5"), setValue("cl-weight", "2"),
+		setValue("cl-behavior", "test.limited"), setValue("cl-key", "acme"), setValue("cl-max", "5"), setValue("cl-weight", "2"),
 		chromedp.Click(chromedp.ID("cl-set")),
 		chromedp.WaitVisible(css(`#concurrency-limits tr[data-cap="test.limited"][data-key="acme"]`)))
 	require.Equal(t, "5", text(`#concurrency-limits tr[data-cap="test.limited"][data-key="acme"] [data-field="max"]`))
@@ -98,18 +116,27 @@ func TestLimitsInBrowser(t *testing.T) {
 	require.Empty(t, e.limits().Rate)
 
 	// A wait that begins while the task's page is open shows without an
-	// event: a running blocker, a paused behavior, then a cap of one.
+	// event: a running blocker, a paused behavior (which the page says),
+	// then a cap of one.
 	blocker := e.submit(web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"hold the slot","delay_ms":60000}`)})
 	e.waitFor("the blocker to run", func() bool { return e.task(blocker).Status == api.StatusRunning })
 	require.NoError(t, e.srv.Pause(e.ctx, demo.Echo.ID))
 	second := e.submit(web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"wait"}`)})
 	run("open a due task", goHash("#/tasks/"+string(second)), chromedp.WaitVisible(css(`#task-status [data-status="scheduled"]`)))
-	require.Equal(t, "scheduled", text(`[data-field="status"] dd`))
+	require.Equal(t, "scheduled, waiting: demo.echo is paused", text(`[data-field="status"] dd`))
 	e.json(http.MethodPut, "/api/v1/limits/concurrency/demo.echo", adminToken, map[string]any{"max": 1}, http.StatusOK, nil)
-	run("see it wait on the cap", chromedp.WaitVisible(chromedp.ID("task-waiting")))
-	require.Equal(t, "waiting on the concurrency cap of demo.echo", text("#task-waiting"))
+	run("see it wait on the cap", poll(`document.getElementById('task-waiting').innerText === 'waiting on the concurrency cap of demo.echo'`))
 	require.NoError(t, e.srv.Remove(e.ctx, blocker))
 	require.NoError(t, e.srv.Resume(e.ctx, demo.Echo.ID))
+
+	// A task of a behavior that no live node runs says so, and which
+	// nodes run what, linking to the Nodes page.
+	idle := e.submit(web.SubmitBody{Behavior: idleKind.ID, Params: json.RawMessage(`{"note":"nobody"}`)})
+	run("open a task no node runs", goHash("#/tasks/"+string(idle)), chromedp.WaitVisible(chromedp.ID("task-waiting")))
+	require.Regexp(t, `^waiting: no live node runs test\.idle \(node-\S+ runs demo\.echo, test\.fail(; .+)?\)$`, text("#task-waiting"))
+	href, err := chromedp.Run(p.tab, chromedp.Evaluate[string](`document.getElementById('task-waiting').getAttribute('href')`))
+	require.NoError(t, err)
+	require.Equal(t, "#/nodes", href)
 
 	// A reader sees the caps, and no form or button to change them.
 	run("sign out", chromedp.Click(chromedp.ID("signout")))

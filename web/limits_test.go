@@ -178,6 +178,9 @@ func TestLimitsSetListRemove(t *testing.T) {
 		{"/api/v1/limits/concurrency/demo.echo", map[string]any{"max": 1, "weight": 2}, "weight"},
 		{"/api/v1/limits/concurrency/demo.echo", map[string]any{"key": strings.Repeat("k", 257), "max": 1}, "key"},
 		{"/api/v1/limits/concurrency/Not%20A%20Behavior", map[string]any{"max": 1}, "behavior"},
+		{"/api/v1/limits/concurrency/nope.kind", map[string]any{"max": 1}, "behavior"},
+		{"/api/v1/limits/concurrency/nope.kind", map[string]any{"max": 1, "force": false}, "behavior"},
+		{"/api/v1/limits/concurrency/nope.kind", map[string]any{"max": 1, "force": "yes"}, "force"},
 	} {
 		e.requireError(http.MethodPut, bad.path, adminToken, bad.body, http.StatusBadRequest, web.CodeInvalid, bad.field)
 	}
@@ -210,6 +213,17 @@ func TestLimitsSetListRemove(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, e.do(http.MethodDelete, "/api/v1/limits/concurrency/demo.echo", adminToken, nil).status)
 	e.requireError(http.MethodDelete, "/api/v1/limits/concurrency/demo.echo", adminToken, nil, http.StatusNotFound, web.CodeNotFound, "")
 	require.Empty(t, e.limits().Concurrency)
+
+	// A behavior neither registered nor run by a live node needs force:
+	// the 400 says which nodes run what, and how to force it.
+	ae := e.requireError(http.MethodPut, "/api/v1/limits/concurrency/nope.kind", adminToken, map[string]any{"max": 2},
+		http.StatusBadRequest, web.CodeInvalid, "behavior")
+	require.Contains(t, ae.Error.Message, `"nope.kind" is not registered here and no live node runs it (node-`)
+	require.Contains(t, ae.Error.Message, `send "force": true`)
+	var forced api.ConcurrencyLimit
+	e.json(http.MethodPut, "/api/v1/limits/concurrency/nope.kind", adminToken, map[string]any{"max": 2, "force": true}, http.StatusOK, &forced)
+	require.Equal(t, api.ConcurrencyLimit{Behavior: "nope.kind", Max: 2}, forced)
+	require.Equal(t, []api.ConcurrencyLimit{{Behavior: "nope.kind", Max: 2}}, caps(e.limits()))
 }
 
 // A task a rate limit holds back says what it waits on and until when, and

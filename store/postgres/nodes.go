@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,10 +19,10 @@ func (s *Store) RegisterNode(ctx context.Context, n store.Node) error {
 		behaviors[i] = string(b)
 	}
 	_, err := s.pool.Exec(ctx, `
-		INSERT INTO stint_node (id, host, pid, behaviors, max_workers) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (id) DO UPDATE SET host = $2, pid = $3, behaviors = $4, max_workers = $5,
+		INSERT INTO stint_node (id, host, pid, behaviors, max_workers, version) VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''))
+		ON CONFLICT (id) DO UPDATE SET host = $2, pid = $3, behaviors = $4, max_workers = $5, version = NULLIF($6, ''),
 		    started_at = now(), heartbeat_at = now()`,
-		n.ID, n.Host, n.PID, behaviors, n.MaxWorkers)
+		n.ID, n.Host, n.PID, behaviors, n.MaxWorkers, n.Version)
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", n.ID, err)
 	}
@@ -63,8 +64,8 @@ func (s *Store) DeregisterNode(ctx context.Context, id string) error {
 
 // Nodes lists registered nodes, oldest first.
 func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, host, pid, behaviors, max_workers, started_at, heartbeat_at, incidents, last_incident
-		FROM stint_node ORDER BY started_at, id`)
+	rows, err := s.pool.Query(ctx, `SELECT id, host, pid, behaviors, max_workers, started_at, heartbeat_at, incidents, last_incident,
+		    coalesce(version, ''), (extract(epoch FROM now() - heartbeat_at) * 1000000)::bigint FROM stint_node ORDER BY started_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -72,7 +73,9 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 	var n store.Node
 	var behaviors []string
 	var incidents, last []byte
-	_, err = pgx.ForEachRow(rows, []any{&n.ID, &n.Host, &n.PID, &behaviors, &n.MaxWorkers, &n.StartedAt, &n.HeartbeatAt, &incidents, &last}, func() error {
+	var ageUS int64
+	_, err = pgx.ForEachRow(rows, []any{&n.ID, &n.Host, &n.PID, &behaviors, &n.MaxWorkers, &n.StartedAt, &n.HeartbeatAt, &incidents, &last, &n.Version, &ageUS}, func() error {
+		n.HeartbeatAge = time.Duration(ageUS) * time.Microsecond
 		n.Incidents, n.LastIncident = nil, nil
 		if incidents != nil {
 			if err := json.Unmarshal(incidents, &n.Incidents); err != nil {
@@ -94,6 +97,43 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return out, nil
+}
+
+// RunningOn counts the running tasks whose lease each of nodes holds.
+func (s *Store) RunningOn(ctx context.Context, nodes []string) ([]store.NodeRunning, error) {
+	if nodes == nil {
+		nodes = []string{}
+	}
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, fmt.Errorf("count running tasks of nodes: %w", err)
+	}
+	return runningByNode(ctx, s.pool, now, nodes)
+}
+
+// runningByNode counts the running tasks per node that holds their lease,
+// and of them those whose lease expired by now; nodes, unless nil, names
+// the nodes to count.
+func runningByNode(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, now time.Time, nodes []string) ([]store.NodeRunning, error) {
+	rows, err := db.Query(ctx, `
+		SELECT l.node, count(*), count(*) FILTER (WHERE l.expires_at <= $1) FROM stint_lease l
+		JOIN stint_task t ON t.id = ANY(l.task_ids) AND t.lease = l.lease AND t.status = 'running'
+		WHERE $2::text[] IS NULL OR l.node = ANY($2::text[])
+		GROUP BY 1 ORDER BY 1`, now, nodes)
+	if err != nil {
+		return nil, fmt.Errorf("count running tasks: %w", err)
+	}
+	var out []store.NodeRunning
+	var n store.NodeRunning
+	if _, err := pgx.ForEachRow(rows, []any{&n.Node, &n.Running, &n.Expired}, func() error {
+		out = append(out, n)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count running tasks: %w", err)
 	}
 	return out, nil
 }

@@ -55,21 +55,8 @@ func readStats(ctx context.Context, db *pgxpool.Pool) (store.Stats, error) {
 		if st.Due, err = readDue(ctx, tx, st.Now, true); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `
-			SELECT l.node, count(*), count(*) FILTER (WHERE l.expires_at <= $1) FROM stint_lease l
-			JOIN stint_task t ON t.id = ANY(l.task_ids) AND t.lease = l.lease AND t.status = 'running'
-			GROUP BY 1 ORDER BY 1`, st.Now)
-		if err != nil {
-			return fmt.Errorf("count running tasks: %w", err)
-		}
-		var n store.NodeRunning
-		if _, err := pgx.ForEachRow(rows, []any{&n.Node, &n.Running, &n.Expired}, func() error {
-			st.Running = append(st.Running, n)
-			return nil
-		}); err != nil {
-			return fmt.Errorf("count running tasks: %w", err)
-		}
-		return nil
+		st.Running, err = runningByNode(ctx, tx, st.Now, nil)
+		return err
 	})
 	return st, err
 }

@@ -444,12 +444,17 @@
     if (state.view && state.view.refresh) state.view.refresh();
   }
 
-  // queueLag is the queue lag now: as last read, plus the time since when
-  // a task was waiting.
+  // lagNow is a queue lag read as ms with the last statistics, counted on
+  // to now: a due task keeps waiting while nothing happens. The card's
+  // lag (the largest) and each behavior's in the table use it, so that
+  // they show one number.
+  function lagNow(ms) {
+    return ms ? ms + (Date.now() - state.statsAt) : 0;
+  }
+
+  // queueLag is the queue lag now, of all behaviors.
   function queueLag() {
-    const s = state.stats;
-    if (!s || !s.queue_lag_ms) return 0;
-    return s.queue_lag_ms + (Date.now() - state.statsAt);
+    return state.stats ? lagNow(state.stats.queue_lag_ms) : 0;
   }
 
   // ---- views ----
@@ -496,7 +501,8 @@
         STATUSES.map((st) => h('td', { class: 'num' + (q.counts[st] ? '' : ' zero'), dataset: { count: st } },
           h('a', { href: listHref({ behavior: q.behavior, status: st }) }, q.counts[st].toLocaleString()))),
         h('td', { class: 'num' + (q.due_now ? '' : ' zero') }, q.due_now.toLocaleString()),
-        h('td', { class: 'num' + (q.due_now ? '' : ' zero') }, q.due_now ? fmtDuration(q.oldest_due_age_ms) : '—'),
+        h('td', { class: 'num' + (q.due_now ? '' : ' zero'), dataset: { lag: q.due_now ? q.oldest_due_age_ms : '' } },
+          q.due_now ? fmtDuration(lagNow(q.oldest_due_age_ms)) : '—'),
         can('admin') ? h('td', { class: 'actions' }, q.paused
           ? actionButton('Resume', 'resume', async () => { await api('POST', '/behaviors/' + encodeURIComponent(q.behavior) + '/resume'); refreshStats(); })
           : actionButton('Pause', 'pause', async () => { await api('POST', '/behaviors/' + encodeURIComponent(q.behavior) + '/pause'); refreshStats(); })) : null));
@@ -578,6 +584,9 @@
     const lagTimer = setInterval(() => {
       const el = document.getElementById('m-lag');
       if (el && state.stats && state.stats.queue_lag_ms > 0) el.textContent = fmtDuration(queueLag());
+      for (const td of document.querySelectorAll('#queues td[data-lag]')) {
+        if (td.dataset.lag) td.textContent = fmtDuration(lagNow(Number(td.dataset.lag)));
+      }
     }, 1000);
     renderStats();
     renderFeed();
@@ -779,7 +788,7 @@
         h('section', { class: 'card panel' }, h('dl', { class: 'fields' },
           field('Behavior', h('a', { href: listHref({ behavior: t.behavior }) }, t.behavior), 'behavior'),
           field('State', retrying(t) ? h('span', { class: 'retry-note', id: 'task-retrying' }, retryText(t))
-            : t.waiting ? h('span', {}, t.status + ', ', h('a', { class: 'wait-note', id: 'task-waiting', href: limitsHref }, waitText(t.waiting)))
+            : t.waiting ? h('span', {}, t.status + ', ', h('a', { class: 'wait-note', id: 'task-waiting', href: waitHref(t.waiting) }, waitText(t.waiting)))
               : t.status, 'status'),
           field('Priority', t.priority, 'priority'),
           field('Attempt', t.attempt, 'attempt'),
@@ -870,10 +879,11 @@
       }
       fill(body, r.nodes.length === 0 ? h('div', { class: 'empty' }, 'No server node is registered.')
         : h('table', { id: 'nodes' },
-          h('thead', {}, h('tr', {}, ['Node', 'Health', 'Database', 'Host', 'PID', 'Running', 'Workers', 'Expired leases', 'Behaviors', 'Started', 'Heartbeat']
-            .map((c, i) => h('th', { class: [4, 5, 6, 7].includes(i) ? 'num' : null }, c)))),
+          h('thead', {}, h('tr', {}, ['Node', 'Version', 'Health', 'Database', 'Host', 'PID', 'Running', 'Workers', 'Expired leases', 'Behaviors', 'Started', 'Heartbeat']
+            .map((c, i) => h('th', { class: [5, 6, 7, 8].includes(i) ? 'num' : null }, c)))),
           h('tbody', {}, r.nodes.map((n) => h('tr', { dataset: { node: n.id } },
-            h('td', { class: 'id' }, n.id), h('td', {}, pill(n.health)), h('td', { class: 'db-state' }, dbState(n)), h('td', {}, n.host), h('td', { class: 'num' }, n.pid),
+            h('td', { class: 'id' }, n.id), h('td', { class: 'version' + (n.version ? '' : ' faint') }, n.version || 'unknown'),
+            h('td', {}, pill(n.health)), h('td', { class: 'db-state' }, dbState(n)), h('td', {}, n.host), h('td', { class: 'num' }, n.pid),
             h('td', { class: 'num' }, h('a', { href: listHref({ status: 'running' }) }, n.running)), h('td', { class: 'num' }, n.max_workers),
             h('td', { class: 'num' + (n.expired_leases ? '' : ' zero') }, n.expired_leases),
             h('td', {}, (n.behaviors || []).join(', ')), h('td', {}, timeEl(n.started_at)),
@@ -927,11 +937,24 @@
   }
 
   // waitText says what a waiting task waits on: "waiting on rate limit L
-  // (key K) until T" or "waiting on the concurrency cap of B (key K)".
+  // (key K) until T", "waiting on the concurrency cap of B (key K)", or
+  // that its behavior is paused, that no live node runs it (and which
+  // nodes run what), or that every node that runs it is full.
   function waitText(w) {
     const key = w.key ? ' (key ' + w.key + ')' : '';
-    if (w.reason === 'rate_limit') return 'waiting on rate limit ' + w.limit + key + (w.until ? ' until ' + stamp(w.until) : '');
+    switch (w.reason) {
+      case 'rate_limit': return 'waiting on rate limit ' + w.limit + key + (w.until ? ' until ' + stamp(w.until) : '');
+      case 'paused': return 'waiting: ' + w.limit + ' is paused';
+      case 'no_node': return 'waiting: no live node runs ' + w.limit + ' (' + w.detail + ')';
+      case 'nodes_full': return 'waiting: every node that runs ' + w.limit + ' is full (' + w.detail + ')';
+    }
     return 'waiting on the concurrency cap of ' + w.limit + key;
+  }
+
+  // waitHref is where a wait's cause is shown: the Nodes page for a wait
+  // on nodes, else the Limits page.
+  function waitHref(w) {
+    return w.reason === 'no_node' || w.reason === 'nodes_full' ? '#/nodes' : limitsHref;
   }
 
   const limitsHref = '#/limits';
@@ -969,8 +992,14 @@
       }, nameF, limitF, periodF, h('button', { class: 'btn primary', type: 'submit', id: 'rl-set' }, 'Set rate limit'));
     }
 
+    // capForm sets a cap. Its behavior has no default: one is typed or
+    // picked from the registered ones. A behavior no live node runs needs
+    // "not deployed yet" ticked, else the server refuses it.
     function capForm() {
-      const behavior = h('select', { id: 'cl-behavior' }, state.behaviors.map((b) => h('option', { value: b }, b)));
+      const [behaviorF, behavior] = field('cl-behavior', 'Behavior', { list: 'cl-behaviors', placeholder: 'behavior', required: true });
+      const force = h('input', { id: 'cl-force', type: 'checkbox' });
+      const forceF = h('div', { class: 'field check', title: 'set the cap of a behavior whose nodes are not deployed yet' },
+        h('label', { for: 'cl-force' }, force, ' Not deployed yet'));
       const [keyF, key] = field('cl-key', 'Group key', { placeholder: 'all keys' });
       const [maxF, max] = field('cl-max', 'Max running', { type: 'number', min: '0', step: '1', placeholder: '4', required: true });
       const [weightF, weight] = field('cl-weight', 'Weight', { type: 'number', min: '0', step: '1', placeholder: '1' });
@@ -980,14 +1009,16 @@
           const body = { max: Number(max.value) };
           if (key.value.trim()) body.key = key.value.trim();
           if (weight.value.trim()) body.weight = Number(weight.value);
+          if (force.checked) body.force = true;
+          const b = behavior.value.trim();
           try {
-            await api('PUT', '/limits/concurrency/' + encodeURIComponent(behavior.value), body);
-            toast('Concurrency cap of ' + behavior.value + ' set');
+            await api('PUT', '/limits/concurrency/' + encodeURIComponent(b), body);
+            toast('Concurrency cap of ' + b + ' set');
             load();
           } catch (e) { toast('Set concurrency cap failed: ' + e.message, true); }
         },
-      }, h('div', { class: 'field' }, h('label', { for: 'cl-behavior' }, 'Behavior'), behavior), keyF, maxF, weightF,
-      h('button', { class: 'btn primary', type: 'submit', id: 'cl-set' }, 'Set cap'));
+      }, behaviorF, h('datalist', { id: 'cl-behaviors' }, state.behaviors.map((b) => h('option', { value: b }))),
+      keyF, maxF, weightF, forceF, h('button', { class: 'btn primary', type: 'submit', id: 'cl-set' }, 'Set cap'));
     }
 
     function removeButton(what, path) {
@@ -1316,15 +1347,31 @@
     route();
   }
 
-  async function boot() {
-    // `stint dev` prints a link with the token in the fragment, which the
-    // browser never sends: take it and drop it from the address bar.
-    const m = location.hash.match(/^#token=([^&]+)/);
+  // takeToken takes a token from the fragment, which the browser never
+  // sends, and drops it from the address bar, keeping the route the link
+  // names: "#token=T" (as `stint dev` prints it) opens the overview,
+  // "#/tasks/ID?token=T" the task.
+  function takeToken() {
+    const hash = location.hash.replace(/^#/, '');
+    const m = hash.match(/^token=([^&]+)$/);
     if (m) {
       state.token = decodeURIComponent(m[1]);
       sessionStorage.setItem(TOKEN_KEY, state.token);
       history.replaceState(null, '', location.pathname + '#/');
+      return;
     }
+    const [path, qs] = hash.split('?');
+    const params = new URLSearchParams(qs || '');
+    if (!params.get('token')) return;
+    state.token = params.get('token');
+    sessionStorage.setItem(TOKEN_KEY, state.token);
+    params.delete('token');
+    const rest = params.toString();
+    history.replaceState(null, '', location.pathname + '#' + (path || '/') + (rest ? '?' + rest : ''));
+  }
+
+  async function boot() {
+    takeToken();
     try {
       await whoami();
     } catch (e) {

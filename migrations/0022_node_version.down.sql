@@ -1,0 +1,1 @@
+ALTER TABLE stint_node DROP COLUMN IF EXISTS version;
