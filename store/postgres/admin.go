@@ -473,12 +473,15 @@ SELECT count(*) FROM d`
 // deleteNodes ends the statements that delete finished tasks d (a CTE
 // with id and behavior): it deletes the nodes and edges of the workflows
 // among them.
+// Both find their rows through an index by an array of ids (= ANY of an
+// ARRAY), never by a join the planner may make a scan of the table.
 const deleteNodes = `, nodes AS (
     DELETE FROM stint_task n
-    WHERE n.parent_id IN (SELECT id FROM d WHERE behavior = '` + string(api.WorkflowBehavior) + `') AND n.workflow_node IS NOT NULL
+    WHERE n.parent_id = ANY(ARRAY(SELECT id FROM d WHERE behavior = '` + string(api.WorkflowBehavior) + `'))
+      AND n.workflow_node IS NOT NULL
     RETURNING n.id
 ), edges AS (
-    DELETE FROM stint_dependency e WHERE e.task_id IN (SELECT id FROM nodes)
+    DELETE FROM stint_dependency e WHERE e.task_id = ANY(ARRAY(SELECT id FROM nodes))
 )`
 
 // DeleteFinished deletes a batch of old finished tasks; see store.Store.
