@@ -189,7 +189,7 @@ func (c *cluster) behindProxy() *proxy {
 // the ledger and the nodes' incident lines (with the causes want), and
 // logs what it measured: each node's detection and end, and when the
 // first run started after the incident's end.
-func (c *cluster) incident(what string, lasts time.Duration, begin, end func(), want ...string) {
+func (c *cluster) incident(what string, lasts time.Duration, begin, end func(), want ...string) incidentReport {
 	var began, ended time.Time
 	tasks, _ := size()
 	c.scenario(tasks, time.Second, func(c *cluster, stop <-chan struct{}) {
@@ -203,6 +203,7 @@ func (c *cluster) incident(what string, lasts time.Duration, begin, end func(), 
 	resume := c.firstRunAfter(ended)
 	r := c.checkIncidents(began, ended, want...)
 	c.t.Logf("measured: %s for %s: first run %s after it ended;%s", what, lasts, resume.Round(time.Millisecond), r)
+	return r
 }
 
 func TestSilentNetworkLoss(t *testing.T) {
@@ -217,7 +218,7 @@ func TestSilentNetworkLoss(t *testing.T) {
 	p := c.behindProxy() // every node: none can work during the loss
 	c.startAll()
 	// Past every detection bound (10 s for the listener).
-	c.incident("silent network loss", incidentFor(12*time.Second), func() {
+	r := c.incident("silent network loss", incidentFor(12*time.Second), func() {
 		p.blackhole()
 		// Tasks submitted during the loss (the client is not behind the
 		// proxy) start once the path is back.
@@ -225,6 +226,11 @@ func TestSilentNetworkLoss(t *testing.T) {
 	}, func() {
 		p.restore(true) // the connections of before stay dead, never closed
 	}, impl.CauseListener, impl.CauseUnreachable) // the listener's dead connection: only its own check finds it out
+	for _, n := range c.nodes {
+		// No incident starts again once the dead connections are gone:
+		// the last one ends within the bound.
+		require.Less(t, r.resume[n.name], resumeBound, "%s: its incidents ended too late or started again after the path returned", n.name)
+	}
 }
 
 func TestWritesRefused(t *testing.T) {
