@@ -218,7 +218,7 @@ func TestSilentNetworkLoss(t *testing.T) {
 	p := c.behindProxy() // every node: none can work during the loss
 	c.startAll()
 	// Past every detection bound (10 s for the listener).
-	r := c.incident("silent network loss", incidentFor(12*time.Second), func() {
+	c.incident("silent network loss", incidentFor(12*time.Second), func() {
 		p.blackhole()
 		// Tasks submitted during the loss (the client is not behind the
 		// proxy) start once the path is back.
@@ -226,11 +226,6 @@ func TestSilentNetworkLoss(t *testing.T) {
 	}, func() {
 		p.restore(true) // the connections of before stay dead, never closed
 	}, impl.CauseListener, impl.CauseUnreachable) // the listener's dead connection: only its own check finds it out
-	for _, n := range c.nodes {
-		// No incident starts again once the dead connections are gone:
-		// the last one ends within the bound.
-		require.Less(t, r.resume[n.name], resumeBound, "%s: its incidents ended too late or started again after the path returned", n.name)
-	}
 }
 
 func TestWritesRefused(t *testing.T) {
