@@ -124,7 +124,7 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 	}, nil
 }
 
-// connectionResetter is a store that can drop its pooled connections
+// connectionResetter is a store that can find out and drop its dead pooled connections
 // (postgres.Store): when the database stops answering they may all be
 // dead, and each would cost a statement its deadline.
 type connectionResetter interface{ ResetConnections() }

@@ -4,13 +4,17 @@ import (
 	"flag"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store/postgres"
 )
 
 var reps = flag.Int("chaos.reps", 1, "how many times TestEveryNodeResumesAfterASilentLoss repeats its blackhole")
@@ -41,6 +45,20 @@ func silentLossOnce(t *testing.T) {
 		n.lease = spi.DefaultLease // the lease the bound is stated for
 	}
 	c.startAll()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// What each node was doing: the goroutine dump goes to the
+		// test's stderr.
+		for _, n := range c.nodes {
+			if n.cmd != nil {
+				_ = n.cmd.Process.Signal(syscall.SIGQUIT)
+				_ = n.cmd.Wait()
+				n.cmd = nil
+			}
+		}
+	})
 
 	// Tasks are submitted throughout, by the client, which is not behind
 	// the proxy.
@@ -83,6 +101,25 @@ func silentLossOnce(t *testing.T) {
 	wg.Wait()
 	r := c.check(ids)
 	t.Logf("ledger: %s", r)
+	if r.lost > 0 {
+		rows, err := c.pool.Query(c.ctx, `SELECT status || coalesce(' on ' || node, ''), count(*) FROM stint_task GROUP BY 1`)
+		require.NoError(t, err)
+		counts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+			Status string
+			N      int
+		}])
+		require.NoError(t, err)
+		t.Logf("tasks by status: %v", counts)
+		rows, err = c.pool.Query(c.ctx, `SELECT format('%s %s %s/%s xact=%s %s', pid, state, wait_event_type, wait_event,
+			now() - xact_start, left(regexp_replace(query, '\s+', ' ', 'g'), 100))
+			FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() ORDER BY xact_start`)
+		require.NoError(t, err)
+		sessions, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		for _, s := range sessions {
+			t.Logf("session: %s", s)
+		}
+	}
 	require.Zero(t, r.lost, "lost tasks")
 	require.Zero(t, r.duplicated, "duplicated tasks")
 	require.Zero(t, r.unexpected, "unexpected results")
@@ -91,4 +128,50 @@ func silentLossOnce(t *testing.T) {
 	for _, n := range c.nodes {
 		require.Less(t, rep.resume[n.name], resumeBound, "%s: its incidents ended too late or started again after the path returned", n.name)
 	}
+}
+
+// serverDropBound is how soon PostgreSQL must drop the session of a
+// client that vanished: the session's keepalives (10 s idle, then 3 probes
+// 5 s apart) that store/postgres sets, with room for a slow machine.
+const serverDropBound = 25*time.Second + 10*time.Second
+
+// TestServerDropsTheSessionsOfAVanishedNode opens a store behind a proxy,
+// then blackholes the path and makes the proxy forget the connections to
+// PostgreSQL without a word, as a lost NAT state would, and checks that
+// PostgreSQL drops the store's sessions from pg_stat_activity within
+// serverDropBound rather than after its default TCP keepalive time (two
+// hours on Linux).
+func TestServerDropsTheSessionsOfAVanishedNode(t *testing.T) {
+	c := newCluster(t)
+	p := c.behindProxy()
+	st, err := postgres.Open(c.ctx, c.nodes[0].dsn)
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	// A few sessions, idle in the pool.
+	var pids []int64
+	var conns []*pgxpool.Conn
+	for range 5 {
+		conn, err := st.Pool().Acquire(c.ctx)
+		require.NoError(t, err)
+		conns = append(conns, conn)
+		pids = append(pids, int64(conn.Conn().PgConn().PID()))
+	}
+	for _, conn := range conns {
+		conn.Release()
+	}
+	sessions := func() int {
+		var n int
+		require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&n))
+		return n
+	}
+	require.Equal(t, len(pids), sessions())
+	p.blackhole()
+	p.restore(true)
+	if err := p.vanish(); err != nil {
+		t.Skipf("the proxy cannot drop a connection silently (it needs CAP_NET_ADMIN): %v", err)
+	}
+	began := time.Now()
+	require.Eventually(t, func() bool { return sessions() == 0 }, serverDropBound, 100*time.Millisecond,
+		"PostgreSQL kept the sessions of a vanished client")
+	t.Logf("measured: PostgreSQL dropped the %d sessions of the vanished client after %s", len(pids), time.Since(began).Round(time.Millisecond))
 }

@@ -189,7 +189,7 @@ func (c *cluster) behindProxy() *proxy {
 // the ledger and the nodes' incident lines (with the causes want), and
 // logs what it measured: each node's detection and end, and when the
 // first run started after the incident's end.
-func (c *cluster) incident(what string, lasts time.Duration, begin, end func(), want ...string) {
+func (c *cluster) incident(what string, lasts time.Duration, begin, end func(), want ...string) incidentReport {
 	var began, ended time.Time
 	tasks, _ := size()
 	c.scenario(tasks, time.Second, func(c *cluster, stop <-chan struct{}) {
@@ -203,6 +203,7 @@ func (c *cluster) incident(what string, lasts time.Duration, begin, end func(), 
 	resume := c.firstRunAfter(ended)
 	r := c.checkIncidents(began, ended, want...)
 	c.t.Logf("measured: %s for %s: first run %s after it ended;%s", what, lasts, resume.Round(time.Millisecond), r)
+	return r
 }
 
 func TestSilentNetworkLoss(t *testing.T) {

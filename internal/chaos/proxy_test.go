@@ -1,10 +1,13 @@
 package chaos
 
 import (
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // proxy forwards TCP connections to a target and can cut them all, delay
@@ -25,6 +28,9 @@ type proxy struct {
 	// g < forgotten. cutting is closed by cut, which ends them.
 	gen, forgotten int
 	cutting        chan struct{}
+	// servers are the connections to the target, with the gen they were
+	// accepted at.
+	servers map[net.Conn]int
 }
 
 func newProxy(target string) (*proxy, error) {
@@ -32,7 +38,7 @@ func newProxy(target string) (*proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, cutting: make(chan struct{})}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, servers: map[net.Conn]int{}, cutting: make(chan struct{})}
 	go p.serve()
 	return p, nil
 }
@@ -71,7 +77,15 @@ func (p *proxy) handle(client net.Conn) {
 		return
 	}
 	p.track(client, server)
-	defer p.untrack(client, server)
+	p.mu.Lock()
+	p.servers[server] = born
+	p.mu.Unlock()
+	defer func() {
+		p.untrack(client, server)
+		p.mu.Lock()
+		delete(p.servers, server)
+		p.mu.Unlock()
+	}()
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		buf := make([]byte, 32<<10)
@@ -167,6 +181,40 @@ func (p *proxy) restore(forget bool) {
 			p.forgotten = p.gen
 		}
 	}
+}
+
+// vanish drops the proxy's end of the forgotten connections to the target
+// without a word (no FIN, no RST: the socket is put in TCP repair mode
+// before it is closed), as when the path's NAT state is lost: the target
+// hears nothing more from them, and its packets to them are answered with
+// a reset, as by a host that has no such connection. It needs
+// CAP_NET_ADMIN; without, it returns the error.
+func (p *proxy) vanish() error {
+	p.mu.Lock()
+	var gone []net.Conn
+	for c, born := range p.servers {
+		if born < p.forgotten {
+			gone = append(gone, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range gone {
+		raw, err := c.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		if err := raw.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_REPAIR, 1)
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("TCP_REPAIR: %w", serr)
+		}
+		_ = c.Close()
+	}
+	return nil
 }
 
 // retarget sends the connections made from now on to target.

@@ -47,6 +47,75 @@ const (
 	ListenCheck = 5 * time.Second
 )
 
+// How PostgreSQL finds out that a session's client is gone: a session
+// whose client vanished without a word (a silent network loss, a node
+// frozen or cut off) would otherwise keep its backend, and the locks of
+// its transaction, for the server's own TCP timeouts, two hours by
+// default on Linux. Open sets these per session when the URL does not,
+// on the servers that know them.
+const (
+	// serverKeepAliveIdle, serverKeepAliveInterval and
+	// serverKeepAliveCount are the session's tcp_keepalives_idle,
+	// tcp_keepalives_interval and tcp_keepalives_count, in seconds: the
+	// server drops an idle session whose client is gone after at most
+	// 10 + 5*3 = 25 seconds.
+	serverKeepAliveIdle     = 10
+	serverKeepAliveInterval = 5
+	serverKeepAliveCount    = 3
+	// serverUserTimeout is the session's tcp_user_timeout, in
+	// milliseconds: the server drops a session whose sent data stays
+	// unacknowledged this long.
+	serverUserTimeout = 30_000
+	// serverIdleInTransaction is the session's
+	// idle_in_transaction_session_timeout, in milliseconds, unless the
+	// server, the database or the role sets one: a transaction whose
+	// client went silent (a statement or a COMMIT lost on a dead path, a
+	// node cut off between two statements) would otherwise hold its locks
+	// until the session is dropped, and stop every statement that needs
+	// them (the finish of the tasks it had claimed, say). stint's own
+	// transactions take milliseconds; a behavior's transaction on the
+	// store's pool that waits longer than this between statements is
+	// ended by the server.
+	serverIdleInTransaction = 10_000
+)
+
+// serverSettings are the settings above, by name.
+var serverSettings = map[string]string{
+	"tcp_keepalives_idle":     fmt.Sprint(serverKeepAliveIdle),
+	"tcp_keepalives_interval": fmt.Sprint(serverKeepAliveInterval),
+	"tcp_keepalives_count":    fmt.Sprint(serverKeepAliveCount),
+	"tcp_user_timeout":        fmt.Sprint(serverUserTimeout),
+	// Only when nothing else set it: see serverIdleInTransaction.
+	"idle_in_transaction_session_timeout": fmt.Sprint(serverIdleInTransaction),
+}
+
+// setServerTimeouts sets on conn's session the settings of serverSettings
+// that its URL did not set (those are in runtime), skipping those the
+// server does not know, and idle_in_transaction_session_timeout when the
+// session has one already. It takes a statement rather than the startup
+// message, which PgBouncer refuses when it carries parameters it does not
+// know.
+func setServerTimeouts(ctx context.Context, conn *pgx.Conn, runtime map[string]string) error {
+	var names, values []string
+	for name, value := range serverSettings {
+		if _, ok := runtime[name]; !ok {
+			names, values = append(names, name), append(values, value)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, setServerTimeoutsSQL, names, values); err != nil {
+		return fmt.Errorf("set the session's timeouts: %w", err)
+	}
+	return nil
+}
+
+const setServerTimeoutsSQL = `SELECT count(set_config(u.name, u.value, false))
+	FROM unnest($1::text[], $2::text[]) AS u(name, value)
+	WHERE u.name IN (SELECT name FROM pg_settings
+	    WHERE name <> 'idle_in_transaction_session_timeout' OR setting = '0')`
+
 // deadConnAfter is how long after the database stopped answering (see
 // ResetConnections) a pooled connection that has waited for an answer
 // since, and got none, is closed: after a silent network loss the
@@ -203,12 +272,23 @@ func (s *sockets) guardConnConfig(cfg *pgconn.Config, pooled bool) {
 	cfg.DialFunc = s.dialer(cfg.ConnectTimeout, pooled)
 }
 
-// guardPoolConfig applies guardConnConfig to a pool's connections and
-// bounds the ping of an idle connection.
+// guardPoolConfig applies guardConnConfig to a pool's connections, bounds
+// the ping of an idle connection, and sets the server's timeouts of each
+// new session (setServerTimeouts) before cfg's AfterConnect, if any.
 func (s *sockets) guardPoolConfig(cfg *pgxpool.Config) {
 	s.guardConnConfig(&cfg.ConnConfig.Config, true)
 	if cfg.PingTimeout <= 0 {
 		cfg.PingTimeout = pingTimeout
+	}
+	runtime, after := cfg.ConnConfig.RuntimeParams, cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if err := setServerTimeouts(ctx, conn, runtime); err != nil {
+			return err
+		}
+		if after != nil {
+			return after(ctx, conn)
+		}
+		return nil
 	}
 }
 
@@ -239,18 +319,44 @@ func waitNotification(ctx context.Context, conn *pgx.Conn, check time.Duration) 
 	}
 }
 
-// ResetConnections closes the pools' idle connections at once, and those
-// in use when they are released, so that new ones are made. The engine
-// calls it when the database stops answering: after a silent network
-// loss every pooled connection may be dead, and each would cost a
-// statement its deadline before the pool found out.
-// Connections that wait for an answer since and got none deadConnAfter
-// later are closed, failing their statements.
+// ResetConnections checks the pools' idle connections at once, dropping
+// those that do not answer a ping within idleCheck, and closes the
+// connections that wait for an answer since and got none deadConnAfter
+// later, failing their statements. The engine calls it when the database
+// stops answering: after a silent network loss every pooled connection
+// may be dead, and each would cost a statement its deadline before the
+// pool found out. Connections that answer are kept: dropping them all
+// would make the next statements connect afresh, and a statement with a
+// tight deadline (a lease renewal) that missed it for the connection's
+// set-up would start the next incident, and the next reset.
 func (s *Store) ResetConnections() {
 	since := time.Now()
-	s.pool.Reset()
+	go checkIdle(s.pool)
 	if s.read != nil {
-		s.read.Reset()
+		go checkIdle(s.read)
 	}
 	time.AfterFunc(deadConnAfter, func() { s.sockets.sweep(since) })
+}
+
+// idleCheck bounds the ping of each idle connection ResetConnections
+// checks.
+const idleCheck = 2 * time.Second
+
+// checkIdle pings every idle connection of pool at once, and drops those
+// that do not answer within idleCheck.
+func checkIdle(pool *pgxpool.Pool) {
+	ctx, cancel := context.WithTimeout(context.Background(), idleCheck)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, c := range pool.AcquireAllIdle(ctx) {
+		wg.Go(func() {
+			if err := c.Ping(ctx); err != nil {
+				// A closed connection is dropped when released; ctx is
+				// over, so Close waits for nothing.
+				_ = c.Conn().Close(ctx)
+			}
+			c.Release()
+		})
+	}
+	wg.Wait()
 }

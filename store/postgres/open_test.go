@@ -2,10 +2,13 @@ package postgres_test
 
 import (
 	"context"
+	"net/url"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/store/postgres"
 )
 
@@ -16,4 +19,44 @@ func TestOpenRefusesAnEmptyURL(t *testing.T) {
 		require.Nil(t, st)
 		require.EqualError(t, err, "open store: the database URL is empty: want postgres://user@host/db or key=value settings")
 	}
+}
+
+// TestSessionsSetTheServersTimeouts checks that every session of the
+// pool tells the server to find out a vanished client within seconds
+// (keepalives, tcp_user_timeout) and to end a transaction left idle, and
+// that a setting the URL or the database makes wins.
+func TestSessionsSetTheServersTimeouts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	require.NotEmpty(t, u.Port(), "the test database is reached over TCP")
+	q := u.Query()
+	q.Set("tcp_keepalives_count", "7")
+	u.RawQuery = q.Encode()
+	for _, tc := range []struct{ dsn, count string }{{dsn, "3"}, {u.String(), "7"}} {
+		st, err := postgres.Open(ctx, tc.dsn)
+		require.NoError(t, err)
+		var idle, interval, count, user, idleTx string
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT current_setting('tcp_keepalives_idle'),
+			current_setting('tcp_keepalives_interval'), current_setting('tcp_keepalives_count'),
+			current_setting('tcp_user_timeout'), current_setting('idle_in_transaction_session_timeout')`).Scan(&idle, &interval, &count, &user, &idleTx))
+		st.Close()
+		require.Equal(t, []string{"10", "5", tc.count, "30000", "10s"}, []string{idle, interval, count, user, idleTx})
+	}
+	// A timeout the database sets wins.
+	st, err := postgres.Open(ctx, dsn)
+	require.NoError(t, err)
+	defer st.Close()
+	var db string
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT current_database()`).Scan(&db))
+	_, err = st.Pool().Exec(ctx, `ALTER DATABASE `+pgx.Identifier{db}.Sanitize()+` SET idle_in_transaction_session_timeout = '1min'`)
+	require.NoError(t, err)
+	st2, err := postgres.Open(ctx, dsn)
+	require.NoError(t, err)
+	defer st2.Close()
+	var idleTx string
+	require.NoError(t, st2.Pool().QueryRow(ctx, `SELECT current_setting('idle_in_transaction_session_timeout')`).Scan(&idleTx))
+	require.Equal(t, "1min", idleTx)
 }

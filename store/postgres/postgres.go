@@ -253,6 +253,12 @@ func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(chann
 		return false, fmt.Errorf("listen: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
+	sctx, cancel := context.WithTimeout(ctx, ListenCheck)
+	err = setServerTimeouts(sctx, conn, s.listenConfig.RuntimeParams)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("listen: %w", err)
+	}
 	for _, ch := range channels {
 		lctx, cancel := context.WithTimeout(ctx, ListenCheck)
 		_, err := conn.Exec(lctx, "LISTEN "+pgx.Identifier{ch}.Sanitize())
