@@ -348,7 +348,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#task-actions [data-action="retry"]`)),
 	)
 	require.Contains(t, text("task-error"), "failed on purpose")
+	require.Equal(t, "failed for good after attempt 1: not retryable", text("task-error-kind"), "the error's kind as it was decided")
 	require.Equal(t, "3d 0h after it finishes", text("task-retention"), "the task's own retention")
+	leases, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('[data-field="lease"]').length`))
+	require.NoError(t, err)
+	require.Zero(t, leases, "a finished task shows no lease")
+	// A retryable error on the last attempt its policy allows is stored as
+	// it was returned: the page says no retry was left, not "retryable".
+	_, err = e.st.Pool().Exec(e.ctx, `UPDATE stint_task SET error = jsonb_set(error, '{retryable}', 'true') WHERE id = 'browser-failed'`)
+	require.NoError(t, err)
+	run("see a failure with no retry left", goHash("#/nodes"), goHash("#/tasks/browser-failed"),
+		chromedp.WaitVisible(chromedp.ID("task-error-kind")))
+	require.Equal(t, "failed for good after attempt 1: no retry left", text("task-error-kind"))
 	run("back to the held-and-released task", goHash("#/tasks/browser-idle"), chromedp.WaitVisible(css(`#timeline li[data-status="held"]`)))
 	screenshot(t, tab, shots, "dashboard-task.png")
 

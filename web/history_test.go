@@ -169,6 +169,9 @@ func TestHistoryChartsInBrowser(t *testing.T) {
 			due: ptr(int64(200 + 180*math.Sin(x/9))), lagSeconds: ptr(int64(20 + 18*math.Sin(x/9)))})
 	}
 	e.seedHistory("ingest.job", wave)
+	// A behavior with one task due once: its backlog axis counts whole
+	// tasks.
+	e.seedHistory(limitedKind.ID, []seedPoint{{minutesAgo: 30, succeeded: 1, due: ptr(1), lagSeconds: ptr(3)}})
 
 	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Minute)
 	defer cancel()
@@ -199,6 +202,16 @@ func TestHistoryChartsInBrowser(t *testing.T) {
 	})()`))
 	require.NoError(t, err)
 	require.Len(t, charts, 3, "finished, backlog and lag")
+
+	// The busiest behaviors come first; a count's axis has whole numbers.
+	order, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#history .history-behavior')].map((el) => el.textContent)`))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(order), 3)
+	require.Equal(t, []string{"ingest.job", "test.idle", string(limitedKind.ID)}, order[:3], "busy behaviors first, those with no data last")
+	ticks, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#history svg[data-chart="backlog"][data-behavior="`+
+		string(limitedKind.ID)+`"] text.tick')].map((el) => el.textContent).filter((s) => !/min|now/.test(s))`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"0", "1"}, ticks, "a backlog of one task is labelled in whole tasks")
 
 	// near finds the drawn value at time ms, within the rounding of the
 	// drawing (a hundredth of a unit of the 320-wide view box).

@@ -172,6 +172,15 @@
   // a failure that is retried, else the status.
   const taskPill = (t) => pill(retrying(t) ? 'retrying' : t.status);
 
+  // errorKind says how a task's error was decided: retried, or why the
+  // task failed for good: no retry was left (a retryable error on the
+  // attempt its policy allowed last), or the error was not retryable.
+  function errorKind(t) {
+    if (retrying(t)) return 'retrying';
+    if (t.status !== 'failure') return t.error.retryable ? 'retryable' : 'permanent';
+    return 'failed for good after attempt ' + t.attempt + (t.error.retryable ? ': no retry left' : ': not retryable');
+  }
+
   // retryText says "retrying (attempt n of m, next at t): error".
   function retryText(t) {
     const max = state.maxAttempts[t.behavior];
@@ -794,7 +803,7 @@
           field('Attempt', t.attempt, 'attempt'),
           field('Consecutive errors', t.errors, 'errors'),
           field('Node', t.node, 'node'),
-          field('Lease', t.lease ? h('code', {}, t.lease) : null, 'lease'),
+          t.status === 'running' ? field('Lease', t.lease ? h('code', {}, t.lease) : null, 'lease') : null,
           field(running ? 'Lease expires' : 'Due', running ? timeEl(t.lost_not_before) : (t.schedule_not_before ? timeEl(t.schedule_not_before) : null), 'due'),
           field('Group', t.group_key ? h('span', {}, h('a', { href: listHref({ group: t.group_key }) }, t.group_key),
             groupHeld ? [' ', pill('held')] : null,
@@ -813,7 +822,7 @@
           t.trace ? field('Trace', h('code', {}, t.trace), 'trace') : null)),
         h('div', { class: 'grid2' },
           h('div', {},
-            t.error ? panel('Error', retrying(t) ? 'retrying' : (t.error.retryable ? 'retryable' : 'permanent'), h('div', { class: 'panel-body' },
+            t.error ? panel('Error', h('span', { id: 'task-error-kind' }, errorKind(t)), h('div', { class: 'panel-body' },
               h('div', { class: 'error-box', id: 'task-error' }, t.error.code ? h('div', { class: 'code' }, t.error.code) : null, h('div', {}, t.error.message)),
               t.error.properties ? h('div', { class: 'mt' }, pretty(t.error.properties)) : null)) : null,
             t.result != null ? panel('Result', null, h('div', { class: 'panel-body', id: 'task-result' }, pretty(t.result))) : null,

@@ -41,6 +41,7 @@
   }
 
   function fmtValue(v, unit) {
+    if (unit === 'count') return v >= 1e4 ? Math.round(v / 1e3) + 'k' : String(Math.round(v));
     if (unit === 's') {
       if (v >= 3600) return (v / 3600).toFixed(v % 3600 ? 1 : 0) + 'h';
       if (v >= 60) return (v / 60).toFixed(v % 60 ? 1 : 0) + 'm';
@@ -48,11 +49,12 @@
     }
     if (v >= 1e6) return (v / 1e6).toFixed(1) + 'M';
     if (v >= 1e4) return Math.round(v / 1e3) + 'k';
-    return v % 1 ? v.toFixed(v < 1 ? 2 : 1) : String(v);
+    return v % 1 ? String(+v.toFixed(v < 1 ? 2 : 1)) : String(v);
   }
 
   // chart draws series ({name, label, points: [[ms, value]], dots}) from
-  // `from` to `to` (ms).
+  // `from` to `to` (ms). A unit of 'count' counts tasks: its axis is
+  // labelled with whole numbers only.
   function chart(kind, behavior, title, unit, from, to, series) {
     let top = 0;
     for (const s of series) for (const [, v] of s.points) top = Math.max(top, v);
@@ -66,10 +68,11 @@
       'data-chart': kind, 'data-behavior': behavior, 'data-plot': `${PLOT.x} ${PLOT.y} ${PLOT.w} ${PLOT.h}`,
       'data-from': from, 'data-to': to, 'data-ymax': ymax,
     });
-    for (const f of [0, 0.5, 1]) {
-      const gy = r2(PLOT.y + PLOT.h * (1 - f));
+    const ticks = unit === 'count' ? [...new Set([0, Math.round(ymax / 2), ymax])] : [0, ymax / 2, ymax];
+    for (const v of ticks) {
+      const gy = r2(y(v));
       el.append(svg('line', { class: 'grid', x1: PLOT.x, x2: PLOT.x + PLOT.w, y1: gy, y2: gy }));
-      el.append(svg('text', { class: 'tick', x: PLOT.x - 6, y: gy + 4, 'text-anchor': 'end' }, fmtValue(ymax * f, unit)));
+      el.append(svg('text', { class: 'tick', x: PLOT.x - 6, y: gy + 4, 'text-anchor': 'end' }, fmtValue(v, unit)));
     }
     const minutes = Math.round((to - from) / 60000);
     for (const [f, label] of [[0, `−${minutes} min`], [0.5, `−${Math.round(minutes / 2)} min`], [1, 'now']]) {
@@ -98,7 +101,11 @@
       container.append(html('div', 'empty', 'No history yet: server nodes add to it every few seconds.'));
       return;
     }
-    for (const b of history.behaviors) {
+    // The busiest behaviors first (runs ended and tasks due in the
+    // window), those with no data last.
+    const load = (b) => b.points.reduce((n, p) => n + (p.succeeded || 0) + (p.failed || 0) + (p.due || 0), 0);
+    const behaviors = [...history.behaviors].sort((a, b) => load(b) - load(a) || a.behavior.localeCompare(b.behavior));
+    for (const b of behaviors) {
       const at = new Map(b.points.map((p) => [Date.parse(p.at), p]));
       // The current minute is left out of the rates: it is not over, and
       // its runs are still being added.
@@ -115,7 +122,7 @@
             { name: 'succeeded', label: 'succeeded', points: rate('succeeded') },
             { name: 'failed', label: 'failed', points: rate('failed') },
           ]),
-          chart('backlog', b.behavior, 'Due backlog', '', from, to, [
+          chart('backlog', b.behavior, 'Due backlog', 'count', from, to, [
             { name: 'due', label: 'due now', dots: true, points: sampled.map((p) => [Date.parse(p.at), p.due]) },
           ]),
           chart('lag', b.behavior, 'Queue lag', 's', from, to, [
