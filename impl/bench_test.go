@@ -28,15 +28,10 @@ func (noop) Kind() api.Kind[struct{}, struct{}]                              { r
 func (noop) TaskID(ids spi.IDs, _ struct{}) api.TaskID                       { return ids.Unique() }
 func (noop) Run(context.Context, spi.RunContext, struct{}) (struct{}, error) { return struct{}{}, nil }
 
-// BenchmarkSubmitAndRun measures the throughput of no-op tasks: submitted
-// with SubmitMany in batches of 1,000 while one server works them.
-func BenchmarkSubmitAndRun(b *testing.B) {
-	ctx := context.Background()
-	st, err := postgres.Open(ctx, pgtest.New(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
+// startNoop starts a server at its defaults on st that runs the no-op
+// behavior, and returns it with its registry. The caller stops it.
+func startNoop(ctx context.Context, b *testing.B, st *postgres.Store) (*impl.Server, *spi.Registry) {
+	b.Helper()
 	reg := spi.NewRegistry()
 	spi.MustRegister[struct{}, struct{}](reg, noop{})
 	srv, err := impl.NewServer(st, impl.ServerConfig{Registry: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -46,6 +41,19 @@ func BenchmarkSubmitAndRun(b *testing.B) {
 	if err := srv.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
+	return srv, reg
+}
+
+// BenchmarkSubmitAndRun measures the throughput of no-op tasks: submitted
+// with SubmitMany in batches of 1,000 while one server works them.
+func BenchmarkSubmitAndRun(b *testing.B) {
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, pgtest.New(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	srv, _ := startNoop(ctx, b, st)
 	defer srv.Stop(ctx)
 
 	b.ResetTimer()

@@ -137,7 +137,9 @@ const maxRetention = 100 * 365 * 24 * time.Hour
 // submits of one id never share a batch, so they deduplicate as two
 // submits one after the other do. If ctx ends before the batch goes out,
 // the task is not stored and Submit returns ctx's error; once the batch is
-// in the database, Submit returns its outcome, whenever ctx ends. A
+// in the database, Submit waits for it and returns its outcome even if ctx
+// ends meanwhile, so that an error wrapping ctx's always means that the
+// task was not stored. A
 // behavior with a Combiner (unless it shares its tasks) is submitted on
 // its own.
 func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Submission, error) {

@@ -7,6 +7,7 @@ package impl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -126,7 +127,7 @@ func (q *coalescer) take() []*submitBatch {
 // concurrent single submits of c; see coalescer.
 func (c *Client) submitCoalesced(ctx context.Context, t store.NewTask) (api.Submission, error) {
 	if err := ctx.Err(); err != nil {
-		return api.Submission{}, err
+		return api.Submission{}, fmt.Errorf("submit %s: %w", t.Behavior, err)
 	}
 	q := &c.coalesce
 	e := &coalesced{ctx: ctx, task: t}
@@ -154,7 +155,7 @@ func (c *Client) submitCoalesced(ctx context.Context, t store.NewTask) (api.Subm
 		if !b.sent {
 			e.gone = true
 			q.mu.Unlock()
-			return api.Submission{}, ctx.Err()
+			return api.Submission{}, fmt.Errorf("submit %s: not sent: %w", t.Behavior, ctx.Err())
 		}
 		q.mu.Unlock()
 		<-b.done

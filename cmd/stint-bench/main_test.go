@@ -46,11 +46,11 @@ func TestScenarios(t *testing.T) {
 	cfg.streamBatch, cfg.streamBacklog = 100, 500
 	cfg.latRate, cfg.latDur = 50, time.Second
 	cfg.scaleNodes = []int{1, 2}
-	cfg.concurrent, cfg.concurrentN = true, 300
+	cfg.concurrent, cfg.concurrentN = true, 200
 	cfg.timeout = time.Minute
 	cfg.runs = 1
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	rep, err := newTestBench(t, cfg).run(ctx)
 	if err != nil {
