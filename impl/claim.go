@@ -331,6 +331,10 @@ func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok bool) {
 	s.claiming--
 	switch {
 	case !ok:
+	case len(claimed) == 0 && s.claiming > 0:
+		// Another claim in flight may have locked the rows this one
+		// skipped: the group is not known to be empty, and marking it so
+		// would leave it out until a wake-up or a poll.
 	case len(claimed) == 0:
 		s.markEmpty(g, time.Now())
 	default:
