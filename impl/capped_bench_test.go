@@ -3,16 +3,11 @@ package impl_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stinthq/stint/api"
-	"github.com/stinthq/stint/impl"
-	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/spi"
-	"github.com/stinthq/stint/store/postgres"
 )
 
 // sleeper is bench.sleep: each run sleeps 10 ms, under a MaxConcurrency
@@ -35,21 +30,13 @@ func BenchmarkCappedBehavior(b *testing.B) {
 	for _, limit := range []int{8, 64} {
 		b.Run(fmt.Sprint("max=", limit), func(b *testing.B) {
 			ctx := context.Background()
-			st, err := postgres.Open(ctx, pgtest.New(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
 			reg := spi.NewRegistry()
 			spi.MustRegister[struct{}, struct{}](reg, sleeper{max: limit})
 			reqs := make([]api.SubmitRequest, b.N)
 			for i := range reqs {
 				reqs[i] = api.SubmitRequest{Behavior: sleepKind.ID}
 			}
-			srv, err := impl.NewServer(st, impl.ServerConfig{Registry: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			if err != nil {
-				b.Fatal(err)
-			}
+			st, srv := benchServer(b, reg)
 			if _, err := srv.SubmitMany(ctx, reqs); err != nil {
 				b.Fatal(err)
 			}

@@ -49,17 +49,9 @@ func BenchmarkWorkflow(b *testing.B) {
 	for _, name := range []string{"fan-out", "fan-in", "chain"} {
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
-			st, err := postgres.Open(ctx, pgtest.New(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
 			reg := spi.NewRegistry()
 			spi.MustRegister[struct{}, struct{}](reg, noop{})
-			srv, err := impl.NewServer(st, impl.ServerConfig{Registry: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			if err != nil {
-				b.Fatal(err)
-			}
+			_, srv := benchServer(b, reg)
 			if err := srv.Start(ctx); err != nil {
 				b.Fatal(err)
 			}
@@ -86,4 +78,19 @@ func BenchmarkWorkflow(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchServer returns a server, not started, with the behaviors of reg on
+// a fresh database, and its store; both end with the benchmark.
+func benchServer(b *testing.B, reg *spi.Registry) (*postgres.Store, *impl.Server) {
+	st, err := postgres.Open(context.Background(), pgtest.New(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(st.Close)
+	srv, err := impl.NewServer(st, impl.ServerConfig{Registry: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st, srv
 }
