@@ -38,9 +38,11 @@ func whoRunsWhat(nodes []api.Node) string {
 	}
 	parts := make([]string, len(nodes))
 	for i, n := range nodes {
-		names := make([]string, len(n.Behaviors))
-		for j, b := range n.Behaviors {
-			names[j] = string(b)
+		names := make([]string, 0, len(n.Behaviors))
+		for _, b := range n.Behaviors {
+			if b != api.WorkflowBehavior { // every node runs it: it would only lengthen the list
+				names = append(names, string(b))
+			}
 		}
 		if len(names) == 0 {
 			parts[i] = n.ID + " runs nothing"

@@ -455,16 +455,30 @@ func (s *Server) Stop(ctx context.Context) error {
 
 	done := make(chan error, 1)
 	go func() { done <- s.stop(ctx) }()
+	limit := ctx.Done()
+	if ctx.Err() != nil {
+		// A context that ended already asks to stop without waiting for
+		// the runs, not to abandon their release: they are cancelled and
+		// released at once, bounded by the releases' own timeouts.
+		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), endedStopGrace)
+		defer cancel()
+		limit = grace.Done()
+	}
 	select {
 	case err := <-done:
 		return err
-	case <-ctx.Done():
+	case <-limit:
 		s.cancelRuns(errStopping)
 		s.bgCancel()
 		go s.Client.Close() // its listener stops; a notification it flushes may wait for the database
 		return fmt.Errorf("stop server: gave up waiting for claims, runs and the database: %w", context.Cause(ctx))
 	}
 }
+
+// endedStopGrace bounds a Stop whose context ended before it was called:
+// the release of the cancelled runs' leases and the deregistration, 5 s
+// each at most.
+const endedStopGrace = 11 * time.Second
 
 // stopReserve is the part of Stop's time kept for releasing the leases of
 // the runs it cancels and deregistering the node: a second, or half the

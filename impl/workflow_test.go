@@ -16,6 +16,7 @@ import (
 	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
+	"github.com/stinthq/stint/store/postgres"
 )
 
 // spanNode is a workflow node of test.plain that records its run in
@@ -372,4 +373,36 @@ func (f *fixable) Run(ctx context.Context, _ spi.RunContext, _ struct{}) (struct
 		return struct{}{}, &api.TaskError{Code: "broken", Message: "not fixed yet"}
 	}
 	return struct{}{}, nil
+}
+
+// TestWorkflowUnderTheRoles submits and retries a workflow as the client
+// role and runs it as the node role.
+func TestWorkflowUnderTheRoles(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	nodeStore, err := postgres.Open(e.ctx, e.asRole("stint_node"))
+	require.NoError(t, err)
+	t.Cleanup(nodeStore.Close)
+	srv, err := impl.NewServer(nodeStore, impl.ServerConfig{Node: "role-node", Registry: testRegistry(e.pool, "role-node", 5*time.Second),
+		PollInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(e.ctx))
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	clientStore, err := postgres.Open(e.ctx, e.asRole("stint_client"))
+	require.NoError(t, err)
+	t.Cleanup(clientStore.Close)
+	c, err := impl.NewClient(clientStore, impl.ClientConfig{Registry: testRegistry(e.pool, "client", time.Second)})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	sub, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{Nodes: []api.WorkflowNode{
+		failNode("bad"), spanNode("after", 0, "bad"),
+	}})
+	require.NoError(t, err)
+	w, err := c.AwaitWorkflow(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.WorkflowFailed, w.State)
+	require.NoError(t, c.RetryWorkflow(e.ctx, sub.ID))
+	w, err = c.AwaitWorkflow(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.WorkflowFailed, w.State, "the node fails again, for good")
 }

@@ -1,8 +1,12 @@
 DO $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_policies WHERE policyname = 'stint_client_insert') THEN
+    IF EXISTS (SELECT 1 FROM pg_policies WHERE tablename = 'stint_task' AND policyname = 'stint_client_insert') THEN
         ALTER POLICY stint_client_insert ON stint_task
             WITH CHECK (status = 'scheduled' AND lease IS NULL AND node IS NULL AND result IS NULL AND error IS NULL);
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_policies WHERE tablename = 'stint_task' AND policyname = 'stint_client_update') THEN
+        ALTER POLICY stint_client_update ON stint_task
+            WITH CHECK (status IN ('scheduled', 'held', 'running') OR schedule_not_before IS NOT NULL);
     END IF;
 END
 $$;

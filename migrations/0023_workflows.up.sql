@@ -36,13 +36,26 @@ CREATE TABLE stint_dependency (
 );
 CREATE INDEX stint_dependency_task ON stint_dependency (task_id, depends_on);
 
+-- The node role reads and writes the edges as every table of stint's; the
+-- client role submits workflows (nodes inserted waiting, edges) and
+-- retries them (nodes waiting again).
 DO $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'stint_client') THEN
-        RETURN;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'stint_node') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON stint_dependency TO stint_node;
     END IF;
-    GRANT SELECT, INSERT ON stint_dependency TO stint_client;
-    ALTER POLICY stint_client_insert ON stint_task
-        WITH CHECK (status IN ('scheduled', 'waiting') AND lease IS NULL AND node IS NULL AND result IS NULL AND error IS NULL);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'stint_client') THEN
+        GRANT SELECT, INSERT ON stint_dependency TO stint_client;
+        GRANT UPDATE (deps_pending, deps_succeeded, deps_failed, deps_skipped, waiting_children, lost_not_before)
+            ON stint_task TO stint_client;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_policies WHERE tablename = 'stint_task' AND policyname = 'stint_client_insert') THEN
+        ALTER POLICY stint_client_insert ON stint_task
+            WITH CHECK (status IN ('scheduled', 'waiting') AND lease IS NULL AND node IS NULL AND result IS NULL AND error IS NULL);
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_policies WHERE tablename = 'stint_task' AND policyname = 'stint_client_update') THEN
+        ALTER POLICY stint_client_update ON stint_task
+            WITH CHECK (status IN ('scheduled', 'held', 'running', 'waiting') OR schedule_not_before IS NOT NULL);
+    END IF;
 END
 $$;
