@@ -42,26 +42,17 @@ func chromiumPath(t *testing.T) string {
 
 // browser starts a headless Chromium with a fresh profile and returns a
 // tab's context, and the JavaScript errors the page raised so far.
+//
+// A browser that exits before it listens is started again, up to three
+// times: on a loaded machine Chromium now and then crashes at start (its
+// crash reporter's lines are all it prints), which says nothing of the
+// page under test.
 func browser(t *testing.T, ctx context.Context) (context.Context, func() []string) {
 	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromiumPath(t)),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1400, 1000),
-	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	path := chromiumPath(t)
 	var mu sync.Mutex
 	var jsErrors []string
-	tab, cancelTab := chromedp.NewContext(allocCtx, chromedp.WithListener(func(ev any) {
+	listen := func(ev any) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch ev := ev.(type) {
@@ -79,16 +70,60 @@ func browser(t *testing.T, ctx context.Context) (context.Context, func() []strin
 				jsErrors = append(jsErrors, fmt.Sprintf("%s: %s", ev.Entry.Source, ev.Entry.Text))
 			}
 		}
-	}))
-	// Registered after TempDir's cleanup, so it runs before it: the
-	// browser is gone before its profile directory is removed.
-	t.Cleanup(func() { cancelTab(); cancelAlloc() })
-	require.NoError(t, chromedp.Do(tab), "start Chromium")
+	}
+	var tab context.Context
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		var cancel func()
+		tab, cancel = startBrowser(t, ctx, path, listen)
+		// Registered after TempDir's cleanup, so it runs before it: the
+		// browser is gone before its profile directory is removed.
+		t.Cleanup(cancel)
+		if err = chromedp.Do(tab); err == nil || !browserDidNotStart(err) {
+			break
+		}
+		t.Logf("Chromium did not start (attempt %d): %v", attempt, err)
+		cancel()
+	}
+	require.NoError(t, err, "start Chromium")
 	return tab, func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), jsErrors...)
 	}
+}
+
+// startBrowser allocates a headless Chromium at path with a fresh profile
+// and returns a tab's context, which starts the browser on its first use,
+// and the function that ends both.
+func startBrowser(t *testing.T, ctx context.Context, path string, listen func(any)) (context.Context, func()) {
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-breakpad", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1000),
+		// The default 20 s is short for a start on a loaded machine.
+		chromedp.WSURLReadTimeout(time.Minute),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	tab, cancelTab := chromedp.NewContext(allocCtx, chromedp.WithListener(listen))
+	return tab, func() { cancelTab(); cancelAlloc() }
+}
+
+// browserDidNotStart reports whether err says the browser process ended,
+// or never printed its address, before a page could be opened.
+func browserDidNotStart(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "chrome failed to start") || strings.Contains(msg, "websocket url timeout")
 }
 
 // screenshot saves a full-page screenshot as name in dir, and in
