@@ -226,6 +226,8 @@ type Tasks interface {
 	Changes(ctx context.Context, since int64, limit int) ([]Event, int64, error)
 	// Remove deletes a task: a scheduled one is gone, a running one's
 	// runner halts at its next write. ErrNotFound if it does not exist.
+	// A workflow's own task goes with its nodes (Workflows.RemoveWorkflow);
+	// a node of a workflow only with its workflow: ErrConflict.
 	Remove(ctx context.Context, id TaskID) error
 	// Hold keeps a scheduled task from running until Release.
 	Hold(ctx context.Context, id TaskID) error

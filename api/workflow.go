@@ -200,6 +200,20 @@ type Workflows interface {
 	// one transaction; the workflow ends cancelled. ErrNotFound if there
 	// is none.
 	CancelWorkflow(ctx context.Context, id TaskID) error
+	// HoldWorkflow holds a running workflow: its nodes that are due, and
+	// those that become ready while it is held, wait until
+	// ReleaseWorkflow; running nodes run on. Holding a held workflow does
+	// nothing. ErrConflict when it ended, ErrNotFound when there is none.
+	HoldWorkflow(ctx context.Context, id TaskID) error
+	// ReleaseWorkflow releases a held workflow and its held nodes, each
+	// due as it was. Releasing a workflow that is not held does nothing.
+	// ErrConflict when it ended, ErrNotFound when there is none.
+	ReleaseWorkflow(ctx context.Context, id TaskID) error
+	// RemoveWorkflow deletes a workflow with all its nodes, in one
+	// transaction: running nodes halt at their next fenced write, and
+	// awaiters of the workflow or its nodes get ErrNotFound. ErrNotFound
+	// when there is none.
+	RemoveWorkflow(ctx context.Context, id TaskID) error
 	// RetryWorkflow runs an ended workflow's failed, skipped and cancelled
 	// nodes again, keeping the results of those that succeeded; each
 	// waits again for its dependencies that run again. ErrConflict when

@@ -23,7 +23,7 @@ import (
 func (c *cli) newWorkflowsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "workflows",
-		Short: "Submit, inspect and cancel workflows (graphs of tasks)",
+		Short: "Submit, inspect, cancel, retry, hold and remove workflows (graphs of tasks)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cmd.Help()
@@ -33,7 +33,13 @@ func (c *cli) newWorkflowsCmd() *cobra.Command {
 		c.newWorkflowActionCmd("cancel", "Cancel a workflow: its nodes that have not ended end cancelled, running ones halt", "cancelled",
 			func(client api.Workflows) func(context.Context, api.TaskID) error { return client.CancelWorkflow }),
 		c.newWorkflowActionCmd("retry", "Run an ended workflow's failed, skipped and cancelled nodes again", "retried",
-			func(client api.Workflows) func(context.Context, api.TaskID) error { return client.RetryWorkflow }))
+			func(client api.Workflows) func(context.Context, api.TaskID) error { return client.RetryWorkflow }),
+		c.newWorkflowActionCmd("hold", "Hold a workflow: its due nodes, and those that become ready, wait until release", "held",
+			func(client api.Workflows) func(context.Context, api.TaskID) error { return client.HoldWorkflow }),
+		c.newWorkflowActionCmd("release", "Release a held workflow and its held nodes", "released",
+			func(client api.Workflows) func(context.Context, api.TaskID) error { return client.ReleaseWorkflow }),
+		c.newWorkflowActionCmd("rm", "Remove a workflow with all its nodes (running ones halt)", "removed",
+			func(client api.Workflows) func(context.Context, api.TaskID) error { return client.RemoveWorkflow }))
 	return cmd
 }
 

@@ -85,4 +85,18 @@ func TestWorkflowsCommands(t *testing.T) {
 	r = runCLI(ctx, "workflows", "retry", "wf-cli", "--db", dsn)
 	require.Equal(t, exitFailure, r.code, "a succeeded workflow has nothing to retry: %s", r.stderr)
 	require.Contains(t, r.stderr, "no failed node")
+
+	held := write("held.json", `{"id": "wf-held", "nodes": [
+		{"name": "a", "task": {"behavior": "demo.echo", "params": {"text": "x"}, "delay": "1h"}}]}`)
+	requireOK(t, runCLI(ctx, "workflows", "submit", held, "--db", dsn))
+	for _, verb := range []string{"hold", "release", "rm"} {
+		requireOK(t, runCLI(ctx, "workflows", verb, "wf-held", "--db", dsn))
+	}
+	r = runCLI(ctx, "workflows", "show", "wf-held", "--db", dsn)
+	require.Equal(t, exitFailure, r.code, "a removed workflow is gone: %s", r.stdout)
+	r = runCLI(ctx, "workflows", "hold", "wf-cli", "--db", dsn)
+	require.Equal(t, exitFailure, r.code, "an ended workflow cannot be held")
+	require.Contains(t, r.stderr, "ended")
+	r = runCLI(ctx, "workflows", "rm", "bad id", "--db", dsn)
+	require.Equal(t, exitUsage, r.code, "%s", r.stderr)
 }

@@ -3,6 +3,7 @@ package impl
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,10 @@ type behaviorTelemetry struct {
 // runSpanOptions start every run span: a run is its own trace, linked to
 // its submitter.
 var runSpanOptions = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer)}
+
+// workflowNodeSpanOptions start the run spans of workflow nodes, children
+// of the workflow's submit: one trace per workflow.
+var workflowNodeSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
 
 // taskStatuses are the statuses the task gauge reports for every behavior,
 // zero or not, so that a chart of one shows a zero rather than a gap.
@@ -284,7 +289,14 @@ func (t *telemetry) runStarted(ctx context.Context, c store.Claimed, node string
 		// run's CPU.
 		return ctx, trace.SpanFromContext(context.Background())
 	}
-	ctx, span := t.tracer.Start(ctx, t.of(c.Behavior).runName, runSpanOptions...)
+	opts := runSpanOptions
+	if c.Trace != "" && c.ParentID != "" && strings.HasPrefix(string(c.ID), string(c.ParentID)+"/") {
+		// A workflow's node: its runs belong to the workflow's one trace,
+		// as children of the submit that stored the workflow.
+		ctx = t.propagator.Extract(ctx, propagation.MapCarrier{"traceparent": c.Trace})
+		opts = workflowNodeSpanOptions
+	}
+	ctx, span := t.tracer.Start(ctx, t.of(c.Behavior).runName, opts...)
 	if !span.IsRecording() {
 		// No SDK, or not sampled: skip building what nobody records.
 		return ctx, span
@@ -294,7 +306,7 @@ func (t *telemetry) runStarted(ctx context.Context, c store.Claimed, node string
 		attribute.String("stint.task_id", string(c.ID)),
 		attribute.Int("stint.attempt", c.Attempt),
 		attribute.String("stint.node", node))
-	if c.Trace != "" {
+	if c.Trace != "" && len(opts) == len(runSpanOptions) {
 		link := trace.SpanContextFromContext(t.propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": c.Trace}))
 		if link.IsValid() {
 			span.AddLink(trace.Link{SpanContext: link})

@@ -185,3 +185,42 @@ func TestTelemetryTakeoverCounterAndQueueLagGauge(t *testing.T) {
 	sums, _ := collectMetrics(t, reader)
 	require.Equal(t, int64(1), sums["stint.takeovers"], "one task was taken over, once")
 }
+
+// TestWorkflowIsOneTrace: the runs of a workflow's nodes are spans of the
+// trace its submit started, children of the submit span.
+func TestWorkflowIsOneTrace(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	submitSpans, runSpans := tracetest.NewInMemoryExporter(), tracetest.NewInMemoryExporter()
+	submitTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(submitSpans))
+	runTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(runSpans))
+	e.server("traced", 5*time.Second, func(c *impl.ServerConfig) { c.TracerProvider = runTP })
+	client, err := impl.NewClient(e.st, impl.ClientConfig{Registry: testRegistry(e.pool, "client", time.Second), TracerProvider: submitTP})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+
+	sub, err := client.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-traced", Nodes: []api.WorkflowNode{
+		spanNode("a", 0), spanNode("b", 0, "a"), spanNode("c", 0, "a"),
+	}})
+	require.NoError(t, err)
+	_, err = client.AwaitWorkflow(e.ctx, sub.ID)
+	require.NoError(t, err)
+	var submit sdktrace.ReadOnlySpan
+	for _, s := range submitSpans.GetSpans().Snapshots() {
+		if s.Name() == "stint.submit stint.workflow" {
+			submit = s
+		}
+	}
+	require.NotNil(t, submit, "the workflow's submit has a span")
+	waitFor(t, 10*time.Second, "the node run spans", func() bool { return len(runSpans.GetSpans()) >= 3 })
+	nodes := 0
+	for _, s := range runSpans.GetSpans() {
+		if s.Name != "stint.run test.plain" {
+			continue
+		}
+		nodes++
+		require.Equal(t, submit.SpanContext().TraceID(), s.SpanContext.TraceID(), "a node's run is in the workflow's trace")
+		require.Equal(t, submit.SpanContext().SpanID(), s.Parent.SpanID(), "a child of the workflow's submit")
+	}
+	require.Equal(t, 3, nodes)
+}

@@ -386,25 +386,44 @@ func (c *Client) AwaitWorkflow(ctx context.Context, id api.TaskID) (api.Workflow
 
 // CancelWorkflow cancels a workflow; see api.Workflows.
 func (c *Client) CancelWorkflow(ctx context.Context, id api.TaskID) error {
-	if err := spi.CheckTaskID("id", id); err != nil {
-		return fmt.Errorf("cancel workflow: %w", err)
-	}
-	if _, err := c.st.CancelWorkflow(ctx, id); err != nil {
-		if errors.Is(err, api.ErrNotFound) {
-			return err
-		}
-		return unavailable(err)
-	}
-	return nil
+	return workflowOp(ctx, "cancel", id, func(ctx context.Context, id api.TaskID) error {
+		_, err := c.st.CancelWorkflow(ctx, id)
+		return err
+	})
 }
 
 // RetryWorkflow runs an ended workflow's failed nodes again; see
 // api.Workflows.
 func (c *Client) RetryWorkflow(ctx context.Context, id api.TaskID) error {
+	return workflowOp(ctx, "retry", id, func(ctx context.Context, id api.TaskID) error {
+		_, err := c.st.RetryWorkflow(ctx, id)
+		return err
+	})
+}
+
+// HoldWorkflow holds a workflow; see api.Workflows.
+func (c *Client) HoldWorkflow(ctx context.Context, id api.TaskID) error {
+	return workflowOp(ctx, "hold", id, c.st.HoldWorkflow)
+}
+
+// ReleaseWorkflow releases a held workflow; see api.Workflows.
+func (c *Client) ReleaseWorkflow(ctx context.Context, id api.TaskID) error {
+	return workflowOp(ctx, "release", id, c.st.ReleaseWorkflow)
+}
+
+// RemoveWorkflow deletes a workflow; see api.Workflows.
+func (c *Client) RemoveWorkflow(ctx context.Context, id api.TaskID) error {
+	return workflowOp(ctx, "remove", id, c.st.RemoveWorkflow)
+}
+
+// workflowOp checks id and runs op on it, a store's operation on a
+// workflow: its ErrNotFound and ErrConflict pass as they are, other errors
+// mean the database is unavailable.
+func workflowOp(ctx context.Context, verb string, id api.TaskID, op func(context.Context, api.TaskID) error) error {
 	if err := spi.CheckTaskID("id", id); err != nil {
-		return fmt.Errorf("retry workflow: %w", err)
+		return fmt.Errorf("%s workflow: %w", verb, err)
 	}
-	if _, err := c.st.RetryWorkflow(ctx, id); err != nil {
+	if err := op(ctx, id); err != nil {
 		if errors.Is(err, api.ErrNotFound) || errors.Is(err, api.ErrConflict) {
 			return err
 		}

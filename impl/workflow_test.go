@@ -321,8 +321,8 @@ func TestWorkflowNodesLeaveWithTheirWorkflow(t *testing.T) {
 
 // TestWorkflowRetryRunsTheFailedNodesAgain fails a node once, lets its
 // dependents be skipped, and retries the workflow: the failed and skipped
-// nodes run, the succeeded one keeps its single run, and the workflow
-// succeeds.
+// nodes run, the succeeded one keeps its single run, the finally node
+// runs again after them, and the workflow succeeds.
 func TestWorkflowRetryRunsTheFailedNodesAgain(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -335,8 +335,10 @@ func TestWorkflowRetryRunsTheFailedNodesAgain(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	flaky := api.WorkflowNode{Name: "flaky", Task: api.SubmitRequest{Behavior: fixableKind.ID}}
+	fin := spanNode("fin", 0)
+	fin.Finally = true
 	sub, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-retry", Nodes: []api.WorkflowNode{
-		spanNode("ok", 0), flaky, spanNode("after", 0, "flaky", "ok"),
+		spanNode("ok", 0), flaky, spanNode("after", 0, "flaky", "ok"), fin,
 	}})
 	require.NoError(t, err)
 	require.ErrorIs(t, c.RetryWorkflow(e.ctx, sub.ID), api.ErrConflict, "a running workflow is not retried")
@@ -352,6 +354,10 @@ func TestWorkflowRetryRunsTheFailedNodesAgain(t *testing.T) {
 	require.Equal(t, api.WorkflowSucceeded, w.State)
 	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_span WHERE task_id = 'wf-retry/ok'`), "a succeeded node keeps its result")
 	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_span WHERE task_id = 'wf-retry/after'`))
+	require.Equal(t, 2, e.count(`SELECT count(*) FROM test_span WHERE task_id = 'wf-retry/fin'`), "the finally node runs after every run of the workflow")
+	require.Zero(t, e.count(`SELECT count(*) FROM test_span n, test_span d
+		WHERE n.task_id = 'wf-retry/fin' AND d.task_id = 'wf-retry/after' AND n.ended > d.ended AND n.started < d.ended`),
+		"the finally node's second run starts after the retried nodes ended")
 	require.ErrorIs(t, c.RetryWorkflow(e.ctx, sub.ID), api.ErrConflict, "no node failed")
 	require.ErrorIs(t, c.RetryWorkflow(e.ctx, "wf-retry/ok"), api.ErrNotFound)
 }

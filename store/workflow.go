@@ -92,6 +92,20 @@ type Workflows interface {
 	// It reports how many nodes it ended; api.ErrNotFound when there is no
 	// such workflow.
 	CancelWorkflow(ctx context.Context, id api.TaskID) (int, error)
+	// HoldWorkflow holds the running workflow id: its scheduled nodes, and
+	// those that become ready while it is held, wait until
+	// ReleaseWorkflow; running nodes run on. Holding a held workflow does
+	// nothing; api.ErrConflict when it ended, api.ErrNotFound when there
+	// is none.
+	HoldWorkflow(ctx context.Context, id api.TaskID) error
+	// ReleaseWorkflow releases a held workflow and its held nodes.
+	// Releasing a workflow that is not held does nothing; api.ErrConflict
+	// when it ended, api.ErrNotFound when there is none.
+	ReleaseWorkflow(ctx context.Context, id api.TaskID) error
+	// RemoveWorkflow deletes the workflow id with its nodes and edges, in
+	// one transaction; running nodes halt at their next fenced write.
+	// api.ErrNotFound when there is none.
+	RemoveWorkflow(ctx context.Context, id api.TaskID) error
 	// RetryWorkflow runs the failed, skipped and cancelled nodes of the
 	// ended workflow id again, keeping the results of those that
 	// succeeded, and reports how many. api.ErrConflict when a node has

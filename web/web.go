@@ -228,6 +228,9 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /workflows/{id}", RoleRead, h.getWorkflow},
 		{"POST /workflows/{id}/cancel", RoleAdmin, h.cancelWorkflow},
 		{"POST /workflows/{id}/retry", RoleAdmin, h.retryWorkflow},
+		{"POST /workflows/{id}/hold", RoleAdmin, h.holdWorkflow},
+		{"POST /workflows/{id}/release", RoleAdmin, h.releaseWorkflow},
+		{"DELETE /workflows/{id}", RoleAdmin, h.removeWorkflow},
 	}
 	for _, rt := range append(routes, cfg.Routes...) {
 		method, path, ok := strings.Cut(rt.Pattern, " ")

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -76,18 +77,31 @@ func (h *Handler) getWorkflow(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) cancelWorkflow(w http.ResponseWriter, r *http.Request) error {
-	id := api.TaskID(r.PathValue("id"))
-	if err := h.cfg.Client.CancelWorkflow(r.Context(), id); err != nil {
-		return TaskError(id, "cancel workflow", err)
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return h.workflowAction(w, r, "cancel", h.cfg.Client.CancelWorkflow)
 }
 
 func (h *Handler) retryWorkflow(w http.ResponseWriter, r *http.Request) error {
+	return h.workflowAction(w, r, "retry", h.cfg.Client.RetryWorkflow)
+}
+
+func (h *Handler) holdWorkflow(w http.ResponseWriter, r *http.Request) error {
+	return h.workflowAction(w, r, "hold", h.cfg.Client.HoldWorkflow)
+}
+
+func (h *Handler) releaseWorkflow(w http.ResponseWriter, r *http.Request) error {
+	return h.workflowAction(w, r, "release", h.cfg.Client.ReleaseWorkflow)
+}
+
+func (h *Handler) removeWorkflow(w http.ResponseWriter, r *http.Request) error {
+	return h.workflowAction(w, r, "remove", h.cfg.Client.RemoveWorkflow)
+}
+
+// workflowAction answers an action on the workflow the path names: act
+// on it, then 204 No Content.
+func (h *Handler) workflowAction(w http.ResponseWriter, r *http.Request, verb string, act func(context.Context, api.TaskID) error) error {
 	id := api.TaskID(r.PathValue("id"))
-	if err := h.cfg.Client.RetryWorkflow(r.Context(), id); err != nil {
-		return TaskError(id, "retry workflow", err)
+	if err := act(r.Context(), id); err != nil {
+		return TaskError(id, verb+" workflow", err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

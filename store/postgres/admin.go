@@ -67,13 +67,29 @@ func (s *Store) Spawn(ctx context.Context, parent store.LeaseRef, tasks []store.
 	return out, nil
 }
 
-// Remove deletes a task; see store.Store.
+// Remove deletes a task; see store.Store. A workflow goes with its nodes;
+// a node of one only with its workflow (its dependents would wait for it
+// for ever): api.ErrConflict.
 func (s *Store) Remove(ctx context.Context, id api.TaskID) (api.Task, error) {
 	var t api.Task
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		t, err = scanTask(tx.QueryRow(ctx, `DELETE FROM stint_task WHERE id = $1 RETURNING `+taskColumns, string(id)))
+		t, err = scanTask(tx.QueryRow(ctx, `SELECT `+taskColumns+` FROM stint_task WHERE id = $1 FOR UPDATE`, string(id)))
 		if err != nil {
+			return err
+		}
+		if t.Behavior == api.WorkflowBehavior {
+			var n int
+			return tx.QueryRow(ctx, removeWorkflowSQL, string(id)).Scan(&n)
+		}
+		var node bool
+		if err := tx.QueryRow(ctx, `SELECT workflow_node IS NOT NULL FROM stint_task WHERE id = $1`, string(id)).Scan(&node); err != nil {
+			return err
+		}
+		if node {
+			return fmt.Errorf("it is a node of workflow %s: remove or cancel the workflow: %w", t.ParentID, api.ErrConflict)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM stint_task WHERE id = $1`, string(id)); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals)

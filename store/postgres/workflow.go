@@ -30,20 +30,22 @@ SELECT count(*) FROM s`
 // workflowNodesSQL stores workflow nodes, each as its verdict says: run
 // (scheduled, due after its delay), skip (a failure with code skipped and
 // the message given) or wait (waiting), with its counts of dependencies
-// by outcome. It adds the claim hints of the scheduled ones, records the
-// nodes in the change feed and wakes the claimers.
+// by outcome; of a held workflow ($20), a node that may run is held, due
+// once released. It adds the claim hints of the scheduled ones, records
+// the nodes in the change feed and wakes the claimers.
 var workflowNodesSQL = `
 WITH s AS (
     INSERT INTO stint_task AS t (id, behavior, params, priority, status, schedule_not_before, group_key, parent_id, trace,
         awaited, retention_us, rate_uses, workflow_node, dep_rule, deps_pending, deps_succeeded, deps_failed, deps_skipped,
-        error, finished_at)
+        error, finished_at, held_due)
     SELECT r.id, r.behavior, r.params::jsonb, r.priority,
-        CASE r.verdict WHEN 'run' THEN 'scheduled' WHEN 'skip' THEN 'failure' ELSE 'waiting' END,
-        CASE WHEN r.verdict = 'run' THEN now() + r.delay_us * interval '1 microsecond' END,
+        CASE r.verdict WHEN 'run' THEN CASE WHEN $20 THEN 'held' ELSE 'scheduled' END WHEN 'skip' THEN 'failure' ELSE 'waiting' END,
+        CASE WHEN r.verdict = 'run' AND NOT $20 THEN now() + r.delay_us * interval '1 microsecond' END,
         nullif(r.group_key, ''), $13, nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0),
         nullif(r.rate_uses, '')::jsonb, r.name, r.rule, r.pending, r.ok, r.failed, r.skipped,
         CASE WHEN r.verdict = 'skip' THEN jsonb_build_object('retryable', false, 'code', '` + api.CodeSkipped + `', 'message', r.why) END,
-        CASE WHEN r.verdict = 'skip' THEN now() END
+        CASE WHEN r.verdict = 'skip' THEN now() END,
+        CASE WHEN r.verdict = 'run' AND $20 THEN now() + r.delay_us * interval '1 microsecond' END
     FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::bool[],
         $9::bigint[], $10::text[], $11::text[], $12::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[],
         $18::text[], $19::text[])
@@ -85,7 +87,7 @@ func (s *Store) SubmitWorkflow(ctx context.Context, tx pgx.Tx, wf store.NewWorkf
 				states[i].verdict = "run"
 			}
 		}
-		if err := tx.QueryRow(ctx, workflowNodesSQL, workflowNodeArgs(wf.Task.ID, wf.Nodes, wf.Names, wf.Rules, states)...).Scan(&n); err != nil {
+		if err := tx.QueryRow(ctx, workflowNodesSQL, workflowNodeArgs(wf.Task.ID, wf.Nodes, wf.Names, wf.Rules, states, false)...).Scan(&n); err != nil {
 			return err
 		}
 		var from, to textArray
@@ -120,8 +122,9 @@ type nodeState struct {
 }
 
 // workflowNodeArgs returns the parameters of workflowNodesSQL for the
-// nodes tasks of workflow id, named names, with rules and states.
-func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rules []api.Rule, states []nodeState) []any {
+// nodes tasks of workflow id, named names, with rules and states; held
+// says whether the workflow is held.
+func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rules []api.Rule, states []nodeState, held bool) []any {
 	n := len(tasks)
 	ids, behaviors, params := make(textArray, n), make(textArray, n), make(textArray, n)
 	priorities, delays, retentions := make(intArray, n), make(intArray, n), make(intArray, n)
@@ -142,7 +145,7 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 		pending[i], ok[i], failed[i], skipped[i] = int64(st.pending), int64(st.ok), int64(st.failed), int64(st.skipped)
 	}
 	return []any{ids, behaviors, params, priorities, delays, groups, traces, awaited, retentions, uses, textArray(names), rs,
-		string(id), pending, ok, failed, skipped, verdicts, whys}
+		string(id), pending, ok, failed, skipped, verdicts, whys, held}
 }
 
 // depsEndedSQL counts the tasks $1, which ended for good, off the
@@ -151,7 +154,8 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 // it is skipped (a failure with code skipped whose message names the
 // dependency that decided it), or it waits on. The dependent's row lock
 // orders concurrent finishes of its dependencies, so the last one sees
-// every other's count. It returns the skipped dependents and their
+// every other's count. A node of a held workflow that may run is stored
+// held, due once released. It returns the skipped dependents and their
 // parents (the workflows), whose ends the caller counts in turn, as
 // finishes count their tasks', in the same transaction. The edges of each
 // ended task are found by a probe of the edge index per task: OFFSET 0
@@ -173,7 +177,8 @@ WITH edges AS MATERIALIZED (
     GROUP BY e.task_id
 ), c AS MATERIALIZED (
     SELECT t.id, t.deps_pending - e.n AS pending, t.deps_succeeded + e.ok AS ok, t.deps_failed + e.failed AS failed,
-        t.deps_skipped + e.skipped AS skipped, t.dep_rule AS rule, e.bad
+        t.deps_skipped + e.skipped AS skipped, t.dep_rule AS rule, e.bad,
+        (SELECT w.status = 'held' FROM stint_task w WHERE w.id = t.parent_id) AS held
     FROM ended e JOIN stint_task t ON t.id = ANY(ARRAY[e.task_id])
     WHERE t.status = 'waiting'
     FOR UPDATE OF t
@@ -188,8 +193,10 @@ WITH edges AS MATERIALIZED (
 ), u AS (
     UPDATE stint_task t SET
         deps_pending = v.pending, deps_succeeded = v.ok, deps_failed = v.failed, deps_skipped = v.skipped,
-        status = CASE v.verdict WHEN 'run' THEN 'scheduled' WHEN 'skip' THEN 'failure' ELSE 'waiting' END,
-        schedule_not_before = CASE WHEN v.verdict = 'run' THEN now() END,
+        status = CASE v.verdict WHEN 'run' THEN CASE WHEN v.held THEN 'held' ELSE 'scheduled' END
+            WHEN 'skip' THEN 'failure' ELSE 'waiting' END,
+        schedule_not_before = CASE WHEN v.verdict = 'run' AND NOT v.held THEN now() END,
+        held_due = CASE WHEN v.verdict = 'run' AND v.held THEN now() ELSE t.held_due END,
         error = CASE WHEN v.verdict = 'skip' THEN jsonb_build_object('retryable', false, 'code', '` + api.CodeSkipped + `',
             'message', CASE WHEN v.rule = 'any_succeeded' THEN 'no dependency succeeded'
                 ELSE format('dependency %s did not succeed', v.bad) END) ELSE t.error END,
@@ -203,7 +210,7 @@ WITH edges AS MATERIALIZED (
 ), notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', id)) AS n FROM u WHERE verdict = 'skip' AND awaited
 ), woke AS (
-    SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (SELECT 1 FROM u WHERE verdict = 'run' LIMIT 1) d
+    SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (SELECT 1 FROM u WHERE status = 'scheduled' LIMIT 1) d
 )
 SELECT ARRAY(SELECT id FROM u WHERE verdict = 'skip'), ARRAY(SELECT parent_id FROM u WHERE verdict = 'skip' AND parent_id IS NOT NULL)
 FROM notified, woke`
@@ -339,14 +346,19 @@ func (s *Store) CancelWorkflow(ctx context.Context, id api.TaskID) (int, error) 
 }
 
 // retryWorkflowSQL runs the failed nodes of workflow $1 again (those that
-// failed, were skipped or were cancelled), keeping the results of those
-// that succeeded: each waits again for its dependencies that run again,
+// failed, were skipped or were cancelled), and its finally node, which
+// runs after every other node: keeping the results of the nodes that
+// succeeded, each waits again for its dependencies that run again,
 // or is due at once when none does. The workflow's task waits for them,
 // whatever its state: a run of it that records the old outcome is fenced
 // out, as its task no longer runs.
 var retryWorkflowSQL = `
-WITH r AS MATERIALIZED (
+WITH f AS MATERIALIZED (
     SELECT id FROM stint_task WHERE parent_id = $1 AND workflow_node IS NOT NULL AND status = 'failure'
+), r AS MATERIALIZED (
+    SELECT id FROM f
+    UNION ALL
+    SELECT id FROM stint_task WHERE parent_id = $1 AND dep_rule = 'finally' AND status = 'success' AND EXISTS (SELECT 1 FROM f)
 ), counts AS (
     SELECT e.task_id,
         count(*) FILTER (WHERE d.id IN (SELECT id FROM r)) AS pending,

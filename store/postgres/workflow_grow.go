@@ -123,6 +123,7 @@ WITH u AS (
     UPDATE stint_task t SET deps_pending = g.pending, deps_succeeded = g.ok, deps_failed = g.failed, deps_skipped = g.skipped,
         status = CASE g.verdict WHEN 'skip' THEN 'failure' WHEN 'run' THEN t.status ELSE 'waiting' END,
         schedule_not_before = CASE WHEN g.verdict = 'run' THEN t.schedule_not_before END,
+        held_due = CASE WHEN g.verdict = 'run' THEN t.held_due END,
         error = CASE WHEN g.verdict = 'skip' THEN jsonb_build_object('retryable', false, 'code', '` + api.CodeSkipped + `',
             'message', g.why) ELSE t.error END,
         finished_at = CASE WHEN g.verdict = 'skip' THEN now() END,
@@ -151,9 +152,9 @@ func (s *Store) GrowWorkflow(ctx context.Context, tx pgx.Tx, holder store.LeaseR
 }
 
 func growWorkflow(ctx context.Context, tx pgx.Tx, holder store.LeaseRef, workflow api.TaskID, add store.NewNodes) error {
-	var behavior string
+	var behavior, status string
 	var params []byte
-	err := tx.QueryRow(ctx, `SELECT behavior, params FROM stint_task WHERE id = $1 FOR UPDATE`, string(workflow)).Scan(&behavior, &params)
+	err := tx.QueryRow(ctx, `SELECT behavior, status, params FROM stint_task WHERE id = $1 FOR UPDATE`, string(workflow)).Scan(&behavior, &status, &params)
 	if isNoRows(err) {
 		return api.ErrHalt // removed, with its nodes
 	}
@@ -245,7 +246,7 @@ func growWorkflow(ctx context.Context, tx pgx.Tx, holder store.LeaseRef, workflo
 		switch {
 		case !ok:
 			return api.Invalid("add_dependencies", "%q is not a node of the workflow", name)
-		case g.status != "waiting" && g.status != string(api.StatusScheduled):
+		case g.status != "waiting" && g.status != string(api.StatusScheduled) && g.status != string(api.StatusHeld):
 			return fmt.Errorf("node %q cannot wait for new nodes: it is %s: %w", name, g.status, api.ErrConflict)
 		}
 	}
@@ -277,7 +278,7 @@ func growWorkflow(ctx context.Context, tx pgx.Tx, holder store.LeaseRef, workflo
 			done[i], left = true, left-1
 		}
 	}
-	if err := insertGrown(ctx, tx, workflow, add, states, wp.Finally); err != nil {
+	if err := insertGrown(ctx, tx, workflow, add, states, wp.Finally, status == string(api.StatusHeld)); err != nil {
 		return err
 	}
 
@@ -454,10 +455,10 @@ func growthCycle(ctx context.Context, tx pgx.Tx, add store.NewNodes, gated []str
 // insertGrown stores the new nodes of add as states decided, and the
 // edges to them: from their dependencies, and to the existing nodes that
 // wait for them, the finally node (named finally; empty for none) among
-// them.
-func insertGrown(ctx context.Context, tx pgx.Tx, workflow api.TaskID, add store.NewNodes, states []nodeState, finally string) error {
+// them. held says whether the workflow is held.
+func insertGrown(ctx context.Context, tx pgx.Tx, workflow api.TaskID, add store.NewNodes, states []nodeState, finally string, held bool) error {
 	var n int
-	if err := tx.QueryRow(ctx, workflowNodesSQL, workflowNodeArgs(workflow, add.Nodes, add.Names, add.Rules, states)...).Scan(&n); err != nil {
+	if err := tx.QueryRow(ctx, workflowNodesSQL, workflowNodeArgs(workflow, add.Nodes, add.Names, add.Rules, states, held)...).Scan(&n); err != nil {
 		return fmt.Errorf("store nodes: %w", err)
 	}
 	prefix := string(workflow) + "/"
