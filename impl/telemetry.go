@@ -88,7 +88,20 @@ var workflowNodeSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.S
 
 // taskStatuses are the statuses the task gauge reports for every behavior,
 // zero or not, so that a chart of one shows a zero rather than a gap.
-var taskStatuses = []api.Status{api.StatusScheduled, api.StatusRunning, api.StatusHeld, api.StatusSuccess, api.StatusFailure}
+var taskStatuses = []api.Status{api.StatusWaiting, api.StatusScheduled, api.StatusRunning, api.StatusHeld, api.StatusSuccess, api.StatusFailure}
+
+// workflowStates are the states the workflow gauge reports, zero or not,
+// each from the statuses of the workflows' own tasks: a workflow runs
+// until its task records its outcome, a success or a failure (cancelled
+// workflows count as failed there).
+var workflowStates = []struct {
+	state    api.WorkflowState
+	statuses []api.Status
+}{
+	{api.WorkflowRunning, []api.Status{api.StatusWaiting, api.StatusHeld, api.StatusScheduled, api.StatusRunning}},
+	{api.WorkflowSucceeded, []api.Status{api.StatusSuccess}},
+	{api.WorkflowFailed, []api.Status{api.StatusFailure}},
+}
 
 // statsMaxAge is how long the gauges reuse a snapshot of the statistics,
 // so that one collection reads them once, and so does a second reader
@@ -120,6 +133,8 @@ func observeServer(mp metric.MeterProvider, node string, behaviors []api.Behavio
 		metric.WithDescription("Tasks due now and waiting for a worker, by behavior (the cluster's)."))
 	lag, _ := m.Float64ObservableGauge("stint.queue.lag", metric.WithUnit("s"),
 		metric.WithDescription("How long the longest-waiting due task of each behavior has been due (the cluster's)."))
+	workflows, _ := m.Int64ObservableGauge("stint.workflows",
+		metric.WithDescription("Workflows in the database, by state: running, succeeded or failed (cancelled ones count as failed)."))
 	cached := &gaugeCache[store.Stats]{what: "stats", read: stats}
 	_, _ = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		st, err := cached.get(ctx)
@@ -149,8 +164,15 @@ func observeServer(mp metric.MeterProvider, node string, behaviors []api.Behavio
 			o.ObserveInt64(backlog, d.Count, metric.WithAttributes(battr))
 			o.ObserveFloat64(lag, d.OldestAge.Seconds(), metric.WithAttributes(battr))
 		}
+		for _, ws := range workflowStates {
+			var n int64
+			for _, status := range ws.statuses {
+				n += counts[api.WorkflowBehavior][status]
+			}
+			o.ObserveInt64(workflows, n, metric.WithAttributes(attribute.String("state", string(ws.state))))
+		}
 		return nil
-	}, tasks, backlog, lag)
+	}, tasks, backlog, lag, workflows)
 }
 
 // gaugeCache reuses what read returns for statsMaxAge, so that gauges

@@ -130,6 +130,12 @@ func collectMetrics(t *testing.T, reader *sdkmetric.ManualReader) (sums map[stri
 						sums[m.Name+"{outcome="+o.AsString()+"}"] += dp.Value
 					}
 				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					if state, ok := dp.Attributes.Value("state"); ok {
+						gauges[m.Name+"{state="+state.AsString()+"}"] = float64(dp.Value)
+					}
+				}
 			case metricdata.Gauge[float64]:
 				for i, dp := range d.DataPoints {
 					if i == 0 || dp.Value > gauges[m.Name] {
@@ -187,14 +193,17 @@ func TestTelemetryTakeoverCounterAndQueueLagGauge(t *testing.T) {
 }
 
 // TestWorkflowIsOneTrace: the runs of a workflow's nodes are spans of the
-// trace its submit started, children of the submit span.
+// trace its submit started, children of the submit span; the workflow
+// gauge counts it by state.
 func TestWorkflowIsOneTrace(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	submitSpans, runSpans := tracetest.NewInMemoryExporter(), tracetest.NewInMemoryExporter()
 	submitTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(submitSpans))
 	runTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(runSpans))
-	e.server("traced", 5*time.Second, func(c *impl.ServerConfig) { c.TracerProvider = runTP })
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	e.server("traced", 5*time.Second, func(c *impl.ServerConfig) { c.TracerProvider, c.MeterProvider = runTP, mp })
 	client, err := impl.NewClient(e.st, impl.ClientConfig{Registry: testRegistry(e.pool, "client", time.Second), TracerProvider: submitTP})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
@@ -223,4 +232,8 @@ func TestWorkflowIsOneTrace(t *testing.T) {
 		require.Equal(t, submit.SpanContext().SpanID(), s.Parent.SpanID(), "a child of the workflow's submit")
 	}
 	require.Equal(t, 3, nodes)
+	waitFor(t, time.Minute, "the workflow gauge", func() bool {
+		_, gauges := collectMetrics(t, reader)
+		return gauges["stint.workflows{state=succeeded}"] == 1 && gauges["stint.workflows{state=running}"] == 0
+	})
 }

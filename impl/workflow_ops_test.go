@@ -94,3 +94,34 @@ func TestWorkflowRemove(t *testing.T) {
 	}
 	require.ErrorIs(t, c.RemoveWorkflow(e.ctx, "wf-rm"), api.ErrNotFound)
 }
+
+// TestWorkflowStateChangesAreInTheFeed: the change feed carries a
+// workflow's own task from its creation (waiting for its nodes) to its
+// outcome, and its nodes' changes, each with the workflow as parent.
+func TestWorkflowStateChangesAreInTheFeed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.server("n1", 5*time.Second)
+	c := e.client()
+	sub, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-feed", Nodes: []api.WorkflowNode{
+		spanNode("a", 0), spanNode("b", 0, "a"),
+	}})
+	require.NoError(t, err)
+	_, err = c.AwaitWorkflow(e.ctx, sub.ID)
+	require.NoError(t, err)
+	events, _, err := c.Changes(e.ctx, 0, 1000)
+	require.NoError(t, err)
+	var workflow []api.Status
+	nodes := map[api.TaskID][]api.Status{}
+	for _, ev := range events {
+		switch {
+		case ev.TaskID == sub.ID:
+			require.Equal(t, api.WorkflowBehavior, ev.Behavior)
+			workflow = append(workflow, ev.Status)
+		case ev.ParentID == sub.ID:
+			nodes[ev.TaskID] = append(nodes[ev.TaskID], ev.Status)
+		}
+	}
+	require.Equal(t, []api.Status{api.StatusWaiting, api.StatusScheduled, api.StatusRunning, api.StatusSuccess}, workflow)
+	require.Equal(t, []api.Status{api.StatusWaiting, api.StatusScheduled, api.StatusRunning, api.StatusSuccess}, nodes["wf-feed/b"])
+}

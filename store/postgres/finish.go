@@ -79,7 +79,9 @@ FROM notified, woke`
 // parents; the one that brings a waiting parent's count to zero makes it due
 // and wakes the claimers. A held parent stays held and is due from then
 // on once released. The parent row's lock serializes concurrent finishes of
-// siblings, so exactly one of them wakes the parent. It returns the
+// siblings, so exactly one of them wakes the parent. A workflow's task,
+// which waited in the status waiting, is recorded in the change feed as
+// it becomes due. It returns the
 // parents that are workflows grown at run time (see growWorkflow): read
 // under the row's lock, so as of the parent's newest version.
 var childrenEndedSQL = `
@@ -95,10 +97,12 @@ WITH woken AS (
         waiting_children = p.waiting_children AND p.children_pending - e.n > 0
     FROM (SELECT parent, count(*) AS n FROM unnest($1::text[]) AS parent GROUP BY parent) e
     WHERE p.id = ANY(ARRAY[e.parent])
-    RETURNING p.id, p.behavior, p.priority, p.schedule_not_before, p.group_key, p.status,
+    RETURNING p.id, p.behavior, p.priority, p.schedule_not_before, p.group_key, p.status, p.parent_id,
         p.status = 'scheduled' AND p.schedule_not_before = now() AS woke,
+        p.behavior = '` + string(api.WorkflowBehavior) + `' AS workflow,
         p.behavior = '` + string(api.WorkflowBehavior) + `' AND p.params ? 'grown' AS grown
 ), due AS (` + dueInsert("(SELECT * FROM woken WHERE woke) w") + `
+), feed AS (` + feedInsert("(SELECT * FROM woken WHERE woke AND workflow) w", "status", "false") + `
 ), woke AS (
     SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (SELECT 1 FROM woken WHERE woke LIMIT 1) w
 )
