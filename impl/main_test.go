@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"log/slog"
 	"os"
 	"strconv"
@@ -242,4 +243,23 @@ func workReq(kind api.Kind[WorkParams, WorkResult], p WorkParams) api.SubmitRequ
 		panic(err)
 	}
 	return api.SubmitRequest{Behavior: kind.ID, Params: raw}
+}
+
+// dump returns the rows of query as text, one line each, for a failure's
+// message.
+func (e *env) dump(query string, args ...any) string {
+	rows, err := e.pool.Query(e.ctx, query, args...)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return err.Error()
+		}
+		fmt.Fprintln(&b, vals...)
+	}
+	return b.String()
 }

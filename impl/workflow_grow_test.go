@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -31,13 +32,17 @@ type GrowResult struct {
 
 var growKind = api.Kind[GrowParams, GrowResult]{ID: "test.grow"}
 
-// grow is test.grow: its run adds its params' nodes to its workflow and
-// succeeds whatever AddNodes said, reporting it.
-type grow struct{}
+// grow is test.grow: its run records itself in test_run, adds its
+// params' nodes to its workflow and succeeds whatever AddNodes said,
+// reporting it.
+type grow struct{ pool *pgxpool.Pool }
 
 func (grow) Kind() api.Kind[GrowParams, GrowResult]      { return growKind }
 func (grow) TaskID(ids spi.IDs, _ GrowParams) api.TaskID { return ids.Unique() }
-func (grow) Run(ctx context.Context, rc spi.RunContext, p GrowParams) (GrowResult, error) {
+func (g grow) Run(ctx context.Context, rc spi.RunContext, p GrowParams) (GrowResult, error) {
+	if _, err := g.pool.Exec(ctx, `INSERT INTO test_run (task_id, attempt) VALUES ($1, $2)`, string(rc.TaskID()), rc.Attempt()); err != nil {
+		return GrowResult{}, err
+	}
 	err := rc.AddNodes(ctx, p.Add)
 	if err == nil {
 		return GrowResult{}, nil
@@ -62,13 +67,14 @@ func growNode(name string, add api.WorkflowGrowth, deps ...string) api.WorkflowN
 	return api.WorkflowNode{Name: name, Task: api.SubmitRequest{Behavior: growKind.ID, Params: mustJSON(GrowParams{Add: add})}, DependsOn: deps}
 }
 
-// growServer starts a server that runs test.grow besides the test
+// growServer starts a server node that runs test.grow besides the test
 // behaviors, and returns it: its own submits know test.grow.
-func (e *env) growServer() *impl.Server {
+func (e *env) growServer(node ...string) *impl.Server {
 	e.t.Helper()
-	reg := testRegistry(e.pool, "n1", 5*time.Second)
-	spi.MustRegister[GrowParams, GrowResult](reg, grow{})
-	return e.server("n1", 5*time.Second, func(cfg *impl.ServerConfig) { cfg.Registry = reg })
+	name := append(node, "n1")[0]
+	reg := testRegistry(e.pool, name, 5*time.Second)
+	spi.MustRegister[GrowParams, GrowResult](reg, grow{pool: e.pool})
+	return e.server(name, 5*time.Second, func(cfg *impl.ServerConfig) { cfg.Registry = reg })
 }
 
 // TestWorkflowGrowsWhileItRuns: a manifest node adds a fan-out of jobs

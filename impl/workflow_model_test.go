@@ -3,8 +3,8 @@ package impl_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,63 +12,107 @@ import (
 )
 
 // TestWorkflowsAgainstAModel runs random workflows (random graphs, every
-// rule, some with a finally node, each node set to succeed or fail for
-// good) on two servers and checks every node against a reference model
-// that walks the graph in order: whether it ran (once) or was skipped, its
-// outcome, that it started only after each of its dependencies ended, and
-// the workflow's state.
+// rule, some with a finally node, some with a node that adds nodes at run
+// time and makes a later node wait for them, each node set to succeed or
+// fail for good) on two servers and checks every node against a reference
+// model that walks the graph in order: whether it ran (once) or was
+// skipped, its outcome, that it started only after each of its
+// dependencies ended, and the workflow's state.
 func TestWorkflowsAgainstAModel(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.server("m1", 5*time.Second)
-	e.server("m2", 5*time.Second)
-	c := e.client()
+	srv := e.growServer("m1")
+	e.growServer("m2")
 	rules := []api.Rule{"", api.RuleAllEnded, api.RuleAnySucceeded, api.RuleNoneFailed}
-	const workflows = 6
+	const workflows = 8
 	type plan struct {
 		req  api.WorkflowRequest
 		fail map[string]bool
+		// grown maps a growing node's name to what it adds.
+		grown map[string]api.WorkflowGrowth
+	}
+	workNode := func(p plan, rng *rand.Rand, name string, deps []string) api.WorkflowNode {
+		node := api.WorkflowNode{Name: name, Rule: rules[rng.IntN(len(rules))], DependsOn: deps}
+		p.fail[name] = rng.IntN(4) == 0
+		params := WorkParams{Key: string(p.req.ID) + "-" + name}
+		if p.fail[name] {
+			params.FailUntil, params.Permanent = 9, true
+		}
+		node.Task = workReq(workKind, params)
+		return node
 	}
 	plans := make([]plan, workflows)
 	for w := range plans {
 		rng := rand.New(rand.NewPCG(uint64(w), 42))
 		n := 5 + rng.IntN(20)
-		p := plan{req: api.WorkflowRequest{ID: api.TaskID(fmt.Sprintf("model-%d", w))}, fail: map[string]bool{}}
+		p := plan{req: api.WorkflowRequest{ID: api.TaskID(fmt.Sprintf("model-%d", w))}, fail: map[string]bool{}, grown: map[string]api.WorkflowGrowth{}}
+		grower := -1
+		if w%4 != 3 {
+			grower = rng.IntN(n - 1)
+		}
 		for i := range n {
 			name := fmt.Sprint("n", i)
-			node := api.WorkflowNode{Name: name, Rule: rules[rng.IntN(len(rules))]}
+			var deps []string
 			for j := range i { // edges only to earlier nodes: no cycle
 				if rng.IntN(4) == 0 {
-					node.DependsOn = append(node.DependsOn, fmt.Sprint("n", j))
+					deps = append(deps, fmt.Sprint("n", j))
 				}
 			}
-			p.fail[name] = rng.IntN(4) == 0
-			params := WorkParams{Key: string(p.req.ID) + "-" + name}
-			if p.fail[name] {
-				params.FailUntil, params.Permanent = 9, true
+			node := workNode(p, rng, name, deps)
+			if i == grower+1 && grower >= 0 {
+				// The node the growth makes wait: it cannot have started
+				// nor ended before its grower ended.
+				if !slices.Contains(node.DependsOn, fmt.Sprint("n", grower)) {
+					node.DependsOn = append(node.DependsOn, fmt.Sprint("n", grower))
+				}
+				node.Rule = api.RuleAllEnded
 			}
-			node.Task = workReq(workKind, params)
 			p.req.Nodes = append(p.req.Nodes, node)
+		}
+		if grower >= 0 {
+			gname := fmt.Sprint("n", grower)
+			var add api.WorkflowGrowth
+			for k := range 1 + rng.IntN(4) {
+				deps := []string{gname}
+				for j := range grower {
+					if rng.IntN(4) == 0 {
+						deps = append(deps, fmt.Sprint("n", j))
+					}
+				}
+				for _, prev := range add.Nodes {
+					if rng.IntN(3) == 0 {
+						deps = append(deps, prev.Name)
+					}
+				}
+				add.Nodes = append(add.Nodes, workNode(p, rng, fmt.Sprintf("g%d", k), deps))
+			}
+			add.AddDependencies = map[string][]string{fmt.Sprint("n", grower+1): {add.Nodes[len(add.Nodes)-1].Name}}
+			p.grown[gname] = add
+			g := &p.req.Nodes[grower]
+			g.Task, p.fail[gname] = api.SubmitRequest{Behavior: growKind.ID, Params: mustJSON(GrowParams{Add: add})}, false
 		}
 		if w%2 == 0 {
 			fin := api.WorkflowNode{Name: "fin", Finally: true, Task: workReq(workKind, WorkParams{Key: string(p.req.ID) + "-fin"})}
 			p.req.Nodes = append(p.req.Nodes, fin)
 		}
 		plans[w] = p
-		_, err := c.SubmitWorkflow(e.ctx, p.req)
+		_, err := srv.SubmitWorkflow(e.ctx, p.req)
 		require.NoError(t, err)
 	}
 	for _, p := range plans {
-		w, err := c.AwaitWorkflow(e.ctx, p.req.ID)
+		w, err := srv.AwaitWorkflow(e.ctx, p.req.ID)
 		require.NoError(t, err)
-		// The model: each node's outcome from its dependencies' in order.
+		// The model: each node's outcome from its dependencies' in order;
+		// a growing node that ran adds its nodes right after itself.
 		outcome := map[string]string{}
 		anyFailed := false
-		for _, n := range p.req.Nodes {
+		nodes := slices.Clone(p.req.Nodes)
+		for i := 0; i < len(nodes); i++ {
+			n := nodes[i]
 			deps := n.DependsOn
 			if n.Finally {
 				deps = nil
-				for _, m := range p.req.Nodes {
+				for _, m := range nodes {
 					if m.Name != n.Name {
 						deps = append(deps, m.Name)
 					}
@@ -104,7 +148,15 @@ func TestWorkflowsAgainstAModel(t *testing.T) {
 			default:
 				outcome[n.Name] = "success"
 			}
+			if add, grows := p.grown[n.Name]; grows && runs {
+				nodes = slices.Insert(nodes, i+1, add.Nodes...)
+				for gated, news := range add.AddDependencies {
+					j := slices.IndexFunc(nodes, func(m api.WorkflowNode) bool { return m.Name == gated })
+					nodes[j].DependsOn = append(slices.Clone(nodes[j].DependsOn), news...)
+				}
+			}
 		}
+		require.Len(t, w.Nodes, len(nodes), "%s: the nodes, those added included", p.req.ID)
 		want := api.WorkflowSucceeded
 		if anyFailed {
 			want = api.WorkflowFailed
@@ -135,7 +187,9 @@ func TestWorkflowsAgainstAModel(t *testing.T) {
 			}
 			require.Zero(t, e.count(`SELECT count(*) FROM test_run r, stint_dependency e, stint_task d
 				WHERE r.task_id = $1 AND e.task_id = r.task_id AND d.id = e.depends_on AND (d.finished_at IS NULL OR r.at < d.finished_at)`,
-				string(n.Task.ID)), "%s started before a dependency ended", n.Task.ID)
+				string(n.Task.ID)), "%s (%s, depends on %v) started before a dependency ended: %s", n.Task.ID, n.Rule, n.DependsOn,
+				e.dump(`SELECT r.task_id, r.at, d.id, d.status, d.finished_at FROM test_run r, stint_dependency e, stint_task d
+				    WHERE r.task_id = $1 AND e.task_id = r.task_id AND d.id = e.depends_on`, string(n.Task.ID)))
 		}
 	}
 }

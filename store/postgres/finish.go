@@ -79,13 +79,17 @@ FROM notified, woke`
 // parents; the one that brings a waiting parent's count to zero makes it due
 // and wakes the claimers. A held parent stays held and is due from then
 // on once released. The parent row's lock serializes concurrent finishes of
-// siblings, so exactly one of them wakes the parent. A workflow's task,
+// siblings, so exactly one of them wakes the parent; the parents are
+// locked in id order, so that two batches ending children of the same
+// parents never deadlock. A workflow's task,
 // which waited in the status waiting, is recorded in the change feed as
 // it becomes due. It returns the
 // parents that are workflows grown at run time (see growWorkflow): read
 // under the row's lock, so as of the parent's newest version.
 var childrenEndedSQL = `
-WITH woken AS (
+WITH locked AS MATERIALIZED (
+    SELECT p.id FROM stint_task p WHERE p.id = ANY($1::text[]) ORDER BY p.id FOR UPDATE
+), woken AS (
     UPDATE stint_task p SET
         children_pending = greatest(p.children_pending - e.n, 0),
         status = CASE WHEN p.status = 'waiting' AND p.waiting_children AND p.children_pending - e.n <= 0
@@ -95,7 +99,8 @@ WITH woken AS (
         held_due = CASE WHEN p.status = 'held' AND p.waiting_children AND p.children_pending - e.n <= 0
             THEN now() ELSE p.held_due END,
         waiting_children = p.waiting_children AND p.children_pending - e.n > 0
-    FROM (SELECT parent, count(*) AS n FROM unnest($1::text[]) AS parent GROUP BY parent) e
+    FROM (SELECT l.id AS parent, c.n FROM locked l
+          JOIN (SELECT parent, count(*) AS n FROM unnest($1::text[]) AS parent GROUP BY parent) c ON c.parent = l.id) e
     WHERE p.id = ANY(ARRAY[e.parent])
     RETURNING p.id, p.behavior, p.priority, p.schedule_not_before, p.group_key, p.status, p.parent_id,
         p.status = 'scheduled' AND p.schedule_not_before = now() AS woke,

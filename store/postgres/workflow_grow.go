@@ -95,10 +95,12 @@ func (st *nodeState) count(outcome string) {
 	}
 }
 
-// grownNodesSQL reads nodes of workflow $2 by id; grownNodesLockSQL also
-// locks them, for the nodes whose counts the growth changes.
+// grownNodesSQL reads nodes of workflow $2 by id, a node that failed and
+// will run again (a retry) as scheduled; grownNodesLockSQL also locks
+// them, for the nodes whose counts the growth changes.
 const (
-	grownNodesSQL = `SELECT id, workflow_node, status, coalesce(error->>'code', ''), coalesce(dep_rule, ''),
+	grownNodesSQL = `SELECT id, workflow_node, CASE WHEN schedule_not_before IS NULL THEN status ELSE 'scheduled' END,
+	    coalesce(error->>'code', ''), coalesce(dep_rule, ''),
 	    coalesce(deps_pending, 0), coalesce(deps_succeeded, 0), coalesce(deps_failed, 0), coalesce(deps_skipped, 0)
 	FROM stint_task WHERE id = ANY($1::text[]) AND parent_id = $2`
 	grownNodesLockSQL = grownNodesSQL + ` FOR UPDATE`
@@ -323,15 +325,17 @@ func growWorkflow(ctx context.Context, tx pgx.Tx, holder store.LeaseRef, workflo
 		}
 	}
 
-	// The workflow waits for its new nodes; those skipped at once, and
-	// the existing ones they skipped, count as ended, and the latter's
-	// dependents learn it.
-	// Marked grown: from now on, its nodes' finishes wake their dependents
-	// whatever edges their own statement saw (see finishBatch).
+	// The workflow waits for its new nodes, marked grown: from now on,
+	// its nodes' finishes wake their dependents whatever edges their own
+	// statement saw (see finishBatch).
 	if _, err := tx.Exec(ctx, `UPDATE stint_task SET children_pending = children_pending + $2, params = params || '{"grown": true}'
 		WHERE id = $1`, string(workflow), len(add.Nodes)); err != nil {
 		return err
 	}
+	// The nodes skipped at once count as ended. The dependents of the new
+	// ones were all decided above; those of the existing ones they skipped
+	// learn it from depsEnded.
+	existingSkipped := slices.Clone(ended)
 	for i, st := range states {
 		if st.verdict == "skip" {
 			ended = append(ended, string(add.Nodes[i].ID))
@@ -347,7 +351,7 @@ func growWorkflow(ctx context.Context, tx pgx.Tx, holder store.LeaseRef, workflo
 	if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
 		return err
 	}
-	return depsEnded(ctx, tx, ended)
+	return depsEnded(ctx, tx, existingSkipped)
 }
 
 // newOutcome is the outcome of dependency d of a new node: a new node's as
