@@ -98,6 +98,22 @@ type WorkflowNode struct {
 	Finally bool `json:"finally,omitempty"`
 }
 
+// WorkflowGrowth is what a running node adds to its own workflow (see
+// spi.RunContext.AddNodes): a fan-out whose width is known only at run
+// time. It is validated as a submit is, against the whole graph.
+type WorkflowGrowth struct {
+	// Nodes are the nodes to add: names new in the workflow, DependsOn
+	// naming new or existing nodes (the running one included). None may
+	// be Finally: the workflow's finally node, when it has one, waits for
+	// the new nodes too.
+	Nodes []WorkflowNode `json:"nodes"`
+	// AddDependencies maps the name of an existing node that has not
+	// started (waiting, or scheduled and not yet claimed) to new nodes it
+	// must wait for as well, under its own rule: the merge step of a
+	// fan-out submitted before its width was known.
+	AddDependencies map[string][]string `json:"add_dependencies,omitempty"`
+}
+
 // WorkflowSubmission is what a workflow submit did.
 type WorkflowSubmission struct {
 	// ID is the workflow's id: the id of the task that stands for it.
@@ -166,6 +182,9 @@ type WorkflowNodeState struct {
 	Name      string   `json:"name"`
 	DependsOn []string `json:"depends_on,omitempty"`
 	Rule      Rule     `json:"rule"`
+	// Finally marks the workflow's finally node (its Rule is
+	// RuleAllEnded, on every other node).
+	Finally bool `json:"finally,omitempty"`
 	// Task is the node's task. A waiting node's Task.Waiting names the
 	// dependencies it waits on.
 	Task Task `json:"task"`

@@ -469,6 +469,43 @@ func (rc *runContext) Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]a
 	return subs, nil
 }
 
+func (rc *runContext) AddNodes(ctx context.Context, g api.WorkflowGrowth) error {
+	return rc.addNodes(ctx, nil, g)
+}
+
+func (rc *runContext) AddNodesTx(ctx context.Context, tx pgx.Tx, g api.WorkflowGrowth) error {
+	if tx == nil {
+		return fmt.Errorf("add nodes: %w", api.Invalid("tx", "is nil"))
+	}
+	return rc.addNodes(ctx, tx, g)
+}
+
+func (rc *runContext) addNodes(ctx context.Context, tx pgx.Tx, g api.WorkflowGrowth) error {
+	c := rc.r.claimed
+	if c.ParentID == "" {
+		return fmt.Errorf("add nodes: %w", api.Invalid("nodes", "task %s is no workflow node", c.ID))
+	}
+	add, regs, err := rc.s.prepareGrowth(c.ParentID, c.ID, g, c.Trace)
+	if err != nil {
+		return fmt.Errorf("add nodes to workflow %s: %w", c.ParentID, err)
+	}
+	if err := rc.s.checkRateUses(ctx, add.Nodes, regs); err != nil {
+		return fmt.Errorf("add nodes to workflow %s: %w", c.ParentID, err)
+	}
+	if tx == nil {
+		var cancel context.CancelFunc
+		if ctx, cancel, err = rc.sending(ctx, "add nodes of"); err != nil {
+			return err
+		}
+		defer cancel()
+	}
+	err = rc.s.st.GrowWorkflow(ctx, tx, c.LeaseRef, c.ParentID, add)
+	if errors.Is(err, api.ErrHalt) {
+		rc.r.cancel(err)
+	}
+	return err
+}
+
 func (rc *runContext) WorkflowNode(ctx context.Context, name string) (api.Task, error) {
 	parent := rc.r.claimed.ParentID
 	if parent == "" || checkNodeName(name) != nil {

@@ -268,7 +268,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	if _, ok := cfg.Registry.Lookup(api.WorkflowBehavior); !ok {
 		// A server made at the same time on the same registry may have
 		// registered it first; Lookup below finds either one.
-		_ = spi.Register[struct{}, WorkflowResult](cfg.Registry, workflowRunner{})
+		_ = spi.Register[workflowParams, WorkflowResult](cfg.Registry, workflowRunner{})
 	}
 	ids := slices.Clone(cfg.Behaviors)
 	if len(ids) == 0 {

@@ -61,7 +61,13 @@ func (c *Client) SubmitWorkflowSQLTx(ctx context.Context, tx *sql.Tx, req api.Wo
 	return sub, nil
 }
 
-func (c *Client) submitWorkflow(ctx context.Context, tx pgx.Tx, req api.WorkflowRequest) (api.WorkflowSubmission, error) {
+func (c *Client) submitWorkflow(ctx context.Context, tx pgx.Tx, req api.WorkflowRequest) (_ api.WorkflowSubmission, err error) {
+	ctx, span := c.tel.startSubmit(ctx, api.WorkflowBehavior, len(req.Nodes))
+	defer func() { endSpan(span, err) }()
+	if req.Trace == "" {
+		// Every node's run links to the workflow's submit: one trace.
+		req.Trace = c.tel.traceparent(ctx)
+	}
 	wf, regs, err := c.prepareWorkflow(req)
 	if err != nil {
 		return api.WorkflowSubmission{}, fmt.Errorf("submit workflow: %w", err)
@@ -135,22 +141,10 @@ func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, []
 	}
 	regs := make([]*spi.Registration, len(req.Nodes))
 	for i, n := range req.Nodes {
-		if !n.Rule.Valid() {
-			return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q: rule %q is not one of all_succeeded, all_ended, any_succeeded, none_failed", n.Name, n.Rule)
-		}
-		if n.Task.ID != "" {
-			return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q: task.id must be empty: a node's id is its workflow's and its name", n.Name)
-		}
-		t := n.Task
-		t.ID = id + "/" + api.TaskID(n.Name)
-		if t.Trace == "" {
-			t.Trace = req.Trace
-		}
-		nt, reg, err := c.prepare(t)
+		nt, reg, err := c.prepareNode(id, i, n, req.Trace)
 		if err != nil {
-			return store.NewWorkflow{}, nil, nodeError(i, n.Name, err)
+			return store.NewWorkflow{}, nil, err
 		}
-		nt.ParentID = id
 		regs[i] = reg
 		wf.Nodes[i], wf.Names[i], wf.Rules[i] = nt, n.Name, cmp.Or(n.Rule, api.RuleAllSucceeded)
 		deps := make([]int, 0, len(n.DependsOn))
@@ -170,7 +164,7 @@ func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, []
 		}
 		wf.DependsOn[i] = deps
 	}
-	if cycle := findCycle(wf.DependsOn); cycle != nil {
+	if cycle := store.FindCycle(wf.DependsOn); cycle != nil {
 		names := make([]string, len(cycle))
 		for i, j := range cycle {
 			names[i] = fmt.Sprintf("%q", wf.Names[j])
@@ -184,9 +178,32 @@ func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, []
 				all = append(all, j)
 			}
 		}
-		wf.DependsOn[finally], wf.Rules[finally] = all, api.RuleAllEnded
+		wf.DependsOn[finally], wf.Rules[finally] = all, store.RuleFinally
+		wf.Task.Params, _ = json.Marshal(workflowParams{Finally: req.Nodes[finally].Name}) // a string: cannot fail
 	}
 	return wf, regs, nil
+}
+
+// prepareNode validates node i, n, of the workflow id and returns its
+// task; trace is the workflow's traceparent, for a node without one.
+func (c *Client) prepareNode(id api.TaskID, i int, n api.WorkflowNode, trace string) (store.NewTask, *spi.Registration, error) {
+	if !n.Rule.Valid() {
+		return store.NewTask{}, nil, api.Invalid("nodes", "node %q: rule %q is not one of all_succeeded, all_ended, any_succeeded, none_failed", n.Name, n.Rule)
+	}
+	if n.Task.ID != "" {
+		return store.NewTask{}, nil, api.Invalid("nodes", "node %q: task.id must be empty: a node's id is its workflow's and its name", n.Name)
+	}
+	t := n.Task
+	t.ID = id + "/" + api.TaskID(n.Name)
+	if t.Trace == "" {
+		t.Trace = trace
+	}
+	nt, reg, err := c.prepare(t)
+	if err != nil {
+		return store.NewTask{}, nil, nodeError(i, n.Name, err)
+	}
+	nt.ParentID = id
+	return nt, reg, nil
 }
 
 // nodeError names the node i, name, in err, an error of its task's
@@ -214,48 +231,76 @@ func checkNodeName(name string) error {
 	return nil
 }
 
-// findCycle returns the nodes of a cycle of the graph whose node i depends
-// on deps[i], the first node repeated at the end; nil when there is none.
-// It peels off the nodes whose dependencies are all peeled (Kahn's
-// algorithm); the nodes left each depend on another left one, so walking
-// from any of them must come back to a node already seen.
-func findCycle(deps [][]int) []int {
-	n := len(deps)
-	pending := make([]int, n)
-	dependents := make([][]int, n)
-	for i, ds := range deps {
-		pending[i] = len(ds)
-		for _, d := range ds {
-			dependents[d] = append(dependents[d], i)
-		}
+// prepareGrowth validates what the running node holder of workflow id adds
+// to it, as prepareWorkflow validates a workflow; what only the stored
+// graph can tell (names taken, dependencies on existing nodes, cycles
+// through them) the store checks. trace is the node's traceparent.
+func (c *Client) prepareGrowth(id, holder api.TaskID, g api.WorkflowGrowth, trace string) (store.NewNodes, []*spi.Registration, error) {
+	switch {
+	case len(g.Nodes) == 0:
+		return store.NewNodes{}, nil, api.Invalid("nodes", "no nodes to add")
+	case len(g.Nodes) > api.MaxWorkflowNodes:
+		return store.NewNodes{}, nil, api.Invalid("nodes", "%d nodes is over the limit of %d", len(g.Nodes), api.MaxWorkflowNodes)
 	}
-	ready := make([]int, 0, n)
-	for i := range n {
-		if pending[i] == 0 {
-			ready = append(ready, i)
-		}
+	add := store.NewNodes{
+		Nodes:           make([]store.NewTask, len(g.Nodes)),
+		Names:           make([]string, len(g.Nodes)),
+		Rules:           make([]api.Rule, len(g.Nodes)),
+		DependsOn:       make([][]string, len(g.Nodes)),
+		AddDependencies: g.AddDependencies,
 	}
-	for k := 0; k < len(ready); k++ {
-		for _, t := range dependents[ready[k]] {
-			if pending[t]--; pending[t] == 0 {
-				ready = append(ready, t)
+	isNew := make(map[string]bool, len(g.Nodes))
+	for _, n := range g.Nodes {
+		if err := checkNodeName(n.Name); err != nil {
+			return store.NewNodes{}, nil, err
+		}
+		if isNew[n.Name] {
+			return store.NewNodes{}, nil, api.Invalid("nodes", "node %q appears twice", n.Name)
+		}
+		isNew[n.Name] = true
+	}
+	regs := make([]*spi.Registration, len(g.Nodes))
+	for i, n := range g.Nodes {
+		if n.Finally {
+			return store.NewNodes{}, nil, api.Invalid("nodes", "node %q: a node added at run time cannot be finally", n.Name)
+		}
+		nt, reg, err := c.prepareNode(id, i, n, trace)
+		if err != nil {
+			return store.NewNodes{}, nil, err
+		}
+		add.Nodes[i], add.Names[i], add.Rules[i], regs[i] = nt, n.Name, cmp.Or(n.Rule, api.RuleAllSucceeded), reg
+		for j, d := range n.DependsOn {
+			switch {
+			case d == n.Name:
+				return store.NewNodes{}, nil, api.Invalid("nodes", "node %q depends on itself", n.Name)
+			case slices.Contains(n.DependsOn[:j], d):
+				return store.NewNodes{}, nil, api.Invalid("nodes", "node %q names %q twice in depends_on", n.Name, d)
+			case checkNodeName(d) != nil:
+				return store.NewNodes{}, nil, api.Invalid("nodes", "node %q depends on %q, which is not a node name", n.Name, d)
+			}
+		}
+		add.DependsOn[i] = n.DependsOn
+	}
+	self := strings.TrimPrefix(string(holder), string(id)+"/")
+	for name, news := range g.AddDependencies {
+		switch {
+		case isNew[name]:
+			return store.NewNodes{}, nil, api.Invalid("add_dependencies", "%q is a new node: give its dependencies in its depends_on", name)
+		case name == self:
+			return store.NewNodes{}, nil, api.Invalid("add_dependencies", "%q is the running node: it has started", name)
+		case len(news) == 0:
+			return store.NewNodes{}, nil, api.Invalid("add_dependencies", "%q is given no new nodes to wait for", name)
+		}
+		for j, n := range news {
+			switch {
+			case !isNew[n]:
+				return store.NewNodes{}, nil, api.Invalid("add_dependencies", "%q would wait for %q, which is not one of the new nodes", name, n)
+			case slices.Contains(news[:j], n):
+				return store.NewNodes{}, nil, api.Invalid("add_dependencies", "%q names %q twice", name, n)
 			}
 		}
 	}
-	if len(ready) == n {
-		return nil
-	}
-	start := slices.IndexFunc(pending, func(p int) bool { return p > 0 })
-	seen := map[int]int{}
-	var path []int
-	for at := start; ; {
-		if k, ok := seen[at]; ok {
-			return append(path[k:], at)
-		}
-		seen[at] = len(path)
-		path = append(path, at)
-		at = deps[at][slices.IndexFunc(deps[at], func(d int) bool { return pending[d] > 0 })]
-	}
+	return add, regs, nil
 }
 
 // GetWorkflow returns a workflow; see api.Workflows.
@@ -294,7 +339,7 @@ func workflowOf(t api.Task, nodes []store.WorkflowNode) api.Workflow {
 		}
 	}
 	for i, n := range nodes {
-		w.Nodes[i] = api.WorkflowNodeState{Name: n.Name, DependsOn: n.DependsOn, Rule: n.Rule, Task: n.Task}
+		w.Nodes[i] = api.WorkflowNodeState{Name: n.Name, DependsOn: n.DependsOn, Rule: n.Rule, Finally: n.Finally, Task: n.Task}
 	}
 	w.Skipped = codes.skipped
 	w.State = codes.state(ended == len(nodes), w.Counts[api.StatusFailure])
@@ -381,13 +426,22 @@ type WorkflowResult struct {
 // workflow was cancelled.
 type workflowRunner struct{}
 
-var workflowKind = api.Kind[struct{}, WorkflowResult]{ID: api.WorkflowBehavior}
+// workflowParams are the params of a workflow's own task.
+type workflowParams struct {
+	// Finally names the workflow's finally node, if it has one: the
+	// nodes added while it runs become its dependencies too.
+	Finally string `json:"finally,omitempty"`
+	// Grown is set by the store once a node added nodes at run time.
+	Grown bool `json:"grown,omitempty"`
+}
 
-func (workflowRunner) Kind() api.Kind[struct{}, WorkflowResult] { return workflowKind }
+var workflowKind = api.Kind[workflowParams, WorkflowResult]{ID: api.WorkflowBehavior}
 
-func (workflowRunner) TaskID(ids spi.IDs, _ struct{}) api.TaskID { return ids.Unique() }
+func (workflowRunner) Kind() api.Kind[workflowParams, WorkflowResult] { return workflowKind }
 
-func (workflowRunner) Run(ctx context.Context, rc spi.RunContext, _ struct{}) (WorkflowResult, error) {
+func (workflowRunner) TaskID(ids spi.IDs, _ workflowParams) api.TaskID { return ids.Unique() }
+
+func (workflowRunner) Run(ctx context.Context, rc spi.RunContext, _ workflowParams) (WorkflowResult, error) {
 	st := rc.(*runContext).s.st
 	counts, err := st.WorkflowCounts(ctx, rc.TaskID())
 	if err != nil {

@@ -2,7 +2,8 @@
 -- built-in behavior stint.workflow, the parent of its nodes: its children
 -- count says how many nodes have not ended, and the end of the last one
 -- makes it due, to record the workflow's outcome. A node is a task with a
--- name in its workflow (workflow_node), a rule (dep_rule) and the counts of
+-- name in its workflow (workflow_node), a rule (dep_rule; 'finally' is
+-- all_ended on every other node, the nodes added later included) and the counts of
 -- its dependencies by outcome: pending (not ended), succeeded, failed
 -- (failed for good or cancelled) and skipped (ended by a rule of theirs).
 -- A node whose rule does not yet allow it to run waits in the status
@@ -22,7 +23,7 @@ ALTER TABLE stint_task ADD CONSTRAINT stint_task_status_known
 ALTER TABLE stint_task ADD CONSTRAINT stint_task_waiting
     CHECK (status <> 'waiting' OR (schedule_not_before IS NULL AND deps_pending IS NOT NULL));
 ALTER TABLE stint_task ADD CONSTRAINT stint_task_dep_rule
-    CHECK (dep_rule IS NULL OR dep_rule IN ('all_succeeded', 'all_ended', 'any_succeeded', 'none_failed'));
+    CHECK (dep_rule IS NULL OR dep_rule IN ('all_succeeded', 'all_ended', 'any_succeeded', 'none_failed', 'finally'));
 
 -- stint_dependency holds a workflow's edges: task_id runs after depends_on
 -- by task_id's rule. Its ids collate as the tasks' do, so that a join on

@@ -167,6 +167,21 @@ type RunContext interface {
 	// Checkpoint, a context that ends while the write is under way does
 	// not abandon it: Spawn returns once the children are stored or not.
 	Spawn(ctx context.Context, reqs ...api.SubmitRequest) ([]api.Submission, error)
+	// AddNodes adds nodes to the workflow this task is a node of (the
+	// fan-out whose width only the run learns), validated as a submit is
+	// against the whole graph: the new nodes may depend on new and
+	// existing nodes (this one included), and existing nodes that have
+	// not started may wait for new ones (g.AddDependencies). A bad graph
+	// is an error wrapping api.ErrInvalid; an existing node that started
+	// meanwhile, api.ErrConflict; nothing is added then. It is fenced: a
+	// run that lost its lease adds nothing and gets api.ErrHalt. Like
+	// Checkpoint, a context that ends while the write is under way does
+	// not abandon it.
+	AddNodes(ctx context.Context, g api.WorkflowGrowth) error
+	// AddNodesTx is AddNodes inside the caller's transaction: the nodes
+	// exist once tx commits, with the behavior's own writes. It returns
+	// api.ErrHalt, and the caller must roll back, when the lease is lost.
+	AddNodesTx(ctx context.Context, tx pgx.Tx, g api.WorkflowGrowth) error
 	// WorkflowNode returns the task of the node name of the workflow this
 	// task is a node of: a dependency's outcome and result (see
 	// NodeResult). api.ErrNotFound when this task is no workflow node or

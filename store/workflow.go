@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,6 +25,27 @@ type NewWorkflow struct {
 	DependsOn [][]int
 }
 
+// RuleFinally is the stored rule of a workflow's finally node:
+// api.RuleAllEnded on every other node, marked so that nodes added while
+// the workflow runs join its dependencies.
+const RuleFinally api.Rule = "finally"
+
+// NewNodes are validated nodes that a running node adds to its workflow
+// (see Workflows.GrowWorkflow).
+type NewNodes struct {
+	// Nodes are the new nodes' tasks, with ParentID set to the workflow.
+	Nodes []NewTask
+	// Names are the new nodes' names, Rules their rules, in Nodes' order.
+	Names []string
+	Rules []api.Rule
+	// DependsOn lists, per new node, the names of its dependencies, new
+	// or existing, each once.
+	DependsOn [][]string
+	// AddDependencies maps existing nodes' names to new nodes' names they
+	// must wait for as well.
+	AddDependencies map[string][]string
+}
+
 // WorkflowCount counts the nodes of a workflow in one state.
 type WorkflowCount struct {
 	Status api.Status
@@ -39,6 +61,7 @@ type WorkflowNode struct {
 	Task      api.Task
 	Name      string
 	Rule      api.Rule
+	Finally   bool
 	DependsOn []string
 }
 
@@ -51,6 +74,13 @@ type Workflows interface {
 	// then. A node whose id is taken by a task of another workflow or by
 	// none is an error wrapping api.ErrInvalid, and nothing is stored.
 	SubmitWorkflow(ctx context.Context, tx pgx.Tx, wf NewWorkflow) (created bool, err error)
+	// GrowWorkflow adds nodes to the workflow of the running node holder,
+	// in tx when it is not nil, fenced by holder's lease (api.ErrHalt when
+	// it no longer holds it). A graph the nodes would make bad (a name
+	// taken, an unknown dependency, a cycle, naming its nodes) is an error
+	// wrapping api.ErrInvalid; an existing node that has started cannot
+	// get new dependencies (api.ErrConflict). Nothing is stored then.
+	GrowWorkflow(ctx context.Context, tx pgx.Tx, holder LeaseRef, workflow api.TaskID, add NewNodes) error
 	// WorkflowNodes returns the nodes of the workflow id, by name.
 	WorkflowNodes(ctx context.Context, id api.TaskID) ([]WorkflowNode, error)
 	// WorkflowCounts counts the nodes of the workflow id by status and
@@ -93,4 +123,48 @@ func WorkflowState(t api.Task) api.WorkflowState {
 		return api.WorkflowCancelled
 	}
 	return api.WorkflowFailed
+}
+
+// FindCycle returns the nodes of a cycle of the graph whose node i depends
+// on deps[i], the first node repeated at the end; nil when there is none.
+// It peels off the nodes whose dependencies are all peeled (Kahn's
+// algorithm); the nodes left each depend on another left one, so walking
+// from any of them must come back to a node already seen.
+func FindCycle(deps [][]int) []int {
+	n := len(deps)
+	pending := make([]int, n)
+	dependents := make([][]int, n)
+	for i, ds := range deps {
+		pending[i] = len(ds)
+		for _, d := range ds {
+			dependents[d] = append(dependents[d], i)
+		}
+	}
+	ready := make([]int, 0, n)
+	for i := range n {
+		if pending[i] == 0 {
+			ready = append(ready, i)
+		}
+	}
+	for k := 0; k < len(ready); k++ {
+		for _, t := range dependents[ready[k]] {
+			if pending[t]--; pending[t] == 0 {
+				ready = append(ready, t)
+			}
+		}
+	}
+	if len(ready) == n {
+		return nil
+	}
+	start := slices.IndexFunc(pending, func(p int) bool { return p > 0 })
+	seen := map[int]int{}
+	var path []int
+	for at := start; ; {
+		if k, ok := seen[at]; ok {
+			return append(path[k:], at)
+		}
+		seen[at] = len(path)
+		path = append(path, at)
+		at = deps[at][slices.IndexFunc(deps[at], func(d int) bool { return pending[d] > 0 })]
+	}
 }

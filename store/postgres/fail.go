@@ -49,6 +49,10 @@ func (s *Store) Fail(ctx context.Context, id api.TaskID, e *api.TaskError) error
 			if _, err := tx.Exec(ctx, childrenEndedSQL, []string{parent}); err != nil {
 				return err
 			}
+			// A workflow node's dependents learn it failed.
+			if err := depsEnded(ctx, tx, []string{string(id)}); err != nil {
+				return err
+			}
 		}
 		// Wake awaiters, in this transaction so that they see the failure.
 		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, store.ChannelFinished, string(id))

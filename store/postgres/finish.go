@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,8 +27,9 @@ import (
 // sees the result; ids go in chunks of 50 to stay under the 8,000-byte
 // payload limit. The statement returns one row: the ordinals (from 1) of
 // the completions it did not record (their lease was lost: most often
-// none), the parents of the tasks that finished for good, and the
-// workflow nodes among them that have dependents (see depsEnded). A row per
+// none), the parents of the tasks that finished for good, the workflow
+// nodes among them, and whether each had dependents as of the statement's
+// snapshot (see finishBatch). A row per
 // completion would cost the server and the client more than the
 // statement's other output.
 var finishSQL = `
@@ -68,15 +70,18 @@ WITH c AS (
 )
 SELECT ARRAY(SELECT c.ord FROM c WHERE c.ord NOT IN (SELECT ord FROM done)),
     ARRAY(SELECT parent_id FROM done WHERE final AND parent_id IS NOT NULL),
-    ARRAY(SELECT id FROM done WHERE final AND node
-        AND (SELECT true FROM stint_dependency e WHERE e.depends_on = done.id LIMIT 1))
+    ARRAY(SELECT id FROM done WHERE final AND node),
+    ARRAY(SELECT coalesce((SELECT true FROM stint_dependency e WHERE e.depends_on = done.id LIMIT 1), false)
+        FROM done WHERE final AND node)
 FROM notified, woke`
 
 // childrenEndedSQL counts children that finished for good off their
 // parents; the one that brings a waiting parent's count to zero makes it due
 // and wakes the claimers. A held parent stays held and is due from then
 // on once released. The parent row's lock serializes concurrent finishes of
-// siblings, so exactly one of them wakes the parent.
+// siblings, so exactly one of them wakes the parent. It returns the
+// parents that are workflows grown at run time (see growWorkflow): read
+// under the row's lock, so as of the parent's newest version.
 var childrenEndedSQL = `
 WITH woken AS (
     UPDATE stint_task p SET
@@ -91,10 +96,13 @@ WITH woken AS (
     FROM (SELECT parent, count(*) AS n FROM unnest($1::text[]) AS parent GROUP BY parent) e
     WHERE p.id = ANY(ARRAY[e.parent])
     RETURNING p.id, p.behavior, p.priority, p.schedule_not_before, p.group_key, p.status,
-        p.status = 'scheduled' AND p.schedule_not_before = now() AS woke
+        p.status = 'scheduled' AND p.schedule_not_before = now() AS woke,
+        p.behavior = '` + string(api.WorkflowBehavior) + `' AND p.params ? 'grown' AS grown
 ), due AS (` + dueInsert("(SELECT * FROM woken WHERE woke) w") + `
+), woke AS (
+    SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (SELECT 1 FROM woken WHERE woke LIMIT 1) w
 )
-SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM woken WHERE woke LIMIT 1) w`
+SELECT ARRAY(SELECT id FROM woken WHERE grown) FROM woke`
 
 // Finish records completions; see store.Store. A batch is one statement
 // (two in a transaction when children end), so one row that cannot be
@@ -127,6 +135,28 @@ func (s *Store) finishIsolating(ctx context.Context, cs []store.Completion, ok [
 		return err
 	}
 	return s.finishIsolating(ctx, cs[half:], ok[half:])
+}
+
+// childrenEnded counts the ends of the children of parents (one entry per
+// child) off them, in tx, and returns the parents that are workflows grown
+// at run time (see childrenEndedSQL).
+func childrenEnded(ctx context.Context, tx pgx.Tx, parents []string) (map[string]bool, error) {
+	var ids []string
+	if err := indexedRow(ctx, tx, childrenEndedSQL, parents).Scan(&ids); err != nil {
+		return nil, fmt.Errorf("count ended children: %w", err)
+	}
+	grown := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		grown[id] = true
+	}
+	return grown, nil
+}
+
+// workflowOf returns the workflow id of the node id: what precedes its
+// slash.
+func workflowOf(id string) string {
+	w, _, _ := strings.Cut(id, "/")
+	return w
 }
 
 // rowError reports whether err is one a row of a statement can cause (a
@@ -187,7 +217,8 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 			q = tx
 		}
 		var parents, nodes []string
-		if err := indexedRow(ctx, q, finishSQL, lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits).Scan(&lost, &parents, &nodes); err != nil {
+		var hasDependents []bool
+		if err := indexedRow(ctx, q, finishSQL, lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits).Scan(&lost, &parents, &nodes, &hasDependents); err != nil {
 			return err
 		}
 		for _, ord := range lost {
@@ -201,10 +232,22 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 		if tx == nil {
 			return fmt.Errorf("tasks with parents were finished outside a transaction: set Completion.HasParent")
 		}
-		if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
+		grown, err := childrenEnded(ctx, tx, parents)
+		if err != nil {
 			return err
 		}
-		return depsEnded(ctx, tx, nodes)
+		// A node's dependents are woken by a statement that starts once
+		// its workflow's row is locked (by childrenEnded), so it sees the
+		// edges a growth committed meanwhile. The finish statement's own
+		// probe could not: it ran before. So a node of a workflow that
+		// grew goes to depsEnded whatever the probe said.
+		woke := nodes[:0]
+		for i, id := range nodes {
+			if hasDependents[i] || grown[workflowOf(id)] {
+				woke = append(woke, id)
+			}
+		}
+		return depsEnded(ctx, tx, woke)
 	})
 	if err != nil {
 		return err

@@ -27,24 +27,31 @@ WITH s AS (
 ), feed AS (` + feedInsert("s", "status", "false") + `)
 SELECT count(*) FROM s`
 
-// workflowNodesSQL stores a workflow's nodes: those without dependencies
-// scheduled (due after their delay), the others waiting with their count
-// of pending dependencies. It adds the claim hints of the scheduled ones,
-// records their creation in the change feed and wakes the claimers.
+// workflowNodesSQL stores workflow nodes, each as its verdict says: run
+// (scheduled, due after its delay), skip (a failure with code skipped and
+// the message given) or wait (waiting), with its counts of dependencies
+// by outcome. It adds the claim hints of the scheduled ones, records the
+// nodes in the change feed and wakes the claimers.
 var workflowNodesSQL = `
 WITH s AS (
     INSERT INTO stint_task AS t (id, behavior, params, priority, status, schedule_not_before, group_key, parent_id, trace,
-        awaited, retention_us, rate_uses, workflow_node, dep_rule, deps_pending, deps_succeeded, deps_failed, deps_skipped)
-    SELECT r.id, r.behavior, r.params::jsonb, r.priority, CASE WHEN r.deps = 0 THEN 'scheduled' ELSE 'waiting' END,
-        CASE WHEN r.deps = 0 THEN now() + r.delay_us * interval '1 microsecond' END,
+        awaited, retention_us, rate_uses, workflow_node, dep_rule, deps_pending, deps_succeeded, deps_failed, deps_skipped,
+        error, finished_at)
+    SELECT r.id, r.behavior, r.params::jsonb, r.priority,
+        CASE r.verdict WHEN 'run' THEN 'scheduled' WHEN 'skip' THEN 'failure' ELSE 'waiting' END,
+        CASE WHEN r.verdict = 'run' THEN now() + r.delay_us * interval '1 microsecond' END,
         nullif(r.group_key, ''), $13, nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0),
-        nullif(r.rate_uses, '')::jsonb, r.name, r.rule, r.deps, 0, 0, 0
+        nullif(r.rate_uses, '')::jsonb, r.name, r.rule, r.pending, r.ok, r.failed, r.skipped,
+        CASE WHEN r.verdict = 'skip' THEN jsonb_build_object('retryable', false, 'code', '` + api.CodeSkipped + `', 'message', r.why) END,
+        CASE WHEN r.verdict = 'skip' THEN now() END
     FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::bool[],
-        $9::bigint[], $10::text[], $11::text[], $12::text[], $14::bigint[])
-        AS r(id, behavior, params, priority, delay_us, group_key, trace, awaited, retention_us, rate_uses, name, rule, deps)
+        $9::bigint[], $10::text[], $11::text[], $12::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[],
+        $18::text[], $19::text[])
+        AS r(id, behavior, params, priority, delay_us, group_key, trace, awaited, retention_us, rate_uses, name, rule,
+            pending, ok, failed, skipped, verdict, why)
     RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
 ), due AS (` + dueInsert("s") + `
-), feed AS (` + feedInsert("s", "status", "false") + `
+), feed AS (` + feedInsert("s", "status", "status = 'failure'") + `
 ), wake AS (
     SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM s WHERE status = 'scheduled' LIMIT 1) d
 )
@@ -72,7 +79,13 @@ func (s *Store) SubmitWorkflow(ctx context.Context, tx pgx.Tx, wf store.NewWorkf
 			return nil
 		}
 		created = true
-		if err := tx.QueryRow(ctx, workflowNodesSQL, workflowNodeArgs(wf)...).Scan(&n); err != nil {
+		states := make([]nodeState, len(wf.Nodes))
+		for i, deps := range wf.DependsOn {
+			if states[i].pending = len(deps); len(deps) == 0 {
+				states[i].verdict = "run"
+			}
+		}
+		if err := tx.QueryRow(ctx, workflowNodesSQL, workflowNodeArgs(wf.Task.ID, wf.Nodes, wf.Names, wf.Rules, states)...).Scan(&n); err != nil {
 			return err
 		}
 		var from, to textArray
@@ -98,14 +111,25 @@ func (s *Store) SubmitWorkflow(ctx context.Context, tx pgx.Tx, wf store.NewWorkf
 	return created, nil
 }
 
-// workflowNodeArgs returns the parameters of workflowNodesSQL for wf.
-func workflowNodeArgs(wf store.NewWorkflow) []any {
-	n := len(wf.Nodes)
+// nodeState is how a node is stored: its counts of dependencies by
+// outcome, and its verdict (see workflowNodesSQL) with the message of a
+// skip.
+type nodeState struct {
+	pending, ok, failed, skipped int
+	verdict, why                 string
+}
+
+// workflowNodeArgs returns the parameters of workflowNodesSQL for the
+// nodes tasks of workflow id, named names, with rules and states.
+func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rules []api.Rule, states []nodeState) []any {
+	n := len(tasks)
 	ids, behaviors, params := make(textArray, n), make(textArray, n), make(textArray, n)
-	priorities, delays, retentions, deps := make(intArray, n), make(intArray, n), make(intArray, n), make(intArray, n)
-	groups, traces, uses, names, rules := make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n)
+	priorities, delays, retentions := make(intArray, n), make(intArray, n), make(intArray, n)
+	pending, ok, failed, skipped := make(intArray, n), make(intArray, n), make(intArray, n), make(intArray, n)
+	groups, traces, uses, rs := make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n)
+	verdicts, whys := make(textArray, n), make(textArray, n)
 	awaited := make(boolArray, n)
-	for i, t := range wf.Nodes {
+	for i, t := range tasks {
 		ids[i], behaviors[i], params[i] = string(t.ID), string(t.Behavior), string(t.Params)
 		priorities[i], delays[i], retentions[i] = int64(t.Priority), t.Delay.Microseconds(), t.Retention.Microseconds()
 		groups[i], traces[i], awaited[i] = t.GroupKey, t.Trace, t.Notify
@@ -113,10 +137,12 @@ func workflowNodeArgs(wf store.NewWorkflow) []any {
 			b, _ := json.Marshal(t.RateUses) // strings and numbers: cannot fail
 			uses[i] = string(b)
 		}
-		names[i], rules[i], deps[i] = wf.Names[i], string(wf.Rules[i]), int64(len(wf.DependsOn[i]))
+		st := states[i]
+		rs[i], verdicts[i], whys[i] = string(rules[i]), st.verdict, st.why
+		pending[i], ok[i], failed[i], skipped[i] = int64(st.pending), int64(st.ok), int64(st.failed), int64(st.skipped)
 	}
-	return []any{ids, behaviors, params, priorities, delays, groups, traces, awaited, retentions, uses, names, rules,
-		string(wf.Task.ID), deps}
+	return []any{ids, behaviors, params, priorities, delays, groups, traces, awaited, retentions, uses, textArray(names), rs,
+		string(id), pending, ok, failed, skipped, verdicts, whys}
 }
 
 // depsEndedSQL counts the tasks $1, which ended for good, off the
@@ -153,7 +179,7 @@ WITH edges AS MATERIALIZED (
     FOR UPDATE OF t
 ), v AS (
     SELECT c.*, CASE
-        WHEN rule = 'all_ended' THEN CASE WHEN pending <= 0 THEN 'run' END
+        WHEN rule IN ('all_ended', 'finally') THEN CASE WHEN pending <= 0 THEN 'run' END
         WHEN rule = 'any_succeeded' THEN CASE WHEN ok > 0 THEN 'run' WHEN pending <= 0 THEN 'skip' END
         WHEN rule = 'none_failed' THEN CASE WHEN failed > 0 THEN 'skip' WHEN pending <= 0 THEN 'run' END
         ELSE CASE WHEN failed + skipped > 0 THEN 'skip' WHEN pending <= 0 THEN 'run' END
@@ -219,6 +245,9 @@ func (s *Store) WorkflowNodes(ctx context.Context, id api.TaskID) ([]store.Workf
 			return nil, fmt.Errorf("read workflow %s: %w", id, err)
 		}
 		n.Task, n.Rule = t, api.Rule(rule)
+		if n.Rule == store.RuleFinally {
+			n.Rule, n.Finally = api.RuleAllEnded, true
+		}
 		out = append(out, n)
 	}
 	if err := rows.Err(); err != nil {
