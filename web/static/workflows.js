@@ -180,7 +180,7 @@
       const href = single ? ctx.taskHref(first.task.id)
         : ctx.listHref({ parent: wf.id, status: first.task.status });
       const label = single ? clip(first.name, 22) : `${b.members.length} nodes`;
-      const sub = single ? b.state : `${b.state} · e.g. ${clip(first.name, 12)}`;
+      const sub = single ? b.state + (first.finally ? ' · finally' : '') : `${b.state} · e.g. ${clip(first.name, 12)}`;
       const title = single ? `${first.name}: ${b.state}` + (first.task.waiting && first.task.waiting.dependencies
         ? ', waits for ' + first.task.waiting.dependencies.join(', ') : '')
         : `${b.members.length} nodes, ${b.state}: ${b.members.slice(0, 5).map((i) => wf.nodes[i].name).join(', ')}${b.members.length > 5 ? ', …' : ''}`;
