@@ -155,6 +155,15 @@ type Workflow struct {
 	FinishedAt *time.Time          `json:"finished_at,omitempty"`
 }
 
+// Valid reports whether s is one of the workflow states.
+func (s WorkflowState) Valid() bool {
+	switch s {
+	case WorkflowRunning, WorkflowSucceeded, WorkflowFailed, WorkflowCancelled:
+		return true
+	}
+	return false
+}
+
 // Ended reports whether the workflow reached a final state.
 func (w Workflow) Ended() bool { return w.State != WorkflowRunning }
 
@@ -181,6 +190,41 @@ type WorkflowNodeState struct {
 	Task Task `json:"task"`
 }
 
+// WorkflowFilter selects workflows for ListWorkflows. Zero fields match
+// everything.
+type WorkflowFilter struct {
+	// State selects the workflows in one state.
+	State WorkflowState `json:"state,omitempty"`
+	// After is the keyset cursor: only workflows with a greater id. Pass
+	// the previous page's Next.
+	After TaskID `json:"after,omitempty"`
+	// Limit caps the page size. Defaults to 100; at most 1000.
+	Limit int `json:"limit,omitempty"`
+}
+
+// WorkflowSummary is a workflow in a list: its state without its nodes.
+// Its state is the one its own task recorded: a workflow whose last node
+// just ended is running until that task has run (GetWorkflow counts the
+// nodes and says at once).
+type WorkflowSummary struct {
+	ID    TaskID        `json:"id"`
+	State WorkflowState `json:"state"`
+	// Pending counts the nodes that have not ended.
+	Pending int `json:"pending"`
+	// Error is the outcome of a failed or cancelled workflow: how many of
+	// its nodes failed and how many a rule skipped.
+	Error      *TaskError `json:"error,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// WorkflowPage is one page of ListWorkflows.
+type WorkflowPage struct {
+	Workflows []WorkflowSummary `json:"workflows"`
+	// Next is the cursor for the next page; empty on the last page.
+	Next TaskID `json:"next,omitempty"`
+}
+
 // Workflows submits and inspects workflows. Servers and client-only
 // processes implement it alike.
 type Workflows interface {
@@ -193,6 +237,10 @@ type Workflows interface {
 	// GetWorkflow returns a workflow with its nodes; ErrNotFound if there
 	// is none of this id.
 	GetWorkflow(ctx context.Context, id TaskID) (Workflow, error)
+	// ListWorkflows returns the workflows matching f in id order, a page
+	// at a time. A bad filter (an unknown state, a limit outside 0..1000,
+	// a malformed cursor) is an error wrapping ErrInvalid.
+	ListWorkflows(ctx context.Context, f WorkflowFilter) (WorkflowPage, error)
 	// AwaitWorkflow waits until the workflow ended and returns it.
 	AwaitWorkflow(ctx context.Context, id TaskID) (Workflow, error)
 	// CancelWorkflow ends the nodes that have not started as cancelled and

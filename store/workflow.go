@@ -111,6 +111,32 @@ type Workflows interface {
 	// succeeded, and reports how many. api.ErrConflict when a node has
 	// not ended or none failed; api.ErrNotFound when there is none.
 	RetryWorkflow(ctx context.Context, id api.TaskID) (int, error)
+	// ListWorkflows returns a page of the workflows' own tasks matching
+	// f, in id order, reading no other task. f is valid. A task that has
+	// not finished while every node of its workflow ended (children
+	// pending 0) has not yet recorded the outcome: it matches every final
+	// state, and the caller counts the nodes to tell which.
+	ListWorkflows(ctx context.Context, f api.WorkflowFilter) (api.Page, error)
+}
+
+// WorkflowCancelledCode is the error code of a cancelled workflow's own
+// task; a failed workflow's task has another.
+const WorkflowCancelledCode = "workflow_" + string(api.WorkflowCancelled)
+
+// WorkflowState is the state of a workflow as its own task t recorded it:
+// running until t finished (api.Task.Finished), then succeeded, or
+// cancelled or failed by t's error code. A t that has not finished while
+// no node is pending has not recorded the outcome yet: it is running here.
+func WorkflowState(t api.Task) api.WorkflowState {
+	switch {
+	case !t.Finished():
+		return api.WorkflowRunning
+	case t.Status == api.StatusSuccess:
+		return api.WorkflowSucceeded
+	case t.Error != nil && t.Error.Code == WorkflowCancelledCode:
+		return api.WorkflowCancelled
+	}
+	return api.WorkflowFailed
 }
 
 // FindCycle returns the nodes of a cycle of the graph whose node i depends

@@ -68,6 +68,14 @@ func TestAnswersShowNoPassword(t *testing.T) {
 	require.Contains(t, string(r.body), "nightly-copy")
 	requireNoSecret(t, "the schedule list", r.body)
 
+	wf := web.WorkflowBody{ID: "wf-secret", Nodes: []web.WorkflowNodeBody{
+		{Name: "copy", Task: web.SubmitBody{Behavior: replication.OneShotBehavior, Params: replicationParams, Delay: "1h"}}}}
+	e.json(http.MethodPost, "/api/v1/workflows", submitToken, wf, http.StatusCreated, nil)
+	r = e.do(http.MethodGet, "/api/v1/workflows/wf-secret", readToken, nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Contains(t, string(r.body), "password=xxxxx")
+	requireNoSecret(t, "a workflow", r.body)
+
 	stored, err := e.srv.Get(e.ctx, id)
 	require.NoError(t, err)
 	for _, s := range replicationSecrets {

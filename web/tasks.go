@@ -37,6 +37,20 @@ func Query(r *http.Request, allowed ...string) (url.Values, error) {
 	return q, nil
 }
 
+// limitFromQuery reads the page size of a list: 0 when absent, else 1 to
+// 1000.
+func limitFromQuery(q url.Values) (int, error) {
+	s := q.Get("limit")
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, invalid("limit", "%q is not a number from 1 to 1000", s)
+	}
+	return n, nil
+}
+
 // filterFromQuery reads the task filters of a list or event stream.
 func filterFromQuery(q url.Values) (api.Filter, error) {
 	f := api.Filter{
@@ -72,12 +86,10 @@ func filterFromQuery(q url.Values) (api.Filter, error) {
 			return f, err
 		}
 	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
-			return f, invalid("limit", "%q is not a number from 1 to 1000", s)
-		}
-		f.Limit = n
+	var err error
+	f.Limit, err = limitFromQuery(q)
+	if err != nil {
+		return f, err
 	}
 	return f, nil
 }

@@ -33,6 +33,7 @@
 //	PUT    /api/v1/limits/rate/{name}       admin   {"limit": 100, "period": "1m"} (period also in nanoseconds); DELETE removes: 204
 //	PUT    /api/v1/limits/concurrency/{b}   admin   {"key", "max", "weight"} for behavior b; DELETE ?key=K removes: 204
 //	POST   /api/v1/workflows                submit  {"id", "nodes": [{"name", "task": <as POST /tasks>, "depends_on", "rule", "finally"}]}: 201 created, 200 existed
+//	GET    /api/v1/workflows                read    filter state; keyset paging after, limit
 //	GET    /api/v1/workflows/{id}           read    its state, counts, and nodes with their tasks
 //	POST   /api/v1/workflows/{id}/cancel    admin   204; also retry (its failed nodes run again; 409 unless it ended with one)
 //
@@ -225,6 +226,7 @@ func New(cfg Config) (*Handler, error) {
 		{"PUT /limits/concurrency/{behavior}", RoleAdmin, h.setConcurrencyLimit},
 		{"DELETE /limits/concurrency/{behavior}", RoleAdmin, h.removeConcurrencyLimit},
 		{"POST /workflows", RoleSubmit, h.submitWorkflow},
+		{"GET /workflows", RoleRead, h.listWorkflows},
 		{"GET /workflows/{id}", RoleRead, h.getWorkflow},
 		{"POST /workflows/{id}/cancel", RoleAdmin, h.cancelWorkflow},
 		{"POST /workflows/{id}/retry", RoleAdmin, h.retryWorkflow},

@@ -7,6 +7,7 @@ import (
 	"net/url"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
 )
 
 // WorkflowBody is the body of POST /workflows.
@@ -66,11 +67,47 @@ func (h *Handler) submitWorkflow(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// workflowFilterFromQuery reads the filters of GET /workflows.
+func workflowFilterFromQuery(q url.Values) (api.WorkflowFilter, error) {
+	f := api.WorkflowFilter{State: api.WorkflowState(q.Get("state")), After: api.TaskID(q.Get("after"))}
+	if q.Has("state") && !f.State.Valid() {
+		return f, invalid("state", "%q is not a workflow state: want running, succeeded, failed or cancelled", q.Get("state"))
+	}
+	if f.After != "" {
+		if err := spi.CheckTaskID("after", f.After); err != nil {
+			return f, err
+		}
+	}
+	var err error
+	f.Limit, err = limitFromQuery(q)
+	return f, err
+}
+
+func (h *Handler) listWorkflows(w http.ResponseWriter, r *http.Request) error {
+	q, err := Query(r, "state", "after", "limit")
+	if err != nil {
+		return err
+	}
+	f, err := workflowFilterFromQuery(q)
+	if err != nil {
+		return err
+	}
+	page, err := h.cfg.Client.ListWorkflows(r.Context(), f)
+	if err != nil {
+		return fmt.Errorf("list workflows: %w", err)
+	}
+	WriteJSON(w, http.StatusOK, page)
+	return nil
+}
+
 func (h *Handler) getWorkflow(w http.ResponseWriter, r *http.Request) error {
 	id := api.TaskID(r.PathValue("id"))
 	wf, err := h.cfg.Client.GetWorkflow(r.Context(), id)
 	if err != nil {
 		return TaskError(id, "get workflow", err)
+	}
+	for i := range wf.Nodes {
+		h.cfg.Registry.RedactTask(&wf.Nodes[i].Task) // no password is ever shown
 	}
 	WriteJSON(w, http.StatusOK, wf)
 	return nil

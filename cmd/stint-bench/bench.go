@@ -22,8 +22,8 @@ type bench struct {
 	progress io.Writer // progress lines, or nil
 	warn     io.Writer // lines always shown (a peer that cannot run), or nil
 
-	statements bool             // pg_stat_statements is available
-	graphile   *graphileInstall // Graphile Worker, when it runs
+	statements bool        // pg_stat_statements is available
+	graphile   *npmInstall // Graphile Worker, when it runs
 	rep        *Report
 }
 
@@ -120,6 +120,11 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	}
 	if c.has(sysStint) {
 		for _, jobs := range b.flowJobs() {
+			rounds(jobs...)
+		}
+	}
+	if c.wf.on {
+		for _, jobs := range b.workflowJobs(ctx) {
 			rounds(jobs...)
 		}
 	}

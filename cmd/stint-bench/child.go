@@ -40,7 +40,7 @@ const clientCommand = "client"
 type child struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
-	answers chan string // "ok" and "error ..." lines
+	answers chan string // "ok", "ok ..." and "error ..." lines
 	exited  chan error
 	done    chan struct{} // closed when the process has exited
 	err     error         // the exit, once done is closed
@@ -77,7 +77,7 @@ func startChild(ctx context.Context, cmd *exec.Cmd, onRan func(int64)) (*child, 
 				if n, err := strconv.ParseInt(line[len("ran "):], 10, 64); err == nil && onRan != nil {
 					onRan(n)
 				}
-			case line == "ok" || strings.HasPrefix(line, "error"):
+			case line == "ok" || strings.HasPrefix(line, "ok ") || strings.HasPrefix(line, "error"):
 				p.answers <- line
 			case strings.HasPrefix(line, "span "):
 				if s, ok := parseSpan(line); ok {
@@ -124,19 +124,26 @@ func (p *child) start() error {
 // add has the child submit n tasks in batch calls of chunk each and waits
 // for it to answer.
 func (p *child) add(ctx context.Context, n, chunk int) error {
-	if _, err := fmt.Fprintf(p.stdin, "add %d %d\n", n, chunk); err != nil {
-		return fmt.Errorf("child process %d: send add: %w", p.cmd.Process.Pid, err)
+	_, err := p.ask(ctx, fmt.Sprintf("add %d %d", n, chunk))
+	return err
+}
+
+// ask sends the child the command line and waits for its answer: the
+// text after "ok", or an error with the text after "error".
+func (p *child) ask(ctx context.Context, line string) (string, error) {
+	if _, err := fmt.Fprintln(p.stdin, line); err != nil {
+		return "", fmt.Errorf("child process %d: send %q: %w", p.cmd.Process.Pid, line, err)
 	}
 	select {
 	case a := <-p.answers:
-		if a != "ok" {
-			return fmt.Errorf("child process %d: add %d: %s", p.cmd.Process.Pid, n, strings.TrimPrefix(strings.TrimPrefix(a, "error"), " "))
+		if rest, ok := strings.CutPrefix(a, "ok"); ok {
+			return strings.TrimPrefix(rest, " "), nil
 		}
-		return nil
+		return "", fmt.Errorf("child process %d: %s: %s", p.cmd.Process.Pid, line, strings.TrimPrefix(strings.TrimPrefix(a, "error"), " "))
 	case <-p.done:
-		return fmt.Errorf("child process %d exited during an add: %v", p.cmd.Process.Pid, p.err)
+		return "", fmt.Errorf("child process %d exited during %q: %v", p.cmd.Process.Pid, line, p.err)
 	case <-ctx.Done():
-		return fmt.Errorf("child process %d: add %d: %w", p.cmd.Process.Pid, n, ctx.Err())
+		return "", fmt.Errorf("child process %d: %s: %w", p.cmd.Process.Pid, line, ctx.Err())
 	}
 }
 

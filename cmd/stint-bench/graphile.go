@@ -34,77 +34,84 @@ const graphileVersion = "0.17.3"
 //go:embed graphile_runner.cjs
 var graphileRunner []byte
 
-// graphileInstall is an installed graphile-worker and the runner script
+// npmInstall is an installed npm package of a peer and the runner script
 // next to its node_modules.
-type graphileInstall struct {
+type npmInstall struct {
 	node   string // the node binary
 	runner string // the runner script's path
 }
 
 // installGraphile returns graphile-worker installed under the user's cache
-// folder (os.UserCacheDir, e.g. $XDG_CACHE_HOME or ~/.cache), installing it
-// with npm on first use. It fails with a clear error where Node.js or npm is
-// missing.
-func installGraphile(ctx context.Context, logf func(string, ...any)) (*graphileInstall, error) {
+// folder, installing it with npm on first use; see installNPM.
+func installGraphile(ctx context.Context, logf func(string, ...any)) (*npmInstall, error) {
+	return installNPM(ctx, logf, "Graphile Worker", "graphile-worker", graphileVersion, graphileRunner, ".cjs")
+}
+
+// installNPM returns the npm package pkg@version (the peer called name)
+// installed under the user's cache folder (os.UserCacheDir, e.g.
+// $XDG_CACHE_HOME or ~/.cache), installing it with npm on first use, with
+// runner written next to it as a script of the extension ext. It fails
+// with a clear error where Node.js or npm is missing.
+func installNPM(ctx context.Context, logf func(string, ...any), name, pkg, version string, runner []byte, ext string) (*npmInstall, error) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		return nil, errors.New("Graphile Worker needs Node.js: no node on PATH")
+		return nil, fmt.Errorf("%s needs Node.js: no node on PATH", name)
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
-		return nil, fmt.Errorf("Graphile Worker: find the cache folder: %w", err)
+		return nil, fmt.Errorf("%s: find the cache folder: %w", name, err)
 	}
 	parent := filepath.Join(cache, "stint-bench")
-	dir := filepath.Join(parent, "graphile-worker-"+graphileVersion)
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "graphile-worker", "package.json")); err != nil {
+	dir := filepath.Join(parent, pkg+"-"+version)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
 		npm, err := exec.LookPath("npm")
 		if err != nil {
-			return nil, errors.New("Graphile Worker needs npm to install it: no npm on PATH")
+			return nil, fmt.Errorf("%s needs npm to install it: no npm on PATH", name)
 		}
 		if err := os.MkdirAll(parent, 0o755); err != nil {
-			return nil, fmt.Errorf("Graphile Worker: %w", err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		// Install into a folder of its own and rename it into place, so
 		// that a broken or concurrent install never leaves half a folder
 		// behind at dir.
 		tmp, err := os.MkdirTemp(parent, "install-")
 		if err != nil {
-			return nil, fmt.Errorf("Graphile Worker: %w", err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		defer os.RemoveAll(tmp)
-		pkg := `{"private": true, "dependencies": {"graphile-worker": "` + graphileVersion + `"}}` + "\n"
-		if err := os.WriteFile(filepath.Join(tmp, "package.json"), []byte(pkg), 0o644); err != nil {
-			return nil, fmt.Errorf("Graphile Worker: %w", err)
+		manifest := `{"private": true, "dependencies": {"` + pkg + `": "` + version + `"}}` + "\n"
+		if err := os.WriteFile(filepath.Join(tmp, "package.json"), []byte(manifest), 0o644); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		logf("installing graphile-worker %s with npm into %s", graphileVersion, dir)
+		logf("installing %s %s with npm into %s", pkg, version, dir)
 		ictx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ictx, npm, "install", "--no-audit", "--no-fund", "--omit=dev", "--loglevel=error")
 		cmd.Dir = tmp
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("Graphile Worker: npm install graphile-worker@%s: %w\n%s", graphileVersion, err, strings.TrimSpace(string(out)))
+			return nil, fmt.Errorf("%s: npm install %s@%s: %w\n%s", name, pkg, version, err, strings.TrimSpace(string(out)))
 		}
 		if err := os.Rename(tmp, dir); err != nil {
-			if _, serr := os.Stat(filepath.Join(dir, "node_modules", "graphile-worker", "package.json")); serr != nil {
-				return nil, fmt.Errorf("Graphile Worker: move the install into place: %w", err)
+			if _, serr := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); serr != nil {
+				return nil, fmt.Errorf("%s: move the install into place: %w", name, err)
 			}
 			// Another process installed it meanwhile.
 		}
 	}
 	// The runner is named by its content, so that a changed runner never
 	// meets an old file of the same name.
-	sum := sha256.Sum256(graphileRunner)
-	runner := filepath.Join(dir, "stint-bench-runner-"+hex.EncodeToString(sum[:6])+".cjs")
-	if _, err := os.Stat(runner); err != nil {
-		tmp := fmt.Sprintf("%s.%d.tmp", runner, os.Getpid())
-		if err := os.WriteFile(tmp, graphileRunner, 0o644); err != nil {
-			return nil, fmt.Errorf("Graphile Worker: write the runner: %w", err)
+	sum := sha256.Sum256(runner)
+	path := filepath.Join(dir, "stint-bench-runner-"+hex.EncodeToString(sum[:6])+ext)
+	if _, err := os.Stat(path); err != nil {
+		tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
+		if err := os.WriteFile(tmp, runner, 0o644); err != nil {
+			return nil, fmt.Errorf("%s: write the runner: %w", name, err)
 		}
-		if err := os.Rename(tmp, runner); err != nil {
-			return nil, fmt.Errorf("Graphile Worker: write the runner: %w", err)
+		if err := os.Rename(tmp, path); err != nil {
+			return nil, fmt.Errorf("%s: write the runner: %w", name, err)
 		}
 	}
-	return &graphileInstall{node: node, runner: runner}, nil
+	return &npmInstall{node: node, runner: path}, nil
 }
 
 // graphileHarness runs Graphile Worker: a client process adds jobs, worker
@@ -120,7 +127,7 @@ type graphileHarness struct {
 // newGraphile starts a client process on dsn, which installs Graphile
 // Worker's schema (its own migrations), and the given number of worker
 // processes, which wait for "go".
-func newGraphile(ctx context.Context, inst *graphileInstall, dsn string, workers int) (h *graphileHarness, err error) {
+func newGraphile(ctx context.Context, inst *npmInstall, dsn string, workers int) (h *graphileHarness, err error) {
 	h = &graphileHarness{pr: &probe{}}
 	// A failed return sets h to nil: close what was opened through its
 	// own pointer.
@@ -225,7 +232,7 @@ var _ harness = (*graphileHarness)(nil)
 
 // graphileAvailable installs Graphile Worker if the run needs it and
 // returns it, or nil with a note when it cannot be had.
-func (b *bench) graphileAvailable(ctx context.Context) *graphileInstall {
+func (b *bench) graphileAvailable(ctx context.Context) *npmInstall {
 	if !b.cfg.has(sysGraphile) {
 		return nil
 	}

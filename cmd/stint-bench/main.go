@@ -49,6 +49,14 @@
 //	              --stint-max-conns) inserting a row per durable statement,
 //	              as pgbench's clients do
 //
+// The workflow scenario runs only when picked (--workflows): graphs of
+// no-op tasks as stint workflows and as pg-boss flows (--systems
+// stint,pgboss), each submitted by the working process on a fresh
+// database: a fan-out 1 -> N (with N plain stint tasks beside it), a
+// fan-in N -> 1, layers each depending on two nodes of the layer before,
+// and a chain, whose hops (a node's finish to the next one's start, on
+// the database's clock) are the latency rows.
+//
 // The flow-control scenarios are stint's alone, each run with and without
 // what it measures, and run only when picked:
 //
@@ -146,6 +154,7 @@ type config struct {
 	graphileProcs int
 
 	flow     flowConfig
+	wf       workflowConfig
 	flowNode bool // a node process registers the flow-control behaviors
 
 	cpuprofile string
@@ -210,7 +219,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.floor, "floor", false, "run the SQL floor")
 	fs.BoolVar(&c.concurrent, "concurrent-submit", false, "run the concurrent-submit scenario: many callers each submitting one task")
 	fs.IntVar(&c.concurrentN, "concurrent-n", c.concurrentN, "concurrent-submit: callers, each submitting one task")
-	fs.StringVar(&c.systems, "systems", c.systems, "comma-separated `systems` to run: stint, river, graphile (Graphile Worker: needs Node.js and npm, installs itself on first use), floor")
+	fs.StringVar(&c.systems, "systems", c.systems, "comma-separated `systems` to run: stint, river, graphile (Graphile Worker: needs Node.js and npm, installs itself on first use), floor, pgboss (pg-boss, the workflow scenario's peer: needs Node.js and npm, installs itself on first use)")
 
 	fs.IntVar(&c.n, "n", c.n, "burn-down: number of tasks")
 	fs.IntVar(&c.batch, "batch", c.batch, "burn-down, scale and floor: tasks per insert statement")
@@ -238,6 +247,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 	c.addSystemFlags(fs)
 	c.flow.addFlags(fs)
+	c.wf.addFlags(fs)
 	fs.BoolVar(&c.sqlprofile, "sqlprofile", false, "record pg_stat_statements per run and print the costliest statements (restarts the throwaway cluster with the extension loaded)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -245,7 +255,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor && !c.concurrent && !c.flow.picked() {
+	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor && !c.concurrent && !c.flow.picked() && !c.wf.on {
 		c.burndown, c.streaming, c.burst, c.drainBurst, c.latency, c.scale, c.floor, c.concurrent = true, true, true, true, true, true, true, true
 	}
 	nodes, err := parseInts(*scaleNodes)
@@ -254,8 +264,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c.scaleNodes = nodes
 	for _, s := range splitList(c.systems) {
-		if s != sysStint && s != sysRiver && s != sysGraphile && s != sysFloor {
-			return c, fmt.Errorf("--systems: unknown system %q (want stint, river, graphile or floor)", s)
+		if s != sysStint && s != sysRiver && s != sysGraphile && s != sysFloor && s != sysPgBoss {
+			return c, fmt.Errorf("--systems: unknown system %q (want stint, river, graphile, floor or pgboss)", s)
 		}
 	}
 	for name, v := range map[string]int{"n": c.n, "batch": c.batch, "stream-batch": c.streamBatch, "stream-backlog": c.streamBacklog,
@@ -275,6 +285,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if err := c.flow.check(c.has(sysStint)); err != nil {
 		return c, err
+	}
+	if err := c.wf.check(); err != nil {
+		return c, err
+	}
+	if c.wf.on && !c.has(sysStint) {
+		return c, errors.New("--workflows measures stint's workflows: --systems must include stint")
 	}
 	return c, nil
 }

@@ -109,6 +109,8 @@ func hotStatements() []hotStatement {
 		{name: "finish: children ended", sql: childrenEndedSQL, args: []any{ids}},
 		{name: "finish: dependents woken or skipped", sql: depsEndedSQL, args: []any{ids}},
 		{name: "read a waiting workflow node", sql: getTaskSQL, args: []any{"wait-000001"}},
+		{name: "list workflows", sql: listWorkflowsSQL, args: []any{"", "", 101}},
+		{name: "list workflows: failed ones", sql: listWorkflowsSQL, args: []any{"wf-000100", string(api.WorkflowFailed), 101}},
 		{name: "unclaim", sql: unclaimSQL, args: []any{ids, leases}},
 		{name: "takeover", sql: takeoverSQL, args: []any{100}},
 		{name: "release leases", sql: releaseLeasesSQL, args: []any{leases[:1]}},
@@ -132,7 +134,7 @@ func hotStatements() []hotStatement {
 // 40,000 running (1,000 of them under planLease, as one claim's, the
 // others under a lease each, as one-task claims'), 20,000
 // finished; 20,000 workflow nodes waiting, each for two of the running
-// tasks; and 100,000 changes in the feed between ticks 1 and 2.
+// tasks; 1,000 workflows' own tasks; and 100,000 changes in the feed between ticks 1 and 2.
 const planFill = `
 INSERT INTO stint_task (id, behavior, status, priority, schedule_not_before, group_key)
 SELECT 'due-' || lpad(i::text, 6, '0'), 'bench.noop', 'scheduled', 5, now() - interval '1 minute',
@@ -162,6 +164,9 @@ FROM generate_series(0, 19999) i;
 INSERT INTO stint_dependency (depends_on, task_id)
 SELECT 'run-' || lpad((i % 40000)::text, 6, '0'), 'wait-' || lpad((i / 2)::text, 6, '0')
 FROM generate_series(0, 39999) i;
+INSERT INTO stint_task (id, behavior, status, priority, waiting_children, children_pending, deps_pending)
+SELECT 'wf-' || lpad(i::text, 6, '0'), 'stint.workflow', 'waiting', 5, true, 20, 0
+FROM generate_series(0, 999) i;
 INSERT INTO stint_feed_tick (snap) VALUES (pg_current_snapshot());
 INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals)
 SELECT ARRAY['due-' || i], ARRAY['bench.noop'], ARRAY['scheduled'], ARRAY[NULL::text], ARRAY[false]
@@ -174,7 +179,7 @@ INSERT INTO stint_feed_tick (snap) VALUES (pg_current_snapshot())`
 // cut short by its limit), a lease by its token or its expiry (a
 // takeover's walk, cut short by its limit), changes by transaction.
 var planTables = map[string][]string{
-	"stint_task":       {"stint_task_pkey", "stint_task_group", "stint_task_waiting"},
+	"stint_task":       {"stint_task_pkey", "stint_task_group", "stint_task_waiting", "stint_task_workflow"},
 	"stint_due":        {"stint_due_order", "stint_due_key"},
 	"stint_lease":      {"stint_lease_pkey", "stint_lease_expiry", "stint_lease_behavior"},
 	"stint_change":     {"stint_change_xid"},

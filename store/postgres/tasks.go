@@ -122,11 +122,7 @@ func (s *Store) MarkAwaited(ctx context.Context, id api.TaskID) (api.Task, error
 
 // List returns a page of tasks in id order.
 func (s *Store) List(ctx context.Context, f api.Filter) (api.Page, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	limit = min(limit, 1000)
+	limit := pageLimit(f.Limit)
 	var page api.Page
 	err := s.reading(ctx, func(db *pgxpool.Pool, _ bool) error {
 		var err error
@@ -136,27 +132,47 @@ func (s *Store) List(ctx context.Context, f api.Filter) (api.Page, error) {
 	return page, err
 }
 
+// pageLimit is the size of a page asked for with limit: 100 when limit
+// is not positive, at most 1000.
+func pageLimit(limit int) int {
+	if limit <= 0 {
+		return 100
+	}
+	return min(limit, 1000)
+}
+
 // listTasks reads a page of at most limit tasks on db.
 func listTasks(ctx context.Context, db *pgxpool.Pool, f api.Filter, limit int) (api.Page, error) {
-	rows, err := db.Query(ctx, `SELECT `+taskColumns+` FROM stint_task
+	page, err := readPage(ctx, db, limit, `SELECT `+taskColumns+` FROM stint_task
 		WHERE ($1 = '' OR behavior = $1) AND ($2 = '' OR status = $2)
 		  AND ($3 = '' OR parent_id = $3) AND ($4 = '' OR group_key = $4) AND id > $5
 		ORDER BY id LIMIT $6`,
 		string(f.Behavior), string(f.Status), string(f.ParentID), f.GroupKey, string(f.After), limit+1)
 	if err != nil {
-		return api.Page{}, fmt.Errorf("list tasks: %w", err)
+		return page, fmt.Errorf("list tasks: %w", err)
+	}
+	return page, nil
+}
+
+// readPage reads a page of at most limit tasks with query, which selects
+// taskColumns in id order, at most limit+1 rows: the one past the page
+// says that another follows.
+func readPage(ctx context.Context, db *pgxpool.Pool, limit int, query string, args ...any) (api.Page, error) {
+	rows, err := db.Query(ctx, query, args...)
+	if err != nil {
+		return api.Page{}, err
 	}
 	defer rows.Close()
 	page := api.Page{Tasks: []api.Task{}}
 	for rows.Next() {
 		t, err := scanTask(rows)
 		if err != nil {
-			return api.Page{}, fmt.Errorf("list tasks: %w", err)
+			return api.Page{}, err
 		}
 		page.Tasks = append(page.Tasks, t)
 	}
 	if err := rows.Err(); err != nil {
-		return api.Page{}, fmt.Errorf("list tasks: %w", err)
+		return api.Page{}, err
 	}
 	if len(page.Tasks) > limit {
 		page.Tasks = page.Tasks[:limit]

@@ -791,6 +791,7 @@
           h('h1', { class: 'mono', id: 'task-id' }, t.id),
           h('span', { id: 'task-status' }, taskPill(t)),
           batchLink(t),
+          window.stintWorkflows.taskLink(workflowCtx, t),
           t.resubmit ? h('span', { class: 'pill', dataset: { status: 'scheduled' }, title: 'Submitted again while running: it runs again when this run ends' }, 'resubmitted') : null,
           h('div', { class: 'spacer' }),
           admin ? h('div', { class: 'actions-bar', id: 'task-actions' }, taskActions(t, (r) => { if (r) { task = r; render(); } }, false)) : null),
@@ -1255,6 +1256,9 @@
     };
   }
 
+  // workflowCtx is what the workflow pages (workflows.js) use of this page.
+  const workflowCtx = { h, fill, api, can, taskHref, listHref, timeEl, throttle, panel, actionButton };
+
   // ---- routing ----
 
   function route() {
@@ -1271,6 +1275,12 @@
     } else if (path === '/tasks') {
       view = tasksView(params);
       nav = 'tasks';
+    } else if (path.startsWith('/workflows/')) {
+      view = window.stintWorkflows.view(workflowCtx, decodeURIComponent(path.slice('/workflows/'.length)));
+      nav = 'workflows';
+    } else if (path === '/workflows') {
+      view = window.stintWorkflows.listView(workflowCtx, params);
+      nav = 'workflows';
     } else if (path.startsWith('/batches/') && state.features.includes('batches')) {
       view = batchView(decodeURIComponent(path.slice('/batches/'.length)));
       nav = 'batches';

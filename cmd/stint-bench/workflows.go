@@ -1,0 +1,362 @@
+package main
+
+// The workflow scenario: graphs of no-op tasks in stint and in pg-boss
+// (its flow(), jobs with dependsOn), run only when picked. Each run
+// starts the workers on a fresh database, submits one graph and waits
+// until every node ended: nodes per second from the submit's start, the
+// submit's own time, and along a chain the time from a node's finish to
+// its dependent's start, both read from the database's clock.
+
+import (
+	"context"
+	_ "embed"
+	"flag"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stinthq/stint/api"
+)
+
+// sysPgBoss names pg-boss, the peer of the workflow scenario.
+const sysPgBoss = "pgboss"
+
+// sysPlain is the row of stint's plain tasks that the fan-out is
+// measured against; its name does not begin with stint's, so that the
+// report divides stint's workflow by it as by a peer.
+const sysPlain = "plain tasks (stint)"
+
+// pgbossVersion is the pg-boss release the benchmark installs: the first
+// line with flow() and dependsOn.
+const pgbossVersion = "12.38.0"
+
+//go:embed pgboss_runner.mjs
+var pgbossRunner []byte
+
+// The shapes of the workflow scenario.
+const (
+	shapeFanOut  = "fanout"
+	shapeFanIn   = "fanin"
+	shapeLayered = "layered"
+	shapeChain   = "chain"
+)
+
+// workflowConfig is what the workflow scenario's flags set.
+type workflowConfig struct {
+	on        bool
+	shapes    string
+	n         int // fan-out and fan-in: the wide side
+	layers    int // layered: layers
+	width     int // layered: nodes per layer
+	chain     int // chain: nodes
+	peerChain int // chain: pg-boss's nodes (0: chain)
+}
+
+// addFlags adds the workflow scenario's flags.
+func (w *workflowConfig) addFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&w.on, "workflows", false, "run the workflow scenario: stint's workflows against pg-boss's flow() (with --systems including pgboss: needs Node.js and npm, installs itself on first use); not run by default")
+	fs.StringVar(&w.shapes, "workflows-shapes", "fanout,fanin,layered,chain", "workflows: comma-separated `shapes`: fanout (1 -> N, with stint's N plain tasks beside), fanin (N -> 1), layered, chain")
+	fs.IntVar(&w.n, "workflows-n", 10_000, "workflows: the wide side of fanout and fanin")
+	fs.IntVar(&w.layers, "workflows-layers", 100, "workflows: layers of the layered shape, each node depending on 2 of the layer before")
+	fs.IntVar(&w.width, "workflows-width", 100, "workflows: nodes per layer of the layered shape")
+	fs.IntVar(&w.chain, "workflows-chain", 1_000, "workflows: nodes of the chain")
+	fs.IntVar(&w.peerChain, "workflows-peer-chain", 0, "workflows: nodes of pg-boss's chain (0: --workflows-chain); its dependents are released by a loop of at least a second per hop")
+}
+
+// check validates the flags.
+func (w *workflowConfig) check() error {
+	for name, v := range map[string]int{"workflows-n": w.n, "workflows-layers": w.layers, "workflows-width": w.width, "workflows-chain": w.chain} {
+		if v <= 1 {
+			return fmt.Errorf("--%s must be more than 1, not %d", name, v)
+		}
+	}
+	if w.width < 2 {
+		return fmt.Errorf("--workflows-width must be at least 2, not %d", w.width)
+	}
+	if w.peerChain < 0 || w.peerChain == 1 {
+		return fmt.Errorf("--workflows-peer-chain must be 0 or more than 1, not %d", w.peerChain)
+	}
+	for _, s := range splitList(w.shapes) {
+		switch s {
+		case shapeFanOut, shapeFanIn, shapeLayered, shapeChain:
+		default:
+			return fmt.Errorf("--workflows-shapes: unknown shape %q (want fanout, fanin, layered or chain)", s)
+		}
+	}
+	return nil
+}
+
+// scenario names a shape's rows.
+func (w *workflowConfig) scenario(shape string) string {
+	switch shape {
+	case shapeFanOut:
+		return fmt.Sprintf("workflow fan-out 1->%d", w.n)
+	case shapeFanIn:
+		return fmt.Sprintf("workflow fan-in %d->1", w.n)
+	case shapeLayered:
+		return fmt.Sprintf("workflow layered %dx%d", w.layers, w.width)
+	}
+	return fmt.Sprintf("workflow chain %d", w.chain)
+}
+
+// nodes returns the nodes of shape as names and their dependencies' names,
+// chain being the length of a chain.
+func (w *workflowConfig) nodes(shape string, chain int) (names []string, deps [][]string) {
+	add := func(name string, d ...string) { names, deps = append(names, name), append(deps, d) }
+	switch shape {
+	case shapeFanOut:
+		add("root")
+		for i := range w.n {
+			add(fmt.Sprintf("n%05d", i), "root")
+		}
+	case shapeFanIn:
+		all := make([]string, w.n)
+		for i := range w.n {
+			all[i] = fmt.Sprintf("n%05d", i)
+			add(all[i])
+		}
+		add("sink", all...)
+	case shapeLayered:
+		name := func(l, k int) string { return fmt.Sprintf("l%03d-%03d", l, k) }
+		for l := range w.layers {
+			for k := range w.width {
+				if l == 0 {
+					add(name(l, k))
+				} else {
+					add(name(l, k), name(l-1, k), name(l-1, (k+1)%w.width))
+				}
+			}
+		}
+	case shapeChain:
+		add("c00000")
+		for i := 1; i < chain; i++ {
+			add(fmt.Sprintf("c%05d", i), fmt.Sprintf("c%05d", i-1))
+		}
+	}
+	return names, deps
+}
+
+// pgbossArgs is the flow command of shape for the pg-boss runner.
+func (w *workflowConfig) pgbossArgs(shape string) (string, int) {
+	switch shape {
+	case shapeFanOut:
+		return fmt.Sprintf("flow fanout %d", w.n), w.n + 1
+	case shapeFanIn:
+		return fmt.Sprintf("flow fanin %d", w.n), w.n + 1
+	case shapeLayered:
+		return fmt.Sprintf("flow layered %d %d", w.layers, w.width), w.layers * w.width
+	}
+	n := w.chain
+	if w.peerChain > 0 {
+		n = w.peerChain
+	}
+	return fmt.Sprintf("flow chain %d", n), n
+}
+
+// workflowJobs returns the jobs of the workflow scenario, a list per shape
+// whose runs are interleaved.
+func (b *bench) workflowJobs(ctx context.Context) [][]job {
+	w := b.cfg.wf
+	var boss *npmInstall
+	if b.cfg.has(sysPgBoss) {
+		var err error
+		if boss, err = installNPM(ctx, b.logf, "pg-boss", "pg-boss", pgbossVersion, pgbossRunner, ".mjs"); err != nil {
+			b.rep.Notes = append(b.rep.Notes, "pg-boss not run: "+err.Error())
+		} else if out, err := exec.CommandContext(ctx, boss.node, "--version").Output(); err == nil {
+			b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("pg-boss %s on Node.js %s (pg-boss declares Node.js >= 22.12)", pgbossVersion, strings.TrimSpace(string(out))))
+		}
+	}
+	var out [][]job
+	for _, shape := range splitList(w.shapes) {
+		scenario := w.scenario(shape)
+		jobs := []job{{scenario, sysStint, func(ctx context.Context) ([]Result, error) { return b.workflowStint(ctx, shape) }}}
+		if shape == shapeFanOut {
+			jobs = append(jobs, job{scenario, sysPlain, b.plainStint})
+		}
+		if boss != nil {
+			jobs = append(jobs, job{scenario, sysPgBoss, func(ctx context.Context) ([]Result, error) { return b.workflowPgBoss(ctx, boss, shape) }})
+		}
+		out = append(out, jobs)
+	}
+	return out
+}
+
+// workflowStint runs one graph of shape on a stint server: the server
+// works, and submits the workflow itself.
+func (b *bench) workflowStint(ctx context.Context, shape string) ([]Result, error) {
+	w := b.cfg.wf
+	names, deps := w.nodes(shape, w.chain)
+	req := api.WorkflowRequest{ID: api.TaskID("bench-" + shape), Nodes: make([]api.WorkflowNode, len(names))}
+	for i, name := range names {
+		req.Nodes[i] = api.WorkflowNode{Name: name, DependsOn: deps[i], Task: api.SubmitRequest{Behavior: noopKind.ID}}
+	}
+	h, stop, err := b.stintServer(ctx, "wf_"+shape+"_stint")
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	stopProf := b.profile(sysStint, "workflow-"+shape)
+	win := begin()
+	if _, err := h.srv.SubmitWorkflow(ctx, req); err != nil {
+		stopProf()
+		return nil, fmt.Errorf("stint submit workflow: %w", err)
+	}
+	submitted := time.Since(win.start)
+	end, err := pollUntil(ctx, h.obs, b.cfg.pollEvery, `SELECT children_pending = 0 FROM stint_task WHERE id = $1`, string(req.ID))
+	cpu := win.usage()
+	stopProf()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCompleted(ctx, h.obs, `SELECT count(*) FROM stint_task WHERE parent_id = 'bench-`+shape+`' AND status = 'success'`, int64(len(names))); err != nil {
+		return nil, err
+	}
+	return b.workflowResults(ctx, shape, sysStint, len(names), submitted, end.Sub(win.start), cpu, h.obs,
+		`SELECT executed_at, finished_at FROM stint_task WHERE parent_id = 'bench-chain' ORDER BY workflow_node`)
+}
+
+// plainStint submits the fan-out's width of plain no-op tasks to a stint
+// server in one call and works them, measured as the fan-out is.
+func (b *bench) plainStint(ctx context.Context) ([]Result, error) {
+	n := b.cfg.wf.n
+	h, stop, err := b.stintServer(ctx, "wf_plain_stint")
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	win := begin()
+	if err := h.insertOwn(ctx, n); err != nil {
+		return nil, err
+	}
+	submitted := time.Since(win.start)
+	end, err := pollUntil(ctx, h.obs, b.cfg.pollEvery, `SELECT count(*) = $1 FROM stint_task WHERE status = 'success'`, n)
+	if err != nil {
+		return nil, err
+	}
+	return b.workflowResults(ctx, shapeFanOut, sysPlain, n, submitted, end.Sub(win.start), win.usage(), nil, "")
+}
+
+// stintServer starts a stint server on a fresh database called name, and
+// returns it with the function that stops it and closes its connections.
+func (b *bench) stintServer(ctx context.Context, name string) (*stintHarness, func(), error) {
+	dsn, err := b.db.newDB(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := h.start(ctx); err != nil {
+		h.close()
+		return nil, nil, err
+	}
+	return h, func() {
+		_ = h.stop(context.WithoutCancel(ctx))
+		h.close()
+	}, nil
+}
+
+// workflowPgBoss runs one graph of shape on pg-boss: a Node.js process
+// works, and submits the flow itself.
+func (b *bench) workflowPgBoss(ctx context.Context, inst *npmInstall, shape string) ([]Result, error) {
+	dsn, err := b.db.newDB(ctx, "wf_"+shape+"_pgboss")
+	if err != nil {
+		return nil, err
+	}
+	obs, err := newObserver(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer obs.Close()
+	p, err := startChild(ctx, exec.Command(inst.node, inst.runner, dsn), nil)
+	if err != nil {
+		return nil, fmt.Errorf("pg-boss: %w", err)
+	}
+	defer func() {
+		if err := p.stop(time.Minute); err != nil {
+			p.kill()
+		}
+	}()
+	cmd, total := b.cfg.wf.pgbossArgs(shape)
+	win := begin()
+	answer, err := p.ask(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := strconv.ParseFloat(answer, 64)
+	if err != nil {
+		return nil, fmt.Errorf("pg-boss: flow answered %q", answer)
+	}
+	end, err := pollUntil(ctx, obs, b.cfg.pollEvery, `SELECT count(*) = $1 FROM pgboss.job WHERE name = 'bench_noop' AND state = 'completed'`, total)
+	cpu := win.usage()
+	if err != nil {
+		return nil, err
+	}
+	return b.workflowResults(ctx, shape, sysPgBoss, total, time.Duration(ms*float64(time.Millisecond)), end.Sub(win.start), cpu, obs,
+		`SELECT started_on, completed_on FROM pgboss.job WHERE name = 'bench_noop' ORDER BY (data->>'i')::int`)
+}
+
+// workflowResults returns the rows of one run: nodes per second, from
+// the submit's start until all ended; the submit's time, for the fan-out;
+// and for the chain, each hop from a node's finish to the next one's
+// start, read with hops (a node's start and finish, in the chain's order).
+func (b *bench) workflowResults(ctx context.Context, shape, system string, nodes int, submit, all time.Duration, cpu usage, db *pgxpool.Pool, hops string) ([]Result, error) {
+	scenario := b.cfg.wf.scenario(shape)
+	res := []Result{{Scenario: scenario, Metric: "work", System: system, Tasks: int64(nodes), Seconds: all.Seconds(), CPU: cpu}}
+	if shape == shapeFanOut {
+		res = append(res, Result{Scenario: scenario, Metric: "submit", System: system, Tasks: int64(nodes), Seconds: submit.Seconds(), CPU: unknownUsage})
+	}
+	if shape != shapeChain {
+		return res, nil
+	}
+	rows, err := db.Query(ctx, hops)
+	if err != nil {
+		return nil, fmt.Errorf("read the chain's times: %w", err)
+	}
+	defer rows.Close()
+	var samples []time.Duration
+	var prevEnd *time.Time
+	for rows.Next() {
+		var start, end *time.Time
+		if err := rows.Scan(&start, &end); err != nil {
+			return nil, fmt.Errorf("read the chain's times: %w", err)
+		}
+		if prevEnd != nil && start != nil {
+			samples = append(samples, start.Sub(*prevEnd))
+		}
+		prevEnd = end
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the chain's times: %w", err)
+	}
+	if len(samples) != nodes-1 {
+		return nil, fmt.Errorf("%d hops measured in a chain of %d", len(samples), nodes)
+	}
+	return append(res, Result{Scenario: scenario, Metric: "finish->next start", System: system, Tasks: int64(len(samples)), samples: samples, CPU: cpu}), nil
+}
+
+// pollUntil runs query (a boolean) every interval until it holds, and
+// returns when it saw that.
+func pollUntil(ctx context.Context, db *pgxpool.Pool, interval time.Duration, query string, args ...any) (time.Time, error) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		var done bool
+		if err := db.QueryRow(ctx, query, args...).Scan(&done); err != nil {
+			return time.Time{}, fmt.Errorf("poll for the end of the graph: %w", err)
+		}
+		if done {
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("wait for the end of the graph: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}

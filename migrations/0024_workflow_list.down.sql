@@ -1,0 +1,1 @@
+DROP INDEX stint_task_workflow;
