@@ -72,7 +72,7 @@ func (s *Store) Spawn(ctx context.Context, parent store.LeaseRef, tasks []store.
 // for ever): api.ErrConflict.
 func (s *Store) Remove(ctx context.Context, id api.TaskID) (api.Task, error) {
 	var t api.Task
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := retryDeadlock(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		t, err = scanTask(tx.QueryRow(ctx, `SELECT `+taskColumns+` FROM stint_task WHERE id = $1 FOR UPDATE`, string(id)))
 		if err != nil {

@@ -311,7 +311,7 @@ SELECT ARRAY(SELECT id FROM u) FROM notified`
 // CancelWorkflow cancels a workflow; see store.Workflows.
 func (s *Store) CancelWorkflow(ctx context.Context, id api.TaskID) (int, error) {
 	var ended int
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := retryDeadlock(ctx, s.pool, func(tx pgx.Tx) error {
 		var behavior string
 		if err := tx.QueryRow(ctx, `SELECT behavior FROM stint_task WHERE id = $1 FOR UPDATE`, string(id)).Scan(&behavior); err != nil {
 			if isNoRows(err) {
@@ -392,7 +392,7 @@ SELECT count(*) FROM u, woke`
 // store.Workflows.
 func (s *Store) RetryWorkflow(ctx context.Context, id api.TaskID) (int, error) {
 	var n int
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := retryDeadlock(ctx, s.pool, func(tx pgx.Tx) error {
 		var behavior string
 		var ended bool
 		err := tx.QueryRow(ctx, `SELECT behavior, NOT EXISTS (SELECT 1 FROM stint_task n

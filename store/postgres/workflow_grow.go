@@ -146,7 +146,7 @@ func (s *Store) GrowWorkflow(ctx context.Context, tx pgx.Tx, holder store.LeaseR
 	if tx != nil {
 		db = tx // a savepoint: a failure leaves the caller's transaction usable
 	}
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return growWorkflow(ctx, tx, holder, workflow, add) })
+	err := retryDeadlock(ctx, db, func(tx pgx.Tx) error { return growWorkflow(ctx, tx, holder, workflow, add) })
 	if err != nil {
 		return fmt.Errorf("add nodes to workflow %s: %w", workflow, err)
 	}

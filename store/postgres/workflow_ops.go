@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/store"
@@ -95,7 +97,7 @@ func (s *Store) RemoveWorkflow(ctx context.Context, id api.TaskID) error {
 // none, nothing when its state is one of done (the operation was done
 // already), and ErrConflict otherwise.
 func (s *Store) workflowOp(ctx context.Context, verb string, id api.TaskID, query string, done ...api.Status) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := retryDeadlock(ctx, s.pool, func(tx pgx.Tx) error {
 		var status string
 		err := tx.QueryRow(ctx, `SELECT status FROM stint_task WHERE `+isWorkflow+` FOR UPDATE`, string(id)).Scan(&status)
 		if isNoRows(err) {
@@ -122,4 +124,27 @@ func (s *Store) workflowOp(ctx context.Context, verb string, id api.TaskID, quer
 		return fmt.Errorf("%s workflow %s: %w", verb, id, err)
 	}
 	return nil
+}
+
+// deadlockTries bounds the runs of a transaction that PostgreSQL ended to
+// break a deadlock; see retryDeadlock.
+const deadlockTries = 5
+
+// retryDeadlock runs fn in a transaction of db (a savepoint when db is a
+// transaction) and runs it again, up to deadlockTries times, when
+// PostgreSQL ended it to break a deadlock (SQLSTATE 40P01). An operation
+// on a whole workflow locks the workflow's row and then its nodes, where a
+// finish locks a node and then its workflow's row: a deadlock between the
+// two is detected after deadlock_timeout (1 s by default) and one of them
+// ended; the finisher's completer retries its own, and so does this.
+func retryDeadlock(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, fn func(pgx.Tx) error) error {
+	for try := 1; ; try++ {
+		err := pgx.BeginFunc(ctx, db, fn)
+		var pgErr *pgconn.PgError
+		if try == deadlockTries || !errors.As(err, &pgErr) || pgErr.Code != "40P01" || ctx.Err() != nil {
+			return err
+		}
+	}
 }
