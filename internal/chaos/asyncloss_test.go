@@ -38,7 +38,7 @@ func TestAsyncFailoverLosesOnlyWhatFollowedTheReplay(t *testing.T) {
 	c.startAll()
 	l := newLedger()
 	stop := make(chan struct{})
-	waited := make(chan func())
+	waited := make(chan func(), 1)
 	go func() { waited <- c.load(l, 0, stop) }()
 
 	// The workload runs, replicated; then the standby stops receiving.

@@ -96,26 +96,35 @@ func (c *cluster) submitBatch(l *ledger, first, count int) ([]api.Submission, er
 	return subs, nil
 }
 
-// load submits batches of 20 tasks, one after the other, from first on,
-// until stop, retrying nothing (a failed batch's ids are skipped), and
-// awaits the last task of each batch in goroutines of its own, each
-// until it finishes. It returns once the submitter stopped; wait waits
-// for the awaiters.
+// load submits batches of 20 tasks, one after the other and at most one
+// every 200 ms, from first on, until stop, retrying nothing (a failed
+// batch's ids are skipped), and awaits the last task of every fifth batch
+// in goroutines of its own, each until it finishes or the test ends. It returns once the submitter
+// stopped; wait waits for the awaiters.
 func (c *cluster) load(l *ledger, first int, stop <-chan struct{}) (wait func()) {
+	// The awaiters give up with the test.
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.t.Cleanup(cancel)
 	var awaiters sync.WaitGroup
-	n := first
+	n, batch := first, 0
 	for {
 		select {
 		case <-stop:
 			return awaiters.Wait
 		default:
 		}
-		if subs, err := c.submitBatch(l, n, 20); err != nil {
-			time.Sleep(50 * time.Millisecond) // backoff while the database is away
-		} else {
+		// A batch every 200 ms at most: a steady load (100 tasks a
+		// second) rather than as many as the machine takes, whose backlog
+		// the check would wait out, and which slowed the servers'
+		// connections on a busy machine past pg_autoctl's 2 s connect
+		// timeout.
+		next := time.Now().Add(200 * time.Millisecond)
+		subs, err := c.submitBatch(l, n, 20)
+		time.Sleep(time.Until(next)) // the load's pace
+		if batch++; err == nil && batch%5 == 0 {
 			id := subs[len(subs)-1].ID
 			awaiters.Go(func() {
-				task, err := c.client.Await(c.ctx, id)
+				task, err := c.client.Await(ctx, id)
 				if err != nil {
 					return // the test's deadline: the check says what is missing
 				}
