@@ -230,7 +230,10 @@ type Store interface {
 	// one renews all of them.
 	Renew(ctx context.Context, rs []Renewal) (map[api.TaskID]bool, error)
 	// ReleaseLeases drops leases none of whose runs is left on the node.
-	// Only the node that holds them calls it.
+	// Only the node that holds them calls it. A lease under which the
+	// database still shows a task running (a failover lost the end the
+	// node recorded) is kept, so that it expires and the task is taken
+	// over.
 	ReleaseLeases(ctx context.Context, leases [][16]byte) error
 	// Takeover drops up to limit expired leases and makes their tasks
 	// that still run under them due again. It returns how many leases and

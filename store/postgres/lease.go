@@ -49,8 +49,8 @@ WITH r AS (
 SELECT t.id FROM renewed l, unnest(l.ids) AS x(id), stint_task t
 WHERE t.id = ANY(ARRAY[x.id]) AND t.lease = l.lease AND t.status = 'running'`
 
-// ReleaseLeases deletes lease rows none of whose runs is left; see
-// store.Store.
+// ReleaseLeases deletes lease rows none of whose tasks still runs under
+// them; see store.Store.
 func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
 	ls := make(uuidArray, len(leases))
 	for i, l := range leases {
@@ -62,8 +62,18 @@ func (s *Store) ReleaseLeases(ctx context.Context, leases [][16]byte) error {
 	return nil
 }
 
-// releaseLeasesSQL deletes the lease rows $1.
-const releaseLeasesSQL = `DELETE FROM stint_lease WHERE lease = ANY($1)`
+// releaseLeasesSQL deletes the lease rows $1 that no task still runs
+// under. The node releases a lease once every run of it ended and its end
+// was recorded or found fenced out, but after a failover the database may
+// not be the one that recorded it: a promoted standby that had not
+// received a finish shows its task running under the lease still, and
+// deleting the row would leave that task running with no lease to expire
+// and be taken over. Such a row is kept: it expires, and a takeover makes
+// its task due again. Each task is found by a probe of its primary key.
+const releaseLeasesSQL = `
+DELETE FROM stint_lease l WHERE l.lease = ANY($1) AND NOT EXISTS (
+    SELECT 1 FROM unnest(l.task_ids) AS x(id), stint_task t
+    WHERE t.id = ANY(ARRAY[x.id]) AND t.lease = l.lease AND t.status = 'running')`
 
 // takeoverSQL takes over up to $1 expired leases: it makes their tasks that
 // still run under them due again (their node died, stalled or was cut off

@@ -296,3 +296,53 @@ func TestCheckpointSendsCoalescedProgressEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.Less(t, len(events), 100)
 }
+
+// A node releases a lease once the ends of its runs are recorded, but after
+// a failover the database may have lost a recorded end: the promoted
+// standby shows the task running under the lease still. The release keeps
+// that lease row, so that it expires and the task is taken over; a lease
+// whose tasks all ended is deleted.
+func TestReleaseKeepsALeaseATaskStillRunsUnder(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "kept"}, store.NewTask{ID: "ended"})
+	cl := claimT(t, ctx, st, 2, 0)
+	require.Len(t, cl, 2)
+	require.Equal(t, cl[0].Lease, cl[1].Lease, "one claim, one lease")
+	// What the standby received: the claim, not the finish.
+	_, err := st.Pool().Exec(ctx, `CREATE TABLE standby_copy AS SELECT * FROM stint_task WHERE id = 'kept'`)
+	require.NoError(t, err)
+	held, err := st.Finish(ctx, []store.Completion{success(cl[0]), success(cl[1])})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true}, held)
+	// The failover: the promoted standby's row of the task.
+	_, err = st.Pool().Exec(ctx, `DELETE FROM stint_task WHERE id = 'kept';
+		INSERT INTO stint_task SELECT * FROM standby_copy`)
+	require.NoError(t, err)
+	leases := func() int {
+		var n int
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM stint_lease`).Scan(&n))
+		return n
+	}
+
+	require.NoError(t, st.ReleaseLeases(ctx, [][16]byte{cl[0].Lease}))
+	require.Equal(t, 1, leases(), "the lease a task still runs under is kept")
+	_, err = st.Pool().Exec(ctx, `UPDATE stint_lease SET expires_at = now() - interval '1 second'`)
+	require.NoError(t, err)
+	_, tasks, err := st.Takeover(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, tasks, "the task is taken over")
+	require.Zero(t, leases())
+	cl = claimT(t, ctx, st, 10, 0)
+	require.Len(t, cl, 1)
+	require.Equal(t, api.TaskID("kept"), cl[0].ID)
+	_, err = st.Finish(ctx, []store.Completion{success(cl[0])})
+	require.NoError(t, err)
+	require.NoError(t, st.ReleaseLeases(ctx, [][16]byte{cl[0].Lease}))
+	require.Zero(t, leases(), "a lease whose tasks all ended is deleted")
+	for _, id := range []api.TaskID{"kept", "ended"} {
+		got, err := st.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, api.StatusSuccess, got.Status, id)
+	}
+}
