@@ -3,10 +3,10 @@
 // A task is one unit of work of a behavior (a task kind), stored durably in
 // PostgreSQL and run by a server node. Tasks is the interface to submit,
 // inspect and await tasks; both a server (which also runs tasks) and a
-// client-only process implement it. Submit is the typed entry point:
-//
-//	f, err := api.Submit(ctx, tasks, echo.Kind, echo.Params{Text: "hi"})
-//	res, err := f.Await(ctx) // res has the behavior's result type
+// client-only process implement it. Submit is the typed entry point: it
+// takes a behavior's Kind, which fixes the types of its params and result,
+// and returns a Future whose Await returns the typed result (see the
+// package's example).
 //
 // This package imports nothing else of stint's, so services can depend on it
 // alone.
