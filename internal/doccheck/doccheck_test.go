@@ -245,3 +245,56 @@ func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
 }
+
+// releaseHeading is the heading of a release in CHANGELOG.md.
+var releaseHeading = regexp.MustCompile(`^## (Unreleased|v\d+\.\d+\.\d+ \(\d{4}-\d{2}-\d{2}\))$`)
+
+// CHANGELOG.md has one heading per release, each opening with its
+// Breaking list (entries, or "None" and why) and then its Changes; between
+// entries there are only blank lines.
+func TestChangelogReleases(t *testing.T) {
+	t.Parallel()
+	p := readPage(t, "CHANGELOG.md")
+	var problems []string
+	releases := map[string]bool{}
+	release, section := "", ""
+	for i, line := range p.prose {
+		n := i + 1
+		switch {
+		case strings.HasPrefix(line, "## "):
+			if !releaseHeading.MatchString(line) {
+				problems = append(problems, fmt.Sprintf("%d: %q is not \"## Unreleased\" or \"## vX.Y.Z (YYYY-MM-DD)\"", n, line))
+			}
+			if releases[line] {
+				problems = append(problems, fmt.Sprintf("%d: %q a second time", n, line))
+			}
+			if release != "" && section != "Changes" {
+				problems = append(problems, fmt.Sprintf("%d: %s has no Changes section", n, release))
+			}
+			releases[line], release, section = true, line, ""
+		case line == "### Breaking":
+			if release == "" || section != "" {
+				problems = append(problems, fmt.Sprintf("%d: Breaking is not the first section of its release", n))
+			}
+			section = "Breaking"
+		case line == "### Changes":
+			if section != "Breaking" {
+				problems = append(problems, fmt.Sprintf("%d: Changes does not follow Breaking", n))
+			}
+			section = "Changes"
+		case release == "" || line == "":
+			// The preamble, and blank lines.
+		case section == "":
+			problems = append(problems, fmt.Sprintf("%d: %q before the release's Breaking list", n, line))
+		case strings.HasPrefix(line, "- "), strings.HasPrefix(line, "  "):
+		case section == "Breaking" && strings.HasPrefix(line, "None"):
+		default:
+			problems = append(problems, fmt.Sprintf("%d: %q is not part of an entry", n, line))
+		}
+	}
+	if release != "" && section != "Changes" {
+		problems = append(problems, fmt.Sprintf("%s has no Changes section", release))
+	}
+	require.NotEmpty(t, releases)
+	require.Empty(t, problems, "CHANGELOG.md")
+}
