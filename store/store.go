@@ -275,9 +275,10 @@ type Store interface {
 	Retry(ctx context.Context, id api.TaskID) error
 	// Fail ends a task that waits to run (scheduled, held, or due again
 	// after a run) as failed for good with e, counts it off its parent's
-	// pending children, records the change and wakes its awaiters. A
-	// running task is api.ErrConflict: its run owns its outcome. A task
-	// that finished for good is api.ErrConflict too.
+	// pending children, records the change, counts it in the history as a
+	// failure not retried, and wakes its awaiters. A running task is
+	// api.ErrConflict: its run owns its outcome. A task that finished for
+	// good is api.ErrConflict too.
 	Fail(ctx context.Context, id api.TaskID, e *api.TaskError) error
 	// HoldGroup keeps every task of a group key from being claimed.
 	HoldGroup(ctx context.Context, key string) error

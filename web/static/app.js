@@ -468,18 +468,24 @@
 
   // ---- views ----
 
+  // historyWindow is the overview's chart window ('15m', '1h', '6h' or
+  // '24h'): the one picked, else, until then, the shortest that holds all
+  // the history there is, chosen when the overview first loads.
+  let historyWindow = null;
+
   function overviewView() {
     const cards = h('div', { class: 'cards' });
     const queues = h('div', { class: 'table-wrap' });
     const feed = h('ul', { class: 'feed', id: 'activity' });
     const nodesBox = h('div');
     const groupsBox = h('div', { class: 'panel-body' });
-    const historyBox = h('div', { class: 'panel-body', id: 'history' });
+    const historyBox = h('div', { id: 'history' });
+    const windowPicker = h('div', { class: 'window-picker', id: 'history-window', role: 'group', 'aria-label': 'Chart window' });
     const el = h('div', {},
       h('div', { class: 'page-head' }, h('h1', {}, 'Overview')),
       cards,
       panel('Queues', 'tasks by behavior and state; counts link to the tasks', queues),
-      panel('Last hour', 'per behavior, per minute, as the database keeps it', historyBox),
+      panel('History', 'per behavior, per minute, as the database keeps it', h('div', { class: 'panel-body' }, windowPicker, historyBox)),
       h('div', { class: 'grid2' },
         panel('Activity', 'state changes as they happen', feed),
         h('div', {},
@@ -577,10 +583,29 @@
       }
     }
 
-    // The history gains a point a minute: read it twice as often.
+    function renderWindowPicker() {
+      fill(windowPicker, window.stintCharts.windows.map((w) => h('button', {
+        class: 'btn small', type: 'button', dataset: { window: w }, 'aria-pressed': String(w === historyWindow),
+        onclick: () => { historyWindow = w; loadHistory(); },
+      }, w.replace(/(\d+)([mh])/, (_, n, u) => n + (u === 'm' ? ' min' : ' h')))));
+    }
+
+    // The history gains a point a minute: read it twice as often. A read
+    // answered after a later one began (a window picked meanwhile) is
+    // dropped.
+    let historyReads = 0;
     async function loadHistory() {
+      const read = ++historyReads;
       try {
-        window.stintCharts.render(historyBox, await api('GET', '/history'));
+        let history;
+        if (!historyWindow) {
+          history = await api('GET', '/history?window=24h');
+          historyWindow = window.stintCharts.pickWindow(history);
+        }
+        if (!history || historyWindow !== '24h') history = await api('GET', '/history?window=' + historyWindow);
+        if (read !== historyReads) return;
+        renderWindowPicker();
+        window.stintCharts.render(historyBox, history);
       } catch (e) {
         fill(historyBox, h('p', { class: 'error-text' }, e.message));
       }
@@ -1035,6 +1060,16 @@
         { danger: true, confirm: 'Click again to remove', done: 'Removed ' + what });
     }
 
+    // nextFree says when a key's next unit frees: never "now", which
+    // would read as a unit free while the budget is spent (a unit of a
+    // fast limit frees every fraction of a second); "all free" when
+    // nothing is spent.
+    function nextFree(k) {
+      if (!k.next_free) return h('span', { class: 'faint', title: 'no unit of the budget is spent' }, 'all free');
+      const ms = Date.parse(k.next_free) - serverNow();
+      return h('time', { datetime: k.next_free, title: absTime(k.next_free) }, ms < 1000 ? 'within a second' : 'in ' + fmtDuration(ms));
+    }
+
     function renderRate(list) {
       const rows = [];
       for (const l of list) {
@@ -1051,7 +1086,7 @@
             h('td', { class: 'id' }, k.key || h('span', { class: 'faint' }, '(no key)')),
             h('td', { class: 'num', dataset: { field: 'used' } }, k.used + ' / ' + l.limit),
             h('td', { class: 'num' + (k.waiting ? '' : ' zero'), dataset: { field: 'waiting' } }, k.waiting),
-            h('td', { dataset: { field: 'next-free' } }, k.next_free ? timeEl(k.next_free) : h('span', { class: 'faint' }, 'full')),
+            h('td', { dataset: { field: 'next-free' } }, nextFree(k)),
             admin ? h('td', {}) : null));
         }
       }
