@@ -109,6 +109,27 @@ type Task struct {
 	// Retention is the task's own retention (SubmitRequest.Retention);
 	// zero when its behavior's applies. In JSON, in nanoseconds.
 	Retention time.Duration `json:"retention,omitempty"`
+	// Attempts are, in Get only, the task's runs that failed, oldest
+	// first, its last run included when it failed; nil in other reads.
+	// A run lost with its node (taken over after its lease expired) has
+	// none, nor a failure recorded by a node of a release before this
+	// field.
+	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// Attempt is a run of a task that failed.
+type Attempt struct {
+	// Attempt numbers the run among the task's runs, from 1.
+	Attempt int `json:"attempt"`
+	// Node ran it.
+	Node string `json:"node,omitempty"`
+	// StartedAt is when the run began; nil when unknown (a task
+	// submitted again while it ran).
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	// EndedAt is when its failure was recorded.
+	EndedAt time.Time `json:"ended_at"`
+	// Error is the run's error.
+	Error *TaskError `json:"error,omitempty"`
 }
 
 // Finished reports whether the task has ended for good: it succeeded or

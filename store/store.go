@@ -217,6 +217,11 @@ type Store interface {
 	SubmitCombinedTx(ctx context.Context, tx pgx.Tx, t NewTask, combine func(persisted json.RawMessage) (json.RawMessage, error)) (api.Submission, error)
 	// Get returns a task or api.ErrNotFound.
 	Get(ctx context.Context, id api.TaskID) (api.Task, error)
+	// Attempts returns the failed runs recorded for task id, by attempt:
+	// those of its current attempts and any left from before its attempts
+	// started over (see api.Task.Attempts for which to show). None for a
+	// task that does not exist.
+	Attempts(ctx context.Context, id api.TaskID) ([]api.Attempt, error)
 	// MarkAwaited sets the task's awaited flag and returns its state as of
 	// that write, or api.ErrNotFound.
 	MarkAwaited(ctx context.Context, id api.TaskID) (api.Task, error)

@@ -784,10 +784,24 @@
       return h('div', { dataset: key ? { field: key } : {} }, h('dt', {}, label), h('dd', {}, value == null || value === '' ? h('span', { class: 'faint' }, '—') : value));
     }
 
+    // timeline lists the task's submit, every attempt that failed (from
+    // t.attempts, each with its error), its current or last run, and the
+    // events seen while the page is open.
     function timeline(t) {
       const items = [{ at: t.created_at, status: 'scheduled', label: 'Submitted' }];
-      if (t.executed_at) items.push({ at: t.executed_at, status: 'running', label: 'Started attempt ' + t.attempt + (t.node ? ' on ' + t.node : '') });
-      if (t.finished_at) {
+      const same = (a, b) => !!a && !!b && Math.abs(Date.parse(a) - Date.parse(b)) < 2;
+      const failedRuns = t.attempts || [];
+      for (const a of failedRuns) {
+        const where = a.node ? ' on ' + a.node : '';
+        if (a.started_at) items.push({ at: a.started_at, status: 'running', label: 'Started attempt ' + a.attempt + where, attempt: a.attempt });
+        const last = a.attempt === t.attempt && !retrying(t);
+        const err = a.error ? (a.error.code ? a.error.code + ': ' : '') + a.error.message : 'no error text';
+        items.push({ at: a.ended_at, status: last ? 'failure' : 'retrying', attempt: a.attempt,
+          label: 'Attempt ' + a.attempt + (last ? ' failed' : ' failed, retried') + ': ' + err });
+      }
+      const recorded = (at) => failedRuns.some((a) => same(a.ended_at, at) || same(a.started_at, at));
+      if (t.executed_at && !recorded(t.executed_at)) items.push({ at: t.executed_at, status: 'running', label: 'Started attempt ' + t.attempt + (t.node ? ' on ' + t.node : '') });
+      if (t.finished_at && !recorded(t.finished_at)) {
         items.push(retrying(t) ? { at: t.finished_at, status: 'retrying', label: 'Failed; retried' }
           : { at: t.finished_at, status: t.status, label: t.status === 'success' ? 'Succeeded' : 'Failed' });
       }
@@ -800,7 +814,7 @@
         if (!dup) items.push({ at: e.at, status, label: '→ ' + (status === 'retrying' ? 'failure, retrying' : e.status) + (e.final ? ' (final)' : '') });
       }
       items.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
-      return h('ol', { class: 'timeline', id: 'timeline' }, items.map((i) => h('li', { dataset: { status: i.status } },
+      return h('ol', { class: 'timeline', id: 'timeline' }, items.map((i) => h('li', { dataset: i.attempt ? { status: i.status, attempt: i.attempt } : { status: i.status } },
         h('span', { class: 'when', title: absTime(i.at) }, stamp(i.at)), h('span', {}, i.label))));
     }
 
