@@ -3,10 +3,10 @@
 // A task is one unit of work of a behavior (a task kind), stored durably in
 // PostgreSQL and run by a server node. Tasks is the interface to submit,
 // inspect and await tasks; both a server (which also runs tasks) and a
-// client-only process implement it. Submit is the typed entry point:
-//
-//	f, err := api.Submit(ctx, tasks, echo.Kind, echo.Params{Text: "hi"})
-//	res, err := f.Await(ctx) // res has the behavior's result type
+// client-only process implement it. Submit is the typed entry point: it
+// takes a behavior's Kind, which fixes the types of its params and result,
+// and returns a Future whose Await returns the typed result (see the
+// package's example).
 //
 // This package imports nothing else of stint's, so services can depend on it
 // alone.
@@ -109,6 +109,27 @@ type Task struct {
 	// Retention is the task's own retention (SubmitRequest.Retention);
 	// zero when its behavior's applies. In JSON, in nanoseconds.
 	Retention time.Duration `json:"retention,omitempty"`
+	// Attempts are, in Get only, the task's runs that failed, oldest
+	// first, its last run included when it failed; nil in other reads.
+	// A run lost with its node (taken over after its lease expired) has
+	// none, nor a failure recorded by a node of a release before this
+	// field.
+	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// Attempt is a run of a task that failed.
+type Attempt struct {
+	// Attempt numbers the run among the task's runs, from 1.
+	Attempt int `json:"attempt"`
+	// Node ran it.
+	Node string `json:"node,omitempty"`
+	// StartedAt is when the run began; nil when unknown (a task
+	// submitted again while it ran).
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	// EndedAt is when its failure was recorded.
+	EndedAt time.Time `json:"ended_at"`
+	// Error is the run's error.
+	Error *TaskError `json:"error,omitempty"`
 }
 
 // Finished reports whether the task has ended for good: it succeeded or

@@ -32,8 +32,10 @@ type HistoryPoint struct {
 	// At is the start of the bucket.
 	At time.Time `json:"at"`
 	// Succeeded and Failed count the runs that ended in the bucket, as
-	// the nodes recorded them; Retried counts those of the failed runs
-	// whose task runs again (a retry).
+	// the nodes recorded them, and Failed also the tasks failed by hand
+	// (Operator.Fail); Retried counts those of the failed runs whose task
+	// runs again (a retry). Failed minus Retried is the tasks that ended
+	// failed for good.
 	Succeeded int64 `json:"succeeded"`
 	Failed    int64 `json:"failed"`
 	Retried   int64 `json:"retried"`

@@ -7,13 +7,8 @@
 // (migrate), submits tasks and awaits their results (submit), and inspects
 // tasks (tasks), server nodes (nodes), ingest batches and replications.
 // cmd/stint is Main with the built-in behaviors; a program registers its
-// own behaviors and calls Main with them:
-//
-//	func main() {
-//		reg := spi.NewRegistry()
-//		spi.MustRegister[GreetParams, GreetResult](reg, greet{})
-//		cli.Main(reg)
-//	}
+// own behaviors and calls Main with them from its func main (see Main's
+// example).
 //
 // Every command except dev takes the database as --db URL, defaulting to the
 // environment variable STINT_DATABASE_URL. server, submit, stats and the

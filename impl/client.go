@@ -188,8 +188,49 @@ func (c *Client) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
 	if err == nil {
 		c.flowWait(ctx, &t)
 		c.nodeWait(ctx, &t)
+		err = c.attempts(ctx, &t)
 	}
 	return t, err
+}
+
+// attempts sets the failed runs of t recorded in the store; see
+// currentAttempts.
+func (c *Client) attempts(ctx context.Context, t *api.Task) error {
+	if t.Attempt <= 1 && t.Errors == 0 {
+		return nil // no run failed
+	}
+	rows, err := c.st.Attempts(ctx, t.ID)
+	if err != nil {
+		return unavailable(err)
+	}
+	t.Attempts = currentAttempts(*t, rows)
+	return nil
+}
+
+// currentAttempts returns the recorded failed runs (by attempt) that
+// belong to t's current attempts: those below its current attempt, in the
+// order they ended and before its current run began, and its current
+// attempt's once that run ended. Rows left from before the task's
+// attempts started over (a retry by hand, a submit after it finished)
+// ended out of that order, or before the current run began, and are left
+// out.
+func currentAttempts(t api.Task, rows []api.Attempt) []api.Attempt {
+	var out []api.Attempt
+	var last time.Time
+	for _, a := range rows {
+		var ok bool
+		switch {
+		case a.Attempt < t.Attempt:
+			ok = a.EndedAt.After(last) && (t.ExecutedAt == nil || !a.EndedAt.After(*t.ExecutedAt))
+		case a.Attempt == t.Attempt:
+			ok = t.Status != api.StatusRunning && t.ExecutedAt != nil && !a.EndedAt.Before(*t.ExecutedAt) && a.EndedAt.After(last)
+		}
+		if ok {
+			out = append(out, a)
+			last = a.EndedAt
+		}
+	}
+	return out
 }
 
 // List returns a page of tasks; see api.Tasks.

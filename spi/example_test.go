@@ -2,6 +2,7 @@ package spi_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -169,4 +170,46 @@ func ExampleScheduler() {
 	// Output:
 	// example-report example.report @every 1s true
 	// built the daily report
+}
+
+// GreetParams are the params of example.greet.
+type GreetParams struct {
+	Name string `json:"name" validate:"required,max=100"`
+}
+
+// Greet is the kind of example.greet: its params and result types.
+var Greet = api.Kind[GreetParams, string]{ID: "example.greet"}
+
+// greeter is example.greet. A submit of a name it greeted already is the
+// same task (a deterministic id).
+type greeter struct{}
+
+func (greeter) Kind() api.Kind[GreetParams, string]          { return Greet }
+func (greeter) TaskID(ids spi.IDs, p GreetParams) api.TaskID { return ids.Deterministic(p.Name) }
+func (greeter) Run(_ context.Context, _ spi.RunContext, p GreetParams) (string, error) {
+	return "hello, " + p.Name, nil
+}
+
+// A behavior is a Kind, a TaskID and a Run. Registered in a Registry, it
+// has its params checked by their validate tags and its ids derived; a
+// server given the registry (impl.NewServer) runs its tasks, and clients
+// given it submit them (ExamplePolicy runs one).
+func Example() {
+	reg := spi.NewRegistry()
+	if err := spi.Register[GreetParams, string](reg, greeter{}); err != nil {
+		log.Fatal(err)
+	}
+	r, ok := reg.Lookup(Greet.ID)
+	fmt.Println(reg.IDs(), ok)
+	p, err := r.Decode(json.RawMessage(`{"name":"Ada"}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(r.TaskID(p) == r.TaskID(p))
+	_, err = r.Decode(json.RawMessage(`{"name":""}`))
+	fmt.Println(err)
+	// Output:
+	// [example.greet] true
+	// true
+	// invalid params.name: is required
 }

@@ -5,12 +5,8 @@
 //
 // A behavior is a task kind: a params type P, a result type R and a Run
 // function. Register it in a Registry and give the registry to a server
-// (which runs tasks) and to clients (which submit them):
-//
-//	type Echo struct{}
-//	func (Echo) Kind() api.Kind[Params, Result] { return EchoKind }
-//	func (Echo) TaskID(ids spi.IDs, p Params) api.TaskID { return ids.Unique() }
-//	func (Echo) Run(ctx context.Context, rc spi.RunContext, p Params) (Result, error) { ... }
+// (which runs tasks) and to clients (which submit them); the package's
+// example declares and registers one.
 package spi
 
 import (

@@ -217,6 +217,11 @@ type Store interface {
 	SubmitCombinedTx(ctx context.Context, tx pgx.Tx, t NewTask, combine func(persisted json.RawMessage) (json.RawMessage, error)) (api.Submission, error)
 	// Get returns a task or api.ErrNotFound.
 	Get(ctx context.Context, id api.TaskID) (api.Task, error)
+	// Attempts returns the failed runs recorded for task id, by attempt:
+	// those of its current attempts and any left from before its attempts
+	// started over (see api.Task.Attempts for which to show). None for a
+	// task that does not exist.
+	Attempts(ctx context.Context, id api.TaskID) ([]api.Attempt, error)
 	// MarkAwaited sets the task's awaited flag and returns its state as of
 	// that write, or api.ErrNotFound.
 	MarkAwaited(ctx context.Context, id api.TaskID) (api.Task, error)
@@ -278,9 +283,10 @@ type Store interface {
 	Retry(ctx context.Context, id api.TaskID) error
 	// Fail ends a task that waits to run (scheduled, held, or due again
 	// after a run) as failed for good with e, counts it off its parent's
-	// pending children, records the change and wakes its awaiters. A
-	// running task is api.ErrConflict: its run owns its outcome. A task
-	// that finished for good is api.ErrConflict too.
+	// pending children, records the change, counts it in the history as a
+	// failure not retried, and wakes its awaiters. A running task is
+	// api.ErrConflict: its run owns its outcome. A task that finished for
+	// good is api.ErrConflict too.
 	Fail(ctx context.Context, id api.TaskID, e *api.TaskError) error
 	// HoldGroup keeps every task of a group key from being claimed.
 	HoldGroup(ctx context.Context, key string) error

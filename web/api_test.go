@@ -272,7 +272,7 @@ func TestBadInput(t *testing.T) {
 	bad(http.MethodPost, "/api/v1/tasks", `{"behavior":"demo.echo","unknown":1}`, http.StatusBadRequest, "unknown")
 	bad(http.MethodPost, "/api/v1/tasks", `{"behavior":`, http.StatusBadRequest, "body")
 	bad(http.MethodPost, "/api/v1/tasks", `{"behavior":"demo.echo"} {}`, http.StatusBadRequest, "body")
-	bad(http.MethodPost, "/api/v1/tasks", `[1]`, http.StatusBadRequest, "body")
+	bad(http.MethodPost, "/api/v1/tasks", `[]`, http.StatusBadRequest, "body")
 	bad(http.MethodPost, "/api/v1/tasks", ``, http.StatusBadRequest, "body")
 	bad(http.MethodPost, "/api/v1/tasks", `{nope}`, http.StatusBadRequest, "body")
 
@@ -682,16 +682,8 @@ func TestExtraRoutes(t *testing.T) {
 func TestEventStreamOutlivesServerTimeouts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *web.Config) { c.StreamKeepAlive = 50 * time.Millisecond })
-	h, err := web.New(e.cfg)
-	require.NoError(t, err)
-	srv := web.NewServer(h, nil)
-	srv.ReadTimeout, srv.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-
-	req, err := http.NewRequestWithContext(e.ctx, http.MethodGet, "http://"+ln.Addr().String()+"/api/v1/events?since=now&behavior=demo.echo", nil)
+	base := e.serveWithTimeouts(300 * time.Millisecond)
+	req, err := http.NewRequestWithContext(e.ctx, http.MethodGet, base+"/api/v1/events?since=now&behavior=demo.echo", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+readToken)
 	resp, err := http.DefaultClient.Do(req)

@@ -355,6 +355,14 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#task-status [data-status="retrying"]`)), chromedp.WaitVisible(chromedp.ID("task-retrying")))
 	retryNote := text("task-retrying")
 	require.Regexp(t, `^retrying \(attempt [0-9]+ of 10, next at .+\): flaky on purpose$`, retryNote)
+	// Every attempt shows, each with its error, not only the last.
+	e.waitFor("two failed runs", func() bool { return len(e.task(retried).Attempts) >= 2 })
+	attempts := e.task(retried).Attempts
+	require.Equal(t, []int{1, 2}, []int{attempts[0].Attempt, attempts[1].Attempt})
+	require.Equal(t, "flaky on purpose", attempts[0].Error.Message)
+	run("see every attempt", goHash("#/nodes"), goHash("#/tasks/"+string(retried)),
+		chromedp.WaitVisible(css(`#timeline li[data-attempt="2"][data-status="retrying"]`)))
+	require.Equal(t, "Attempt 1 failed, retried: flaky: flaky on purpose", p.text(`#timeline li[data-attempt="1"][data-status="retrying"] span:last-child`))
 	screenshot(t, tab, shots, "dashboard-retrying.png")
 
 	// The failures list has the errors.

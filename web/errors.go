@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -132,19 +133,43 @@ const maxBody = 1<<20 + 64<<10
 // decodeBody decodes the request's JSON body into v: one JSON value, no
 // unknown fields, at most maxBody bytes. Its errors name the field.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	raw, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(raw, v)
+}
+
+// readBody reads the request's body whole: of no Content-Type or
+// application/json, and at most maxBody bytes (a 413 past that, with
+// nothing read beyond it).
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		return &Error{Status: http.StatusUnsupportedMediaType, Code: CodeInvalid, Field: "Content-Type",
+		return nil, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeInvalid, Field: "Content-Type",
 			Message: fmt.Sprintf("invalid Content-Type: %q is not application/json", ct)}
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case err == nil:
+		return raw, nil
+	case errors.As(err, &tooLarge):
+		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeInvalid, Field: "body",
+			Message: fmt.Sprintf("invalid body: over the limit of %d bytes", tooLarge.Limit)}
+	case errors.Is(err, context.Canceled):
+		return nil, err
+	}
+	return nil, invalid("body", "%v", err)
+}
+
+// decodeJSON decodes one JSON value, with no unknown fields, from raw into
+// v. Its errors name the field.
+func decodeJSON(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("more than one JSON value")
-	}
 	if err == nil {
-		// Read to the end, so that trailing garbage or an oversized body
-		// is found.
+		// Read to the end, so that trailing garbage is found.
 		var extra json.RawMessage
 		if derr := dec.Decode(&extra); derr != io.EOF {
 			err = errors.New("more than one JSON value")
@@ -153,13 +178,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if err == nil {
 		return nil
 	}
-	var tooLarge *http.MaxBytesError
 	var syntax *json.SyntaxError
 	var typeErr *json.UnmarshalTypeError
 	switch {
-	case errors.As(err, &tooLarge):
-		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeInvalid, Field: "body",
-			Message: fmt.Sprintf("invalid body: over the limit of %d bytes", tooLarge.Limit)}
 	case errors.Is(err, io.EOF):
 		return invalid("body", "empty; want a JSON object")
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -175,8 +196,6 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return invalid(field, "unknown field")
-	case errors.Is(err, context.Canceled):
-		return err
 	}
 	return invalid("body", "%v", err)
 }

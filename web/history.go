@@ -35,8 +35,10 @@ type BehaviorHistory struct {
 type HistoryPoint struct {
 	// At is the start of the bucket.
 	At time.Time `json:"at"`
-	// Succeeded and Failed count the runs that ended in the bucket;
-	// Retried, those of the failed whose task runs again.
+	// Succeeded and Failed count the runs that ended in the bucket, and
+	// Failed the tasks failed by hand too; Retried, those of the failed
+	// whose task runs again. Failed minus Retried is the tasks that ended
+	// failed for good.
 	Succeeded int64 `json:"succeeded"`
 	Failed    int64 `json:"failed"`
 	Retried   int64 `json:"retried"`

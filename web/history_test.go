@@ -86,6 +86,27 @@ func TestHistoryEndpoint(t *testing.T) {
 	e.requireError(http.MethodGet, "/api/v1/history", "", nil, http.StatusUnauthorized, "unauthorized", "")
 }
 
+// A task failed by hand counts in its behavior's history as a task that
+// ended failed (failed, not retried), as the Failed card counts it, so
+// that the charts show it.
+func TestHistoryCountsTasksFailedByHand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.submit(web.SubmitBody{Behavior: idleKind.ID})
+	e.json(http.MethodPost, "/api/v1/tasks/"+string(id)+"/fail", adminToken, web.FailBody{Reason: "test"}, http.StatusOK, nil)
+	var hist web.HistoryResponse
+	e.json(http.MethodGet, "/api/v1/history?window=15m", readToken, nil, http.StatusOK, &hist)
+	var failed, retried int64
+	for _, b := range hist.Behaviors {
+		if b.Behavior == idleKind.ID {
+			for _, p := range b.Points {
+				failed, retried = failed+p.Failed, retried+p.Retried
+			}
+		}
+	}
+	require.Equal(t, []int64{1, 0}, []int64{failed, retried}, "%+v", hist)
+}
+
 // normalize drops the time zones of points' times, for comparison.
 func normalize(ps []web.HistoryPoint) []web.HistoryPoint {
 	for i := range ps {
@@ -148,9 +169,11 @@ func (c drawnChart) values(t *testing.T, series string) [][2]float64 {
 }
 
 // The dashboard draws the history's charts itself, as SVG: for each
-// behavior, finished runs per second by outcome, the due backlog and the
-// queue lag over the last hour, with points where the database's counts
-// put them.
+// behavior, the tasks ended per second (succeeded, failed for good) and
+// the failed runs retried, the due backlog and the queue lag, with points
+// where the database's counts put them, over the shortest window that
+// holds the data (an hour's data: 1 h; five minutes': 15 min), or the
+// window picked.
 func TestHistoryChartsInBrowser(t *testing.T) {
 	t.Parallel()
 	chromiumPath(t)
@@ -160,9 +183,10 @@ func TestHistoryChartsInBrowser(t *testing.T) {
 		{minutesAgo: 20, succeeded: 300, due: ptr(5), lagSeconds: ptr(12)},
 		{minutesAgo: 5, succeeded: 60, failed: 60, retried: 30},
 	})
-	// A busier behavior, for the picture.
+	// A busier behavior, for the picture: within the hour even if a minute
+	// turns before the page reads it.
 	var wave []seedPoint
-	for m := 60; m >= 1; m-- {
+	for m := 58; m >= 1; m-- {
 		x := float64(m)
 		wave = append(wave, seedPoint{minutesAgo: m,
 			succeeded: int64(600 + 400*math.Sin(x/6)), failed: int64(30 + 25*math.Sin(x/4+1)), retried: int64(10 + 8*math.Sin(x/4+1)),
@@ -209,7 +233,7 @@ func TestHistoryChartsInBrowser(t *testing.T) {
 	require.GreaterOrEqual(t, len(order), 3)
 	require.Equal(t, []string{"ingest.job", "test.idle", string(limitedKind.ID)}, order[:3], "busy behaviors first, those with no data last")
 	ticks, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#history svg[data-chart="backlog"][data-behavior="`+
-		string(limitedKind.ID)+`"] text.tick')].map((el) => el.textContent).filter((s) => !/min|now/.test(s))`))
+		string(limitedKind.ID)+`"] text.tick')].map((el) => el.textContent).filter((s) => !/−|now/.test(s))`))
 	require.NoError(t, err)
 	require.Equal(t, []string{"0", "1"}, ticks, "a backlog of one task is labelled in whole tasks")
 
@@ -225,9 +249,12 @@ func TestHistoryChartsInBrowser(t *testing.T) {
 	}
 	const tolerance = 0.02
 	finished := charts["finished"]
+	require.Equal(t, "1h", pressedWindow(t, tab), "an hour's data: the window of an hour")
 	for series, want := range map[string][]float64{
 		"succeeded": {120.0 / 60, 300.0 / 60, 60.0 / 60},
-		"failed":    {30.0 / 60, 0, 60.0 / 60},
+		// Tasks that ended failed: the failed runs less those retried.
+		"failed":  {30.0 / 60, 0, 30.0 / 60},
+		"retried": {0, 0, 30.0 / 60},
 	} {
 		pts := finished.values(t, series)
 		require.Len(t, pts, 60, "%s: a point per minute of the hour, the current one left out", series)
@@ -255,5 +282,57 @@ func TestHistoryChartsInBrowser(t *testing.T) {
 			require.InDelta(t, w, got, tolerance*w, "%s at the seeded minute %d", chart, i)
 		}
 	}
+
+	// Picked windows: 6 h and 15 min, their axes labelled to match.
+	span := func() (int64, []string) {
+		t.Helper()
+		out, err := chromedp.Run(tab, chromedp.Evaluate[struct {
+			From, To string
+			Ticks    []string
+		}](`(() => { const svg = document.querySelector('#history svg[data-chart="finished"][data-behavior="test.idle"]');
+			return {From: svg.dataset.from, To: svg.dataset.to, Ticks: [...svg.querySelectorAll('text.tick')].map((el) => el.textContent).filter((s) => /min|h|now/.test(s))} })()`))
+		require.NoError(t, err)
+		from, err := strconv.ParseInt(out.From, 10, 64)
+		require.NoError(t, err)
+		to, err := strconv.ParseInt(out.To, 10, 64)
+		require.NoError(t, err)
+		return to - from, out.Ticks
+	}
+	pick := func(window string) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(tab, clickOn(`#history-window button[data-window="`+window+`"]`),
+			void(chromedp.Poll[bool](`document.querySelector('#history-window [aria-pressed="true"]').dataset.window === `+jsString(window),
+				chromedp.WithPollingTimeout(time.Minute)))))
+	}
+	pick("6h")
+	require.NoError(t, chromedp.Do(tab, void(chromedp.Poll[bool](`document.querySelector('#history svg[data-chart="finished"][data-behavior="test.idle"]').dataset.to - document.querySelector('#history svg[data-chart="finished"][data-behavior="test.idle"]').dataset.from === 6 * 3600000`,
+		chromedp.WithPollingTimeout(time.Minute)))))
+	ms, ticks := span()
+	require.Equal(t, int64(6*time.Hour/time.Millisecond), ms)
+	require.Equal(t, []string{"−6 h", "−3 h", "now"}, ticks)
+	pick("15m")
+	require.NoError(t, chromedp.Do(tab, void(chromedp.Poll[bool](`document.querySelector('#history svg[data-chart="finished"][data-behavior="test.idle"]').dataset.to - document.querySelector('#history svg[data-chart="finished"][data-behavior="test.idle"]').dataset.from === 15 * 60000`,
+		chromedp.WithPollingTimeout(time.Minute)))))
+	_, ticks = span()
+	require.Equal(t, []string{"−15 min", "−7.5 min", "now"}, ticks)
+
+	// Five minutes of data, on a page opened afresh: the charts start at
+	// the 15 minutes that hold it.
+	_, err = e.st.Pool().Exec(e.ctx, `DELETE FROM stint_history WHERE bucket < now() - interval '10 minutes'`)
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(tab, chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS(`#history svg[data-chart="finished"][data-behavior="ingest.job"]`))))
+	require.Equal(t, "15m", pressedWindow(t, tab), "five minutes of data: the window of 15 minutes")
+	ms, _ = span()
+	require.Equal(t, int64(15*time.Minute/time.Millisecond), ms)
+	screenshot(t, tab, shots, "dashboard-history-15m.png")
 	require.Empty(t, jsErrors())
+}
+
+// pressedWindow returns the chart window the overview shows as picked.
+func pressedWindow(t *testing.T, tab context.Context) string {
+	t.Helper()
+	w, err := chromedp.Run(tab, chromedp.Evaluate[string](`(() => { const b = document.querySelector('#history-window [aria-pressed="true"]'); return b ? b.dataset.window : '' })()`))
+	require.NoError(t, err)
+	return w
 }

@@ -115,6 +115,30 @@ func TestLimitsInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("rate-limits-empty")))
 	require.Empty(t, e.limits().Rate)
 
+	// A fast limit spent whole frees a unit every second: the page says
+	// when within the second, never "now" (no unit is free now).
+	e.json(http.MethodPut, "/api/v1/limits/rate/"+testRateLimit, adminToken, map[string]any{"limit": 60, "period": "1m"}, http.StatusOK, nil)
+	burst := make([]web.SubmitBody, 60)
+	for i := range burst {
+		burst[i] = web.SubmitBody{Behavior: limitedKind.ID, Params: json.RawMessage(`{"note":"burst"}`)}
+	}
+	var answers []web.SubmitAnswer
+	e.json(http.MethodPost, "/api/v1/tasks", submitToken, burst, http.StatusOK, &answers)
+	e.waitFor("the burst to spend the budget", func() bool {
+		for _, l := range e.limits().Rate {
+			for _, k := range l.Keys {
+				if k.Key == "burst" && k.Used >= 50 {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	burstRow := `#rate-limits tr[data-limit="` + testRateLimit + `"][data-key="burst"]`
+	run("see the spent key", chromedp.Click(css(`a[data-nav="limits"]`)), chromedp.WaitVisible(css(burstRow+` [data-field="next-free"]`)))
+	require.Regexp(t, `^(within a second|in \d+(\.\d)?s)$`, text(burstRow+` [data-field="next-free"]`))
+	e.json(http.MethodDelete, "/api/v1/limits/rate/"+testRateLimit, adminToken, nil, http.StatusNoContent, nil)
+
 	// A wait that begins while the task's page is open shows without an
 	// event: a running blocker, a paused behavior (which the page says),
 	// then a cap of one.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -321,4 +322,20 @@ func (s *sseStream) statusesUntilFinal(id api.TaskID, cursors func(sseEvent)) []
 			return out
 		}
 	}
+}
+
+// serveWithTimeouts serves the API of e's configuration on a loopback
+// port through web.NewServer with its read and write timeouts cut to
+// timeout, and returns its base URL.
+func (e *testEnv) serveWithTimeouts(timeout time.Duration) string {
+	e.t.Helper()
+	h, err := web.New(e.cfg)
+	require.NoError(e.t, err)
+	srv := web.NewServer(h, nil)
+	srv.ReadTimeout, srv.WriteTimeout = timeout, timeout
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(e.t, err)
+	go func() { _ = srv.Serve(ln) }()
+	e.t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
 }

@@ -1,15 +1,19 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/timefmt"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
 )
@@ -112,15 +116,91 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// MaxWait bounds the wait of GET /api/v1/tasks/{id}?wait=D.
+const MaxWait = time.Minute
+
+// WaitHeader is the response header that says how a GET
+// /api/v1/tasks/{id}?wait=D ended: WaitFinished or WaitTimeout.
+const WaitHeader = "Stint-Wait"
+
+// The values of WaitHeader.
+const (
+	// WaitFinished says the task is finished for good (api.Task.Finished):
+	// it succeeded, or failed with no retry left.
+	WaitFinished = "finished"
+	// WaitTimeout says the wait ran out first; the answer is the task's
+	// state at that moment.
+	WaitTimeout = "timeout"
+)
+
 func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) error {
-	id := api.TaskID(r.PathValue("id"))
-	t, err := h.cfg.Client.Get(r.Context(), id)
+	q, err := Query(r, "wait")
 	if err != nil {
+		return err
+	}
+	id := api.TaskID(r.PathValue("id"))
+	var t api.Task
+	if q.Has("wait") {
+		wait, err := parseWait(q.Get("wait"))
+		if err != nil {
+			return err
+		}
+		if t, err = h.awaitTask(w, r, id, wait); err != nil {
+			return err
+		}
+		outcome := WaitTimeout
+		if t.Finished() {
+			outcome = WaitFinished
+		}
+		w.Header().Set(WaitHeader, outcome)
+	} else if t, err = h.cfg.Client.Get(r.Context(), id); err != nil {
 		return TaskError(id, "get", err)
 	}
 	h.cfg.Registry.RedactTask(&t) // no password is ever shown
 	WriteJSON(w, http.StatusOK, t)
 	return nil
+}
+
+// parseWait reads the query parameter wait: a Go duration above zero and
+// at most MaxWait.
+func parseWait(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, invalid("wait", "%q is not a duration such as \"30s\"", s)
+	}
+	if d <= 0 || d > MaxWait {
+		return 0, invalid("wait", "%s is out of range: more than 0 and at most %s", s, timefmt.Duration(MaxWait))
+	}
+	return d, nil
+}
+
+// awaitTask waits up to wait for task id to finish for good, and returns
+// its state then, finished or not. The wait may outlast the server's read
+// and write timeouts: it lifts the read deadline (a client that goes away
+// still ends the request's context, and with it the wait) and moves the
+// write deadline past the wait.
+func (h *Handler) awaitTask(w http.ResponseWriter, r *http.Request, id api.TaskID, wait time.Duration) (api.Task, error) {
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return api.Task{}, fmt.Errorf("await task %s: %w", id, err)
+	}
+	if err := rc.SetWriteDeadline(time.Now().Add(wait + WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return api.Task{}, fmt.Errorf("await task %s: %w", id, err)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	t, err := h.cfg.Client.Await(ctx, id)
+	if err == nil {
+		return t, nil
+	}
+	if r.Context().Err() != nil || ctx.Err() == nil {
+		return api.Task{}, TaskError(id, "await", err)
+	}
+	// The wait ran out: answer with the task as it is now.
+	if t, err = h.cfg.Client.Get(r.Context(), id); err != nil {
+		return api.Task{}, TaskError(id, "get", err)
+	}
+	return t, nil
 }
 
 // TaskError wraps the error of an action on task id for a handler to
@@ -177,12 +257,34 @@ func (b SubmitBody) request(field string) (api.SubmitRequest, error) {
 	return req, nil
 }
 
+// MaxBatchSubmit caps the tasks of one batch submit (POST /api/v1/tasks
+// with an array).
+const MaxBatchSubmit = 1000
+
+// SubmitAnswer is the answer for one element of a batch submit: its
+// submission, or its own error.
+type SubmitAnswer struct {
+	// Submission is what the submit did; nil when it failed.
+	*api.Submission
+	// Error is why this element was not stored; nil when it was.
+	Error *Error `json:"error,omitempty"`
+}
+
+// submitTask submits one task (a JSON object) or a batch (a JSON array of
+// them).
 func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	if _, err := Query(r); err != nil {
 		return err
 	}
+	raw, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	if trimmed := bytes.TrimLeft(raw, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '[' {
+		return h.submitBatch(w, r, raw)
+	}
 	var body SubmitBody
-	if err := decodeBody(w, r, &body); err != nil {
+	if err := decodeJSON(raw, &body); err != nil {
 		return err
 	}
 	req, err := body.request("")
@@ -199,6 +301,56 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("Location", apiPrefix+"/tasks/"+url.PathEscape(string(sub.ID)))
 	WriteJSON(w, status, sub)
+	return nil
+}
+
+// submitBatch submits the elements of a JSON array each on its own and
+// answers 200 with one SubmitAnswer per element, in order: an element
+// refused (bad JSON of its own, bad params, refused by the database) gets
+// its error and the others are stored all the same. The submits run
+// concurrently, so that they share statements (see impl.Client.Submit);
+// two elements of one id are merged in no stated order.
+func (h *Handler) submitBatch(w http.ResponseWriter, r *http.Request, raw []byte) error {
+	var elems []json.RawMessage
+	if err := decodeJSON(raw, &elems); err != nil {
+		return err
+	}
+	switch {
+	case len(elems) == 0:
+		return invalid("body", "an empty array; give at least one task")
+	case len(elems) > MaxBatchSubmit:
+		return invalid("body", "%d tasks; at most %d per request", len(elems), MaxBatchSubmit)
+	}
+	answers := make([]SubmitAnswer, len(elems))
+	var wg sync.WaitGroup
+	for i, elem := range elems {
+		var body SubmitBody
+		if err := decodeJSON(elem, &body); err != nil {
+			answers[i].Error = errorFor(err)
+			continue
+		}
+		req, err := body.request("")
+		if err != nil {
+			answers[i].Error = errorFor(err)
+			continue
+		}
+		wg.Go(func() {
+			sub, err := h.cfg.Client.Submit(r.Context(), req)
+			if err != nil {
+				answers[i].Error = errorFor(err)
+				if answers[i].Error.Status >= 500 && !errors.Is(err, api.ErrUnavailable) && r.Context().Err() == nil {
+					h.log.Error("stint http: batch submit: element failed", "element", i, "err", err)
+				}
+				return
+			}
+			answers[i].Submission = &sub
+		})
+	}
+	wg.Wait()
+	if err := r.Context().Err(); err != nil {
+		return fmt.Errorf("batch submit: %w", err) // the client went away
+	}
+	WriteJSON(w, http.StatusOK, answers)
 	return nil
 }
 

@@ -17,8 +17,9 @@
 //	GET    /api/v1/openapi.json             none    this list as an OpenAPI 3 document
 //	GET    /api/v1/whoami                   read    the caller's role, and whether auth is on
 //	GET    /api/v1/tasks                    read    filters behavior, status, parent, group; keyset paging after, limit
-//	GET    /api/v1/tasks/{id}               read
-//	POST   /api/v1/tasks                    submit  {"behavior", "params", "id", "priority", "delay": "30s", "group_key"}: 201 created, 200 merged
+//	GET    /api/v1/tasks/{id}               read    ?wait=30s: answers when the task is finished for good or when the wait (at most MaxWait) runs out; header Stint-Wait says which
+//	POST   /api/v1/tasks                    submit  {"behavior", "params", "id", "priority", "delay": "30s", "group_key"}: 201 created, 200 merged;
+//	                                                or an array of them (at most MaxBatchSubmit): 200, one SubmitAnswer per element, in order
 //	POST   /api/v1/tasks/{id}/hold          admin   also release, retry, fail (body: reason)
 //	DELETE /api/v1/tasks/{id}               admin   204
 //	GET    /api/v1/nodes                    read    with heartbeat age and health

@@ -1,11 +1,8 @@
 // Package pgtest provides throwaway PostgreSQL databases for tests.
 //
-// Each test package calls Main from its TestMain:
-//
-//	func TestMain(m *testing.M) { pgtest.Main(m) }
-//
-// and each test that needs a database calls New, which returns the DSN of a fresh database cloned from
-// a template that holds stint's migrated schema. The first call to New in a test binary starts the
+// Each test package's TestMain calls Main with its *testing.M, and each test that needs a
+// database calls New, which returns the DSN of a fresh database cloned from a template that holds
+// stint's migrated schema. The first call to New in a test binary starts the
 // binary's own PostgreSQL cluster (in a temporary directory, on a free port on 127.0.0.1, with
 // durability turned off for speed) and builds the template; Main stops the cluster and removes its
 // directory after the tests have run. Start-up costs a second or two per test binary; each further

@@ -92,6 +92,9 @@ func (s *Store) Remove(ctx context.Context, id api.TaskID) (api.Task, error) {
 		if _, err := tx.Exec(ctx, `DELETE FROM stint_task WHERE id = $1`, string(id)); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, `DELETE FROM stint_attempt WHERE task_id = $1`, string(id)); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals)
 			VALUES (ARRAY[$1], ARRAY[$2], ARRAY['removed'], ARRAY[nullif($3, '')], ARRAY[true])`,
 			string(t.ID), string(t.Behavior), string(t.ParentID)); err != nil {
@@ -488,7 +491,7 @@ SELECT count(*) FROM d`
 
 // deleteNodes ends the statements that delete finished tasks d (a CTE
 // with id and behavior): it deletes the nodes and edges of the workflows
-// among them.
+// among them, and the recorded runs of all.
 // Both find their rows through an index by an array of ids (= ANY of an
 // ARRAY), never by a join the planner may make a scan of the table.
 const deleteNodes = `, nodes AS (
@@ -498,6 +501,7 @@ const deleteNodes = `, nodes AS (
     RETURNING n.id
 ), edges AS (
     DELETE FROM stint_dependency e WHERE e.task_id = ANY(ARRAY(SELECT id FROM nodes))
+), attempts AS (` + attemptsDelete + `
 )`
 
 // DeleteFinished deletes a batch of old finished tasks; see store.Store.

@@ -15,7 +15,9 @@ import (
 // that succeeded or failed and waits for its next run (a retry or a
 // recurrence). A running task, or one that finished for good, matches no
 // row. The task's claim hint goes stale (it no longer matches a waiting
-// task) and is dropped by the claim that finds it.
+// task) and is dropped by the claim that finds it. The failure counts in
+// the history's current bucket as a failure that is not retried, so that
+// the dashboard charts tasks failed by hand with those whose runs failed.
 var failSQL = `
 WITH u AS (
     UPDATE stint_task SET status = 'failure', error = $2::jsonb, errors = errors + 1,
@@ -23,7 +25,12 @@ WITH u AS (
         resubmit = false, resubmit_due = NULL, finished_at = now(), updated_at = now()
     WHERE id = $1 AND (status IN ('scheduled', 'held') OR (status IN ('success', 'failure') AND schedule_not_before IS NOT NULL))
     RETURNING id, behavior, parent_id
-), feed AS (` + feedInsert("u", "'failure'::text", "true") + `)
+), feed AS (` + feedInsert("u", "'failure'::text", "true") + `
+), history AS (
+    INSERT INTO stint_history (bucket, behavior, failed)
+    SELECT ` + historyBucket("now()") + `, behavior, 1 FROM u
+    ON CONFLICT (bucket, behavior) DO UPDATE SET failed = stint_history.failed + 1
+)
 SELECT coalesce(parent_id, '') FROM u`
 
 // Fail fails a task that waits to run, for good, with e; see store.Store.

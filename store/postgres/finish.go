@@ -57,8 +57,10 @@ WITH c AS (
     FROM c
     WHERE t.id = ANY(ARRAY[c.id]) AND t.lease = c.lease AND t.status = 'running'
     RETURNING t.id, c.ord, t.behavior, t.status, t.parent_id, t.awaited, t.priority, t.schedule_not_before, t.group_key,
-        t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AS final, t.workflow_node IS NOT NULL AS node
+        t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AS final, t.workflow_node IS NOT NULL AS node,
+        c.status = 'failure' AS run_failed, t.attempt, t.node AS run_node, t.executed_at, c.error AS run_error
 ), due AS (` + dueInsert("done") + `
+), attempts AS (` + attemptsInsert + `
 ), feed AS (` + feedInsert("done", "status", "final") + `), notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', ids)) AS n FROM (
         SELECT string_agg(id, ',') AS ids FROM (

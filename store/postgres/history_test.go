@@ -69,3 +69,24 @@ func TestHistoryAddsCountsAndSamplesOncePerBucket(t *testing.T) {
 		require.ErrorIs(t, err, api.ErrInvalid, "window %s", w)
 	}
 }
+
+// A task failed by hand counts in the history's bucket as a failure that
+// is not retried; a task that cannot be failed adds nothing.
+func TestHistoryCountsTasksFailedByHand(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "fail-a"}, store.NewTask{ID: "fail-b"})
+	for _, id := range []api.TaskID{"fail-a", "fail-b"} {
+		require.NoError(t, st.Fail(ctx, id, &api.TaskError{Code: api.FailedByHand, Message: "failed by hand: test"}))
+	}
+	require.ErrorIs(t, st.Fail(ctx, "fail-a", &api.TaskError{Code: api.FailedByHand, Message: "again"}), api.ErrConflict)
+	h, err := st.History(ctx, time.Hour)
+	require.NoError(t, err)
+	var failed, retried, succeeded int64
+	for _, p := range h.Points {
+		if p.Behavior == semBehavior {
+			failed, retried, succeeded = failed+p.Failed, retried+p.Retried, succeeded+p.Succeeded
+		}
+	}
+	require.Equal(t, []int64{2, 0, 0}, []int64{failed, retried, succeeded})
+}

@@ -115,6 +115,7 @@ func hotStatements() []hotStatement {
 		{name: "takeover", sql: takeoverSQL, args: []any{100}},
 		{name: "release leases", sql: releaseLeasesSQL, args: []any{leases[:1]}},
 		{name: "await: read", sql: getTaskSQL, args: []any{"run-000001"}},
+		{name: "get: the failed runs", sql: attemptsSQL, args: []any{"run-000001"}},
 		{name: "await: mark awaited", sql: markAwaitedSQL, args: []any{"due-000001"}},
 		{name: "subscription: tick", sql: feedTickSQL, plain: true},
 		{name: "subscription: cursor", sql: tickExistsSQL, plain: true, args: []any{int64(1)}},
@@ -134,7 +135,8 @@ func hotStatements() []hotStatement {
 // 40,000 running (1,000 of them under planLease, as one claim's, the
 // others under a lease each, as one-task claims'), 20,000
 // finished; 20,000 workflow nodes waiting, each for two of the running
-// tasks; 1,000 workflows' own tasks; and 100,000 changes in the feed between ticks 1 and 2.
+// tasks; 1,000 workflows' own tasks; a failed first run of each running
+// task; and 100,000 changes in the feed between ticks 1 and 2.
 const planFill = `
 INSERT INTO stint_task (id, behavior, status, priority, schedule_not_before, group_key)
 SELECT 'due-' || lpad(i::text, 6, '0'), 'bench.noop', 'scheduled', 5, now() - interval '1 minute',
@@ -167,6 +169,8 @@ FROM generate_series(0, 39999) i;
 INSERT INTO stint_task (id, behavior, status, priority, waiting_children, children_pending, deps_pending)
 SELECT 'wf-' || lpad(i::text, 6, '0'), 'stint.workflow', 'waiting', 5, true, 20, 0
 FROM generate_series(0, 999) i;
+INSERT INTO stint_attempt (task_id, attempt, node, ended_at)
+SELECT 'run-' || lpad(i::text, 6, '0'), 1, 'n', now() FROM generate_series(0, 39999) i;
 INSERT INTO stint_feed_tick (snap) VALUES (pg_current_snapshot());
 INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals)
 SELECT ARRAY['due-' || i], ARRAY['bench.noop'], ARRAY['scheduled'], ARRAY[NULL::text], ARRAY[false]
@@ -184,6 +188,7 @@ var planTables = map[string][]string{
 	"stint_lease":      {"stint_lease_pkey", "stint_lease_expiry", "stint_lease_behavior"},
 	"stint_change":     {"stint_change_xid"},
 	"stint_dependency": {"stint_dependency_pkey", "stint_dependency_task"},
+	"stint_attempt":    {"stint_attempt_pkey"},
 }
 
 // planSmallCTEs are the CTEs of hot statements that a nested loop may read

@@ -68,6 +68,8 @@ WITH w AS (
     UPDATE stint_task c SET parent_id = NULL FROM n WHERE c.parent_id = n.id
 ), gone AS (
     SELECT * FROM w UNION ALL SELECT * FROM n
+), attempts AS (
+    DELETE FROM stint_attempt a WHERE a.task_id = ANY(ARRAY(SELECT id FROM gone))
 ), feed AS (` + feedInsert("gone", "'removed'::text", "true") + `
 ), told AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', id)) FILTER (WHERE awaited) +

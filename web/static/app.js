@@ -468,18 +468,24 @@
 
   // ---- views ----
 
+  // historyWindow is the overview's chart window ('15m', '1h', '6h' or
+  // '24h'): the one picked, else, until then, the shortest that holds all
+  // the history there is, chosen when the overview first loads.
+  let historyWindow = null;
+
   function overviewView() {
     const cards = h('div', { class: 'cards' });
     const queues = h('div', { class: 'table-wrap' });
     const feed = h('ul', { class: 'feed', id: 'activity' });
     const nodesBox = h('div');
     const groupsBox = h('div', { class: 'panel-body' });
-    const historyBox = h('div', { class: 'panel-body', id: 'history' });
+    const historyBox = h('div', { id: 'history' });
+    const windowPicker = h('div', { class: 'window-picker', id: 'history-window', role: 'group', 'aria-label': 'Chart window' });
     const el = h('div', {},
       h('div', { class: 'page-head' }, h('h1', {}, 'Overview')),
       cards,
       panel('Queues', 'tasks by behavior and state; counts link to the tasks', queues),
-      panel('Last hour', 'per behavior, per minute, as the database keeps it', historyBox),
+      panel('History', 'per behavior, per minute, as the database keeps it', h('div', { class: 'panel-body' }, windowPicker, historyBox)),
       h('div', { class: 'grid2' },
         panel('Activity', 'state changes as they happen', feed),
         h('div', {},
@@ -577,10 +583,29 @@
       }
     }
 
-    // The history gains a point a minute: read it twice as often.
+    function renderWindowPicker() {
+      fill(windowPicker, window.stintCharts.windows.map((w) => h('button', {
+        class: 'btn small', type: 'button', dataset: { window: w }, 'aria-pressed': String(w === historyWindow),
+        onclick: () => { historyWindow = w; loadHistory(); },
+      }, w.replace(/(\d+)([mh])/, (_, n, u) => n + (u === 'm' ? ' min' : ' h')))));
+    }
+
+    // The history gains a point a minute: read it twice as often. A read
+    // answered after a later one began (a window picked meanwhile) is
+    // dropped.
+    let historyReads = 0;
     async function loadHistory() {
+      const read = ++historyReads;
       try {
-        window.stintCharts.render(historyBox, await api('GET', '/history'));
+        let history;
+        if (!historyWindow) {
+          history = await api('GET', '/history?window=24h');
+          historyWindow = window.stintCharts.pickWindow(history);
+        }
+        if (!history || historyWindow !== '24h') history = await api('GET', '/history?window=' + historyWindow);
+        if (read !== historyReads) return;
+        renderWindowPicker();
+        window.stintCharts.render(historyBox, history);
       } catch (e) {
         fill(historyBox, h('p', { class: 'error-text' }, e.message));
       }
@@ -759,10 +784,24 @@
       return h('div', { dataset: key ? { field: key } : {} }, h('dt', {}, label), h('dd', {}, value == null || value === '' ? h('span', { class: 'faint' }, '—') : value));
     }
 
+    // timeline lists the task's submit, every attempt that failed (from
+    // t.attempts, each with its error), its current or last run, and the
+    // events seen while the page is open.
     function timeline(t) {
       const items = [{ at: t.created_at, status: 'scheduled', label: 'Submitted' }];
-      if (t.executed_at) items.push({ at: t.executed_at, status: 'running', label: 'Started attempt ' + t.attempt + (t.node ? ' on ' + t.node : '') });
-      if (t.finished_at) {
+      const same = (a, b) => !!a && !!b && Math.abs(Date.parse(a) - Date.parse(b)) < 2;
+      const failedRuns = t.attempts || [];
+      for (const a of failedRuns) {
+        const where = a.node ? ' on ' + a.node : '';
+        if (a.started_at) items.push({ at: a.started_at, status: 'running', label: 'Started attempt ' + a.attempt + where, attempt: a.attempt });
+        const last = a.attempt === t.attempt && !retrying(t);
+        const err = a.error ? (a.error.code ? a.error.code + ': ' : '') + a.error.message : 'no error text';
+        items.push({ at: a.ended_at, status: last ? 'failure' : 'retrying', attempt: a.attempt,
+          label: 'Attempt ' + a.attempt + (last ? ' failed' : ' failed, retried') + ': ' + err });
+      }
+      const recorded = (at) => failedRuns.some((a) => same(a.ended_at, at) || same(a.started_at, at));
+      if (t.executed_at && !recorded(t.executed_at)) items.push({ at: t.executed_at, status: 'running', label: 'Started attempt ' + t.attempt + (t.node ? ' on ' + t.node : '') });
+      if (t.finished_at && !recorded(t.finished_at)) {
         items.push(retrying(t) ? { at: t.finished_at, status: 'retrying', label: 'Failed; retried' }
           : { at: t.finished_at, status: t.status, label: t.status === 'success' ? 'Succeeded' : 'Failed' });
       }
@@ -775,7 +814,7 @@
         if (!dup) items.push({ at: e.at, status, label: '→ ' + (status === 'retrying' ? 'failure, retrying' : e.status) + (e.final ? ' (final)' : '') });
       }
       items.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
-      return h('ol', { class: 'timeline', id: 'timeline' }, items.map((i) => h('li', { dataset: { status: i.status } },
+      return h('ol', { class: 'timeline', id: 'timeline' }, items.map((i) => h('li', { dataset: i.attempt ? { status: i.status, attempt: i.attempt } : { status: i.status } },
         h('span', { class: 'when', title: absTime(i.at) }, stamp(i.at)), h('span', {}, i.label))));
     }
 
@@ -1036,6 +1075,16 @@
         { danger: true, confirm: 'Click again to remove', done: 'Removed ' + what });
     }
 
+    // nextFree says when a key's next unit frees: never "now", which
+    // would read as a unit free while the budget is spent (a unit of a
+    // fast limit frees every fraction of a second); "all free" when
+    // nothing is spent.
+    function nextFree(k) {
+      if (!k.next_free) return h('span', { class: 'faint', title: 'no unit of the budget is spent' }, 'all free');
+      const ms = Date.parse(k.next_free) - serverNow();
+      return h('time', { datetime: k.next_free, title: absTime(k.next_free) }, ms < 1000 ? 'within a second' : 'in ' + fmtDuration(ms));
+    }
+
     function renderRate(list) {
       const rows = [];
       for (const l of list) {
@@ -1052,7 +1101,7 @@
             h('td', { class: 'id' }, k.key || h('span', { class: 'faint' }, '(no key)')),
             h('td', { class: 'num', dataset: { field: 'used' } }, k.used + ' / ' + l.limit),
             h('td', { class: 'num' + (k.waiting ? '' : ' zero'), dataset: { field: 'waiting' } }, k.waiting),
-            h('td', { dataset: { field: 'next-free' } }, k.next_free ? timeEl(k.next_free) : h('span', { class: 'faint' }, 'full')),
+            h('td', { dataset: { field: 'next-free' } }, nextFree(k)),
             admin ? h('td', {}) : null));
         }
       }

@@ -1,7 +1,8 @@
 // stint dashboard charts: SVG line charts drawn by the page itself from
 // GET /api/v1/history, no library. Each behavior gets three charts over
-// the window: finished runs per second by outcome, the due backlog, and
-// the queue lag. The data comes from the database, so every dashboard
+// the window: tasks ended per second (succeeded, failed for good, by hand
+// included) with the failed runs that are retried as a series of their
+// own, the due backlog, and the queue lag. The data comes from the database, so every dashboard
 // shows the same history, and it outlives the node that serves the page.
 //
 // Every chart's <svg> says how it maps values to the plot, for readers
@@ -52,6 +53,31 @@
     return v % 1 ? String(+v.toFixed(v < 1 ? 2 : 1)) : String(v);
   }
 
+  // spanText writes a span of the time axis: minutes up to two hours
+  // ("7.5 min"), else hours ("12 h").
+  function spanText(ms) {
+    const m = ms / 60000;
+    return m < 120 ? +m.toFixed(1) + ' min' : +(m / 60).toFixed(1) + ' h';
+  }
+
+  // WINDOWS are the spans the overview offers, as GET /api/v1/history's
+  // window takes them, with their length in ms.
+  const WINDOWS = [['15m', 15 * 60000], ['1h', 3600000], ['6h', 6 * 3600000], ['24h', 24 * 3600000]];
+
+  // pickWindow returns the shortest window that holds every point of
+  // history (read over 24 hours), so that the charts start at the span
+  // that has data; '15m' when there is none.
+  function pickWindow(history) {
+    const now = Date.parse(history.now);
+    const step = history.bucket_seconds * 1000;
+    let oldest = now;
+    for (const b of history.behaviors) for (const p of b.points) oldest = Math.min(oldest, Date.parse(p.at));
+    // A window's first bucket is the one that holds its start, as the
+    // server reads it.
+    for (const [name, ms] of WINDOWS) if (oldest >= now - ms - ((now - ms) % step)) return name;
+    return WINDOWS[WINDOWS.length - 1][0];
+  }
+
   // chart draws series ({name, label, points: [[ms, value]], dots}) from
   // `from` to `to` (ms). A unit of 'count' counts tasks: its axis is
   // labelled with whole numbers only.
@@ -74,8 +100,7 @@
       el.append(svg('line', { class: 'grid', x1: PLOT.x, x2: PLOT.x + PLOT.w, y1: gy, y2: gy }));
       el.append(svg('text', { class: 'tick', x: PLOT.x - 6, y: gy + 4, 'text-anchor': 'end' }, fmtValue(v, unit)));
     }
-    const minutes = Math.round((to - from) / 60000);
-    for (const [f, label] of [[0, `−${minutes} min`], [0.5, `−${Math.round(minutes / 2)} min`], [1, 'now']]) {
+    for (const [f, label] of [[0, '−' + spanText(to - from)], [0.5, '−' + spanText((to - from) / 2)], [1, 'now']]) {
       el.append(svg('text', { class: 'tick', x: r2(PLOT.x + PLOT.w * f), y: H - 6, 'text-anchor': f === 0 ? 'start' : f === 1 ? 'end' : 'middle' }, label));
     }
     for (const s of series) {
@@ -104,23 +129,30 @@
     // The busiest behaviors first (runs ended and tasks due in the
     // window), those with no data last.
     const load = (b) => b.points.reduce((n, p) => n + (p.succeeded || 0) + (p.failed || 0) + (p.due || 0), 0);
+    // Failed counts failed runs and tasks failed by hand; of the runs,
+    // those retried did not end their task.
+    const endedFailed = (p) => Math.max(0, (p.failed || 0) - (p.retried || 0));
     const behaviors = [...history.behaviors].sort((a, b) => load(b) - load(a) || a.behavior.localeCompare(b.behavior));
     for (const b of behaviors) {
       const at = new Map(b.points.map((p) => [Date.parse(p.at), p]));
       // The current minute is left out of the rates: it is not over, and
       // its runs are still being added.
-      const rate = (field) => {
+      const rate = (count) => {
         const pts = [];
-        for (let t = from; t < to; t += step) pts.push([t, (at.get(t)?.[field] || 0) / history.bucket_seconds]);
+        for (let t = from; t < to; t += step) {
+          const p = at.get(t);
+          pts.push([t, (p ? count(p) : 0) / history.bucket_seconds]);
+        }
         return pts;
       };
       const sampled = b.points.filter((p) => p.sampled);
       container.append(html('div', 'history-row',
         html('h3', 'history-behavior', b.behavior),
         html('div', 'charts',
-          chart('finished', b.behavior, 'Finished per second', '', from, to, [
-            { name: 'succeeded', label: 'succeeded', points: rate('succeeded') },
-            { name: 'failed', label: 'failed', points: rate('failed') },
+          chart('finished', b.behavior, 'Tasks ended per second', '', from, to, [
+            { name: 'succeeded', label: 'succeeded', points: rate((p) => p.succeeded || 0) },
+            { name: 'failed', label: 'failed', points: rate(endedFailed) },
+            { name: 'retried', label: 'runs retried', points: rate((p) => p.retried || 0) },
           ]),
           chart('backlog', b.behavior, 'Due backlog', 'count', from, to, [
             { name: 'due', label: 'due now', dots: true, points: sampled.map((p) => [Date.parse(p.at), p.due]) },
@@ -131,5 +163,5 @@
     }
   }
 
-  window.stintCharts = { render };
+  window.stintCharts = { render, pickWindow, windows: WINDOWS.map(([name]) => name) };
 })();
