@@ -299,7 +299,7 @@ func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
 	if g.flow != nil && s.flowClaiming[g.behaviors[0].Behavior] {
 		return g, false
 	}
-	g.limit = s.slots.reserve(g.limit, g.capped, s.policy)
+	g.limit = s.slots.reserve(s.claimRoom(g), g.capped, s.policy)
 	if g.limit <= 0 {
 		return g, false
 	}
@@ -311,6 +311,23 @@ func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
 		s.flowClaiming[g.behaviors[0].Behavior] = true
 	}
 	return g, true
+}
+
+// claimRoom returns how many slots a claim of g may reserve: all of
+// g.limit, unless the node's own submits started tasks here lately
+// (within a poll interval) and g's last claim found no backlog. Then it
+// reserves half of them, rounded up, and leaves the rest to those submits
+// (see reserveStarts): a claim that finds few tasks would otherwise hold
+// every free slot while it is in the database, and a submit at that
+// moment would wait for it or leave its task to the next claim. A claim
+// that fills its half finds a backlog, and the next one asks for every
+// free slot. Claims under flow control never share their behaviors with
+// local starts. Server.mu is held.
+func (s *Server) claimRoom(g claimGroup) int {
+	if g.flow != nil || s.backlog[g.key()] || s.localAt.IsZero() || time.Since(s.localAt) >= s.cfg.PollInterval {
+		return g.limit
+	}
+	return (g.limit + 1) / 2
 }
 
 // policy returns the policy of a registered behavior.
@@ -325,8 +342,11 @@ func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.slots.unreserve(g.limit, g.capped, claimed)
-	if g.main && ok {
-		s.idle = len(claimed) < g.limit
+	if ok {
+		if s.backlog == nil {
+			s.backlog = map[string]bool{}
+		}
+		s.backlog[g.key()] = len(claimed) >= g.limit
 	}
 	s.claiming--
 	switch {

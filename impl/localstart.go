@@ -18,17 +18,53 @@ import (
 // paused, its group key held, or a due task of its behavior with the same
 // or a higher priority waits for a claim.
 
-// localBehavior returns the registration of b when this node may start
-// its tasks at once: it runs b, and b's policy caps neither a group key nor
-// the behavior across the cluster (a cap counts the running tasks across
-// nodes, which only a claim does; a cap set at runtime is checked by the
-// submit statement).
-func (s *Server) localBehavior(b api.BehaviorID) *spi.Registration {
+// startHere is the one place that decides whether a due task may start
+// on this node now without a claim (a local start), and reserves its slot
+// when it may. Every path that starts tasks here without a claim asks it:
+// a server's own submits (reserveStarts) and, through the same rules, any
+// statement that may start the tasks it makes due. The rules, in the
+// process: the server runs (started, not stopped); the task is due now
+// (delay zero) and spends no rate limit (rated false: a claim spends
+// those); this node runs its behavior b, which caps neither a group key
+// nor its runs across the cluster (GroupConcurrency, ClusterConcurrency:
+// such caps count running tasks across nodes, which only a claim does);
+// and a slot is free under MaxWorkers and b's own caps on this node
+// (MaxConcurrency, a rotation's MaxRunning), as for a claim. What only the
+// database knows (b paused or capped at runtime, the group key held, a due
+// task of b with the same or a higher priority waiting for a claim, a
+// workflow node's readiness) the statement that starts the task checks;
+// a task it does not start waits for a claim.
+//
+// It returns the lease the task starts under, zero when it may not start
+// here; noSlot reports that only a free slot was missing. The caller gives
+// the slot back with unstart, or hands it to the run with startedHere.
+// s.mu is held.
+func (s *Server) startHere(b api.BehaviorID, delay time.Duration, rated bool) (lease time.Duration, noSlot bool) {
+	if !s.started || s.stopped || s.halt != nil || delay != 0 || rated {
+		return 0, false
+	}
+	reg := s.behavior(b)
+	if reg == nil || reg.Policy.GroupConcurrency > 0 || reg.Policy.ClusterConcurrency > 0 {
+		return 0, false
+	}
+	s.localAt = time.Now()
+	if s.slots.reserve(1, startCapped(reg), s.policy) == 0 {
+		return 0, true
+	}
+	return reg.Policy.Lease, false
+}
+
+// unstart gives back the slot startHere reserved for a task of behavior b
+// that did not start. s.mu is held.
+func (s *Server) unstart(b api.BehaviorID) {
+	s.slots.unreserve(1, startCapped(s.behavior(b)), nil)
+}
+
+// behavior returns the registration of behavior b if this node runs it,
+// else nil.
+func (s *Server) behavior(b api.BehaviorID) *spi.Registration {
 	for _, reg := range s.behaviors {
 		if reg.ID == b {
-			if reg.Policy.GroupConcurrency > 0 || reg.Policy.ClusterConcurrency > 0 {
-				return nil
-			}
 			return reg
 		}
 	}
@@ -36,37 +72,30 @@ func (s *Server) localBehavior(b api.BehaviorID) *spi.Registration {
 }
 
 // reserveStarts sets the start lease of each of tasks that may start on
-// this node, due now and of a behavior it runs, and reserves a slot for
-// each, as a claim reserves its slots; see starter.
+// this node (see startHere) and reserves a slot for each.
 //
 // A claim statement holds the slots it reserved while it is in the
-// database. A submit that finds none free then, when the node's last
-// claim found no backlog, waits for the claims in flight to return (at
-// most localStartWait) rather than fall back at once: a fallback wakes a
-// claim, which would hold the slots the next submit needs, so that under
-// a stream of the node's own submits each would fall back in turn. It
-// waits once per submit. With a backlog it does not wait: the submit
-// statement leaves its tasks to the claimers anyway.
+// database. While the node's own submits start tasks here and a claim
+// group found no backlog, its claims reserve only half of their slots (see
+// claimRoom), so that a submit finds the other half free. Should none be
+// free, and the node's last claim found no backlog, the submit waits for
+// the claims in flight to return (at most localStartWait) rather than fall
+// back at once: a fallback wakes a claim, which would hold the slots the
+// next submit needs, so that under a stream of the node's own submits each
+// would fall back in turn. It waits once per submit. With a backlog it
+// does not wait: the submit statement leaves its tasks to the claimers
+// anyway.
 func (s *Server) reserveStarts(ctx context.Context, tasks []store.NewTask) bool {
 	if s.cfg.NoLocalStart {
 		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.started || s.stopped || s.halt != nil {
-		return false
-	}
 	marked, waited := false, false
 	for i := range tasks {
 		t := &tasks[i]
-		reg := s.localBehavior(t.Behavior)
-		if t.Delay != 0 || reg == nil || len(t.RateUses) > 0 {
-			// A task that uses rate limits starts through a claim,
-			// which spends them.
-			continue
-		}
-		n := s.slots.reserve(1, startCapped(reg), s.policy)
-		if n == 0 && !waited && s.idle && s.claiming > 0 {
+		lease, noSlot := s.startHere(t.Behavior, t.Delay, len(t.RateUses) > 0)
+		if noSlot && !waited && !s.backlog[""] && s.claiming > 0 {
 			waited = true
 			if !s.waitClaims(ctx) {
 				// The server stopped meanwhile: Stop may be waiting
@@ -74,12 +103,12 @@ func (s *Server) reserveStarts(ctx context.Context, tasks []store.NewTask) bool 
 				s.unreserveStarts(tasks[:i])
 				return false
 			}
-			n = s.slots.reserve(1, startCapped(reg), s.policy)
+			lease, _ = s.startHere(t.Behavior, t.Delay, len(t.RateUses) > 0)
 		}
-		if n == 0 {
+		if lease == 0 {
 			continue
 		}
-		t.StartLease = reg.Policy.Lease
+		t.StartLease = lease
 		marked = true
 	}
 	if marked {
@@ -95,7 +124,7 @@ func (s *Server) reserveStarts(ctx context.Context, tasks []store.NewTask) bool 
 func (s *Server) unreserveStarts(tasks []store.NewTask) {
 	for i := range tasks {
 		if tasks[i].StartLease > 0 {
-			s.slots.unreserve(1, startCapped(s.localBehavior(tasks[i].Behavior)), nil)
+			s.unstart(tasks[i].Behavior)
 			tasks[i].StartLease = 0
 		}
 	}
@@ -139,21 +168,39 @@ func startCapped(reg *spi.Registration) []api.BehaviorID {
 // back the slots reserved for the others; see starter.
 func (s *Server) submitStarted(tasks []store.NewTask, started []store.Claimed, sent time.Time) {
 	defer s.localStarts.Done()
-	s.mu.Lock()
-	next, unused := started, 0
+	var reserved []api.BehaviorID
 	for _, t := range tasks {
-		if t.StartLease <= 0 {
-			continue
+		if t.StartLease > 0 {
+			reserved = append(reserved, t.Behavior)
 		}
-		if len(next) == 0 || next[0].ID != t.ID {
-			unused++
+	}
+	s.startedHere(reserved, started, sent)
+}
+
+// startedHere ends the local starts of slots startHere reserved, one per
+// behavior in reserved: the tasks that started (started, a subset of
+// them, each of a behavior in reserved) take theirs and their runs begin,
+// as claimed ones do; the other slots are given back. sent is when the
+// statement that started them was sent.
+func (s *Server) startedHere(reserved []api.BehaviorID, started []store.Claimed, sent time.Time) {
+	s.mu.Lock()
+	for i, c := range started {
+		s.slots.unreserve(1, startCapped(s.behavior(c.Behavior)), started[i:i+1])
+	}
+	unused := len(reserved) - len(started)
+	if unused > 0 {
+		left := map[api.BehaviorID]int{}
+		for _, b := range reserved {
+			left[b]++
 		}
-		var mine []store.Claimed
-		if len(next) > 0 && next[0].ID == t.ID {
-			mine, next = next[:1], next[1:]
+		for _, c := range started {
+			left[c.Behavior]--
 		}
-		reg, _ := s.cfg.Registry.Lookup(t.Behavior)
-		s.slots.unreserve(1, startCapped(reg), mine)
+		for b, n := range left {
+			for range n {
+				s.unstart(b)
+			}
+		}
 	}
 	s.mu.Unlock()
 	s.startRuns(started, sent)

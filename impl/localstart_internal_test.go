@@ -11,6 +11,59 @@ import (
 	"github.com/stinthq/stint/store"
 )
 
+// TestAClaimLeavesRoomForLocalStarts: while the node's own submits start
+// tasks on it, a claim that expects no backlog reserves half of the free
+// slots, so that a submit made while it is in the database starts its task
+// at once, without waiting for it; a claim that found a backlog, or one on
+// a node whose submits started nothing lately, asks for every free slot.
+func TestAClaimLeavesRoomForLocalStarts(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name         string
+		local        bool // a local start was asked for lately
+		backlog      bool // the last claim found as many tasks as it asked for
+		claimReserve int
+	}{
+		{name: "local starts, no backlog", local: true, claimReserve: 5},
+		{name: "local starts, a backlog", local: true, backlog: true, claimReserve: 10},
+		{name: "no local starts", claimReserve: 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := &Server{started: true, slots: newSlots(10), claimReturned: make(chan struct{}), startWait: time.Hour,
+				cfg:       ServerConfig{PollInterval: time.Hour},
+				behaviors: []*spi.Registration{{ID: "b", Policy: spi.Policy{Lease: time.Minute}}},
+				backlog:   map[string]bool{"": c.backlog}}
+			if c.local {
+				s.localAt = time.Now()
+			}
+			groups := s.claimGroups(nil)
+			require.Len(t, groups, 1)
+			g, ok := s.reserve(groups[0])
+			require.True(t, ok)
+			require.Equal(t, c.claimReserve, g.limit, "slots the claim holds")
+			if c.claimReserve == 10 && !c.backlog {
+				// Every slot held and no backlog: a submit would wait
+				// for the claim (TestLocalStartWaitsForAClaimWithoutBacklog).
+				s.unreserve(g, nil, true)
+				require.Equal(t, 10, s.slots.free())
+				return
+			}
+			tasks := []store.NewTask{{Behavior: "b"}}
+			started := s.reserveStarts(context.Background(), tasks)
+			require.Equal(t, c.claimReserve < 10, started, "the submit starts its task while the claim is in flight")
+			s.mu.Lock()
+			require.Zero(t, s.startWaiting)
+			s.mu.Unlock()
+			s.unreserve(g, nil, true)
+			if started {
+				s.submitStarted(tasks, nil, time.Now())
+			}
+			require.Equal(t, 10, s.slots.free(), "every slot is free again")
+		})
+	}
+}
+
 // TestLocalStartWaitsForAClaimWithoutBacklog checks how a server's own
 // submit finds a slot while a claim statement holds every free one: when
 // the last claim found no backlog it waits for the claim to return and
@@ -23,7 +76,7 @@ func TestLocalStartWaitsForAClaimWithoutBacklog(t *testing.T) {
 	setup := func(idle bool) (*Server, claimGroup) {
 		s := &Server{started: true, slots: newSlots(2), claimReturned: make(chan struct{}), startWait: time.Hour,
 			behaviors: []*spi.Registration{{ID: "b", Policy: spi.Policy{Lease: time.Minute}}}}
-		s.idle = idle
+		s.backlog = map[string]bool{"": !idle}
 		groups := s.claimGroups(nil)
 		require.Len(t, groups, 1)
 		g, ok := s.reserve(groups[0])

@@ -243,11 +243,4 @@ func (s *Server) fireDueTicks(ctx context.Context) (time.Duration, error) {
 }
 
 // runsBehavior reports whether the server runs behavior b.
-func (s *Server) runsBehavior(b api.BehaviorID) bool {
-	for _, r := range s.behaviors {
-		if r.ID == b {
-			return true
-		}
-	}
-	return false
-}
+func (s *Server) runsBehavior(b api.BehaviorID) bool { return s.behavior(b) != nil }

@@ -72,9 +72,11 @@ type ServerConfig struct {
 	// node runs its behavior, that behavior caps no group key
 	// (Policy.GroupConcurrency) and merges no submits (a Combiner), and
 	// the node has a free slot for it (MaxWorkers and the behavior's own
-	// caps, as for a claim; a claim statement in flight holds every free
-	// slot until it returns, and when the last claim found no backlog the
-	// submit waits for it, up to 20 milliseconds); and, checked in the
+	// caps, as for a claim; a claim statement in flight holds the slots it
+	// reserved until it returns, half of the free ones while this node's
+	// own submits start tasks and its claims find no backlog, and should
+	// none be free when the last claim found no backlog, the submit waits
+	// for it, up to 20 milliseconds); and, checked in the
 	// submit statement, the behavior is not paused, its group key is not
 	// held, and no due task of its behavior with the same or a higher
 	// priority waits for a claim, so that a local start never jumps the
@@ -169,14 +171,17 @@ type Server struct {
 	started  bool
 	stopped  bool
 	// claiming counts the claim statements in flight; claimReturned is
-	// closed (and replaced) when one returns. idle is set when the last
-	// claim of the main group found fewer tasks than it asked for (no
-	// backlog). A local start may wait for a claim, up to startWait
-	// (localStartWait); startWaiting counts the submits waiting. See
-	// reserveStarts.
+	// closed (and replaced) when one returns. backlog holds, by claim
+	// group (see claimGroup.key), whether the group's last claim found as
+	// many tasks as it asked for: a backlog may wait. localAt is when a
+	// task last asked to start here without a claim (see startHere). A
+	// local start may wait for a claim, up to startWait (localStartWait);
+	// startWaiting counts the submits waiting. See reserveStarts and
+	// claimRoom.
 	claiming      int
 	claimReturned chan struct{}
-	idle          bool
+	backlog       map[string]bool
+	localAt       time.Time
 	startWait     time.Duration
 	startWaiting  int
 

@@ -118,6 +118,11 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 			rounds(jobs...)
 		}
 	}
+	if c.shapes && c.has(sysStint) {
+		for _, jobs := range b.shapeJobs() {
+			rounds(jobs...)
+		}
+	}
 	if c.has(sysStint) {
 		for _, jobs := range b.flowJobs() {
 			rounds(jobs...)

@@ -37,6 +37,14 @@
 //	              of the most nodes with one's
 //	--floor       the same database doing only batched insert, claim and complete
 //	              statements on stint's tables (tasks, claim hints, leases): the floor
+//	--shapes      (not run by default) the shape matrix: no-op, 10 ms and 100 ms
+//	              runs under no cap, MaxConcurrency 8 and 64; a stream instead of
+//	              a backlog; three nodes; four behaviors with their own caps and
+//	              priorities; group keys under GroupConcurrency (stint only:
+//	              River has no cap per key). Each row's throughput over its
+//	              ideal, the throughput its limits allow ("÷ limit"), where
+//	              that is below 20,000/s; River's queues get the caps as
+//	              MaxWorkers (a per-node limit, as MaxConcurrency is)
 //	--concurrent-submit
 //	              --concurrent-n callers (10,000) released together, each
 //	              submitting one task, while the workers run (a web service
@@ -113,6 +121,9 @@ type config struct {
 	verbose bool
 
 	burndown, streaming, burst, drainBurst, latency, scale, floor, concurrent bool
+	shapes                                                                    bool
+	shapesN                                                                   int
+	shapesMatch                                                               string
 	systems                                                                   string
 
 	n             int
@@ -188,6 +199,7 @@ func defaultConfig() config {
 		runs:          3,
 		systems:       "stint,river,floor",
 		riverWorkers:  1_000,
+		shapesN:       20_000,
 		riverCooldown: time.Millisecond,
 		riverPoll:     20 * time.Millisecond,
 		graphileProcs: 2,
@@ -218,6 +230,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.scale, "scale", false, "run the multi-process scale scenario")
 	fs.BoolVar(&c.floor, "floor", false, "run the SQL floor")
 	fs.BoolVar(&c.concurrent, "concurrent-submit", false, "run the concurrent-submit scenario: many callers each submitting one task")
+	fs.BoolVar(&c.shapes, "shapes", false, "run the shape matrix: run durations, per-node caps, several behaviors, group keys, backlog or stream, one node or three, each against its ideal (not run by default)")
+	fs.StringVar(&c.shapesMatch, "shapes-match", "", "shapes: run only the shapes whose name contains this `text` (as the table names them)")
+	fs.IntVar(&c.shapesN, "shapes-n", c.shapesN, "shapes: tasks of a no-op shape (the others are sized to take about two seconds at their ideal)")
 	fs.IntVar(&c.concurrentN, "concurrent-n", c.concurrentN, "concurrent-submit: callers, each submitting one task")
 	fs.StringVar(&c.systems, "systems", c.systems, "comma-separated `systems` to run: stint, river, graphile (Graphile Worker: needs Node.js and npm, installs itself on first use), floor, pgboss (pg-boss, the workflow scenario's peer: needs Node.js and npm, installs itself on first use)")
 
@@ -255,7 +270,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor && !c.concurrent && !c.flow.picked() && !c.wf.on {
+	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor && !c.concurrent && !c.shapes && !c.flow.picked() && !c.wf.on {
 		c.burndown, c.streaming, c.burst, c.drainBurst, c.latency, c.scale, c.floor, c.concurrent = true, true, true, true, true, true, true, true
 	}
 	nodes, err := parseInts(*scaleNodes)
@@ -270,7 +285,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	for name, v := range map[string]int{"n": c.n, "batch": c.batch, "stream-batch": c.streamBatch, "stream-backlog": c.streamBacklog,
 		"latency-rate": c.latRate, "scale-n": c.scaleN, "floor-n": c.floorN, "floor-workers": c.floorWorkers, "floor-claim": c.floorClaim, "river-workers": c.riverWorkers, "runs": c.runs,
-		"burst-n": c.burstN, "concurrent-n": c.concurrentN, "burst-batch": c.burstBatch, "drain-cycles": c.drainCycles, "graphile-processes": c.graphileProcs} {
+		"burst-n": c.burstN, "concurrent-n": c.concurrentN, "shapes-n": c.shapesN, "burst-batch": c.burstBatch, "drain-cycles": c.drainCycles, "graphile-processes": c.graphileProcs} {
 		if v <= 0 {
 			return c, fmt.Errorf("--%s must be positive, not %d", name, v)
 		}

@@ -45,6 +45,8 @@ type ConfigSummary struct {
 	Scale      string `json:"scale"`
 	// Concurrent describes the concurrent-submit scenario.
 	Concurrent string `json:"concurrent_submit"`
+	// Shapes describes the shape matrix.
+	Shapes     string `json:"shapes,omitempty"`
 	LimitsCost string `json:"limits_cost,omitempty"`
 	GlobalCap  string `json:"global_cap,omitempty"`
 	Rate       string `json:"rate,omitempty"`
@@ -279,6 +281,10 @@ func (c config) summary() ConfigSummary {
 			num(int64(c.concurrentN)), metricConcurrentCli, metricConcurrentSelf, c.floorConns()),
 		Runs: fmt.Sprintf("%d per scenario and system, systems interleaved in rotating order", c.runs),
 	}
+	if c.shapes {
+		s.Shapes = fmt.Sprintf("each shape's tasks (no-op shapes: %s) worked by in-process nodes of %d workers (River: a queue per behavior, MaxWorkers its cap), submitted by a client on its own pool before the nodes start (backlog) or every 10 ms at the ideal rate (streaming); until the last run returned; \"÷ limit\": over the ideal, the throughput the shape's limits allow, where below %s/s",
+			num(int64(c.shapesN)), c.shapeWorkers(), num(maxIdeal))
+	}
 	s.LimitsCost, s.GlobalCap, s.Rate, s.Fair = c.flowSummary()
 	return s
 }
@@ -432,6 +438,9 @@ func (r *Report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "latency:   %s\n", c.Latency)
 	fmt.Fprintf(w, "scale:     %s\n", c.Scale)
 	fmt.Fprintf(w, "concurrent submit: %s\n", c.Concurrent)
+	if c.Shapes != "" {
+		fmt.Fprintf(w, "shapes:    %s\n", c.Shapes)
+	}
 	for _, f := range [][2]string{{"limits-cost", c.LimitsCost}, {"global-cap", c.GlobalCap}, {"rate", c.Rate}, {"fair", c.Fair}} {
 		if f[1] != "" {
 			fmt.Fprintf(w, "%s: %s\n", f[0], f[1])
@@ -458,6 +467,8 @@ func (r *Report) writeTable(w io.Writer) {
 		}
 		ratio := x.flowRatio()
 		switch {
+		case ratio != "" && x.StintRatio > 0:
+			ratio += fmt.Sprintf("; stint ÷ this %.2f×", x.StintRatio)
 		case ratio != "":
 		case x.StintRatio > 0 && x.Latency != nil:
 			ratio = fmt.Sprintf("p50 %.2f×  p99 %.2f×", x.StintRatio, x.StintRatioP99)

@@ -70,6 +70,7 @@ type options struct {
 	listenDSN string
 	noListen  bool
 	readDSN   string
+	tracer    pgx.QueryTracer
 }
 
 // Migrate applies pending migrations on Open.
@@ -89,6 +90,14 @@ func ListenDSN(dsn string) Option { return func(o *options) { o.listenDSN = dsn 
 // polling alone (ServerConfig.PollInterval, ClientConfig.PollInterval).
 // For PgBouncer in transaction mode when no direct connection is possible.
 func PollOnly() Option { return func(o *options) { o.noListen = true } }
+
+// Tracer makes t observe every statement the store sends to the primary
+// (on its pool's connections and the listening one), as pgx's
+// ConnConfig.Tracer does (a span per statement with an
+// OpenTelemetry tracer for pgx, or a count of round trips: t may also
+// implement pgx.BatchTracer, to see a batch, one round trip, as one).
+// By default (nil) nothing observes them.
+func Tracer(t pgx.QueryTracer) Option { return func(o *options) { o.tracer = t } }
 
 // Open connects to the database at dsn, a postgres:// URL or key=value
 // connection string. An empty dsn is an error (rather than libpq's
@@ -111,6 +120,9 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	}
 	if o.maxConns > 0 {
 		cfg.MaxConns = o.maxConns
+	}
+	if o.tracer != nil {
+		cfg.ConnConfig.Tracer = o.tracer
 	}
 	socks := newSockets()
 	socks.guardPoolConfig(cfg)
