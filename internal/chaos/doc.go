@@ -8,7 +8,9 @@
 // network loss (the proxy blackholes traffic, then forgets the
 // connections it held), writes refused and a PgBouncer restart; they also
 // check the nodes' logs: one line when an incident starts, one when it
-// ends, at most one a second between. Run it with
+// ends, at most one a second between. The freeze tests (freeze_test.go)
+// stop a process at a fault point inside a transaction that holds what
+// the other nodes wait for and measure how long they wait. Run it with
 // `go test ./internal/chaos`; `-chaos.long` runs longer workloads and
 // faults.
 package chaos
