@@ -6,11 +6,11 @@
 // recovered. The database incidents (incidents_test.go) add a failover
 // to a promoted synchronous standby, a server in recovery, a silent
 // network loss (the proxy blackholes traffic, then forgets the
-// connections it held), writes refused and a PgBouncer restart; they also
-// check the nodes' logs: one line when an incident starts, one when it
-// ends, at most one a second between. The freeze tests (freeze_test.go)
-// stop a process at a fault point inside a transaction that holds what
-// the other nodes wait for and measure how long they wait. Run it with
-// `go test ./internal/chaos`; `-chaos.long` runs longer workloads and
-// faults.
+// connections it held), writes refused, a full disk (disk_test.go) and a
+// PgBouncer restart; they also check the nodes' logs: one line when an
+// incident starts, one when it ends, at most one a second between. The
+// freeze tests (freeze_test.go) stop a process at a fault point inside a
+// transaction that holds what the other nodes wait for and measure how
+// long they wait. Run it with `go test ./internal/chaos`; `-chaos.long`
+// runs longer workloads and faults.
 package chaos
