@@ -19,10 +19,17 @@ import (
 	"github.com/stinthq/stint/internal/pgtest"
 )
 
-// smallDisk is the size of the file system the full-disk test fills.
-const smallDisk = 64 << 20
+// smallDisk is the size of the file system the full-disk test fills: the
+// database with the workload's tasks takes about 30 MB in the short mode,
+// and the long mode's 20,000 tasks need more room once the disk is freed.
+func smallDisk() int {
+	if *long {
+		return 512 << 20
+	}
+	return 64 << 20
+}
 
-// mountSmallDisk mounts a tmpfs of smallDisk bytes, owned by the account
+// mountSmallDisk mounts a tmpfs of smallDisk() bytes, owned by the account
 // that owns dataDir (the server's), on a new directory the server can
 // reach, and unmounts it when the test ends. It skips the test when this
 // process may not mount (not root), but fails it under CI=true, where the
@@ -31,7 +38,7 @@ func mountSmallDisk(t *testing.T, dataDir string) string {
 	var st syscall.Stat_t
 	require.NoError(t, syscall.Stat(dataDir, &st))
 	dir := pgtest.TempDir(t)
-	opts := fmt.Sprintf("size=%d,uid=%d,gid=%d,mode=0700", smallDisk, st.Uid, st.Gid)
+	opts := fmt.Sprintf("size=%d,uid=%d,gid=%d,mode=0700", smallDisk(), st.Uid, st.Gid)
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, opts); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("mount a tmpfs on %s: %v", dir, err)
@@ -121,6 +128,9 @@ func TestFullDisk(t *testing.T) {
 			return refused != nil
 		}, time.Minute, 20*time.Millisecond, "a submit should be refused")
 	}, func() { require.NoError(t, os.Remove(filler)) }, impl.CauseDiskFull)
+	var used int64
+	require.NoError(t, admin.QueryRow(c.ctx, `SELECT pg_tablespace_size($1)`, space).Scan(&used))
+	t.Logf("the database took %d MB of the %d MB file system", used>>20, smallDisk()>>20)
 	require.ErrorIs(t, refused, api.ErrUnavailable)
 	require.ErrorContains(t, refused, "disk_full")
 	require.ErrorContains(t, refused, "disk is full")
