@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,6 +40,11 @@ type httpOptions struct {
 	tokens    []string
 	tokenFile string
 	noAuth    bool
+	// tlsCert and tlsKey are the files of the certificate and key to
+	// serve HTTPS with; insecureHTTP lets plain HTTP listen beyond
+	// loopback.
+	tlsCert, tlsKey string
+	insecureHTTP    bool
 	// addrSet is whether --http was given, rather than defaulted.
 	addrSet func() bool
 }
@@ -56,6 +63,9 @@ func addHTTPFlags(cmd *cobra.Command, o *httpOptions, defaultAddr string) {
 	f.StringArrayVar(&o.tokens, "token", nil, "API token as `ROLE:TOKEN`, ROLE read, submit or admin; repeatable (visible in process lists: prefer --token-file or $"+envTokens+")")
 	f.StringVar(&o.tokenFile, "token-file", "", "`FILE` of API tokens, one ROLE:TOKEN a line (# comments)")
 	f.BoolVar(&o.noAuth, "insecure-no-auth", false, "serve HTTP without tokens: everyone who can reach it is admin")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with the certificate (and its chain) in the PEM `FILE`; with --tls-key; both are read again on SIGHUP")
+	f.StringVar(&o.tlsKey, "tls-key", "", "the private key of --tls-cert, a PEM `FILE`")
+	f.BoolVar(&o.insecureHTTP, "insecure-http", false, "serve plain HTTP on an address beyond loopback: tokens cross the network in clear text")
 	o.addrSet = func() bool { return f.Changed("http") }
 }
 
@@ -74,6 +84,10 @@ type httpServer struct {
 	fallback bool
 	// metrics serves /metrics; nil serves none.
 	metrics *httpMetrics
+	// cert, if set, is served: HTTPS.
+	cert *web.Certificate
+	// hup ends the goroutine that reloads cert on SIGHUP.
+	hup chan os.Signal
 
 	srv  *http.Server
 	done chan error
@@ -84,8 +98,8 @@ type httpServer struct {
 // refuses unless --insecure-no-auth is given.
 func (c *cli) prepareHTTP(o *httpOptions, dev bool) (*httpServer, error) {
 	if o.addr == "" || o.addr == "off" {
-		if len(o.tokens) > 0 || o.tokenFile != "" || o.noAuth {
-			return nil, usageErrorf("--token, --token-file and --insecure-no-auth need --http ADDR")
+		if len(o.tokens) > 0 || o.tokenFile != "" || o.noAuth || o.tlsCert != "" || o.tlsKey != "" || o.insecureHTTP {
+			return nil, usageErrorf("--token, --token-file, --insecure-no-auth, --tls-cert, --tls-key and --insecure-http need --http ADDR")
 		}
 		return nil, nil
 	}
@@ -94,6 +108,9 @@ func (c *cli) prepareHTTP(o *httpOptions, dev bool) (*httpServer, error) {
 		return nil, usageErrorf("--http: %w", err)
 	}
 	s := &httpServer{c: c, addr: addr, tokens: &web.Tokens{}, noAuth: o.noAuth, fallback: dev && !o.addrSet()}
+	if err := s.prepareTLS(o); err != nil {
+		return nil, err
+	}
 	if o.tokenFile != "" {
 		if err := s.readTokenFile(o.tokenFile); err != nil {
 			return nil, err
@@ -127,6 +144,57 @@ func (c *cli) prepareHTTP(o *httpOptions, dev bool) (*httpServer, error) {
 		return nil, usageErrorf("--http needs API tokens: give --token-file FILE or $%s (ROLE:TOKEN entries), or run without auth with --insecure-no-auth", envTokens)
 	}
 	return s, nil
+}
+
+// prepareTLS loads the certificate of --tls-cert and --tls-key, if
+// given, and refuses plain HTTP beyond loopback unless --insecure-http
+// says so: bearer tokens would cross the network in clear text.
+func (s *httpServer) prepareTLS(o *httpOptions) error {
+	switch {
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return usageErrorf("--tls-cert and --tls-key go together: give both")
+	case o.tlsCert != "" && o.insecureHTTP:
+		return usageErrorf("--insecure-http and --tls-cert exclude each other: drop one")
+	case o.tlsCert != "":
+		cert, err := web.LoadCertificate(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return usageErrorf("--tls-cert, --tls-key: %w", err)
+		}
+		s.cert = cert
+	case !o.insecureHTTP && !loopback(s.addr):
+		return usageErrorf("--http %s listens beyond this machine in clear text, where API tokens would cross the network unencrypted: "+
+			"give --tls-cert FILE and --tls-key FILE to serve HTTPS, or --insecure-http to serve HTTP anyway (behind a TLS proxy, say)", s.addr)
+	}
+	return nil
+}
+
+// loopback reports whether the listen address addr binds loopback only:
+// localhost or a loopback IP address.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// reloadOnHangup reads the certificate again on each SIGHUP, until stop.
+func (s *httpServer) reloadOnHangup() {
+	s.hup = make(chan os.Signal, 1)
+	signal.Notify(s.hup, syscall.SIGHUP)
+	go func() {
+		for range s.hup {
+			if err := s.cert.Reload(); err != nil {
+				s.c.log.Error(s.c.name+" http: SIGHUP: the certificate stays as it was", "err", err)
+				continue
+			}
+			s.c.log.Info(s.c.name + " http: SIGHUP: certificate reloaded")
+		}
+	}()
 }
 
 // readTokenFile adds the tokens of the file at path, warning when others
@@ -219,9 +287,17 @@ func (s *httpServer) start(client *impl.Client, reg *spi.Registry) error {
 	}
 	s.srv = web.NewServer(h, log)
 	s.done = make(chan error, 1)
-	go func() { s.done <- s.srv.Serve(ln) }()
+	scheme := "http://"
+	if s.cert != nil {
+		scheme = "https://"
+		s.srv.TLSConfig = s.cert.TLSConfig()
+		s.reloadOnHangup()
+		go func() { s.done <- s.srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { s.done <- s.srv.Serve(ln) }()
+	}
 
-	url := "http://" + displayAddr(ln.Addr())
+	url := scheme + displayAddr(ln.Addr())
 	if s.noAuth {
 		log.Warn(s.c.name+" http: serving WITHOUT AUTH (--insecure-no-auth): everyone who can reach the address is admin", "url", url)
 	} else {
@@ -257,6 +333,10 @@ func displayAddr(a net.Addr) string {
 func (s *httpServer) stop() {
 	if s == nil || s.srv == nil {
 		return
+	}
+	if s.hup != nil {
+		signal.Stop(s.hup)
+		close(s.hup)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), httpStopTimeout)
 	defer cancel()

@@ -196,7 +196,7 @@ func serveHTTP(t *testing.T, ctx context.Context, reg *spi.Registry, args ...str
 	go func() {
 		done <- Run(srvCtx, append([]string{"server", "--http", "127.0.0.1:0"}, args...), reg, strings.NewReader(""), &stdout, &stderr)
 	}()
-	dashboard := regexp.MustCompile(`dashboard: (http://\S+)/`)
+	dashboard := regexp.MustCompile(`dashboard: (https?://\S+)/`)
 	waitFor(t, time.Minute, "the HTTP server", func() bool { return dashboard.MatchString(stdout.String()) })
 	return dashboard.FindStringSubmatch(stdout.String())[1], func() {
 		t.Helper()

@@ -9,10 +9,10 @@
 // embedded in the binary: the core line's in this directory, a behavior
 // line's in the subdirectory named for it.
 //
-// Up and Down hold a session advisory lock while they work, so any number
-// of nodes may start at once and the schema is migrated exactly once.
 // Each migration runs in its own transaction together with the row that
-// records it in stint_migration.
+// records it in stint_migration, and each such transaction holds a
+// transaction-scoped advisory lock, so any number of nodes may start at
+// once and the schema is migrated exactly once.
 package migrations
 
 import (
@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stinthq/stint/internal/faultpoint"
 )
 
 //go:embed *.sql ingest/*.sql replication/*.sql
@@ -149,24 +151,40 @@ func readLine(line, dir string) ([]Migration, error) {
 // Up applies every pending migration, line by line in the order of All.
 // It is safe to call from many processes at once.
 func Up(ctx context.Context, conn *pgx.Conn) error {
-	return locked(ctx, conn, func(applied map[key]time.Time, all []Migration) error {
-		for _, m := range all {
-			if _, ok := applied[key{m.Line, m.Version}]; ok {
-				continue
+	return upWhere(ctx, conn, func(Migration) bool { return true })
+}
+
+// upWhere applies the pending migrations that want selects, in the order
+// of All, each in a transaction of its own.
+func upWhere(ctx context.Context, conn *pgx.Conn, want func(Migration) bool) error {
+	for {
+		done := false
+		err := locked(ctx, conn, func(tx pgx.Tx, applied map[key]time.Time, all []Migration) error {
+			i := slices.IndexFunc(all, func(m Migration) bool {
+				_, ok := applied[key{m.Line, m.Version}]
+				return !ok && want(m)
+			})
+			if i < 0 {
+				done = true
+				return nil
 			}
-			if err := apply(ctx, conn, m.up,
+			m := all[i]
+			if err := apply(ctx, tx, m.up,
 				`INSERT INTO stint_migration (line, version, name) VALUES ($1, $2, $3)`, m.Line, m.Version, m.Name); err != nil {
 				return fmt.Errorf("migrate up %s: %w", m, err)
 			}
+			return nil
+		})
+		if err != nil || done {
+			return err
 		}
-		return nil
-	})
+	}
 }
 
 // Down reverts the newest applied migration (the one applied last, of
 // any line), or does nothing when none is applied.
 func Down(ctx context.Context, conn *pgx.Conn) error {
-	return locked(ctx, conn, func(applied map[key]time.Time, all []Migration) error {
+	return locked(ctx, conn, func(tx pgx.Tx, applied map[key]time.Time, all []Migration) error {
 		newest := -1
 		for i, m := range all {
 			at, ok := applied[key{m.Line, m.Version}]
@@ -178,7 +196,7 @@ func Down(ctx context.Context, conn *pgx.Conn) error {
 			return nil
 		}
 		m := all[newest]
-		if err := apply(ctx, conn, m.down,
+		if err := apply(ctx, tx, m.down,
 			`DELETE FROM stint_migration WHERE line = $1 AND version = $2`, m.Line, m.Version); err != nil {
 			return fmt.Errorf("migrate down %s: %w", m, err)
 		}
@@ -190,7 +208,7 @@ func Down(ctx context.Context, conn *pgx.Conn) error {
 // time it was applied.
 func List(ctx context.Context, conn *pgx.Conn) ([]Status, error) {
 	var out []Status
-	err := locked(ctx, conn, func(applied map[key]time.Time, all []Migration) error {
+	err := locked(ctx, conn, func(_ pgx.Tx, applied map[key]time.Time, all []Migration) error {
 		for _, m := range all {
 			out = append(out, Status{Migration: m, AppliedAt: applied[key{m.Line, m.Version}]})
 		}
@@ -199,60 +217,66 @@ func List(ctx context.Context, conn *pgx.Conn) ([]Status, error) {
 	return out, err
 }
 
-func apply(ctx context.Context, conn *pgx.Conn, body, record string, args ...any) error {
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, body); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, record, args...)
+// apply runs a migration's body and then record (with args) in tx.
+func apply(ctx context.Context, tx pgx.Tx, body, record string, args ...any) error {
+	if _, err := tx.Exec(ctx, body); err != nil {
 		return err
-	})
+	}
+	faultpoint.Reach(faultpoint.Migrate)
+	_, err := tx.Exec(ctx, record, args...)
+	return err
 }
 
-// locked runs fn while holding the migration advisory lock, with the
-// applied migrations read under that lock.
-func locked(ctx context.Context, conn *pgx.Conn, fn func(applied map[key]time.Time, all []Migration) error) (err error) {
+// lockIdleTimeout is how long a migrator's transaction may idle between
+// two statements before the server ends it (and, with it, its hold of the
+// migration lock and of the tables its statements locked, which every
+// node's statements may wait for): a migrator stopped inside one (SIGSTOP,
+// a paused VM) stalls the others that long at most. A migration's
+// statements may run as long as they need.
+const lockIdleTimeout = 2 * time.Second
+
+// locked runs fn in a transaction that holds the migration advisory lock,
+// with the applied migrations read under that lock. The lock is the
+// transaction's, never the session's: a migrator stopped between two
+// transactions holds nothing.
+func locked(ctx context.Context, conn *pgx.Conn, fn func(tx pgx.Tx, applied map[key]time.Time, all []Migration) error) error {
 	all, err := All()
 	if err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(lockKey)); err != nil {
-		return fmt.Errorf("take migration lock: %w", err)
-	}
-	defer func() {
-		// A fresh context: the unlock must happen even when ctx is done.
-		_, uerr := conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, int64(lockKey))
-		if uerr != nil && err == nil {
-			err = fmt.Errorf("release migration lock: %w", uerr)
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true), pg_advisory_xact_lock($2)`,
+			fmt.Sprint(lockIdleTimeout.Milliseconds()), int64(lockKey)); err != nil {
+			return fmt.Errorf("take migration lock: %w", err)
 		}
-	}()
-	if err := prepareBookkeeping(ctx, conn); err != nil {
-		return err
-	}
-	rows, err := conn.Query(ctx, `SELECT line, version, applied_at FROM stint_migration`)
-	if err != nil {
-		return fmt.Errorf("read applied migrations: %w", err)
-	}
-	applied := map[key]time.Time{}
-	var k key
-	var at time.Time
-	if _, err := pgx.ForEachRow(rows, []any{&k.line, &k.version, &at}, func() error { applied[k] = at; return nil }); err != nil {
-		return fmt.Errorf("read applied migrations: %w", err)
-	}
-	for k := range applied {
-		if !slices.ContainsFunc(all, func(m Migration) bool { return m.Line == k.line && m.Version == k.version }) {
-			return errors.New("database has migration " + Migration{Line: k.line, Version: k.version, Name: "?"}.String() +
-				" that this binary does not know: upgrade stint")
+		if err := prepareBookkeeping(ctx, tx); err != nil {
+			return err
 		}
-	}
-	return fn(applied, all)
+		rows, err := tx.Query(ctx, `SELECT line, version, applied_at FROM stint_migration`)
+		if err != nil {
+			return fmt.Errorf("read applied migrations: %w", err)
+		}
+		applied := map[key]time.Time{}
+		var k key
+		var at time.Time
+		if _, err := pgx.ForEachRow(rows, []any{&k.line, &k.version, &at}, func() error { applied[k] = at; return nil }); err != nil {
+			return fmt.Errorf("read applied migrations: %w", err)
+		}
+		for k := range applied {
+			if !slices.ContainsFunc(all, func(m Migration) bool { return m.Line == k.line && m.Version == k.version }) {
+				return errors.New("database has migration " + Migration{Line: k.line, Version: k.version, Name: "?"}.String() +
+					" that this binary does not know: upgrade stint")
+			}
+		}
+		return fn(tx, applied, all)
+	})
 }
 
 // prepareBookkeeping creates stint_migration, or brings one from before
 // the lines to them: there, the ingest and replication tables were the
 // core line's migrations 3 and 4, and they become the first of their own
 // lines.
-func prepareBookkeeping(ctx context.Context, conn *pgx.Conn) error {
+func prepareBookkeeping(ctx context.Context, conn pgx.Tx) error {
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS stint_migration (
 		line       text        NOT NULL DEFAULT 'stint',
 		version    integer     NOT NULL,

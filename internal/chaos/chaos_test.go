@@ -54,6 +54,14 @@ const (
 var lease = time.Second
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envMigrate) != "" {
+		runMigrator()
+		return
+	}
+	if os.Getenv(envSetRate) != "" {
+		runRateSetter()
+		return
+	}
 	if os.Getenv(envDSN) != "" {
 		runNode()
 		return
@@ -132,6 +140,9 @@ func runNode() {
 		}
 		lease = d
 	}
+	if point := os.Getenv(envFreezeAt); point != "" {
+		freezeOnSignal(point)
+	}
 	var opts []postgres.Option
 	if dsn := os.Getenv(envListen); dsn != "" {
 		opts = append(opts, postgres.ListenDSN(dsn))
@@ -171,6 +182,10 @@ type node struct {
 	log    string        // the node's log file, JSON lines (see nodeLog)
 	lease  time.Duration // its behaviors' lease, if not lease
 	cmd    *exec.Cmd
+	child  *childtest.Child
+	// freezeAt, if set, is the fault point (see internal/faultpoint) at
+	// which the node process stops itself once armed (see freeze).
+	freezeAt string
 }
 
 type kill struct {
@@ -217,7 +232,11 @@ func (c *cluster) start(n *node) {
 	if n.lease > 0 {
 		env = append(env, envLease+"="+n.lease.String())
 	}
-	n.cmd = childtest.Start(c.t, env...).Cmd
+	if n.freezeAt != "" {
+		env = append(env, envFreezeAt+"="+n.freezeAt)
+	}
+	n.child = childtest.Start(c.t, env...)
+	n.cmd = n.child.Cmd
 }
 
 func (c *cluster) startAll() {

@@ -121,11 +121,7 @@ type pause struct {
 // three node processes with fault going on, then checks the run log.
 func flowScenario(t *testing.T, kind api.Kind[FlowParams, struct{}], count int, fault func(c *cluster, pause func(*node, func()), stop <-chan struct{})) {
 	c := newCluster(t)
-	_, err := c.pool.Exec(c.ctx, `CREATE TABLE chaos_flow_run (id bigserial PRIMARY KEY, task_id text NOT NULL, node text NOT NULL,
-		key text NOT NULL, executed_at timestamptz NOT NULL, started timestamptz NOT NULL, ended timestamptz,
-		lost bool NOT NULL DEFAULT false)`)
-	require.NoError(t, err)
-	require.NoError(t, c.client.SetRateLimit(c.ctx, flowRate))
+	c.flowLog()
 	keyCaps := kind.ID == limitedKind.ID
 	if keyCaps {
 		require.NoError(t, c.client.SetConcurrencyLimit(c.ctx, api.ConcurrencyLimit{Behavior: limitedKind.ID, Key: flowBigKey, Max: flowBigCap}))
@@ -149,6 +145,35 @@ func flowScenario(t *testing.T, kind api.Kind[FlowParams, struct{}], count int, 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { fault(c, pause, stop) })
+	ids := c.submitFlow(kind, count)
+	time.Sleep(5 * time.Second) // let the fault run over the workload: the duration is the test's parameter
+	close(stop)
+	wg.Wait()
+	for _, n := range c.nodes {
+		if n.cmd == nil {
+			c.start(n)
+		}
+	}
+	c.awaitSuccess(ids)
+	starts, windows, most, lost, overlapped := checkFlowLog(t, c, pauses, keyCaps)
+	t.Logf("%s: %d tasks, %d starts (%d ended by the engine, %d outlived their lease), %d rate windows checked, most running at once %d (cap %d), %d pauses",
+		t.Name(), len(ids), starts, lost, overlapped, windows, most, flowClusterCap, len(pauses))
+}
+
+// flowLog creates the run log of chaos.limited and chaos.loose and
+// stores their rate limit.
+func (c *cluster) flowLog() {
+	_, err := c.pool.Exec(c.ctx, `CREATE TABLE chaos_flow_run (id bigserial PRIMARY KEY, task_id text NOT NULL, node text NOT NULL,
+		key text NOT NULL, executed_at timestamptz NOT NULL, started timestamptz NOT NULL, ended timestamptz,
+		lost bool NOT NULL DEFAULT false)`)
+	require.NoError(c.t, err)
+	require.NoError(c.t, c.client.SetRateLimit(c.ctx, flowRate))
+}
+
+// submitFlow submits count tasks of kind (chaos.limited or chaos.loose)
+// over four keys, retrying each batch of 100 until it is acknowledged, and
+// returns their ids.
+func (c *cluster) submitFlow(kind api.Kind[FlowParams, struct{}], count int) []string {
 	var ids []string
 	for start := 0; start < count; start += 100 {
 		var reqs []api.SubmitRequest
@@ -164,31 +189,26 @@ func flowScenario(t *testing.T, kind api.Kind[FlowParams, struct{}], count int, 
 				}
 				break
 			}
-			require.NoError(t, c.ctx.Err(), "gave up submitting: %v", err)
+			require.NoError(c.t, c.ctx.Err(), "gave up submitting: %v", err)
 			time.Sleep(50 * time.Millisecond) // backoff between retries of a failed submit
 		}
 	}
-	time.Sleep(5 * time.Second) // let the fault run over the workload: the duration is the test's parameter
-	close(stop)
-	wg.Wait()
-	for _, n := range c.nodes {
-		if n.cmd == nil {
-			c.start(n)
-		}
-	}
+	return ids
+}
+
+// awaitSuccess waits while the tasks ids make progress (a minute with
+// none finishing ends the wait) and fails the test unless all succeeded.
+func (c *cluster) awaitSuccess(ids []string) {
 	done, progressed := 0, time.Now()
 	for done < len(ids) && time.Since(progressed) < time.Minute {
 		time.Sleep(100 * time.Millisecond) // polling for quiescence, bounded by the progress deadline
 		var n int
-		require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT count(*) FROM stint_task WHERE id = ANY($1) AND status = 'success'`, ids).Scan(&n))
+		require.NoError(c.t, c.pool.QueryRow(c.ctx, `SELECT count(*) FROM stint_task WHERE id = ANY($1) AND status = 'success'`, ids).Scan(&n))
 		if n > done {
 			done, progressed = n, time.Now()
 		}
 	}
-	require.Equal(t, len(ids), done, "every task succeeded")
-	starts, windows, most, lost, overlapped := checkFlowLog(t, c, pauses, keyCaps)
-	t.Logf("%s: %d tasks, %d starts (%d ended by the engine, %d outlived their lease), %d rate windows checked, most running at once %d (cap %d), %d pauses",
-		t.Name(), len(ids), starts, lost, overlapped, windows, most, flowClusterCap, len(pauses))
+	require.Equal(c.t, len(ids), done, "every task succeeded")
 }
 
 // checkFlowLog checks the run log against the caps (those per key when

@@ -68,6 +68,13 @@ type Options struct {
 	// stops the server (fast shutdown) when this process exits, so a crashed test binary leaks no
 	// server.
 	Detach bool
+	// Settings are further server settings, as NAME=VALUE, given to the
+	// server on its command line (ssl=on, say).
+	Settings []string
+	// Files are written into the data directory before the server starts,
+	// by name, readable by the server's account only (mode 0600): a
+	// certificate and key for ssl_cert_file and ssl_key_file, say.
+	Files map[string][]byte
 }
 
 // Cluster is a running PostgreSQL server started, or reused, by Start. Its methods are safe for
@@ -80,6 +87,9 @@ type Cluster struct {
 	detach  bool
 	log     io.Writer
 	user    *serverUser
+	// settings and files are Options.Settings and Options.Files.
+	settings []string
+	files    map[string][]byte
 	// primary and slot are set on a standby (see StartStandby): the
 	// cluster it streams from and its replication slot there.
 	primary *Cluster
@@ -122,6 +132,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		detach:  opts.Detach,
 		log:     opts.Log,
 		user:    su,
+
+		settings: opts.Settings,
+		files:    opts.Files,
 	}
 
 	if pid, port, ok := readPostmasterPID(dataDir); ok && postgresAlive(pid) {
@@ -261,7 +274,7 @@ func (c *Cluster) prepareDataDir(ctx context.Context) error {
 		}
 	}
 	if _, err := os.Stat(filepath.Join(c.dataDir, "PG_VERSION")); err == nil {
-		return nil
+		return c.writeFiles()
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("pgcluster: inspect data directory: %w", err)
 	}
@@ -286,6 +299,23 @@ func (c *Cluster) prepareDataDir(ctx context.Context) error {
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("pgcluster: initdb in %s failed: %w\n%s", c.dataDir, err, tail(out.Bytes(), 4096))
+	}
+	return c.writeFiles()
+}
+
+// writeFiles writes Options.Files into the data directory, owned by the
+// server's account.
+func (c *Cluster) writeFiles() error {
+	for name, b := range c.files {
+		path := filepath.Join(c.dataDir, name)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return fmt.Errorf("pgcluster: write %s: %w", path, err)
+		}
+		if c.user != nil {
+			if err := os.Chown(path, int(c.user.uid), int(c.user.gid)); err != nil {
+				return fmt.Errorf("pgcluster: give %s to user %s: %w", path, c.user.name, err)
+			}
+		}
 	}
 	return nil
 }
@@ -315,6 +345,9 @@ func (c *Cluster) startServer(ctx context.Context) error {
 		// and one slot.
 		"-c", "max_wal_senders=40",
 		"-c", "max_replication_slots=40",
+	}
+	for _, kv := range c.settings {
+		args = append(args, "-c", kv)
 	}
 	if c.fast {
 		args = append(args,

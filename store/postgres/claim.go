@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/faultpoint"
 	"github.com/stinthq/stint/store"
 )
 
@@ -150,6 +151,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 	batch.Queue(claimSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds())
 	br := s.pool.SendBatch(ctx, batch)
 	defer br.Close()
+	faultpoint.Reach(faultpoint.PlainClaim)
 	if _, err := br.Exec(); err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
@@ -171,7 +173,9 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 }
 
 // claimTurnSQL waits for the claims of the behaviors $1 in flight on other
-// connections to commit: a transaction-scoped advisory lock per behavior,
+// connections to commit (the claim's whole transaction is one round trip,
+// so a node stopped after sending it holds no turn: the server runs it to
+// its commit): a transaction-scoped advisory lock per behavior,
 // taken in name order so that claims of overlapping behaviors never wait
 // on each other in a cycle. Claims that run side by side walk the same
 // first hints of the claim index, and each steps past the hints the others

@@ -79,6 +79,31 @@ const (
 	serverIdleInTransaction = 10_000
 )
 
+// holdIdleTimeout is how long a transaction of stint's that holds what
+// other nodes wait for (a claim's turn under flow control, a schedule's
+// row, a rate limit's row, the pause and hold lock, a migration's locks)
+// may idle between two of its statements before the server ends it,
+// whatever the session's idle_in_transaction_session_timeout: a node
+// frozen inside one (SIGSTOP, a paused VM, a stuck process) stalls the
+// others that long at most, and then loses its session. stint's own
+// transactions idle for milliseconds between statements.
+const holdIdleTimeout = 2 * time.Second
+
+// holdIdleSQL sets holdIdleTimeout on the transaction it runs in, as a
+// column of a SELECT of settings.
+var holdIdleSQL = fmt.Sprintf(`set_config('idle_in_transaction_session_timeout', '%d', true)`, holdIdleTimeout.Milliseconds())
+
+// holdingTx runs fn in a transaction whose first statement sets
+// holdIdleTimeout: a transaction that holds what other nodes wait for.
+func holdingTx(ctx context.Context, db *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT `+holdIdleSQL); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
 // serverSettings are the settings above, by name.
 var serverSettings = map[string]string{
 	"tcp_keepalives_idle":     fmt.Sprint(serverKeepAliveIdle),

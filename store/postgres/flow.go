@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/faultpoint"
 	"github.com/stinthq/stint/store"
 )
 
@@ -43,9 +44,10 @@ import (
 // plain claim, a claim under flow control commits only once its WAL is
 // flushed: were it lost in a crash, its runs would have started (their
 // side effects with them) while the budget and the slots they took went
-// back to others.
-const flowSettingsSQL = claimSettingsSQL + `, set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
-    set_config('synchronous_commit', 'on', true)`
+// back to others. It holds its behavior's turn across round trips, so it
+// bounds how long it may idle in between (see holdIdleSQL).
+var flowSettingsSQL = claimSettingsSQL + `, set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+    set_config('synchronous_commit', 'on', true), ` + holdIdleSQL
 
 // flowLockSQL takes the behavior $1's turn (see ClaimFlow) when it has a
 // hint due within the look-ahead $2, and returns a row then: a claim of a
@@ -96,6 +98,9 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 		defer func() { tight, capped = len(f.moves) > 0 || len(f.tried) > 0 || len(f.capKeys) > 0, f.capped() }()
 		if err := f.configure(ctx); err != nil {
 			return err
+		}
+		if !f.idle {
+			faultpoint.Reach(faultpoint.FlowClaim)
 		}
 		if f.limit <= 0 {
 			return nil

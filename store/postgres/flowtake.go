@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/stinthq/stint/internal/faultpoint"
 	"github.com/stinthq/stint/store"
 )
 
@@ -153,6 +154,9 @@ func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimR
 		return nil, err
 	}
 	held.LeaseDelay = f.leaseDelay()
+	if !f.idle {
+		faultpoint.Reach(faultpoint.FlowClaim)
+	}
 	if f.idle && len(out) > 0 {
 		// No hint was due when the turn was to be taken, so it was not;
 		// the claim found hints that became visible since, and without

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/faultpoint"
 	"github.com/stinthq/stint/store"
 )
 
@@ -18,14 +19,16 @@ import (
 // task as soon as the new rule does, and a lowered one holds back a key
 // that spent more than the new burst. The limit's row is locked, as claims
 // share-lock it, so no claim spends a key's budget under the old values
-// after the change.
+// after the change; claims wait for the change while it holds the row
+// (holdIdleTimeout bounds that for a stopped process).
 func (s *Store) SetRateLimit(ctx context.Context, l api.RateLimit) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := holdingTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var oldLim, oldPeriod int64
 		err := tx.QueryRow(ctx, `SELECT lim, period_us FROM stint_rate_limit WHERE name = $1 FOR UPDATE`, l.Name).Scan(&oldLim, &oldPeriod)
 		if err != nil && !isNoRows(err) {
 			return err
 		}
+		faultpoint.Reach(faultpoint.RateLimitSet)
 		period := l.Period.Microseconds()
 		if _, err := tx.Exec(ctx, `INSERT INTO stint_rate_limit (name, lim, period_us) VALUES ($1, $2, $3)
 			ON CONFLICT (name) DO UPDATE SET lim = excluded.lim, period_us = excluded.period_us, updated_at = now()`,
@@ -237,15 +240,14 @@ func uncapped(behavior string) string {
 // raised cap may free slots; see store.Limits. Once the cap is stored, it
 // takes and drops the behavior's advisory lock: the statements that
 // started tasks of the behavior without seeing the cap (see uncapped) have
-// committed when it returns.
+// committed when it returns. It does so in one statement, its transaction
+// implicit, so that no round trip to this process happens while it holds
+// the lock, which every claim of the behavior waits for or skips.
 func (s *Store) SetConcurrencyLimit(ctx context.Context, l api.ConcurrencyLimit) error {
 	if err := s.setConcurrencyLimit(ctx, l); err != nil {
 		return err
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1, 0))`, string(l.Behavior))
-		return err
-	})
+	_, err := s.pool.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1, 0))`, string(l.Behavior))
 	if err != nil {
 		return fmt.Errorf("set concurrency limit of %s %q: %w", l.Behavior, l.Key, err)
 	}

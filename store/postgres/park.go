@@ -23,14 +23,14 @@ const parkLock = `SELECT pg_advisory_xact_lock(hashtextextended('stint.park', 0)
 
 // changeParking runs change (a statement that pauses, resumes, holds or
 // releases) and then reparks the hints of behavior or key, in one
-// transaction under parkLock.
+// transaction under parkLock (and holdIdleTimeout).
 //
 // The repark is a statement of its own, after change: a statement that adds
 // a hint parked share-locks the pause or hold row it found, so that change
 // waits for that statement's transaction to commit, and the repark, which
 // reads a snapshot taken after change, sees the hint and unparks it.
 func (s *Store) changeParking(ctx context.Context, behavior string, key *string, change func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return holdingTx(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, parkLock); err != nil {
 			return err
 		}

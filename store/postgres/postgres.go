@@ -22,6 +22,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -148,7 +149,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	socks.guardConnConfig(&s.listenConfig.Config, false)
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("open store: connect: %w", err)
+		return nil, fmt.Errorf("open store: connect: %s%w", certificateHint(err), err)
 	}
 	if o.migrate {
 		if err := s.Migrate(ctx); err != nil {
@@ -294,3 +295,21 @@ func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(chann
 
 // isNoRows reports whether err means a query found no row.
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
+
+// certificateHint says, for a connection refused because the server's
+// certificate failed verification (sslmode verify-ca or verify-full),
+// what to check; "" for any other error.
+func certificateHint(err error) string {
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &unknown):
+		return "the server's certificate is not signed by a CA that sslrootcert (or, without it, the system) trusts: "
+	case errors.As(err, &host):
+		return "the server's certificate does not name the host of the URL (sslmode=verify-full): "
+	case errors.As(err, &invalid):
+		return "the server's certificate is not valid (expired, or not for a server): "
+	}
+	return ""
+}

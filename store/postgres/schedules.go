@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/faultpoint"
 	"github.com/stinthq/stint/store"
 )
 
@@ -77,10 +78,12 @@ func (s *Store) Schedules(ctx context.Context) ([]store.Schedule, time.Time, err
 // FireSchedule fires one tick of a schedule; see store.Store.
 func (s *Store) FireSchedule(ctx context.Context, name string, last *time.Time, tick time.Time, task *store.NewTask) (bool, error) {
 	fired := false
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := holdingTx(ctx, s.pool, func(tx pgx.Tx) error {
 		// A schedule locked by another node's firing is skipped, not
 		// waited for: that node may be stopped inside its transaction,
-		// and the schedules of every node would wait on it.
+		// and the schedules of every node would wait on it. The tick is
+		// fired by another node once the server ended that transaction
+		// (see holdIdleTimeout).
 		tag, err := tx.Exec(ctx, `
 			UPDATE stint_schedule s SET last_tick = $3
 			FROM (SELECT name FROM stint_schedule WHERE name = $1 AND last_tick IS NOT DISTINCT FROM $2
@@ -90,6 +93,7 @@ func (s *Store) FireSchedule(ctx context.Context, name string, last *time.Time, 
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
+		faultpoint.Reach(faultpoint.ScheduleFire)
 		if task != nil {
 			if _, _, err := submitOn(ctx, tx, []store.NewTask{*task}, "", false); err != nil {
 				return err
