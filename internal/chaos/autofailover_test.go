@@ -225,8 +225,14 @@ func TestPgAutoFailover(t *testing.T) {
 			c.firstFinishAfter(at).Round(time.Millisecond))
 		settled(t, ctx, f, 3*time.Minute)
 	}
+	// Every node resumes: the load goes on until each has finished a run
+	// since the last failover (a node still backing off may find the
+	// first hundred tasks taken by the others), or 3 minutes pass.
 	last := time.Now()
 	acks(100)
+	for deadline := time.Now().Add(3 * time.Minute); c.nodesFinishingAfter(last) < len(c.nodes) && time.Now().Before(deadline); {
+		acks(20)
+	}
 	close(stop)
 	wait := <-waited
 
