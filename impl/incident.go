@@ -33,7 +33,9 @@ const (
 	// a multi-host URL is a primary yet (a failover under way).
 	CauseRecovery = "recovery"
 	// CauseShutdown: the server ended the session (57P01, 57P02): a
-	// restart, a failover, or an operator.
+	// restart, a failover, or an operator; or ended a transaction left
+	// idle past its timeout (25P03), as it does to a node that froze
+	// while it held what others wait for.
 	CauseShutdown = "shutdown"
 	// CauseReadOnly: the server refuses writes (25006): a standby, or
 	// default_transaction_read_only turned on.
@@ -72,7 +74,7 @@ func classify(err error) string {
 			return CauseReadOnly
 		case pgErr.Code == "57P03" || strings.Contains(pgErr.Message, "recovery"):
 			return CauseRecovery
-		case pgErr.Code == "57P01" || pgErr.Code == "57P02":
+		case pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "25P03":
 			return CauseShutdown
 		case pgErr.Code == "53100":
 			return CauseDiskFull

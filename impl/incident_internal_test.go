@@ -33,6 +33,7 @@ func TestClassify(t *testing.T) {
 		{pg("57P03", "the database system is starting up"), CauseRecovery},
 		{pg("57P01", "terminating connection due to administrator command"), CauseShutdown},
 		{pg("57P02", "terminating connection because of crash of another server process"), CauseShutdown},
+		{pg("25P03", "terminating connection due to idle-in-transaction timeout"), CauseShutdown},
 		{pg("53100", "could not extend file: No space left on device"), CauseDiskFull},
 		{pg("53300", "sorry, too many clients already"), CauseConnections},
 		{pg("08006", "connection failure"), CauseUnreachable},
