@@ -152,21 +152,12 @@ diagram or Graphviz, each node labelled with its state.`,
 		if !slices.Contains(workflowFormats, format) {
 			return usageErrorf("--format %q: want text, json, mermaid or dot", format)
 		}
-		id := api.TaskID(args[0])
-		if err := spi.CheckTaskID("id", id); err != nil {
+		var w api.Workflow
+		if err := c.onWorkflow(ctx, db, args[0], func(client api.Workflows, id api.TaskID) (err error) {
+			w, err = client.GetWorkflow(ctx, id)
 			return err
-		}
-		client, closeClient, err := c.openClient(ctx, db)
-		if err != nil {
+		}); err != nil {
 			return err
-		}
-		defer closeClient()
-		w, err := client.GetWorkflow(ctx, id)
-		if errors.Is(err, api.ErrNotFound) {
-			return fmt.Errorf("workflow %s not found", id)
-		}
-		if err != nil {
-			return c.schemaHint(err)
 		}
 		for i := range w.Nodes {
 			c.reg.RedactTask(&w.Nodes[i].Task) // no password is ever printed
@@ -268,22 +259,34 @@ func (c *cli) newWorkflowActionCmd(verb, short, done string, act func(api.Workfl
 	db := addDBFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
-		id := api.TaskID(args[0])
-		if err := spi.CheckTaskID("id", id); err != nil {
-			return err
-		}
-		client, closeClient, err := c.openClient(ctx, db)
-		if err != nil {
-			return err
-		}
-		defer closeClient()
-		if err := act(client)(ctx, id); errors.Is(err, api.ErrNotFound) {
-			return fmt.Errorf("workflow %s not found", id)
-		} else if err != nil {
-			return c.schemaHint(err)
-		}
-		fmt.Fprintf(c.stdout, "workflow %s %s\n", id, done)
-		return nil
+		return c.onWorkflow(ctx, db, args[0], func(client api.Workflows, id api.TaskID) error {
+			if err := act(client)(ctx, id); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.stdout, "workflow %s %s\n", id, done)
+			return nil
+		})
 	}
 	return cmd
+}
+
+// onWorkflow checks the workflow id arg, opens a client on db and calls fn
+// with both: a workflow fn does not find is said to be missing, its other
+// errors get the schema's hint.
+func (c *cli) onWorkflow(ctx context.Context, db *dbFlag, arg string, fn func(api.Workflows, api.TaskID) error) error {
+	id := api.TaskID(arg)
+	if err := spi.CheckTaskID("id", id); err != nil {
+		return err
+	}
+	client, closeClient, err := c.openClient(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer closeClient()
+	if err := fn(client, id); errors.Is(err, api.ErrNotFound) {
+		return fmt.Errorf("workflow %s not found", id)
+	} else if err != nil {
+		return c.schemaHint(err)
+	}
+	return nil
 }

@@ -445,6 +445,24 @@ type WorkflowResult struct {
 // workflow was cancelled.
 type workflowRunner struct{}
 
+// tally sums a workflow's node counts into its state, its counts per
+// status and its skipped nodes.
+func tally(counts []store.WorkflowCount) WorkflowResult {
+	res := WorkflowResult{Counts: map[api.Status]int{}}
+	var codes codeCounts
+	allEnded := true
+	for _, c := range counts {
+		res.Counts[c.Status] += c.N
+		allEnded = allEnded && (c.Status == api.StatusSuccess || c.Status == api.StatusFailure)
+		if c.Status == api.StatusFailure {
+			codes.add(c.Code, c.N)
+		}
+	}
+	res.Skipped = codes.skipped
+	res.State = codes.state(allEnded, res.Counts[api.StatusFailure])
+	return res
+}
+
 // workflowParams are the params of a workflow's own task.
 type workflowParams struct {
 	// Finally names the workflow's finally node, if it has one: the
@@ -466,18 +484,7 @@ func (workflowRunner) Run(ctx context.Context, rc spi.RunContext, _ workflowPara
 	if err != nil {
 		return WorkflowResult{}, err
 	}
-	res := WorkflowResult{Counts: map[api.Status]int{}}
-	var codes codeCounts
-	allEnded := true
-	for _, c := range counts {
-		res.Counts[c.Status] += c.N
-		allEnded = allEnded && (c.Status == api.StatusSuccess || c.Status == api.StatusFailure)
-		if c.Status == api.StatusFailure {
-			codes.add(c.Code, c.N)
-		}
-	}
-	res.Skipped = codes.skipped
-	res.State = codes.state(allEnded, res.Counts[api.StatusFailure])
+	res := tally(counts)
 	switch res.State {
 	case api.WorkflowRunning:
 		return res, spi.Snooze(rc.(*runContext).s.cfg.PollInterval)

@@ -58,14 +58,5 @@ func (c *Client) endedState(ctx context.Context, id api.TaskID) (api.WorkflowSta
 	if err != nil {
 		return "", err
 	}
-	var codes codeCounts
-	allEnded, failed := true, 0
-	for _, n := range counts {
-		allEnded = allEnded && (n.Status == api.StatusSuccess || n.Status == api.StatusFailure)
-		if n.Status == api.StatusFailure {
-			failed += n.N
-			codes.add(n.Code, n.N)
-		}
-	}
-	return codes.state(allEnded, failed), nil
+	return tally(counts).State, nil
 }
