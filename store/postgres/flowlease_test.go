@@ -90,7 +90,9 @@ func TestFlowClaimSpendsRateAfterItsWait(t *testing.T) {
 		t.Run(fmt.Sprintf("per group %d", perGroup), func(t *testing.T) {
 			t.Parallel()
 			ctx, st := openT(t)
-			const behavior, period = "sem.rated", time.Second
+			// A unit frees every period/2: long enough that the second
+			// claim below comes before it on a busy machine.
+			const behavior, period = "sem.rated", 4 * time.Second
 			require.NoError(t, st.SetRateLimit(ctx, api.RateLimit{Name: "sem.rate", Limit: 2, Period: period}))
 			// A burst's worth: the claim tried at once takes them, where
 			// more would send it to the careful claim, which begins after

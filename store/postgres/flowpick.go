@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -45,10 +46,10 @@ ORDER BY c.priority, c.due
 LIMIT $3
 FOR UPDATE SKIP LOCKED`
 
-// flowKeysSQL locks the first $3 hints of each of up to $7 group keys
-// after $6 in key order: a skip scan of stint_due_key finds the keys with
-// hints, one index probe each, whatever their backlog.
-var flowKeysSQL = `
+// groupKeysCTE is k, the group keys of the behavior $1 with hints, after
+// $6 in key order: a skip scan of stint_due_key, one index probe per key,
+// whatever their backlog.
+const groupKeysCTE = `
 WITH RECURSIVE k(key) AS (
     (SELECT d.group_key FROM stint_due d
      WHERE NOT d.parked AND d.group_key IS NOT NULL AND d.behavior = $1 AND d.group_key > $6
@@ -59,13 +60,49 @@ WITH RECURSIVE k(key) AS (
             ORDER BY d.group_key LIMIT 1)
     FROM k WHERE k.key IS NOT NULL
 )
-SELECT x.* FROM (SELECT key FROM k WHERE key IS NOT NULL LIMIT $7) ks, LATERAL (
+`
+
+// flowKeysSQL locks the first $3 hints of each of up to $7 group keys
+// after $6 in key order: a skip scan of stint_due_key finds the keys with
+// hints, one index probe each, whatever their backlog.
+var flowKeysSQL = groupKeysCTE + `SELECT x.* FROM (SELECT key FROM k WHERE key IS NOT NULL LIMIT $7) ks, LATERAL (
     SELECT ` + flowCandidates + `
     FROM stint_due c
     WHERE c.group_key IS NOT NULL AND c.group_key = ks.key AND ` + flowFilter + `
     ORDER BY c.priority, c.due
     LIMIT $3
     FOR UPDATE SKIP LOCKED) x`
+
+// flowRoomSQL locks, for a behavior under a cap per group key, the hints
+// the caps may admit: the first hints of each of up to $7 group keys
+// after $6 in key order that are not at their cap ($4), as many as the
+// key's room ($8, a JSON object of rooms by key; $3 for a key not in it),
+// and the hints without a key among the first $9 in pickup order, all in
+// pickup order. The keys are found by a skip scan of stint_due_key, one
+// probe each, so that what a claim reads and locks is bounded by the
+// keys' rooms, not by the backlog of the keys at their cap, which a
+// window in pickup order walked through and locked, thousands of hints
+// to admit a few.
+var flowRoomSQL = groupKeysCTE + `SELECT x.ctid, x.id, x.key, x.task FROM (
+    SELECT y.* FROM (SELECT key FROM k WHERE key IS NOT NULL AND key <> ALL($4::text[]) LIMIT $7) ks, LATERAL (
+        SELECT c.priority, c.due, ` + flowCandidates + ` AS task
+        FROM stint_due c
+        WHERE c.group_key IS NOT NULL AND c.group_key = ks.key AND ` + flowFilter + `
+        ORDER BY c.priority, c.due
+        LIMIT coalesce(($8::jsonb ->> ks.key)::int, $3)
+        FOR UPDATE SKIP LOCKED) y
+  UNION ALL
+    SELECT n.* FROM (
+        SELECT c.priority, c.due, ` + flowCandidates + ` AS task
+        FROM stint_due c
+        WHERE c.ctid = ANY(ARRAY(
+                SELECT w.ctid FROM stint_due w
+                WHERE NOT w.parked AND w.behavior = $1 AND w.due <= ` + flowNow + ` + $2 * interval '1 microsecond'
+                ORDER BY w.priority, w.due LIMIT $9))
+          AND c.group_key IS NULL AND ` + flowFilter + `
+        FOR UPDATE SKIP LOCKED) n
+) x(priority, due, ctid, id, key, task)
+ORDER BY x.priority, x.due`
 
 // maxGroupRounds bounds the windows of hints one flow claim reads: each
 // round leaves out the keys the ones before found at their cap.
@@ -100,6 +137,9 @@ func (f *flowClaim) pick(ctx context.Context, s *Store) error {
 	if f.req.FairShare {
 		f.limit = min(f.limit, fairPerKey)
 	}
+	if !f.req.FairShare && f.req.PerGroup > 0 {
+		return f.pickRoom(ctx, s)
+	}
 	window := f.limit
 	if !f.req.FairShare && (f.req.PerGroup > 0 || len(f.keyMax) > 0) {
 		window = 4 * f.limit
@@ -126,16 +166,85 @@ func (f *flowClaim) pick(ctx context.Context, s *Store) error {
 	return nil
 }
 
+// noKeyWindow bounds how far in pickup order a claim of a behavior with a
+// cap per group key looks for tasks without a key: such a task overtakes
+// at most this many hints of keys at their cap. There is no index of the
+// hints without a key (it would cost every plain task an index entry), so
+// the look walks hints of any key.
+const noKeyWindow = 128
+
+// pickRoom is pick for a behavior with a cap per group key, without fair
+// share: one read of the hints the keys' rooms admit (flowRoomSQL), the
+// keys at their cap left out. When there are more keys with room than
+// the claim may take tasks, it reads the first keys after the last one
+// the behavior's claim read before, so that keys take turns; else from
+// the first key.
+func (f *flowClaim) pickRoom(ctx context.Context, s *Store) error {
+	rooms := map[string]int{}
+	full := []string{}
+	for k, n := range f.running {
+		if c := f.keyCap(k); c > 0 && n >= c {
+			full = append(full, k)
+		} else if c > 0 {
+			rooms[k] = c - n
+		}
+	}
+	for k, c := range f.keyMax {
+		if _, ok := f.running[k]; !ok {
+			rooms[k] = c
+		}
+	}
+	// A key at its cap holds back its tasks: the claim reports the cap
+	// full, so that the ends of its runs wake the claimers (the claim
+	// found a hint due, or it would not have taken its turn).
+	f.capKeys = full
+	room, _ := json.Marshal(rooms) // ints by string: cannot fail
+	cursor := ""
+	if c, ok := s.roomCursor.Load(f.behavior); ok {
+		cursor = c.(string)
+	}
+	look := f.req.LookAhead.Microseconds()
+	maxKeys := max(f.limit, 1)
+	var cands []flowCandidate
+	for {
+		read, err := f.scan(ctx, flowRoomSQL, f.behavior, look, f.req.PerGroup, full, f.seenOrEmpty(), cursor,
+			maxKeys, string(room), min(f.limit, noKeyWindow))
+		if err != nil {
+			return err
+		}
+		keys := map[string]bool{}
+		for _, c := range read {
+			if c.key != "" {
+				keys[c.key] = true
+			}
+		}
+		next := ""
+		if len(keys) >= maxKeys {
+			next = slices.Max(slices.Collect(maps.Keys(keys)))
+		}
+		s.roomCursor.Store(f.behavior, next)
+		cands = read
+		// The keys before the cursor are the next claim's, unless
+		// those after it had nothing: then from the first key.
+		if len(read) > 0 || cursor == "" {
+			break
+		}
+		cursor = ""
+	}
+	if err := f.lock(ctx, cands, true); err != nil {
+		return err
+	}
+	f.choose(cands, len(cands))
+	return nil
+}
+
 // read reads the next window of hints in pickup order; with fair share,
 // also the first hints of the group keys after the one served last (from
 // the first key again when they are fewer than fairKeys).
 func (f *flowClaim) read(ctx context.Context, fair bool, window int, s *Store) ([]flowCandidate, error) {
-	capped, seen := f.capKeys, f.seen
+	capped, seen := f.capKeys, f.seenOrEmpty()
 	if capped == nil {
 		capped = []string{}
-	}
-	if seen == nil {
-		seen = []pgtype.TID{}
 	}
 	look := f.req.LookAhead.Microseconds()
 	cands, err := f.scan(ctx, flowWindowSQL, f.behavior, look, window, capped, seen)
@@ -162,6 +271,15 @@ func (f *flowClaim) read(ctx context.Context, fair bool, window int, s *Store) (
 		cursor = ""
 	}
 	return cands, nil
+}
+
+// seenOrEmpty returns the hints read so far, never nil: a nil slice
+// would be sent as NULL, and no hint is unequal to all of NULL.
+func (f *flowClaim) seenOrEmpty() []pgtype.TID {
+	if f.seen == nil {
+		return []pgtype.TID{}
+	}
+	return f.seen
 }
 
 // scan runs a candidate query and records the hints it read as seen.

@@ -80,6 +80,8 @@ func hotStatements() []hotStatement {
 			args: []any{"bench.noop", int64(0), 4000, []string{"g1"}, hints[:10]}},
 		{name: "claim under flow control: keys in turn", sql: flowKeysSQL, settings: flowSettingsSQL,
 			args: []any{"bench.noop", int64(0), 64, []string{"g1"}, hints[:10], "g0", 32}},
+		{name: "claim under flow control: keys with room", sql: flowRoomSQL, settings: flowSettingsSQL,
+			args: []any{"bench.noop", int64(0), 4, []string{"g1"}, hints[:10], "g0", 1000, `{"g2": 1}`, 128}},
 		{name: "claim under flow control: running counts", sql: runningSQL, settings: flowSettingsSQL,
 			args: []any{"bench.noop", ids[:10], leases[:10]}},
 		{name: "claim under flow control: behaviors with due tasks", sql: dueBehaviorsSQL,

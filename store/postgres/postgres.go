@@ -52,6 +52,10 @@ type Store struct {
 	// fairCursor holds, per behavior, the group key a fair-share claim
 	// served last: the next one starts after it.
 	fairCursor sync.Map
+	// roomCursor holds, per behavior with a cap per group key, the last
+	// key a claim read when there were more keys with room than it could
+	// take: the next one starts after it (see pickRoom).
+	roomCursor sync.Map
 	// flowTight holds, per behavior, when a claim under flow control last
 	// found a limit binding: see flowLoose.
 	flowTight sync.Map

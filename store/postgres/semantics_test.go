@@ -261,15 +261,43 @@ func TestCappedGroupDoesNotStarveOthers(t *testing.T) {
 	require.Equal(t, "B", second[0].GroupKey)
 	require.Empty(t, claimT(t, ctx, st, 1, 1))
 
-	// Stale hints it passes are dropped: a task removed while A is capped
-	// leaves no hint behind.
+	// A claim reads no hint of a key at its cap, and drops the stale
+	// hints it reads of a key with room: a task removed or held while A
+	// is capped leaves no hint behind once A has room.
 	_, err := st.Remove(ctx, "a-05")
 	require.NoError(t, err)
 	require.NoError(t, st.Hold(ctx, "a-06"))
 	require.Empty(t, claimT(t, ctx, st, 5, 1))
+	require.Len(t, claimT(t, ctx, st, 5, 10), 5, "a-01 to a-04 and a-07: A's first tasks, B's after them")
 	var stale int
 	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM stint_due WHERE id IN ('a-05', 'a-06')`).Scan(&stale))
 	require.Zero(t, stale)
+}
+
+// A claim of a behavior with a cap per group key neither reads nor locks
+// the hints of a key at its cap: its work is bounded by the keys' rooms,
+// not by the backlog of the keys that cannot start anything. A claim that
+// walked the backlog in pickup order locked hundreds of A's hints below
+// (a row lock leaves its transaction in the row's xmax) to start one of B.
+func TestClaimLocksNoHintOfAKeyAtItsCap(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	var tasks []store.NewTask
+	for i := range 500 {
+		tasks = append(tasks, store.NewTask{ID: api.TaskID(fmt.Sprintf("a-%03d", i)), GroupKey: "A"})
+	}
+	submitT(t, ctx, st, tasks...)
+	submitT(t, ctx, st, store.NewTask{ID: "b-0", GroupKey: "B"}, store.NewTask{ID: "b-1", GroupKey: "B"})
+	first := claimT(t, ctx, st, 1, 1)
+	require.Len(t, first, 1)
+	require.Equal(t, "a-000", string(first[0].ID))
+	second := claimT(t, ctx, st, 100, 1)
+	require.Len(t, second, 1)
+	require.Equal(t, "b-0", string(second[0].ID))
+	var locked int
+	require.NoError(t, st.Pool().QueryRow(ctx,
+		`SELECT count(*) FROM stint_due WHERE group_key = 'A' AND xmax::text <> '0'`).Scan(&locked))
+	require.Zero(t, locked, "hints of A, at its cap, that the claim locked")
 }
 
 // A checkpoint of a running task sends a progress event carrying the
