@@ -197,15 +197,29 @@ type flowMove struct {
 func (f *flowClaim) configure(ctx context.Context) error {
 	b := &pgx.Batch{}
 	f.queueConfigure(b, true)
+	// A cap per group key needs the running counts whatever the caps set
+	// at runtime say: they are counted in the same round trip.
+	early := f.req.PerGroup > 0
+	if early {
+		ids, leases := leaseRefArrays(f.req.Returned)
+		b.Queue(runningSQL, f.behavior, ids, leases)
+	}
 	br := f.tx.SendBatch(ctx, b)
 	defer br.Close()
 	if err := f.readConfigure(br); err != nil {
 		return err
 	}
+	if early {
+		byKey, total, err := readRunning(br.Query())
+		if err != nil {
+			return err
+		}
+		f.counted(byKey, total)
+	}
 	if err := br.Close(); err != nil {
 		return err
 	}
-	if f.needsCount() {
+	if !early && f.needsCount() {
 		return f.count(ctx)
 	}
 	return nil
@@ -285,11 +299,17 @@ func (f *flowClaim) count(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	f.counted(byKey, total)
+	return nil
+}
+
+// counted records the running tasks by key and brings the limit within
+// the cluster cap.
+func (f *flowClaim) counted(byKey map[string]int, total int) {
 	f.running = byKey
 	if f.cluster > 0 && f.cluster-total < f.limit {
 		f.limit, f.full = f.cluster-total, true
 	}
-	return nil
 }
 
 // capped reports whether a cap across nodes held tasks back: the cluster

@@ -92,14 +92,13 @@ var flowRoomSQL = groupKeysCTE + `SELECT x.ctid, x.id, x.key, x.task FROM (
         LIMIT coalesce(($8::jsonb ->> ks.key)::int, $3)
         FOR UPDATE SKIP LOCKED) y
   UNION ALL
-    SELECT n.* FROM (
+    SELECT n.* FROM unnest(ARRAY(SELECT f.ctid FROM (
+            SELECT w.ctid, w.group_key FROM stint_due w
+            WHERE NOT w.parked AND w.behavior = $1 AND w.due <= ` + flowNow + ` + $2 * interval '1 microsecond'
+            ORDER BY w.priority, w.due LIMIT $9) f WHERE f.group_key IS NULL)) AS w(ctid), LATERAL (
         SELECT c.priority, c.due, ` + flowCandidates + ` AS task
         FROM stint_due c
-        WHERE c.ctid = ANY(ARRAY(
-                SELECT w.ctid FROM stint_due w
-                WHERE NOT w.parked AND w.behavior = $1 AND w.due <= ` + flowNow + ` + $2 * interval '1 microsecond'
-                ORDER BY w.priority, w.due LIMIT $9))
-          AND c.group_key IS NULL AND ` + flowFilter + `
+        WHERE c.ctid = w.ctid AND c.group_key IS NULL AND ` + flowFilter + `
         FOR UPDATE SKIP LOCKED) n
 ) x(priority, due, ctid, id, key, task)
 ORDER BY x.priority, x.due`
@@ -171,7 +170,7 @@ func (f *flowClaim) pick(ctx context.Context, s *Store) error {
 // at most this many hints of keys at their cap. There is no index of the
 // hints without a key (it would cost every plain task an index entry), so
 // the look walks hints of any key.
-const noKeyWindow = 128
+const noKeyWindow = 256
 
 // pickRoom is pick for a behavior with a cap per group key, without fair
 // share: one read of the hints the keys' rooms admit (flowRoomSQL), the

@@ -305,7 +305,11 @@ GROUP BY 1`
 // total is returned apart.
 func runningOf(ctx context.Context, q querier, behavior string, returned []store.LeaseRef) (map[string]int, int, error) {
 	ids, leases := leaseRefArrays(returned)
-	rows, err := q.Query(ctx, runningSQL, behavior, ids, leases)
+	return readRunning(q.Query(ctx, runningSQL, behavior, ids, leases))
+}
+
+// readRunning reads runningSQL's rows: the counts by key and their total.
+func readRunning(rows pgx.Rows, err error) (map[string]int, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
