@@ -127,6 +127,7 @@ func registry(pool *pgxpool.Pool, node string) *spi.Registry {
 	spi.MustRegister[FlowParams, struct{}](reg, limited{pool: pool, node: node})
 	spi.MustRegister[FlowParams, struct{}](reg, loose{limited{pool: pool, node: node}})
 	spi.MustRegister[WorkParams, string](reg, locked{pool: pool})
+	spi.MustRegister[WorkParams, string](reg, wfNode{work{pool: pool, node: node}})
 	return reg
 }
 
