@@ -4,8 +4,8 @@
 // terminated backends, a transaction pinning xmin), and a checker that
 // classifies every task in Jepsen's terms: ok, lost, duplicated,
 // recovered. Workflows run under SIGKILL, SIGSTOP and a PostgreSQL
-restart at once (workflow_test.go): each node's effect exactly once and
-after its dependencies'. The database incidents (incidents_test.go) add a failover
+// restart at once (workflow_test.go): each node's effect exactly once and
+// after its dependencies'. The database incidents (incidents_test.go) add a failover
 // to a promoted synchronous standby, a server in recovery, a silent
 // network loss (the proxy blackholes traffic, then forgets the
 // connections it held), writes refused, a full disk (disk_test.go) and a
