@@ -153,6 +153,10 @@ func TestWorkflowNodeWaitsOnItsDependencies(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, api.WorkflowRunning, w.State)
 	require.Equal(t, map[api.Status]int{api.StatusScheduled: 2, api.StatusWaiting: 1}, w.Counts)
+	node, ok := w.Node("c")
+	require.True(t, ok)
+	require.Equal(t, task.Waiting, node.Task.Waiting, "the workflow's node waits as the task does")
+	require.Equal(t, []string{"a", "b"}, node.DependsOn)
 
 	require.NoError(t, c.CancelWorkflow(e.ctx, sub.ID))
 	w, err = c.GetWorkflow(e.ctx, sub.ID)

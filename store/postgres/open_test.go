@@ -38,12 +38,13 @@ func TestSessionsSetTheServersTimeouts(t *testing.T) {
 	for _, tc := range []struct{ dsn, count string }{{dsn, "3"}, {u.String(), "7"}} {
 		st, err := postgres.Open(ctx, tc.dsn)
 		require.NoError(t, err)
-		var idle, interval, count, user, idleTx string
+		var idle, interval, count, user, idleTx, jit string
 		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT current_setting('tcp_keepalives_idle'),
 			current_setting('tcp_keepalives_interval'), current_setting('tcp_keepalives_count'),
-			current_setting('tcp_user_timeout'), current_setting('idle_in_transaction_session_timeout')`).Scan(&idle, &interval, &count, &user, &idleTx))
+			current_setting('tcp_user_timeout'), current_setting('idle_in_transaction_session_timeout'),
+			current_setting('jit')`).Scan(&idle, &interval, &count, &user, &idleTx, &jit))
 		st.Close()
-		require.Equal(t, []string{"10", "5", tc.count, "30000", "10s"}, []string{idle, interval, count, user, idleTx})
+		require.Equal(t, []string{"10", "5", tc.count, "30000", "10s", "off"}, []string{idle, interval, count, user, idleTx, jit})
 	}
 	// A timeout the database sets wins.
 	st, err := postgres.Open(ctx, dsn)

@@ -14,13 +14,22 @@ import (
 )
 
 // taskColumns is the column list scanned by scanTask.
-var taskColumns = `id, behavior, status, priority, params, result, error, progress,
+var taskColumns = taskColumnsBase + `
+	    WHEN status = 'waiting' AND workflow_node IS NOT NULL THEN ` + waitingOnDependencies + ` END`
+
+// nodeColumns are taskColumns for the nodes of one workflow read together:
+// what a waiting node waits on is left NULL, for the reader to fill in
+// from the other nodes' states (see WorkflowNodes) rather than by a query
+// per node.
+var nodeColumns = taskColumnsBase + ` END`
+
+// taskColumnsBase is taskColumns up to its last CASE, which it leaves open.
+var taskColumnsBase = `id, behavior, status, priority, params, result, error, progress,
 	` + leaseExpiry("schedule_not_before") + `, ` + leaseExpiry("lost_not_before") + `,
 	lease, coalesce(node, ''), attempt, errors, resubmit,
 	coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''),
 	created_at, updated_at, executed_at, finished_at, awaited, children_pending, coalesce(retention_us, 0),
-	CASE WHEN status IN ` + waitingStatuses + ` AND schedule_not_before IS NOT NULL THEN waiting
-	    WHEN status = 'waiting' AND workflow_node IS NOT NULL THEN ` + waitingOnDependencies + ` END`
+	CASE WHEN status IN ` + waitingStatuses + ` AND schedule_not_before IS NOT NULL THEN waiting`
 
 // waitingOnDependencies is the api.Wait of a waiting workflow node of
 // stint_task: the names of its dependencies that have not ended.
