@@ -13,7 +13,7 @@ import (
 )
 
 // TestAFullBehaviorIsClaimedAgainWhenARunEnds runs a backlog of a behavior
-// capped per node, on a server whose poll comes once a minute and which no
+// capped per node, per group key or across the cluster, on a server whose poll comes once a minute and which no
 // submit notifies (the tasks are stored before it starts): once its runs
 // fill the cap, only the end of one of them can lead to the next claim. A
 // claim loop that waits for its poll runs one cap's worth and stops. The
@@ -24,6 +24,8 @@ func TestAFullBehaviorIsClaimedAgainWhenARunEnds(t *testing.T) {
 	cases := map[string]spi.Policy{
 		"max concurrency":               {MaxConcurrency: 4},
 		"max concurrency, flow control": {MaxConcurrency: 4, GroupConcurrency: 100},
+		"group keys at their cap":       {GroupConcurrency: 2},
+		"cluster cap":                   {ClusterConcurrency: 3},
 	}
 	for name, policy := range cases {
 		t.Run(name, func(t *testing.T) {
