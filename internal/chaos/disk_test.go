@@ -46,8 +46,23 @@ func mountSmallDisk(t *testing.T, dataDir string) string {
 		t.Skipf("mount a tmpfs (mount -t tmpfs -o %s tmpfs DIR) is not permitted here: %v", opts, err)
 	}
 	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
+		// The server's processes may hold files of the dropped tablespace
+		// open for a while (each closes them when it next handles the
+		// drop's barrier): a busy file system is detached instead, and
+		// goes once the last of them is closed.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := syscall.Unmount(dir, 0)
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+				if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+					t.Errorf("unmount %s: %v", dir, err)
+				}
+				return
+			}
+			time.Sleep(100 * time.Millisecond) // waiting for the server to close the files, bounded by the deadline
 		}
 	})
 	return dir
