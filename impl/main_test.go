@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,7 +70,39 @@ type WorkParams struct {
 	// Recur makes the task run again after success until it ran this many
 	// times.
 	Recur int `json:"recur,omitempty"`
+	// Gate makes every run wait, once recorded, until the gate of this
+	// name is opened (openGate): for tests that act while a run is under
+	// way, however slow the machine. Runs in this process only.
+	Gate string `json:"gate,omitempty"`
 }
+
+// gates are the gates of test.work runs (WorkParams.Gate), by name.
+var gates = struct {
+	sync.Mutex
+	m map[string]chan struct{}
+}{m: map[string]chan struct{}{}}
+
+// newGate returns the name of a new gate, closed until openGate. The name
+// is t's and a number: a test run again (-count) gets a gate of its own.
+func newGate(t *testing.T) string {
+	gates.Lock()
+	defer gates.Unlock()
+	name := fmt.Sprintf("%s#%d", t.Name(), len(gates.m))
+	gates.m[name] = make(chan struct{})
+	return name
+}
+
+// gate returns the gate called name; nil, which never opens, if there is
+// none.
+func gate(name string) chan struct{} {
+	gates.Lock()
+	defer gates.Unlock()
+	return gates.m[name]
+}
+
+// openGate opens the gate called name: the runs that wait for it go on,
+// and later ones do not wait.
+func openGate(name string) { close(gate(name)) }
 
 // WorkResult is the result of test.work.
 type WorkResult struct {
@@ -105,6 +138,13 @@ func (w *work) Run(ctx context.Context, rc spi.RunContext, p WorkParams) (WorkRe
 	if _, err := w.pool.Exec(ctx, `INSERT INTO test_run (task_id, attempt, node) VALUES ($1, $2, $3)`,
 		string(rc.TaskID()), rc.Attempt(), w.node); err != nil {
 		return WorkResult{}, err
+	}
+	if p.Gate != "" {
+		select {
+		case <-ctx.Done():
+			return WorkResult{}, context.Cause(ctx)
+		case <-gate(p.Gate):
+		}
 	}
 	if p.BlockFirst && rc.Attempt() == 1 {
 		<-ctx.Done()

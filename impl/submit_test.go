@@ -44,7 +44,11 @@ func TestSubmitExistingID(t *testing.T) {
 		t.Parallel()
 		e := setup(t)
 		srv := e.server("node", 5*time.Second)
-		sub, err := srv.Submit(e.ctx, workReq(workKind, WorkParams{Key: "r", SleepMS: 300}))
+		// The run waits at the gate until the second submit is checked: a
+		// run that slept for a while instead was over, on a busy machine,
+		// before the second submit came.
+		gt := newGate(t)
+		sub, err := srv.Submit(e.ctx, workReq(workKind, WorkParams{Key: "r", Gate: gt}))
 		require.NoError(t, err)
 		waitFor(t, 10*time.Second, "the run to start", func() bool { return e.count(`SELECT count(*) FROM test_run`) == 1 })
 		again, err := srv.Submit(e.ctx, workReq(workKind, WorkParams{Key: "r", SleepMS: 1}))
@@ -54,8 +58,9 @@ func TestSubmitExistingID(t *testing.T) {
 		task, err := srv.Get(e.ctx, sub.ID)
 		require.NoError(t, err)
 		require.True(t, task.Resubmit)
-		require.JSONEq(t, `{"key":"r","sleep_ms":300}`, string(task.Params), "a running task's params are kept")
+		require.JSONEq(t, `{"key":"r","gate":"`+gt+`"}`, string(task.Params), "a running task's params are kept")
 
+		openGate(gt)
 		task, err = srv.Await(e.ctx, sub.ID)
 		require.NoError(t, err)
 		require.Equal(t, api.StatusSuccess, task.Status)

@@ -58,7 +58,7 @@ func TestKilledNodeMidBatchLosesAndDuplicatesNothing(t *testing.T) {
 	t.Logf("takeover %s after the kill", time.Since(killed).Round(time.Millisecond))
 	time.Sleep(time.Second) // the source keeps changing under the new node (not synchronization)
 	w.halt(t)
-	waitFor(t, time.Minute, "the target to catch up", func() bool { return e.equal("items", "", "items") })
+	waitFor(t, time.Minute, "the target to catch up", func() bool { return e.caughtUp(srv, f.ID(), "items", "", "items") })
 	close(stop)
 	n := <-seen
 	e.requireEqual("items", "", "items")

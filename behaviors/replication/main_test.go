@@ -44,7 +44,13 @@ func TestMain(m *testing.M) {
 }
 
 // testConfig is the replication configuration of the tests: short
-// intervals, a 1-second lease.
+// intervals, and a lease long enough that a loaded machine does not lose
+// it. A node renews a lease once a third of it passed and must be
+// answered before it runs out: a 1-second lease left two thirds of a
+// second, which a busy machine's renewals exceeded, and the run was
+// cancelled and its task taken over (an extra attempt, and a replication
+// that starts over its set-up). Tests that want a quick takeover set a
+// shorter lease on the node they kill.
 func testConfig(db *pgxpool.Pool) Config {
 	return Config{
 		DB:                 db,
@@ -54,7 +60,7 @@ func testConfig(db *pgxpool.Pool) Config {
 		MinBackoff:         200 * time.Millisecond,
 		MaxBackoff:         1600 * time.Millisecond,
 		HealthThreshold:    time.Second,
-		Lease:              time.Second,
+		Lease:              20 * time.Second,
 		ConnectTimeout:     2 * time.Second,
 	}
 }
@@ -65,6 +71,11 @@ func testConfig(db *pgxpool.Pool) Config {
 func runChildNode() {
 	childtest.Serve(os.Getenv(envChildDSN), func(st *postgres.Store) (*impl.Server, error) {
 		cfg := testConfig(st.Pool())
+		// The survivor takes the task over once this lease ran out
+		// after the kill. Five seconds leave a renewal more than three
+		// of them before it runs out: a loaded machine does not lose it
+		// before the kill (a takeover of its own, an extra attempt).
+		cfg.Lease = 5 * time.Second
 		blockAt, _ := strconv.Atoi(os.Getenv(envChildBlockAt))
 		var once sync.Once
 		cfg.hook = func(ctx context.Context, event string, _ api.TaskID, n int64) {
@@ -213,6 +224,23 @@ func (e *env) equal(srcTable, where, dstTable string) bool {
 	n1, d1 := digest(e.ctx, e.t, e.src, srcTable, where)
 	n2, d2 := digest(e.ctx, e.t, e.dst, dstTable, "")
 	return n1 == n2 && d1 == d2
+}
+
+// caughtUp reports whether the target's dstTable holds exactly the live
+// rows of the source's srcTable (matching where), once the last checkpoint
+// of the replication task id reached the source's head. The digests read
+// whole tables, which on a loaded machine takes long enough to slow the
+// replication a wait polls for; the checkpoint and the head are read
+// through indexes, so the digests are only compared once the replication
+// says it caught up.
+func (e *env) caughtUp(tasks api.Tasks, id api.TaskID, srcTable, where, dstTable string) bool {
+	e.t.Helper()
+	var head int64
+	require.NoError(e.t, e.src.QueryRow(e.ctx, `SELECT coalesce(max(chg), 0) FROM `+pgx.Identifier{srcTable}.Sanitize()).Scan(&head))
+	if _, p := progress(e.t, e.ctx, tasks, id); p.Seq < head {
+		return false
+	}
+	return e.equal(srcTable, where, dstTable)
 }
 
 // requireEqual fails unless the target's dstTable holds exactly the live

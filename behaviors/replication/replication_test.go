@@ -75,7 +75,7 @@ func TestContinuousFollowsTheSourceWithFilterAndTombstones(t *testing.T) {
 	time.Sleep(2 * time.Second) // let the writer change the source for a while (not synchronization)
 	w.halt(t)
 	waitFor(t, time.Minute, "the targets to catch up", func() bool {
-		return e.equal("items", "", "items") && e.equal("items", "region = 'eu'", "items_eu")
+		return e.caughtUp(srv, fAll.ID(), "items", "", "items") && e.caughtUp(srv, fEU.ID(), "items", "region = 'eu'", "items_eu")
 	})
 	close(stop)
 	t.Logf("writer: %s; distinct checkpoints seen: all %d, eu %d", w, <-seenAll, <-seenEU)

@@ -17,8 +17,13 @@ import (
 // claimAfterWait runs a claim of req under flow control while another
 // transaction holds the turn of its behavior, as another claimer does
 // while it claims, and gives the turn up once the claim has waited for it
-// and at least wait has passed. It returns what the claim returned and
-// the database's time just before the turn was given up.
+// for at least wait, by the database's clock from when its wait began
+// (pg_locks.waitstart). The wait looked at is one in this test's
+// database, the cluster being shared by parallel tests that wait for
+// turns too; and it is the claim's own, not the time since this function
+// started it, since the claim's goroutine, connection and transaction may
+// start long after that on a busy machine. It returns what the claim
+// returned and the database's time just before the turn was given up.
 func claimAfterWait(t *testing.T, ctx context.Context, st *postgres.Store, req store.ClaimRequest, wait time.Duration) ([]store.Claimed, store.FlowHeld, time.Time) {
 	t.Helper()
 	holder, err := st.Pool().Begin(ctx)
@@ -26,7 +31,6 @@ func claimAfterWait(t *testing.T, ctx context.Context, st *postgres.Store, req s
 	t.Cleanup(func() { _ = holder.Rollback(context.Background()) })
 	_, err = holder.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('stint.cap:' || $1::text, 0))`, string(req.Behaviors[0].Behavior))
 	require.NoError(t, err)
-	begun := time.Now()
 	type result struct {
 		claimed []store.Claimed
 		held    store.FlowHeld
@@ -38,9 +42,11 @@ func claimAfterWait(t *testing.T, ctx context.Context, st *postgres.Store, req s
 		done <- result{claimed, held, err}
 	}()
 	require.Eventually(t, func() bool {
-		var waiting bool
-		err := st.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting)
-		return err == nil && waiting && time.Since(begun) > wait
+		var waited bool
+		err := st.Pool().QueryRow(ctx, `SELECT coalesce(clock_timestamp() - min(waitstart) > $1, false)
+			FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, wait).Scan(&waited)
+		return err == nil && waited
 	}, time.Minute, 10*time.Millisecond)
 	var released time.Time
 	require.NoError(t, holder.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&released))
