@@ -33,7 +33,10 @@ import (
 	"github.com/stinthq/stint/store/postgres"
 )
 
-var long = flag.Bool("chaos.long", false, "run longer workloads and faults")
+var (
+	long     = flag.Bool("chaos.long", false, "run longer workloads and faults")
+	keepLogs = flag.String("chaos.logs", "", "keep the node processes' logs under this directory, a subdirectory per test")
+)
 
 // Environment of a node process.
 const (
@@ -211,6 +214,10 @@ func newClusterAt(t *testing.T, dsn string) *cluster {
 	t.Cleanup(client.Close)
 	c := &cluster{t: t, ctx: ctx, dsn: dsn, pool: st.Pool(), client: client}
 	logs := t.TempDir()
+	if *keepLogs != "" {
+		logs = filepath.Join(*keepLogs, strings.ReplaceAll(t.Name(), "/", "_"))
+		require.NoError(t, os.MkdirAll(logs, 0o755))
+	}
 	for i := range 3 {
 		name := fmt.Sprint("node-", i)
 		c.nodes = append(c.nodes, &node{name: name, dsn: dsn, log: filepath.Join(logs, name+".log")})
