@@ -245,12 +245,12 @@ func (s *Server) expireRuns(now time.Time) {
 	}
 }
 
-// unclaim gives tasks back, due at once. On failure their leases expire
-// and a takeover finds them.
+// unclaim gives tasks back, due at once behind the tasks that wait. On
+// failure their leases expire and a takeover finds them.
 func (s *Server) unclaim(refs []store.LeaseRef) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.st.Unclaim(ctx, refs); err != nil {
+	if err := s.st.Unclaim(ctx, refs, true); err != nil {
 		s.log.Warn("stint: unclaim failed; the tasks are taken over after their lease", "tasks", len(refs), "err", err)
 	}
 }

@@ -113,7 +113,7 @@ func (s *Server) startRuns(claimed []store.Claimed, sent time.Time) {
 		}
 		s.log.Warn("stint: claimed tasks arrived after their leases ran out (this node or the database stalled); they are given back unrun",
 			"tasks", len(stale), "late", now.Sub(sent).Round(time.Millisecond))
-		s.giveBack(stale...)
+		s.giveBack(false, stale...)
 		runs = live
 	}
 	s.queueRuns(runs)
@@ -228,7 +228,7 @@ func (s *Server) execute(r *run) {
 	// given back instead, due at once.
 	if r.tooLate(time.Now()) {
 		r.cancel(errLeaseExpired)
-		s.giveBack(r)
+		s.giveBack(false, r)
 		return
 	}
 	var out spi.Outcome
@@ -245,10 +245,23 @@ func (s *Server) execute(r *run) {
 				&r.rc, r.claimed.Errors)
 		}
 	}
-	if cause := context.Cause(r.ctx); errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) || errors.Is(cause, spi.ErrInactive) {
+	// A run the node stopped (a graceful stop, a rotation, inactivity)
+	// records nothing: its task is given back. So is a run that failed
+	// after its node cut it off because its lease could not be renewed in
+	// time (a slow or unreachable database): the failure is the cut's,
+	// not the task's, and must neither count as an attempt nor put the
+	// task behind a backoff and every task that became due since. A
+	// result it returned all the same is recorded, fenced by the lease as
+	// ever: the work was done.
+	cause := context.Cause(r.ctx)
+	cut := errors.Is(cause, errLeaseExpired) && out.Err != nil
+	if cut || errors.Is(cause, errStopping) || errors.Is(cause, spi.ErrPreempted) || errors.Is(cause, spi.ErrInactive) {
 		span.SetAttributes(attribute.String("stint.released", cause.Error()))
 		span.End()
-		s.giveBack(r)
+		// A rotation's stop goes behind the tasks that wait, as does a
+		// run without activity (it may hang again); the others keep
+		// their place.
+		s.giveBack(errors.Is(cause, spi.ErrPreempted) || errors.Is(cause, spi.ErrInactive), r)
 		return
 	}
 	c := store.Completion{LeaseRef: r.claimed.LeaseRef, Again: out.Again, Delay: out.Delay,
@@ -268,15 +281,17 @@ func (s *Server) execute(r *run) {
 }
 
 // giveBack ends runs without recording an end: their tasks are given back
-// under their leases, due at once, and their slots are freed.
-func (s *Server) giveBack(runs ...*run) {
+// under their leases, due at once (in their place in the queue, or behind
+// the tasks that wait: see store.Store.Unclaim), and their slots are
+// freed.
+func (s *Server) giveBack(behind bool, runs ...*run) {
 	refs := make([]store.LeaseRef, len(runs))
 	for i, r := range runs {
 		refs[i] = r.claimed.LeaseRef
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := s.st.Unclaim(ctx, refs)
+	err := s.st.Unclaim(ctx, refs, behind)
 	if err != nil && !s.inc.failed("unclaim", err) {
 		s.log.Warn("stint: unclaim failed; the tasks are taken over after their lease", "tasks", len(refs), "first", refs[0].ID, "err", err)
 	}

@@ -12,7 +12,11 @@
 // Each migration runs in its own transaction together with the row that
 // records it in stint_migration, and each such transaction holds a
 // transaction-scoped advisory lock, so any number of nodes may start at
-// once and the schema is migrated exactly once.
+// once and the schema is migrated exactly once. A migration whose
+// statement waits for a table lock that another transaction holds gives
+// up its place in the lock queue after a few seconds and is tried again,
+// so that a deploy behind a long transaction does not stall every
+// statement on that table until it ends.
 package migrations
 
 import (
@@ -29,6 +33,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stinthq/stint/internal/faultpoint"
 )
@@ -235,19 +240,60 @@ func apply(ctx context.Context, tx pgx.Tx, body, record string, args ...any) err
 // statements may run as long as they need.
 const lockIdleTimeout = 2 * time.Second
 
+// lockWait is how long a migration's statement waits for a table lock
+// (its lock_timeout) before its transaction gives up, to be tried again
+// after lockRetry: a migration's ALTER TABLE queued behind a long
+// transaction (a report, a behavior's own) would otherwise make every
+// statement of every node on that table queue behind it for as long as
+// that transaction lasts. Waiting for another migrator's advisory lock is
+// not bounded: its migration may take as long as it needs.
+const lockWait = 2 * time.Second
+
+// lockNotAvailable is the SQLSTATE of a statement that waited its
+// lock_timeout.
+const lockNotAvailable = "55P03"
+
+// lockRetry bounds the backoff between a migration's tries when its locks
+// were not free; it starts at a tenth of a second and doubles.
+const lockRetry = 5 * time.Second
+
 // locked runs fn in a transaction that holds the migration advisory lock,
 // with the applied migrations read under that lock. The lock is the
 // transaction's, never the session's: a migrator stopped between two
-// transactions holds nothing.
+// transactions holds nothing. A transaction whose statement waited
+// lockWait for a table lock is rolled back and tried again, until ctx
+// ends.
 func locked(ctx context.Context, conn *pgx.Conn, fn func(tx pgx.Tx, applied map[key]time.Time, all []Migration) error) error {
 	all, err := All()
 	if err != nil {
 		return err
 	}
+	backoff := 100 * time.Millisecond
+	for {
+		err := lockedOnce(ctx, conn, all, fn)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != lockNotAvailable {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up: %w)", err, context.Cause(ctx))
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, lockRetry)
+	}
+}
+
+// lockedOnce is one try of locked.
+func lockedOnce(ctx context.Context, conn *pgx.Conn, all []Migration, fn func(tx pgx.Tx, applied map[key]time.Time, all []Migration) error) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true), pg_advisory_xact_lock($2)`,
 			fmt.Sprint(lockIdleTimeout.Milliseconds()), int64(lockKey)); err != nil {
 			return fmt.Errorf("take migration lock: %w", err)
+		}
+		// Only now: the wait for another migrator is not bounded.
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, fmt.Sprint(lockWait.Milliseconds())); err != nil {
+			return fmt.Errorf("set the migration's lock_timeout: %w", err)
 		}
 		if err := prepareBookkeeping(ctx, tx); err != nil {
 			return err

@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -154,5 +155,72 @@ func TestHotPathArraysUseLZ4(t *testing.T) {
 		require.NoError(t, conn.QueryRow(ctx, `SELECT attcompression::text FROM pg_attribute
 			WHERE attrelid = $1::regclass AND attname = $2`, c.table, c.column).Scan(&method))
 		require.Equal(t, "l", method, "%s.%s is not compressed with lz4", c.table, c.column)
+	}
+}
+
+// TestAMigrationBlockedByALockStallsNoOne checks that a migration whose
+// ALTER TABLE waits for a lock that a long transaction holds gives up its
+// place in the lock queue within the lock wait, so that the statements of
+// others on that table (which queue behind it) go on, and that it is
+// applied once the transaction ended.
+func TestAMigrationBlockedByALockStallsNoOne(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dsn := pgtest.New(t)
+	connect := func() *pgx.Conn {
+		conn, err := pgx.Connect(ctx, dsn)
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		return conn
+	}
+	migrator, blocker, other := connect(), connect(), connect()
+	// Revert down to the core line's 0023, whose first statement alters
+	// stint_task.
+	for {
+		list, err := migrations.List(ctx, migrator)
+		require.NoError(t, err)
+		i := slices.IndexFunc(list, func(s migrations.Status) bool {
+			return s.Line == migrations.CoreLine && s.Version == 23
+		})
+		require.GreaterOrEqual(t, i, 0)
+		if list[i].AppliedAt.IsZero() {
+			break
+		}
+		require.NoError(t, migrations.Down(ctx, migrator))
+	}
+	// A long transaction reads stint_task.
+	tx, err := blocker.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(ctx, `SELECT count(*) FROM stint_task`)
+	require.NoError(t, err)
+
+	migrated := make(chan error, 1)
+	go func() { migrated <- migrations.Up(ctx, migrator) }()
+	// Once the migration waits for its lock, another session's read of
+	// the table queues behind it, and must get through while the long
+	// transaction still runs.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := other.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+			WHERE relation = 'stint_task'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted)`).Scan(&waiting)
+		return err == nil && waiting
+	}, 30*time.Second, 10*time.Millisecond, "the migration should wait for the long transaction's lock")
+	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer rcancel()
+	_, err = other.Exec(rctx, `SELECT count(*) FROM stint_task`)
+	require.NoError(t, err, "a read of the table stayed queued behind the migration for as long as the long transaction ran")
+	select {
+	case err := <-migrated:
+		require.Failf(t, "the migration ended while the lock was held", "err: %v", err)
+	default:
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-migrated)
+	list, err := migrations.List(ctx, migrator)
+	require.NoError(t, err)
+	for _, s := range list {
+		require.False(t, s.AppliedAt.IsZero(), "%s applied", s.Migration)
 	}
 }

@@ -263,8 +263,12 @@ type Store interface {
 	// or a retry).
 	SetPriority(ctx context.Context, r LeaseRef, priority int) error
 	// Unclaim gives running tasks back, due at once, without counting the
-	// attempt (a graceful stop).
-	Unclaim(ctx context.Context, refs []LeaseRef) error
+	// attempt (a graceful stop, a run its node cut off). A task given back
+	// keeps its place in the queue: it is due when it was due as claimed,
+	// as after a takeover, so that a backlog that came since does not
+	// delay it. With behind it is due now instead, behind the tasks that
+	// wait (a rotation's stop).
+	Unclaim(ctx context.Context, refs []LeaseRef, behind bool) error
 	// Spawn submits children of the running task parent, fenced by its
 	// lease: a stale parent spawns nothing and gets api.ErrHalt. Children
 	// created by the call count as the parent's pending children.

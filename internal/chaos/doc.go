@@ -19,5 +19,7 @@
 // pg_auto_failover (autofailover_test.go, which installs it where it can:
 // a node killed whole; in the long mode a switchover, two failovers in a
 // row and a server killed alone). Run it with `go test ./internal/chaos`;
-// `-chaos.long` runs longer workloads and faults.
+// `-chaos.long` runs longer workloads and faults; `-chaos.logs DIR` keeps
+// the node processes' JSON logs under DIR, a directory per test, for a
+// failure's reader.
 package chaos

@@ -362,6 +362,7 @@ func waitNotification(ctx context.Context, conn *pgx.Conn, check time.Duration) 
 func (s *Store) ResetConnections() {
 	since := time.Now()
 	go checkIdle(s.pool)
+	go checkIdle(s.lease)
 	if s.read != nil {
 		go checkIdle(s.read)
 	}

@@ -326,11 +326,12 @@ func (s *Store) SetPriority(ctx context.Context, r store.LeaseRef, priority int)
 	return nil
 }
 
-// Unclaim gives running tasks back, due at once; see store.Store. As in
-// a takeover, the next run covers a resubmit that came during this one.
-func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef) error {
+// Unclaim gives running tasks back, due at once, in their place in the
+// queue or behind the tasks that wait; see store.Store. As in a takeover,
+// the next run covers a resubmit that came during this one.
+func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef, behind bool) error {
 	ids, leases := leaseRefArrays(refs)
-	_, err := indexed(ctx, s.pool, nil, unclaimSQL, ids, leases)
+	_, err := indexed(ctx, s.pool, nil, unclaimSQL, ids, leases, behind)
 	if err != nil {
 		return fmt.Errorf("unclaim tasks: %w", err)
 	}
@@ -349,10 +350,12 @@ func leaseRefArrays(refs []store.LeaseRef) (textArray, uuidArray) {
 }
 
 // unclaimSQL gives the running tasks $1 back under their leases $2, due
-// at once.
+// at once: at the time they were due when claimed (kept in
+// schedule_not_before while they run), or now when $3 (behind).
 var unclaimSQL = `
 WITH u AS (
-    UPDATE stint_task t SET status = 'scheduled', schedule_not_before = now(), lost_not_before = NULL,
+    UPDATE stint_task t SET status = 'scheduled',
+        schedule_not_before = CASE WHEN $3::boolean THEN now() ELSE least(t.schedule_not_before, now()) END, lost_not_before = NULL,
         executed_at = NULL, attempt = t.attempt - 1, resubmit = t.resubmit OR t.resubmitted, resubmit_due = NULL,
         updated_at = now()
     FROM unnest($1::text[], $2::uuid[]) AS r(id, lease)

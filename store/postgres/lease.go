@@ -22,7 +22,7 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 	}
 	held := make(map[api.TaskID]bool, len(rs))
 	var id string
-	if _, err := indexed(ctx, s.pool, func(rows pgx.Rows) error {
+	if _, err := indexed(ctx, s.lease, func(rows pgx.Rows) error {
 		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { held[api.TaskID(id)] = true; return nil })
 		return err
 	}, renewSQL, ids, leases, durs); err != nil {
@@ -127,7 +127,7 @@ SELECT (SELECT count(*) FROM dropped), (SELECT count(*) FROM lost) FROM (SELECT 
 
 // Takeover makes the tasks of expired leases due again; see store.Store.
 func (s *Store) Takeover(ctx context.Context, limit int) (leases, tasks int, err error) {
-	if err := indexedRow(ctx, s.pool, takeoverSQL, limit).Scan(&leases, &tasks); err != nil {
+	if err := indexedRow(ctx, s.lease, takeoverSQL, limit).Scan(&leases, &tasks); err != nil {
 		return 0, 0, fmt.Errorf("take over expired leases: %w", err)
 	}
 	return leases, tasks, nil

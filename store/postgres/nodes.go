@@ -43,7 +43,7 @@ func (s *Store) HeartbeatNode(ctx context.Context, id string, health store.NodeH
 			return fmt.Errorf("heartbeat node %s: %w", id, err)
 		}
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE stint_node SET heartbeat_at = now(), incidents = $2, last_incident = $3 WHERE id = $1`,
+	tag, err := s.lease.Exec(ctx, `UPDATE stint_node SET heartbeat_at = now(), incidents = $2, last_incident = $3 WHERE id = $1`,
 		id, incidents, last)
 	if err != nil {
 		return fmt.Errorf("heartbeat node %s: %w", id, err)

@@ -113,7 +113,7 @@ func hotStatements() []hotStatement {
 		{name: "read a waiting workflow node", sql: getTaskSQL, args: []any{"wait-000001"}},
 		{name: "list workflows", sql: listWorkflowsSQL, args: []any{"", "", 101}},
 		{name: "list workflows: failed ones", sql: listWorkflowsSQL, args: []any{"wf-000100", string(api.WorkflowFailed), 101}},
-		{name: "unclaim", sql: unclaimSQL, args: []any{ids, leases}},
+		{name: "unclaim", sql: unclaimSQL, args: []any{ids, leases, false}},
 		{name: "takeover", sql: takeoverSQL, args: []any{100}},
 		{name: "release leases", sql: releaseLeasesSQL, args: []any{leases[:1]}},
 		{name: "await: read", sql: getTaskSQL, args: []any{"run-000001"}},

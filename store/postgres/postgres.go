@@ -39,7 +39,13 @@ import (
 
 // Store is the PostgreSQL store.
 type Store struct {
-	pool         *pgxpool.Pool
+	pool *pgxpool.Pool
+	// lease is the pool of the statements that keep leases (renewals,
+	// takeovers, the node's heartbeat): leaseConns connections of their
+	// own, so that a node whose runs' statements fill the main pool
+	// (Pool is theirs too) does not make a renewal miss its deadline
+	// waiting for a connection, and cut its runs off.
+	lease        *pgxpool.Pool
 	read         *pgxpool.Pool // the standby's, or nil; see ReadDSN
 	listenConfig *pgx.ConnConfig
 	noListen     bool
@@ -66,6 +72,10 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
+// leaseConns is the size of the pool of the statements that keep leases
+// (see Store.lease): a renewal and a takeover or a heartbeat at once.
+const leaseConns = 2
+
 // Option configures Open.
 type Option func(*options)
 
@@ -82,8 +92,9 @@ type options struct {
 func Migrate() Option { return func(o *options) { o.migrate = true } }
 
 // MaxConns sets the pool size. Defaults to 20: a server uses a few
-// connections for claims, completions and renewals, and the rest for its
-// runs' checkpoints.
+// connections for claims and completions, and the rest for its runs'
+// checkpoints. The statements that keep leases (renewals, takeovers, the
+// node's heartbeat) have leaseConns connections of their own besides.
 func MaxConns(n int) Option { return func(o *options) { o.maxConns = int32(n) } }
 
 // ListenDSN makes LISTEN use its own connection to dsn. Behind PgBouncer in
@@ -139,31 +150,39 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		}
 		return nil
 	}
+	leaseCfg := cfg.Copy()
+	leaseCfg.MaxConns, leaseCfg.MinConns = leaseConns, 0
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Store{pool: pool, noListen: o.noListen, listenConfig: pool.Config().ConnConfig.Copy(), sockets: socks}
+	leasePool, err := pgxpool.NewWithConfig(ctx, leaseCfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s := &Store{pool: pool, lease: leasePool, noListen: o.noListen, listenConfig: pool.Config().ConnConfig.Copy(), sockets: socks}
+	closePools := func() { pool.Close(); leasePool.Close() }
 	if o.listenDSN != "" {
 		if s.listenConfig, err = pgx.ParseConfig(o.listenDSN); err != nil {
-			pool.Close()
+			closePools()
 			return nil, fmt.Errorf("open store: parse listen URL: %w", err)
 		}
 	}
 	socks.guardConnConfig(&s.listenConfig.Config, false)
 	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
+		closePools()
 		return nil, fmt.Errorf("open store: connect: %s%w", certificateHint(err), err)
 	}
 	if o.migrate {
 		if err := s.Migrate(ctx); err != nil {
-			pool.Close()
+			closePools()
 			return nil, err
 		}
 	}
 	if strings.TrimSpace(o.readDSN) != "" {
 		if s.read, err = openReadPool(ctx, o.readDSN, cfg.MaxConns, socks); err != nil {
-			pool.Close()
+			closePools()
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
@@ -195,6 +214,7 @@ func (s *Store) Close() {
 	go func() {
 		defer close(done)
 		s.pool.Close()
+		s.lease.Close()
 		if s.read != nil {
 			s.read.Close()
 		}

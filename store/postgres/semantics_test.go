@@ -198,7 +198,7 @@ func TestTakeoverAndUnclaimClearResubmit(t *testing.T) {
 			stopped = c.LeaseRef
 		}
 	}
-	require.NoError(t, st.Unclaim(ctx, []store.LeaseRef{stopped}))
+	require.NoError(t, st.Unclaim(ctx, []store.LeaseRef{stopped}, false))
 	_, _, err = st.Takeover(ctx, 10)
 	require.NoError(t, err)
 	cl = claimT(t, ctx, st, 10, 0)

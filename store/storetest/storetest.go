@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RemoveHaltsTheRun", testRemove},
 		{"ExpiredLeaseIsTakenOver", testTakeover},
 		{"UnclaimDoesNotCountTheAttempt", testUnclaim},
+		{"UnclaimKeepsItsPlace", testUnclaimKeepsItsPlace},
 		{"SpawnIsFenced", testSpawn},
 		{"RetriedChildIsPendingAgain", testRetriedChild},
 		{"RemovedParentsChildrenAreOrphans", testOrphans},
@@ -321,10 +322,25 @@ func testTakeover(s *suite) {
 func testUnclaim(s *suite) {
 	s.submit("t-a")
 	c := s.claim(1, time.Minute)[0]
-	require.NoError(s.t, s.st.Unclaim(s.ctx, []store.LeaseRef{c.LeaseRef}))
+	require.NoError(s.t, s.st.Unclaim(s.ctx, []store.LeaseRef{c.LeaseRef}, false))
 	again := s.claim(1, time.Minute)
 	require.Equal(s.t, []api.TaskID{"t-a"}, ids(again))
 	require.Equal(s.t, 1, again[0].Attempt)
+}
+
+// testUnclaimKeepsItsPlace checks that a task given back is claimed before
+// the tasks that became due while it ran, unless it was given back
+// behind them.
+func testUnclaimKeepsItsPlace(s *suite) {
+	s.submit("t-a")
+	c := s.claim(1, time.Minute)[0]
+	s.submit("t-b")
+	require.NoError(s.t, s.st.Unclaim(s.ctx, []store.LeaseRef{c.LeaseRef}, false))
+	first := s.claim(1, time.Minute)
+	require.Equal(s.t, []api.TaskID{"t-a"}, ids(first), "a task given back keeps its place")
+	require.NoError(s.t, s.st.Unclaim(s.ctx, []store.LeaseRef{first[0].LeaseRef}, true))
+	require.Equal(s.t, []api.TaskID{"t-b"}, ids(s.claim(1, time.Minute)), "a task given back behind waits for those due before")
+	require.Equal(s.t, []api.TaskID{"t-a"}, ids(s.claim(1, time.Minute)))
 }
 
 func testSpawn(s *suite) {
