@@ -166,8 +166,9 @@ func (f *flowClaim) pick(ctx context.Context, s *Store) error {
 }
 
 // noKeyWindow bounds how far in pickup order a claim of a behavior with a
-// cap per group key looks for tasks without a key: such a task overtakes
-// at most this many hints of keys at their cap. There is no index of the
+// cap per group key looks for tasks without a key, whatever the claim's
+// limit (a claim of one task looks as far): such a task overtakes at most
+// this many hints of keys at their cap. There is no index of the
 // hints without a key (it would cost every plain task an index entry), so
 // the look walks hints of any key.
 const noKeyWindow = 256
@@ -207,7 +208,7 @@ func (f *flowClaim) pickRoom(ctx context.Context, s *Store) error {
 	var cands []flowCandidate
 	for {
 		read, err := f.scan(ctx, flowRoomSQL, f.behavior, look, f.req.PerGroup, full, f.seenOrEmpty(), cursor,
-			maxKeys, string(room), min(f.limit, noKeyWindow))
+			maxKeys, string(room), noKeyWindow)
 		if err != nil {
 			return err
 		}

@@ -300,6 +300,27 @@ func TestClaimLocksNoHintOfAKeyAtItsCap(t *testing.T) {
 	require.Zero(t, locked, "hints of A, at its cap, that the claim locked")
 }
 
+// A task without a group key of a behavior capped per key starts when
+// the keys ahead of it are at their cap, even for a claim of one task: the
+// look for keyless tasks reaches past the capped keys' tasks, however few
+// the claim may take.
+func TestAKeylessTaskPassesKeysAtTheirCap(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	var tasks []store.NewTask
+	for i := range 5 {
+		tasks = append(tasks, store.NewTask{ID: api.TaskID(fmt.Sprintf("a-%d", i)), GroupKey: "A"})
+	}
+	submitT(t, ctx, st, tasks...)
+	submitT(t, ctx, st, store.NewTask{ID: "keyless"})
+	first := claimT(t, ctx, st, 1, 1)
+	require.Len(t, first, 1)
+	require.Equal(t, "a-0", string(first[0].ID))
+	second := claimT(t, ctx, st, 1, 1)
+	require.Len(t, second, 1, "A is at its cap; the task without a key may start")
+	require.Equal(t, "keyless", string(second[0].ID))
+}
+
 // A checkpoint of a running task sends a progress event carrying the
 // progress, and rapid checkpoints are coalesced.
 func TestCheckpointSendsCoalescedProgressEvents(t *testing.T) {
