@@ -46,17 +46,21 @@ ORDER BY c.priority, c.due
 LIMIT $3
 FOR UPDATE SKIP LOCKED`
 
-// groupKeysCTE is k, the group keys of the behavior $1 with hints, after
-// $6 in key order: a skip scan of stint_due_key, one index probe per key,
-// whatever their backlog.
-const groupKeysCTE = `
+// groupKeysCTE is k, the group keys of the behavior $1 with a hint due
+// within the look-ahead $2, after $6 in key order: a skip scan of
+// stint_due_key, one index probe per key (which passes the key's hints
+// not due yet). A key with nothing due is not among them, so that it
+// takes no place of the keys a claim reads.
+var groupKeysCTE = `
 WITH RECURSIVE k(key) AS (
     (SELECT d.group_key FROM stint_due d
      WHERE NOT d.parked AND d.group_key IS NOT NULL AND d.behavior = $1 AND d.group_key > $6
+       AND d.due <= ` + flowNow + ` + $2 * interval '1 microsecond'
      ORDER BY d.group_key LIMIT 1)
   UNION ALL
     SELECT (SELECT d.group_key FROM stint_due d
             WHERE NOT d.parked AND d.group_key IS NOT NULL AND d.behavior = $1 AND d.group_key > k.key
+              AND d.due <= ` + flowNow + ` + $2 * interval '1 microsecond'
             ORDER BY d.group_key LIMIT 1)
     FROM k WHERE k.key IS NOT NULL
 )
@@ -75,7 +79,7 @@ var flowKeysSQL = groupKeysCTE + `SELECT x.* FROM (SELECT key FROM k WHERE key I
 
 // flowRoomSQL locks, for a behavior under a cap per group key, the hints
 // the caps may admit: the first hints of each of up to $7 group keys
-// after $6 in key order that are not at their cap ($4), as many as the
+// after $6 in key order that are not at their cap ($4) nor held, as many as the
 // key's room ($8, a JSON object of rooms by key; $3 for a key not in it),
 // and the hints without a key among the first $9 in pickup order, all in
 // pickup order. The keys are found by a skip scan of stint_due_key, one
@@ -84,7 +88,8 @@ var flowKeysSQL = groupKeysCTE + `SELECT x.* FROM (SELECT key FROM k WHERE key I
 // window in pickup order walked through and locked, thousands of hints
 // to admit a few.
 var flowRoomSQL = groupKeysCTE + `SELECT x.ctid, x.id, x.key, x.task FROM (
-    SELECT y.* FROM (SELECT key FROM k WHERE key IS NOT NULL AND key <> ALL($4::text[]) LIMIT $7) ks, LATERAL (
+    SELECT y.* FROM (SELECT key FROM k WHERE key IS NOT NULL AND key <> ALL($4::text[])
+                       AND NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = k.key) LIMIT $7) ks, LATERAL (
         SELECT c.priority, c.due, ` + flowCandidates + ` AS task
         FROM stint_due c
         WHERE c.group_key IS NOT NULL AND c.group_key = ks.key AND ` + flowFilter + `

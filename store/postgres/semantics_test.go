@@ -321,6 +321,20 @@ func TestAKeylessTaskPassesKeysAtTheirCap(t *testing.T) {
 	require.Equal(t, "keyless", string(second[0].ID))
 }
 
+// Keys with nothing due, or held, take no place among the keys a claim of
+// a behavior capped per key reads: a claim of one task, whose first key
+// in key order has only a task due later, starts the next key's task.
+func TestAKeyWithNothingDueTakesNoClaimsPlace(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "a-later", GroupKey: "A", Delay: time.Hour},
+		store.NewTask{ID: "b-held", GroupKey: "B"}, store.NewTask{ID: "c-due", GroupKey: "C"})
+	require.NoError(t, st.HoldGroup(ctx, "B"))
+	claimed := claimT(t, ctx, st, 1, 1)
+	require.Len(t, claimed, 1)
+	require.Equal(t, "c-due", string(claimed[0].ID))
+}
+
 // A checkpoint of a running task sends a progress event carrying the
 // progress, and rapid checkpoints are coalesced.
 func TestCheckpointSendsCoalescedProgressEvents(t *testing.T) {
