@@ -67,8 +67,7 @@ WITH RECURSIVE k(key) AS (
 `
 
 // flowKeysSQL locks the first $3 hints of each of up to $7 group keys
-// after $6 in key order: a skip scan of stint_due_key finds the keys with
-// hints, one index probe each, whatever their backlog.
+// with a hint due, after $6 in key order (see groupKeysCTE).
 var flowKeysSQL = groupKeysCTE + `SELECT x.* FROM (SELECT key FROM k WHERE key IS NOT NULL LIMIT $7) ks, LATERAL (
     SELECT ` + flowCandidates + `
     FROM stint_due c
