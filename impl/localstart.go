@@ -2,6 +2,7 @@ package impl
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/stinthq/stint/api"
@@ -205,6 +206,62 @@ func (s *Server) startedHere(reserved []api.BehaviorID, started []store.Claimed,
 	s.mu.Unlock()
 	s.startRuns(started, sent)
 	if unused > 0 {
+		// A slot given back may let a claimer go on.
+		signal(s.slotFreed)
+	}
+}
+
+// offerNodeStarts reserves slots for the workflow nodes that the ends of
+// batch may make ready, so that the statement that records them starts
+// those nodes here (see ServerConfig.NoLocalStart and
+// store.Store.FinishStart). It offers nothing unless a run of the batch
+// ended a workflow node for good, and reserves half of the free slots,
+// rounded up: the rest stay with the claimers while the statement is out.
+// An offer made is ended by nodesStarted.
+func (s *Server) offerNodeStarts(batch []*run) store.LocalStart {
+	if !slices.ContainsFunc(batch, endsNode) {
+		return store.LocalStart{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started || s.stopped || s.halt != nil {
+		return store.LocalStart{}
+	}
+	if len(s.nodeStarters) == 0 {
+		return store.LocalStart{}
+	}
+	n := s.slots.reserve((s.slots.free()+1)/2, nil, s.policy)
+	if n == 0 {
+		return store.LocalStart{}
+	}
+	// Stop waits for the offer to end: its runs must start before Stop
+	// waits for the runs.
+	s.localStarts.Add(1)
+	return store.LocalStart{Node: s.cfg.Node, Behaviors: s.nodeStarters, Limit: n}
+}
+
+// endsNode reports whether r's end may make workflow nodes ready: it
+// ended a task for good whose id is its parent's followed by a slash, as
+// a workflow node's is.
+func endsNode(r *run) bool {
+	id, parent := string(r.claimed.ID), string(r.claimed.ParentID)
+	return !r.end.Again && r.end.Status != api.StatusScheduled && parent != "" &&
+		len(id) > len(parent) && id[len(parent)] == '/' && id[:len(parent)] == parent
+}
+
+// nodesStarted ends an offer of offerNodeStarts: the tasks that started
+// (started) take their slots and their runs begin, as claimed ones do;
+// the other slots are given back. sent is when the statement was sent.
+func (s *Server) nodesStarted(offer store.LocalStart, started []store.Claimed, sent time.Time) {
+	defer s.localStarts.Done()
+	s.mu.Lock()
+	s.slots.unreserve(offer.Limit, nil, started)
+	if len(started) > 0 {
+		s.localAt = time.Now()
+	}
+	s.mu.Unlock()
+	s.startRuns(started, sent)
+	if len(started) < offer.Limit {
 		// A slot given back may let a claimer go on.
 		signal(s.slotFreed)
 	}

@@ -83,6 +83,12 @@ type ServerConfig struct {
 	// claimers' backlog. The submit then stores it running under a lease
 	// for this node, as a claim would, and its run starts as a claimed one
 	// does. Every other task waits for a claim.
+	//
+	// In the same way a workflow node whose run ends here starts the
+	// nodes that its end makes ready, in the transaction that records it,
+	// on up to half of this node's free slots: those of behaviors this
+	// node runs that cap nothing (no Policy.MaxConcurrency, Rotation or
+	// flow control) and that a claim could take now.
 	NoLocalStart bool
 	// AwaitPollInterval is ClientConfig.PollInterval for the server's own
 	// Awaits.
@@ -206,7 +212,10 @@ type Server struct {
 	bgDone      sync.WaitGroup
 	runs        sync.WaitGroup
 	localStarts sync.WaitGroup // submits that may start tasks on this node, in flight
-	completer   *completer
+	// nodeStarters are the behaviors whose workflow nodes may start here
+	// when a finish makes them ready (see offerNodeStarts).
+	nodeStarters []store.BehaviorLease
+	completer    *completer
 
 	// capsMu guards caps, the behaviors with caps set at runtime as read
 	// at capsRead (see runtimeCaps).
@@ -303,6 +312,9 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 			return nil, fmt.Errorf("new server: behavior %q is not registered", id)
 		}
 		s.behaviors = append(s.behaviors, reg)
+		if p := reg.Policy; !flowControlled(reg) && p.MaxConcurrency == 0 && p.Rotation == nil {
+			s.nodeStarters = append(s.nodeStarters, store.BehaviorLease{Behavior: reg.ID, Lease: p.Lease})
+		}
 		if s.minLease == 0 || reg.Policy.Lease < s.minLease {
 			s.minLease = reg.Policy.Lease
 		}
@@ -364,6 +376,9 @@ func (s *Server) Start(ctx context.Context) error {
 	claimCtx, claimCancel := context.WithCancel(context.Background())
 	s.bgCancel, s.claimCancel = bgCancel, claimCancel
 	s.completer = newCompleter(s.st, s.log, s.inc, s.recorded)
+	if !s.cfg.NoLocalStart {
+		s.completer.offer, s.completer.started = s.offerNodeStarts, s.nodesStarted
+	}
 	s.claimDone = make(chan struct{})
 
 	s.bgDone.Add(5)

@@ -416,3 +416,51 @@ func TestWorkflowUnderTheRoles(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, api.WorkflowFailed, w.State, "the node fails again, for good")
 }
+
+// TestAFinishStartsTheNodesItMakesReadyHere: the transaction that records
+// a node's end starts its dependents that became ready on the same node
+// (a local start), so that each starts at the very time, by the
+// database's clock, its last dependency finished; with local starts off,
+// the claimers start them later.
+func TestAFinishStartsTheNodesItMakesReadyHere(t *testing.T) {
+	t.Parallel()
+	for _, local := range []bool{true, false} {
+		t.Run(fmt.Sprint("local=", local), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			e.server("n1", 5*time.Second, func(c *impl.ServerConfig) { c.NoLocalStart = !local })
+			c := e.client()
+			nodes := []api.WorkflowNode{spanNode("root", 0)}
+			for i := range 4 {
+				prev := "root"
+				if i > 0 {
+					prev = fmt.Sprint("chain", i-1)
+				}
+				nodes = append(nodes, spanNode(fmt.Sprint("chain", i), 0, prev))
+			}
+			for i := range 10 {
+				nodes = append(nodes, spanNode(fmt.Sprint("leaf", i), 0, "root"))
+			}
+			sub, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-local", Nodes: nodes})
+			require.NoError(t, err)
+			w, err := c.AwaitWorkflow(e.ctx, sub.ID)
+			require.NoError(t, err)
+			require.Equal(t, api.WorkflowSucceeded, w.State)
+
+			// A node started in the transaction that ended its
+			// dependency has that transaction's time as its start.
+			hops := e.count(`SELECT count(*) FROM stint_dependency x
+				JOIN stint_task n ON n.id = x.task_id JOIN stint_task d ON d.id = x.depends_on
+				WHERE n.parent_id = 'wf-local'`)
+			require.Equal(t, 14, hops)
+			here := e.count(`SELECT count(*) FROM stint_dependency x
+				JOIN stint_task n ON n.id = x.task_id JOIN stint_task d ON d.id = x.depends_on
+				WHERE n.parent_id = 'wf-local' AND n.executed_at = d.finished_at AND n.node = d.node`)
+			if local {
+				require.Equal(t, hops, here, "every dependent started in its dependency's finish")
+			} else {
+				require.Zero(t, here, "no dependent starts in its dependency's finish without local starts")
+			}
+		})
+	}
+}

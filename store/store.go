@@ -156,6 +156,18 @@ type Claimed struct {
 	Resubmitted bool
 }
 
+// LocalStart offers a statement that makes tasks due the slots of the
+// node that runs it, so that it starts them there at once rather than
+// leave them to a claim (see Store.FinishStart).
+type LocalStart struct {
+	// Node is the node the tasks start on.
+	Node string
+	// Behaviors are the behaviors that may start, each with its lease.
+	Behaviors []BehaviorLease
+	// Limit caps how many tasks start. Zero starts none.
+	Limit int
+}
+
 // Renewal extends a run's lease by Duration from the database's now().
 type Renewal struct {
 	LeaseRef
@@ -254,6 +266,17 @@ type Store interface {
 	// without a delay) notifies ChannelDue, so that claimers need not wait
 	// for their poll.
 	Finish(ctx context.Context, cs []Completion) ([]bool, error)
+	// FinishStart is Finish on a server node that starts there, in the
+	// same transaction, workflow nodes the completions make ready: up to
+	// start.Limit of those of start.Behaviors that a claim of the node
+	// could take now (their behavior not paused nor capped at runtime,
+	// their group key not held, they spend no rate limit, their workflow
+	// is not held, and no due claim hint of their behavior waits with the
+	// same or a lower priority number), best priority first. Those start
+	// as a claim starts them, under one lease per behavior, and are
+	// returned in started; the others become due as Finish makes them.
+	// A zero start is Finish.
+	FinishStart(ctx context.Context, cs []Completion, start LocalStart) (held []bool, started []Claimed, err error)
 	// Checkpoint stores a run's progress. With a non-nil tx it runs inside
 	// it. It returns api.ErrHalt when the lease no longer holds.
 	Checkpoint(ctx context.Context, tx pgx.Tx, r LeaseRef, progress json.RawMessage) error

@@ -199,6 +199,7 @@ func (b *bench) workflowStint(ctx context.Context, shape string) ([]Result, erro
 		return nil, err
 	}
 	defer stop()
+	h.pr.arm()
 	stopProf := b.profile(sysStint, "workflow-"+shape)
 	win := begin()
 	if _, err := h.srv.SubmitWorkflow(ctx, req); err != nil {
@@ -215,8 +216,30 @@ func (b *bench) workflowStint(ctx context.Context, shape string) ([]Result, erro
 	if err := checkCompleted(ctx, h.obs, `SELECT count(*) FROM stint_task WHERE parent_id = 'bench-`+shape+`' AND status = 'success'`, int64(len(names))); err != nil {
 		return nil, err
 	}
-	return b.workflowResults(ctx, shape, sysStint, len(names), submitted, end.Sub(win.start), cpu, h.obs,
-		`SELECT executed_at, finished_at FROM stint_task WHERE parent_id = 'bench-chain' ORDER BY workflow_node`)
+	res, err := b.workflowResults(ctx, shape, sysStint, len(names), submitted, end.Sub(win.start), cpu, nil, "")
+	if err != nil || shape != shapeChain {
+		return res, err
+	}
+	// A hop is measured in the process, from a node's run to the next
+	// one's: the database's times would say when each was recorded
+	// running, and a node started in its dependency's finish shares that
+	// transaction's time (a hop of zero) while its run begins later.
+	samples := make([]time.Duration, 0, len(names)-1)
+	for i := 1; i < len(names); i++ {
+		prev, ok1 := h.pr.startOf(string(req.ID) + "/" + names[i-1])
+		next, ok2 := h.pr.startOf(string(req.ID) + "/" + names[i])
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("chain node %s or %s ran unseen", names[i-1], names[i])
+		}
+		samples = append(samples, next.Sub(prev))
+	}
+	return append(res, hopResult(b.cfg.wf.scenario(shape), sysStint, samples, cpu)), nil
+}
+
+// hopResult is the row of a chain's hops, each from a node's finish to
+// the next one's start.
+func hopResult(scenario, system string, samples []time.Duration, cpu usage) Result {
+	return Result{Scenario: scenario, Metric: "finish->next start", System: system, Tasks: int64(len(samples)), samples: samples, CPU: cpu}
 }
 
 // plainStint submits the fan-out's width of plain no-op tasks to a stint
@@ -303,15 +326,16 @@ func (b *bench) workflowPgBoss(ctx context.Context, inst *npmInstall, shape stri
 
 // workflowResults returns the rows of one run: nodes per second, from
 // the submit's start until all ended; the submit's time, for the fan-out;
-// and for the chain, each hop from a node's finish to the next one's
-// start, read with hops (a node's start and finish, in the chain's order).
+// and for the chain, unless hops is empty, each hop from a node's finish
+// to the next one's start, read with hops (a node's start and finish, in
+// the chain's order).
 func (b *bench) workflowResults(ctx context.Context, shape, system string, nodes int, submit, all time.Duration, cpu usage, db *pgxpool.Pool, hops string) ([]Result, error) {
 	scenario := b.cfg.wf.scenario(shape)
 	res := []Result{{Scenario: scenario, Metric: "work", System: system, Tasks: int64(nodes), Seconds: all.Seconds(), CPU: cpu}}
 	if shape == shapeFanOut {
 		res = append(res, Result{Scenario: scenario, Metric: "submit", System: system, Tasks: int64(nodes), Seconds: submit.Seconds(), CPU: unknownUsage})
 	}
-	if shape != shapeChain {
+	if shape != shapeChain || hops == "" {
 		return res, nil
 	}
 	rows, err := db.Query(ctx, hops)
@@ -337,7 +361,7 @@ func (b *bench) workflowResults(ctx context.Context, shape, system string, nodes
 	if len(samples) != nodes-1 {
 		return nil, fmt.Errorf("%d hops measured in a chain of %d", len(samples), nodes)
 	}
-	return append(res, Result{Scenario: scenario, Metric: "finish->next start", System: system, Tasks: int64(len(samples)), samples: samples, CPU: cpu}), nil
+	return append(res, hopResult(scenario, system, samples, cpu)), nil
 }
 
 // pollUntil runs query (a boolean) every interval until it holds, and

@@ -127,16 +127,23 @@ SELECT id, lease, behavior, params, progress, attempt, errors, priority,
 FROM claimed` + order
 }
 
+// behaviorLeases returns the behaviors of bs and their leases in
+// microseconds, in order, as statement parameters.
+func behaviorLeases(bs []store.BehaviorLease) ([]string, []int64) {
+	behaviors := make([]string, len(bs))
+	leases := make([]int64, len(bs))
+	for i, b := range bs {
+		behaviors[i], leases[i] = string(b.Behavior), b.Lease.Microseconds()
+	}
+	return behaviors, leases
+}
+
 // dropHintsSQL deletes the claim hints $1 (their ctids).
 const dropHintsSQL = `DELETE FROM stint_due WHERE ctid = ANY($1)`
 
 // Claim takes due tasks; see store.Store.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, error) {
-	behaviors := make([]string, len(req.Behaviors))
-	leases := make([]int64, len(req.Behaviors))
-	for i, b := range req.Behaviors {
-		behaviors[i], leases[i] = string(b.Behavior), b.Lease.Microseconds()
-	}
+	behaviors, leases := behaviorLeases(req.Behaviors)
 	if req.Limited() {
 		out, _, err := s.ClaimFlow(ctx, req)
 		return out, err

@@ -115,25 +115,34 @@ WITH locked AS MATERIALIZED (
 )
 SELECT ARRAY(SELECT id FROM woken WHERE grown) FROM woke`
 
-// Finish records completions; see store.Store. A batch is one statement
-// (two in a transaction when children end), so one row that cannot be
-// written would fail them all: on such an error the batch is split in
-// halves, each retried on its own, until the row is alone; it is then
-// reported as not held (its run halts and the task is taken over when its
-// lease expires) and every other completion is recorded. A batch that
-// fails on nothing costs nothing more.
+// Finish records completions; see store.Store.
 func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, error) {
+	ok, _, err := s.FinishStart(ctx, cs, store.LocalStart{})
+	return ok, err
+}
+
+// FinishStart records completions and starts workflow nodes they make
+// ready on start.Node; see store.Store. A batch is one statement (more in
+// a transaction when children end), so one row that cannot be written
+// would fail them all: on such an error the batch is split in halves,
+// each retried on its own, until the row is alone; it is then reported
+// as not held (its run halts and the task is taken over when its lease
+// expires) and every other completion is recorded. A batch that fails on
+// nothing costs nothing more.
+func (s *Store) FinishStart(ctx context.Context, cs []store.Completion, start store.LocalStart) ([]bool, []store.Claimed, error) {
 	ok := make([]bool, len(cs))
-	if err := s.finishIsolating(ctx, cs, ok); err != nil {
-		return nil, fmt.Errorf("finish tasks: %w", err)
+	var started []store.Claimed
+	if err := s.finishIsolating(ctx, cs, ok, start, &started); err != nil {
+		return nil, nil, fmt.Errorf("finish tasks: %w", err)
 	}
-	return ok, nil
+	return ok, started, nil
 }
 
 // finishIsolating records cs, splitting the batch around rows that cannot
-// be written. ok[i] is set for the completions cs[i] whose lease held.
-func (s *Store) finishIsolating(ctx context.Context, cs []store.Completion, ok []bool) error {
-	err := s.finishBatch(ctx, cs, ok)
+// be written. ok[i] is set for the completions cs[i] whose lease held;
+// the tasks started on start.Node are appended to started.
+func (s *Store) finishIsolating(ctx context.Context, cs []store.Completion, ok []bool, start store.LocalStart, started *[]store.Claimed) error {
+	err := s.finishBatch(ctx, cs, ok, start, started)
 	if err == nil || !rowError(err) {
 		return err
 	}
@@ -142,10 +151,10 @@ func (s *Store) finishIsolating(ctx context.Context, cs []store.Completion, ok [
 		return nil
 	}
 	half := len(cs) / 2
-	if err := s.finishIsolating(ctx, cs[:half], ok[:half]); err != nil {
+	if err := s.finishIsolating(ctx, cs[:half], ok[:half], start, started); err != nil {
 		return err
 	}
-	return s.finishIsolating(ctx, cs[half:], ok[half:])
+	return s.finishIsolating(ctx, cs[half:], ok[half:], start, started)
 }
 
 // childrenEnded counts the ends of the children of parents (one entry per
@@ -188,8 +197,9 @@ func rowError(err error) bool {
 
 // finishBatch records cs in one statement, and the ends of their children
 // in the same transaction. It sets ok[i] for the completions cs[i] whose
-// lease held.
-func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []bool) error {
+// lease held, and appends the workflow nodes it started on start.Node to
+// started (start.Limit counts those started already).
+func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []bool, start store.LocalStart, started *[]store.Claimed) error {
 	n := len(cs)
 	ids, statuses := make(textArray, n), make(textArray, n)
 	leases := make(uuidArray, n)
@@ -222,6 +232,7 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 	// The completions not recorded; the others are set in ok only once
 	// the transaction committed: a transaction that fails records none.
 	var lost []int64
+	var woken []store.Claimed
 	err := run(ctx, func(tx pgx.Tx) error {
 		var q batcher = s.pool
 		if tx != nil {
@@ -258,11 +269,14 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 				woke = append(woke, id)
 			}
 		}
-		return depsEnded(ctx, tx, woke)
+		start.Limit -= len(*started)
+		woken, err = depsEnded(ctx, tx, woke, start)
+		return err
 	})
 	if err != nil {
 		return err
 	}
+	*started = append(*started, woken...)
 	for i := range ok {
 		ok[i] = true
 	}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/store"
@@ -162,6 +164,19 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 // ended task are found by a probe of the edge index per task: OFFSET 0
 // keeps the lateral subquery from being flattened into a join, which the
 // planner made a merge join over the whole index.
+//
+// A dependent that runs may start at once on the node $2 (a local start,
+// see store.Store.FinishStart): up to $5 of those of the behaviors $3
+// (with their leases $4, unless an operator set one) start running under
+// a fresh lease per behavior, as a claim starts them, with no claim hint,
+// when a claim could take them now: their behavior neither paused nor
+// capped at runtime, their group key not held, no rate uses, and no due
+// hint of their behavior with the same or a lower priority number in the
+// claim index (a local start never jumps a task the claimers would take
+// before it). The pause and hold rows are read as the starting submit
+// reads them (see submitStatement). A node started so has two events in
+// the change feed, scheduled (ready) and running, as one a claim starts
+// has. The statement also returns the started tasks, as JSON.
 var depsEndedSQL = `
 WITH edges AS MATERIALIZED (
     SELECT x.id AS depends_on, e.task_id
@@ -179,6 +194,7 @@ WITH edges AS MATERIALIZED (
 ), c AS MATERIALIZED (
     SELECT t.id, t.deps_pending - e.n AS pending, t.deps_succeeded + e.ok AS ok, t.deps_failed + e.failed AS failed,
         t.deps_skipped + e.skipped AS skipped, t.dep_rule AS rule, e.bad,
+        t.behavior, t.priority, t.group_key, t.rate_uses IS NOT NULL AS rated,
         (SELECT w.status = 'held' FROM stint_task w WHERE w.id = t.parent_id) AS held
     FROM ended e JOIN stint_task t ON t.id = ANY(ARRAY[e.task_id])
     WHERE t.status = 'waiting'
@@ -191,47 +207,150 @@ WITH edges AS MATERIALIZED (
         ELSE CASE WHEN failed + skipped > 0 THEN 'skip' WHEN pending <= 0 THEN 'run' END
     END AS verdict
     FROM c
+), cfg AS MATERIALIZED (
+    SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, gen_random_uuid() AS lease,
+        (SELECT d.priority FROM stint_due d WHERE NOT d.parked AND d.behavior = w.behavior AND d.due <= now()
+         ORDER BY d.priority, d.due LIMIT 1) AS first
+    FROM unnest($3::text[], $4::bigint[]) AS w(behavior, lease_us)
+    LEFT JOIN stint_behavior b ON b.behavior = w.behavior
+    WHERE $5::int > 0 AND w.behavior = ANY(ARRAY(SELECT behavior FROM v WHERE verdict = 'run' AND held IS NOT TRUE AND NOT rated))
+      AND ` + uncapped("w.behavior") + `
+), paused AS MATERIALIZED (
+    SELECT pb.behavior FROM stint_behavior pb
+    WHERE pb.paused AND pb.behavior IN (SELECT behavior FROM cfg) FOR SHARE SKIP LOCKED
+), held AS MATERIALIZED (
+    SELECT ph.group_key FROM stint_hold ph
+    WHERE ph.group_key = ANY(ARRAY(SELECT group_key FROM v WHERE verdict = 'run' AND behavior IN (SELECT behavior FROM cfg)))
+    FOR SHARE SKIP LOCKED
+), x AS MATERIALIZED (
+    SELECT v.*, CASE WHEN g.lease IS NOT NULL
+            AND row_number() OVER (PARTITION BY g.lease IS NULL ORDER BY v.priority, v.id) <= $5 THEN g.lease END AS go,
+        g.lease_us
+    FROM v LEFT JOIN LATERAL (
+        SELECT g.lease, g.lease_us FROM cfg g
+        WHERE g.behavior = v.behavior AND v.verdict = 'run' AND v.held IS NOT TRUE AND NOT v.rated
+          AND (g.first IS NULL OR g.first > v.priority)
+          AND v.behavior NOT IN (SELECT behavior FROM paused)
+          AND (v.group_key IS NULL OR v.group_key NOT IN (SELECT group_key FROM held))) g ON true
 ), u AS (
     UPDATE stint_task t SET
-        deps_pending = v.pending, deps_succeeded = v.ok, deps_failed = v.failed, deps_skipped = v.skipped,
-        status = CASE v.verdict WHEN 'run' THEN CASE WHEN v.held THEN 'held' ELSE 'scheduled' END
-            WHEN 'skip' THEN 'failure' ELSE 'waiting' END,
-        schedule_not_before = CASE WHEN v.verdict = 'run' AND NOT v.held THEN now() END,
-        held_due = CASE WHEN v.verdict = 'run' AND v.held THEN now() ELSE t.held_due END,
-        error = CASE WHEN v.verdict = 'skip' THEN jsonb_build_object('retryable', false, 'code', '` + api.CodeSkipped + `',
-            'message', CASE WHEN v.rule = 'any_succeeded' THEN 'no dependency succeeded'
-                ELSE format('dependency %s did not succeed', v.bad) END) ELSE t.error END,
-        finished_at = CASE WHEN v.verdict = 'skip' THEN now() END,
+        deps_pending = x.pending, deps_succeeded = x.ok, deps_failed = x.failed, deps_skipped = x.skipped,
+        status = CASE WHEN x.go IS NOT NULL THEN 'running' ELSE CASE x.verdict
+            WHEN 'run' THEN CASE WHEN x.held THEN 'held' ELSE 'scheduled' END
+            WHEN 'skip' THEN 'failure' ELSE 'waiting' END END,
+        schedule_not_before = CASE WHEN x.verdict = 'run' AND x.held IS NOT TRUE THEN now() END,
+        held_due = CASE WHEN x.verdict = 'run' AND x.held THEN now() ELSE t.held_due END,
+        error = CASE WHEN x.verdict = 'skip' THEN jsonb_build_object('retryable', false, 'code', '` + api.CodeSkipped + `',
+            'message', CASE WHEN x.rule = 'any_succeeded' THEN 'no dependency succeeded'
+                ELSE format('dependency %s did not succeed', x.bad) END) ELSE t.error END,
+        finished_at = CASE WHEN x.verdict = 'skip' THEN now() END,
+        lease = coalesce(x.go, t.lease),
+        node = CASE WHEN x.go IS NULL THEN t.node ELSE $2 END,
+        attempt = t.attempt + CASE WHEN x.go IS NULL THEN 0 ELSE 1 END,
+        executed_at = CASE WHEN x.go IS NULL THEN t.executed_at ELSE now() END,
+        lost_not_before = CASE WHEN x.go IS NULL THEN t.lost_not_before ELSE now() + x.lease_us * interval '1 microsecond' END,
+        resubmitted = CASE WHEN x.go IS NULL THEN t.resubmitted ELSE t.resubmit END,
+        resubmit = t.resubmit AND x.go IS NULL,
         updated_at = now()
-    FROM v
-    WHERE t.id = ANY(ARRAY[v.id])
-    RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id, t.awaited, v.verdict
+    FROM x
+    WHERE t.id = ANY(ARRAY[x.id])
+    RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id, t.awaited, x.verdict,
+        x.go AS started, x.lease_us, t.params, t.attempt, t.errors, t.trace, t.resubmitted
 ), due AS (` + dueInsert("u") + `
-), feed AS (` + feedInsert("(SELECT * FROM u WHERE verdict IS NOT NULL) x", "status", "verdict = 'skip'") + `
+), leases AS (
+    INSERT INTO stint_lease (lease, node, expires_at, task_ids, task_count, behavior)
+    SELECT started, $2, now() + max(lease_us) * interval '1 microsecond', array_agg(id), count(*), min(behavior)
+    FROM u WHERE started IS NOT NULL GROUP BY started
+), feed AS (` + feedInsert(`(SELECT u.id, u.behavior, u.parent_id, e.status, u.verdict
+    FROM u, LATERAL (VALUES (1, 'scheduled'), (2, u.status)) AS e(n, status)
+    WHERE u.verdict IS NOT NULL AND (e.n = 2 OR u.started IS NOT NULL)) x`, "status", "verdict = 'skip'") + `
 ), notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', id)) AS n FROM u WHERE verdict = 'skip' AND awaited
 ), woke AS (
     SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (SELECT 1 FROM u WHERE status = 'scheduled' LIMIT 1) d
 )
-SELECT ARRAY(SELECT id FROM u WHERE verdict = 'skip'), ARRAY(SELECT parent_id FROM u WHERE verdict = 'skip' AND parent_id IS NOT NULL)
+SELECT ARRAY(SELECT id FROM u WHERE verdict = 'skip'), ARRAY(SELECT parent_id FROM u WHERE verdict = 'skip' AND parent_id IS NOT NULL),
+    (SELECT json_agg(json_build_object('id', id, 'lease', started, 'lease_us', lease_us, 'behavior', behavior,
+        'params', params, 'attempt', attempt, 'errors', errors, 'priority', priority, 'parent', parent_id,
+        'group_key', group_key, 'trace', trace, 'resubmitted', resubmitted)) FROM u WHERE started IS NOT NULL)
 FROM notified, woke`
 
 // depsEnded records in tx that the workflow nodes ids ended for good: it
 // wakes or skips their dependents (depsEndedSQL) and counts the skipped
-// ones off their workflows, until no more are skipped.
-func depsEnded(ctx context.Context, tx pgx.Tx, ids []string) error {
+// ones off their workflows, until no more are skipped. The dependents
+// that run start on start.Node, up to start.Limit of them, as
+// depsEndedSQL says; they are returned.
+func depsEnded(ctx context.Context, tx pgx.Tx, ids []string, start store.LocalStart) ([]store.Claimed, error) {
+	behaviors, leases := behaviorLeases(start.Behaviors)
+	var started []store.Claimed
 	for len(ids) > 0 {
 		var parents []string
-		if err := indexedRow(ctx, tx, depsEndedSQL, textArray(ids)).Scan(&ids, &parents); err != nil {
-			return fmt.Errorf("wake dependents: %w", err)
+		var raw []byte
+		limit := max(start.Limit-len(started), 0)
+		if err := indexedRow(ctx, tx, depsEndedSQL, textArray(ids), start.Node, behaviors, leases, limit).Scan(&ids, &parents, &raw); err != nil {
+			return nil, fmt.Errorf("wake dependents: %w", err)
+		}
+		if raw != nil {
+			var err error
+			if started, err = appendStarted(started, raw); err != nil {
+				return nil, fmt.Errorf("wake dependents: %w", err)
+			}
 		}
 		if len(parents) > 0 {
 			if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
-				return fmt.Errorf("count skipped nodes: %w", err)
+				return nil, fmt.Errorf("count skipped nodes: %w", err)
 			}
 		}
 	}
-	return nil
+	return started, nil
+}
+
+// appendStarted appends to started the tasks depsEndedSQL started, given
+// as its JSON.
+func appendStarted(started []store.Claimed, raw []byte) ([]store.Claimed, error) {
+	var rows []struct {
+		ID          string          `json:"id"`
+		Lease       pgtype.UUID     `json:"lease"`
+		LeaseUS     int64           `json:"lease_us"`
+		Behavior    string          `json:"behavior"`
+		Params      json.RawMessage `json:"params"`
+		Attempt     int             `json:"attempt"`
+		Errors      int             `json:"errors"`
+		Priority    int             `json:"priority"`
+		Parent      *string         `json:"parent"`
+		GroupKey    *string         `json:"group_key"`
+		Trace       *string         `json:"trace"`
+		Resubmitted bool            `json:"resubmitted"`
+	}
+	if err := json.Unmarshal(raw, &rows); err != nil {
+		return nil, fmt.Errorf("read started tasks: %w", err)
+	}
+	deref := func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	}
+	for _, r := range rows {
+		params := r.Params
+		if len(params) == 0 || string(params) == "null" {
+			params = json.RawMessage("{}")
+		}
+		started = append(started, store.Claimed{
+			LeaseRef:      store.LeaseRef{ID: api.TaskID(r.ID), Lease: r.Lease.Bytes},
+			LeaseDuration: time.Duration(r.LeaseUS) * time.Microsecond,
+			Behavior:      api.BehaviorID(r.Behavior),
+			Params:        params,
+			Attempt:       r.Attempt,
+			Errors:        r.Errors,
+			Priority:      r.Priority,
+			ParentID:      api.TaskID(deref(r.Parent)),
+			GroupKey:      deref(r.GroupKey),
+			Trace:         deref(r.Trace),
+			Resubmitted:   r.Resubmitted,
+		})
+	}
+	return started, nil
 }
 
 // WorkflowNodes returns a workflow's nodes; see store.Workflows. Two
@@ -399,7 +518,8 @@ func (s *Store) CancelWorkflow(ctx context.Context, id api.TaskID) (int, error) 
 		if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
 			return err
 		}
-		return depsEnded(ctx, tx, cancelled)
+		_, err := depsEnded(ctx, tx, cancelled, store.LocalStart{})
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("cancel workflow %s: %w", id, err)

@@ -351,7 +351,8 @@ func growWorkflow(ctx context.Context, tx pgx.Tx, holder store.LeaseRef, workflo
 	if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
 		return err
 	}
-	return depsEnded(ctx, tx, existingSkipped)
+	_, err = depsEnded(ctx, tx, existingSkipped, store.LocalStart{})
+	return err
 }
 
 // newOutcome is the outcome of dependency d of a new node: a new node's as

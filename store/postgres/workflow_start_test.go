@@ -1,0 +1,128 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/store"
+	"github.com/stinthq/stint/store/postgres"
+)
+
+// fanOutT stores the workflow wf of a root node and dependents names of
+// it (of semBehavior, priority 5), claims the root and returns its claim.
+func fanOutT(t *testing.T, ctx context.Context, st *postgres.Store, wf api.TaskID, groupKey string, names ...string) store.Claimed {
+	t.Helper()
+	w := store.NewWorkflow{Task: store.NewTask{ID: wf, Behavior: api.WorkflowBehavior, Params: []byte(`{}`), Priority: 5}}
+	node := func(name string) store.NewTask {
+		return store.NewTask{ID: wf + "/" + api.TaskID(name), Behavior: semBehavior, Params: []byte(`{"n":"` + name + `"}`),
+			Priority: 5, ParentID: wf, GroupKey: groupKey}
+	}
+	w.Nodes, w.Names, w.Rules, w.DependsOn = []store.NewTask{node("root")}, []string{"root"}, []api.Rule{api.RuleAllSucceeded}, [][]int{nil}
+	for _, n := range names {
+		w.Nodes = append(w.Nodes, node(n))
+		w.Names, w.Rules, w.DependsOn = append(w.Names, n), append(w.Rules, api.RuleAllSucceeded), append(w.DependsOn, []int{0})
+	}
+	created, err := st.SubmitWorkflow(ctx, nil, w)
+	require.NoError(t, err)
+	require.True(t, created)
+	cl := claimT(t, ctx, st, 1, 0)
+	require.Len(t, cl, 1)
+	require.Equal(t, wf+"/root", cl[0].ID)
+	return cl[0]
+}
+
+// A finish that makes workflow nodes ready starts those a claim of the
+// finishing node could take now, in its own transaction, and leaves the
+// others due for the claimers.
+func TestFinishStartsTheNodesItWakes(t *testing.T) {
+	t.Parallel()
+	offer := func(limit int) store.LocalStart {
+		return store.LocalStart{Node: "n2", Behaviors: semLease, Limit: limit}
+	}
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, ctx context.Context, st *postgres.Store)
+		key     string
+		start   store.LocalStart
+		stale   bool // the root's finish is fenced out
+		started int
+		left    int // the tasks a claim takes next
+	}{
+		{name: "up to the limit", start: offer(2), started: 2, left: 1},
+		{name: "all when room", start: offer(10), started: 3},
+		{name: "none offered", start: store.LocalStart{}, left: 3},
+		{name: "behavior not offered", start: store.LocalStart{Node: "n2", Behaviors: []store.BehaviorLease{{Behavior: "other", Lease: time.Minute}}, Limit: 5}, left: 3},
+		{name: "stale lease wakes nothing", start: offer(5), stale: true},
+		{name: "behavior paused", start: offer(5), prepare: func(t *testing.T, ctx context.Context, st *postgres.Store) {
+			require.NoError(t, st.SetBehavior(ctx, store.BehaviorSettings{Behavior: semBehavior, Paused: true}))
+		}},
+		{name: "group key held", start: offer(5), key: "k", prepare: func(t *testing.T, ctx context.Context, st *postgres.Store) {
+			require.NoError(t, st.HoldGroup(ctx, "k"))
+		}},
+		{name: "a due task waits first", start: offer(5), left: 4, prepare: func(t *testing.T, ctx context.Context, st *postgres.Store) {
+			_, err := st.Submit(ctx, []store.NewTask{{ID: "first", Behavior: semBehavior, Params: []byte(`{}`), Priority: 5}})
+			require.NoError(t, err)
+		}},
+		{name: "a due task of a later priority does not", start: offer(5), started: 3, left: 1, prepare: func(t *testing.T, ctx context.Context, st *postgres.Store) {
+			_, err := st.Submit(ctx, []store.NewTask{{ID: "later", Behavior: semBehavior, Params: []byte(`{}`), Priority: 9}})
+			require.NoError(t, err)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, st := openT(t)
+			root := fanOutT(t, ctx, st, "wf1", tc.key, "a", "b", "c")
+			if tc.prepare != nil {
+				tc.prepare(t, ctx, st)
+			}
+			c := success(root)
+			if tc.stale {
+				c.Lease[0] ^= 1
+			}
+			held, started, err := st.FinishStart(ctx, []store.Completion{c}, tc.start)
+			require.NoError(t, err)
+			require.Equal(t, []bool{!tc.stale}, held)
+			require.Len(t, started, tc.started)
+
+			running := 0
+			for _, n := range []api.TaskID{"wf1/a", "wf1/b", "wf1/c"} {
+				task, err := st.Get(ctx, n)
+				require.NoError(t, err)
+				switch {
+				case tc.stale:
+					require.Equal(t, api.StatusWaiting, task.Status, n)
+				case task.Status == api.StatusRunning:
+					running++
+					require.Equal(t, "n2", task.Node)
+					require.Equal(t, 1, task.Attempt)
+				default:
+					require.Contains(t, []api.Status{api.StatusScheduled}, task.Status, n)
+				}
+			}
+			require.Equal(t, tc.started, running, "the tasks returned started are those running")
+			for _, s := range started {
+				require.Equal(t, api.BehaviorID(semBehavior), s.Behavior)
+				require.Equal(t, api.TaskID("wf1"), s.ParentID)
+				require.Equal(t, 1, s.Attempt)
+				require.Equal(t, time.Minute, s.LeaseDuration)
+				require.JSONEq(t, `{"n":"`+string(s.ID[len("wf1/"):])+`"}`, string(s.Params))
+				// The lease is real: it renews, and it fences the node's
+				// finish.
+				kept, err := st.Renew(ctx, []store.Renewal{{LeaseRef: s.LeaseRef, Duration: time.Minute}})
+				require.NoError(t, err)
+				require.True(t, kept[s.ID])
+			}
+			// The nodes not started are left to the claimers.
+			require.Len(t, claimT(t, ctx, st, 10, 0), tc.left)
+			if len(started) > 0 {
+				ok, err := st.Finish(ctx, []store.Completion{success(started[0])})
+				require.NoError(t, err)
+				require.Equal(t, []bool{true}, ok)
+			}
+		})
+	}
+}
