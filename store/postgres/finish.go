@@ -227,7 +227,9 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 	// parents' counts change in the same transaction.
 	run := func(ctx context.Context, fn func(pgx.Tx) error) error { return fn(nil) }
 	if hasParent {
-		run = func(ctx context.Context, fn func(pgx.Tx) error) error { return pgx.BeginFunc(ctx, s.pool, fn) }
+		run = func(ctx context.Context, fn func(pgx.Tx) error) error {
+			return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: finishBeginSQL}, fn)
+		}
 	}
 	// The completions not recorded; the others are set in ok only once
 	// the transaction committed: a transaction that fails records none.
@@ -240,7 +242,7 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 		}
 		var parents, nodes []string
 		var hasDependents []bool
-		if err := indexedRow(ctx, q, finishSQL, lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits).Scan(&lost, &parents, &nodes, &hasDependents); err != nil {
+		if err := indexedRowWith(ctx, q, genericSettingsSQL, finishSQL, lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits).Scan(&lost, &parents, &nodes, &hasDependents); err != nil {
 			return err
 		}
 		for _, ord := range lost {

@@ -68,19 +68,6 @@ var (
 	shareStartSQL  = submitStatement(shareConflict, 11, true)
 )
 
-// startSettingsSQL is the settings statement of the starting submit
-// statements (submitStartSQL, shareStartSQL, newStartSQL): seqscanOffSQL's,
-// and plan_cache_mode force_generic_plan, so that such a statement is
-// planned once per connection, as the plain submit statements are.
-// PostgreSQL plans a prepared statement anew each time its plan for the
-// parameters looks cheaper than the generic one, and for the starting
-// statements it always did: pg_prepared_statements counted a custom plan
-// for every execution and never a generic one, and the planning of their
-// subqueries took about as long as their execution, on the way of every
-// server's own submit. Their generic plan is index-driven as the custom one
-// is (TestHotStatementsStayIndexDriven explains both).
-const startSettingsSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
-
 // newSQL and newStartSQL are shareSQL and shareStartSQL for tasks whose
 // ids no stored task can have (store.NewTask.Unique): a plain insert. The
 // conflict clause costs an index probe and a write-ahead log record per
@@ -342,7 +329,7 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 		}
 		settings := seqscanOffSQL
 		if starting {
-			settings = startSettingsSQL
+			settings = genericSettingsSQL
 		}
 		if _, err := indexedWith(ctx, tx, settings, func(rows pgx.Rows) error { return collectSubmissions(rows, got, into) }, query, args...); err != nil {
 			return nil, nil, err
