@@ -62,8 +62,11 @@
 // stint,pgboss), each submitted by the working process on a fresh
 // database: a fan-out 1 -> N (with N plain stint tasks beside it), a
 // fan-in N -> 1, layers each depending on two nodes of the layer before,
-// and a chain, whose hops (a node's finish to the next one's start, on
-// the database's clock) are the latency rows.
+// and a chain, whose hops (a node's finish to the next one's start) are
+// the latency rows: stint's measured in the working process, from a
+// node's run to the next one's (the database's times of a node started in
+// its dependency's finish are that transaction's), pg-boss's on the
+// database's clock, from a job's completion to the next one's fetch.
 //
 // The flow-control scenarios are stint's alone, each run with and without
 // what it measures, and run only when picked:
