@@ -160,10 +160,11 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 // every other's count. A node of a held workflow that may run is stored
 // held, due once released. It returns the skipped dependents and their
 // parents (the workflows), whose ends the caller counts in turn, as
-// finishes count their tasks', in the same transaction. The edges of each
-// ended task are found by a probe of the edge index per task: OFFSET 0
-// keeps the lateral subquery from being flattened into a join, which the
-// planner made a merge join over the whole index.
+// finishes count their tasks', in the same transaction. Each ended task
+// is read once, and its edges found by a probe of the edge index: OFFSET
+// 0 keeps the lateral subqueries from being flattened into joins, which
+// the planner made a merge join over the whole index (a fan-out's root
+// was read once per dependent before).
 //
 // A dependent that runs may start at once on the node $2 (a local start,
 // see store.Store.FinishStart): up to $5 of those of the behaviors $3
@@ -179,18 +180,19 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 // has. The statement also returns the started tasks, as JSON.
 var depsEndedSQL = `
 WITH edges AS MATERIALIZED (
-    SELECT x.id AS depends_on, e.task_id
+    SELECT e.task_id, d.status, d.code, d.workflow_node
     FROM unnest($1::text[]) AS x(id),
+        LATERAL (SELECT d.status, d.error->>'code' AS code, d.workflow_node FROM stint_task d WHERE d.id = x.id OFFSET 0) d,
         LATERAL (SELECT e.task_id FROM stint_dependency e WHERE e.depends_on = x.id COLLATE "C" OFFSET 0) e
 ), ended AS (
-    SELECT e.task_id,
+    SELECT task_id,
         count(*) AS n,
-        count(*) FILTER (WHERE d.status = 'success') AS ok,
-        count(*) FILTER (WHERE d.status <> 'success' AND coalesce(d.error->>'code', '') <> '` + api.CodeSkipped + `') AS failed,
-        count(*) FILTER (WHERE d.error->>'code' = '` + api.CodeSkipped + `') AS skipped,
-        min(d.workflow_node) FILTER (WHERE d.status <> 'success') AS bad
-    FROM edges e JOIN stint_task d ON d.id = ANY(ARRAY[e.depends_on])
-    GROUP BY e.task_id
+        count(*) FILTER (WHERE status = 'success') AS ok,
+        count(*) FILTER (WHERE status <> 'success' AND coalesce(code, '') <> '` + api.CodeSkipped + `') AS failed,
+        count(*) FILTER (WHERE code = '` + api.CodeSkipped + `') AS skipped,
+        min(workflow_node) FILTER (WHERE status <> 'success') AS bad
+    FROM edges
+    GROUP BY task_id
 ), c AS MATERIALIZED (
     SELECT t.id, t.deps_pending - e.n AS pending, t.deps_succeeded + e.ok AS ok, t.deps_failed + e.failed AS failed,
         t.deps_skipped + e.skipped AS skipped, t.dep_rule AS rule, e.bad,
