@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
 )
@@ -135,4 +136,55 @@ func TestLocalStartWaitsForAClaimWithoutBacklog(t *testing.T) {
 	require.Zero(t, tasks[0].StartLease, "the submit's context ended: no slot")
 	require.Zero(t, tasks[1].StartLease)
 	require.False(t, waiting(s))
+}
+
+// TestAFinishOffersHalfTheFreeSlotsToTheNodesItWakes: a batch of ends
+// that ends a workflow node offers its statement half of the free slots,
+// rounded up, for the behaviors that cap nothing; the slots it does not
+// fill are free again after it (and the claimers are told), and a batch
+// that ends no node, or a stopped server, offers none.
+func TestAFinishOffersHalfTheFreeSlotsToTheNodesItWakes(t *testing.T) {
+	t.Parallel()
+	node := &run{claimed: store.Claimed{LeaseRef: store.LeaseRef{ID: "wf/a"}, ParentID: "wf"},
+		end: store.Completion{Status: api.StatusSuccess}}
+	child := &run{claimed: store.Claimed{LeaseRef: store.LeaseRef{ID: "wfa"}, ParentID: "wf"},
+		end: store.Completion{Status: api.StatusSuccess}}
+	retried := &run{claimed: store.Claimed{LeaseRef: store.LeaseRef{ID: "wf/b"}, ParentID: "wf"},
+		end: store.Completion{Status: api.StatusFailure, Again: true}}
+	for _, c := range []struct {
+		name    string
+		batch   []*run
+		stopped bool
+		offered int
+	}{
+		{name: "a node ended", batch: []*run{child, node}, offered: 4},
+		{name: "a child that is not a node", batch: []*run{child}},
+		{name: "a node to run again", batch: []*run{retried}},
+		{name: "stopped", batch: []*run{node}, stopped: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := &Server{started: true, stopped: c.stopped, slots: newSlots(10), slotFreed: make(chan struct{}, 1),
+				cfg:          ServerConfig{Node: "n1"},
+				nodeStarters: []store.BehaviorLease{{Behavior: "b", Lease: time.Minute}}}
+			s.slots.reserve(3, nil, nil) // 7 free
+			offer := s.offerNodeStarts(c.batch)
+			require.Equal(t, c.offered, offer.Limit)
+			if c.offered == 0 {
+				require.Equal(t, 7, s.slots.free())
+				return
+			}
+			require.Equal(t, "n1", offer.Node)
+			require.Equal(t, 3, s.slots.free(), "the offer holds its slots while the statement is out")
+			// The runs of started nodes begin as claimed ones do
+			// (TestAFinishStartsTheNodesItMakesReadyHere); here none did.
+			s.nodesStarted(offer, nil, time.Now())
+			require.Equal(t, 7, s.slots.free(), "the slots the statement did not fill are free again")
+			select {
+			case <-s.slotFreed:
+			default:
+				t.Fatal("slots given back signal the claimers")
+			}
+		})
+	}
 }
