@@ -33,12 +33,12 @@ type completer struct {
 	// (held[i] unset, err nil), or given up on (err the database error). It
 	// must be quick.
 	recorded func(batch []*run, held []bool, err error)
-	// offer, when set, is asked before each statement which workflow
-	// nodes the batch may start on this node (see Server.offerNodeStarts);
-	// started then ends that offer with the tasks the statement started
-	// (none when it failed) and when it was sent.
-	offer   func(batch []*run) store.LocalStart
-	started func(offer store.LocalStart, started []store.Claimed, sent time.Time)
+	// offer, when set, returns before each statement the local start of
+	// workflow nodes the batch may make on this node (see
+	// Server.offerNodeStarts; a zero one makes none), and the function
+	// that ends it with the tasks the statement started (none when it
+	// failed) and when it was sent.
+	offer func(batch []*run) (store.LocalStart, func(started []store.Claimed, sent time.Time))
 
 	wake    chan struct{} // signalled when pending was empty and got a run
 	mu      sync.Mutex
@@ -117,19 +117,20 @@ func (c *completer) flush(ctx context.Context, batch []*run, comps []store.Compl
 	var err error
 	for try := 1; try <= 8; try++ {
 		var held []bool
-		var offer store.LocalStart
+		var start store.LocalStart
+		var started func([]store.Claimed, time.Time)
 		if c.offer != nil {
-			offer = c.offer(batch)
+			start, started = c.offer(batch)
 		}
 		sent := time.Now()
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbTimeout) // one that does not return by then is tried again
-		if offer.Limit > 0 {
-			var started []store.Claimed
-			held, started, err = c.st.FinishStart(fctx, comps, offer)
+		if start.Reserve != nil {
+			var tasks []store.Claimed
+			held, tasks, err = c.st.FinishStart(fctx, comps, start)
 			// The started runs begin before the batch's runs are let go
 			// (recorded), so that Server.Stop, which waits for the runs,
 			// never finds none in between.
-			c.started(offer, started, sent)
+			started(tasks, sent)
 		} else {
 			held, err = c.st.Finish(fctx, comps)
 		}

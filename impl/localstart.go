@@ -211,33 +211,21 @@ func (s *Server) startedHere(reserved []api.BehaviorID, started []store.Claimed,
 	}
 }
 
-// offerNodeStarts reserves slots for the workflow nodes that the ends of
-// batch may make ready, so that the statement that records them starts
-// those nodes here (see ServerConfig.NoLocalStart and
-// store.Store.FinishStart). It offers nothing unless a run of the batch
-// ended a workflow node for good, and reserves half of the free slots,
-// rounded up: the rest stay with the claimers while the statement is out.
-// An offer made is ended by nodesStarted.
-func (s *Server) offerNodeStarts(batch []*run) store.LocalStart {
-	if !slices.ContainsFunc(batch, endsNode) {
-		return store.LocalStart{}
+// offerNodeStarts returns the local start that the statement recording
+// batch may make of the workflow nodes the batch's ends make ready (see
+// ServerConfig.NoLocalStart and store.Store.FinishStart), and the
+// function that ends it. It offers none unless a run of the batch ended a
+// workflow node for good and this node runs behaviors that cap nothing.
+// The slots are reserved only when the store asks, as it is about to run
+// a statement that may start nodes (most ends of nodes wake none): half
+// of the free ones, rounded up, the rest staying with the claimers while
+// that statement is out.
+func (s *Server) offerNodeStarts(batch []*run) (store.LocalStart, func([]store.Claimed, time.Time)) {
+	if len(s.nodeStarters) == 0 || !slices.ContainsFunc(batch, endsNode) {
+		return store.LocalStart{}, nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.started || s.stopped || s.halt != nil {
-		return store.LocalStart{}
-	}
-	if len(s.nodeStarters) == 0 {
-		return store.LocalStart{}
-	}
-	n := s.slots.reserve((s.slots.free()+1)/2, nil, s.policy)
-	if n == 0 {
-		return store.LocalStart{}
-	}
-	// Stop waits for the offer to end: its runs must start before Stop
-	// waits for the runs.
-	s.localStarts.Add(1)
-	return store.LocalStart{Node: s.cfg.Node, Behaviors: s.nodeStarters, Limit: n}
+	o := &nodeOffer{s: s}
+	return store.LocalStart{Node: s.cfg.Node, Behaviors: s.nodeStarters, Reserve: o.reserve}, o.started
 }
 
 // endsNode reports whether r's end may make workflow nodes ready: it
@@ -249,19 +237,48 @@ func endsNode(r *run) bool {
 		len(id) > len(parent) && id[len(parent)] == '/' && id[:len(parent)] == parent
 }
 
-// nodesStarted ends an offer of offerNodeStarts: the tasks that started
-// (started) take their slots and their runs begin, as claimed ones do;
-// the other slots are given back. sent is when the statement was sent.
-func (s *Server) nodesStarted(offer store.LocalStart, started []store.Claimed, sent time.Time) {
+// nodeOffer is a local start offerNodeStarts offered: the slots it
+// reserved, once the store asked.
+type nodeOffer struct {
+	s     *Server
+	limit int
+}
+
+// reserve reserves half of the free slots, rounded up, and returns how
+// many, none once the server stops starting runs.
+func (o *nodeOffer) reserve() int {
+	s := o.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started || s.stopped || s.halt != nil {
+		return 0
+	}
+	o.limit = s.slots.reserve((s.slots.free()+1)/2, nil, s.policy)
+	if o.limit > 0 {
+		// Stop waits for the offer to end: its runs must start before
+		// Stop waits for the runs.
+		s.localStarts.Add(1)
+	}
+	return o.limit
+}
+
+// started ends the offer: the tasks that started take their slots and
+// their runs begin, as claimed ones do; the other slots are given back.
+// sent is when the statement was sent.
+func (o *nodeOffer) started(started []store.Claimed, sent time.Time) {
+	if o.limit == 0 {
+		return
+	}
+	s := o.s
 	defer s.localStarts.Done()
 	s.mu.Lock()
-	s.slots.unreserve(offer.Limit, nil, started)
+	s.slots.unreserve(o.limit, nil, started)
 	if len(started) > 0 {
 		s.localAt = time.Now()
 	}
 	s.mu.Unlock()
 	s.startRuns(started, sent)
-	if len(started) < offer.Limit {
+	if len(started) < o.limit {
 		// A slot given back may let a claimer go on.
 		signal(s.slotFreed)
 	}

@@ -140,9 +140,10 @@ func TestLocalStartWaitsForAClaimWithoutBacklog(t *testing.T) {
 
 // TestAFinishOffersHalfTheFreeSlotsToTheNodesItWakes: a batch of ends
 // that ends a workflow node offers its statement half of the free slots,
-// rounded up, for the behaviors that cap nothing; the slots it does not
-// fill are free again after it (and the claimers are told), and a batch
-// that ends no node, or a stopped server, offers none.
+// rounded up, for the behaviors that cap nothing, reserved when the store
+// asks; the slots it does not fill are free again after it (and the
+// claimers are told); a batch that ends no node offers none, and a
+// stopped server reserves none.
 func TestAFinishOffersHalfTheFreeSlotsToTheNodesItWakes(t *testing.T) {
 	t.Parallel()
 	node := &run{claimed: store.Claimed{LeaseRef: store.LeaseRef{ID: "wf/a"}, ParentID: "wf"},
@@ -152,15 +153,16 @@ func TestAFinishOffersHalfTheFreeSlotsToTheNodesItWakes(t *testing.T) {
 	retried := &run{claimed: store.Claimed{LeaseRef: store.LeaseRef{ID: "wf/b"}, ParentID: "wf"},
 		end: store.Completion{Status: api.StatusFailure, Again: true}}
 	for _, c := range []struct {
-		name    string
-		batch   []*run
-		stopped bool
-		offered int
+		name     string
+		batch    []*run
+		stopped  bool
+		offered  bool
+		reserved int
 	}{
-		{name: "a node ended", batch: []*run{child, node}, offered: 4},
+		{name: "a node ended", batch: []*run{child, node}, offered: true, reserved: 4},
 		{name: "a child that is not a node", batch: []*run{child}},
 		{name: "a node to run again", batch: []*run{retried}},
-		{name: "stopped", batch: []*run{node}, stopped: true},
+		{name: "stopped", batch: []*run{node}, stopped: true, offered: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -168,18 +170,22 @@ func TestAFinishOffersHalfTheFreeSlotsToTheNodesItWakes(t *testing.T) {
 				cfg:          ServerConfig{Node: "n1"},
 				nodeStarters: []store.BehaviorLease{{Behavior: "b", Lease: time.Minute}}}
 			s.slots.reserve(3, nil, nil) // 7 free
-			offer := s.offerNodeStarts(c.batch)
-			require.Equal(t, c.offered, offer.Limit)
-			if c.offered == 0 {
-				require.Equal(t, 7, s.slots.free())
+			start, end := s.offerNodeStarts(c.batch)
+			if !c.offered {
+				require.Nil(t, start.Reserve)
 				return
 			}
-			require.Equal(t, "n1", offer.Node)
-			require.Equal(t, 3, s.slots.free(), "the offer holds its slots while the statement is out")
+			require.Equal(t, "n1", start.Node)
+			require.Equal(t, 7, s.slots.free(), "slots are reserved only when the store asks")
+			require.Equal(t, c.reserved, start.Reserve())
+			require.Equal(t, 7-c.reserved, s.slots.free(), "the offer holds its slots while the statement is out")
 			// The runs of started nodes begin as claimed ones do
 			// (TestAFinishStartsTheNodesItMakesReadyHere); here none did.
-			s.nodesStarted(offer, nil, time.Now())
+			end(nil, time.Now())
 			require.Equal(t, 7, s.slots.free(), "the slots the statement did not fill are free again")
+			if c.reserved == 0 {
+				return
+			}
 			select {
 			case <-s.slotFreed:
 			default:

@@ -377,7 +377,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.bgCancel, s.claimCancel = bgCancel, claimCancel
 	s.completer = newCompleter(s.st, s.log, s.inc, s.recorded)
 	if !s.cfg.NoLocalStart {
-		s.completer.offer, s.completer.started = s.offerNodeStarts, s.nodesStarted
+		s.completer.offer = s.offerNodeStarts
 	}
 	s.claimDone = make(chan struct{})
 

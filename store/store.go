@@ -164,8 +164,10 @@ type LocalStart struct {
 	Node string
 	// Behaviors are the behaviors that may start, each with its lease.
 	Behaviors []BehaviorLease
-	// Limit caps how many tasks start. Zero starts none.
-	Limit int
+	// Reserve returns how many tasks may start, reserving their slots on
+	// the node. It is called at most once per call of the store, from the
+	// caller's goroutine. Nil starts none.
+	Reserve func() int
 }
 
 // Renewal extends a run's lease by Duration from the database's now().
@@ -268,14 +270,16 @@ type Store interface {
 	Finish(ctx context.Context, cs []Completion) ([]bool, error)
 	// FinishStart is Finish on a server node that starts there, in the
 	// same transaction, workflow nodes the completions make ready: up to
-	// start.Limit of those of start.Behaviors that a claim of the node
-	// could take now (their behavior not paused nor capped at runtime,
-	// their group key not held, they spend no rate limit, their workflow
-	// is not held, and no due claim hint of their behavior waits with the
-	// same or a lower priority number), best priority first. Those start
-	// as a claim starts them, under one lease per behavior, and are
-	// returned in started; the others become due as Finish makes them.
-	// A zero start is Finish.
+	// as many as start.Reserve returns (asked once, when a statement that
+	// may start some is about to run; never when none can) of those of
+	// start.Behaviors that a claim of the node could take now (their
+	// behavior not paused nor capped at runtime, their group key not
+	// held, they spend no rate limit, their workflow is not held, and no
+	// due claim hint of their behavior waits with the same or a lower
+	// priority number), best priority first. Those start as a claim
+	// starts them, under one lease per behavior, and are returned in
+	// started; the others become due as Finish makes them. A zero start
+	// is Finish.
 	FinishStart(ctx context.Context, cs []Completion, start LocalStart) (held []bool, started []Claimed, err error)
 	// Checkpoint stores a run's progress. With a non-nil tx it runs inside
 	// it. It returns api.ErrHalt when the lease no longer holds.

@@ -57,7 +57,7 @@ func (s *Store) Fail(ctx context.Context, id api.TaskID, e *api.TaskError) error
 				return err
 			}
 			// A workflow node's dependents learn it failed.
-			if _, err := depsEnded(ctx, tx, []string{string(id)}, store.LocalStart{}); err != nil {
+			if _, err := depsEnded(ctx, tx, []string{string(id)}, nil); err != nil {
 				return err
 			}
 		}

@@ -131,18 +131,18 @@ func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, erro
 // nothing costs nothing more.
 func (s *Store) FinishStart(ctx context.Context, cs []store.Completion, start store.LocalStart) ([]bool, []store.Claimed, error) {
 	ok := make([]bool, len(cs))
-	var started []store.Claimed
-	if err := s.finishIsolating(ctx, cs, ok, start, &started); err != nil {
+	st := newStarts(start)
+	if err := s.finishIsolating(ctx, cs, ok, st); err != nil {
 		return nil, nil, fmt.Errorf("finish tasks: %w", err)
 	}
-	return ok, started, nil
+	return ok, st.started, nil
 }
 
 // finishIsolating records cs, splitting the batch around rows that cannot
 // be written. ok[i] is set for the completions cs[i] whose lease held;
-// the tasks started on start.Node are appended to started.
-func (s *Store) finishIsolating(ctx context.Context, cs []store.Completion, ok []bool, start store.LocalStart, started *[]store.Claimed) error {
-	err := s.finishBatch(ctx, cs, ok, start, started)
+// the tasks started on st's node are added to st.
+func (s *Store) finishIsolating(ctx context.Context, cs []store.Completion, ok []bool, st *starts) error {
+	err := s.finishBatch(ctx, cs, ok, st)
 	if err == nil || !rowError(err) {
 		return err
 	}
@@ -151,10 +151,10 @@ func (s *Store) finishIsolating(ctx context.Context, cs []store.Completion, ok [
 		return nil
 	}
 	half := len(cs) / 2
-	if err := s.finishIsolating(ctx, cs[:half], ok[:half], start, started); err != nil {
+	if err := s.finishIsolating(ctx, cs[:half], ok[:half], st); err != nil {
 		return err
 	}
-	return s.finishIsolating(ctx, cs[half:], ok[half:], start, started)
+	return s.finishIsolating(ctx, cs[half:], ok[half:], st)
 }
 
 // childrenEnded counts the ends of the children of parents (one entry per
@@ -197,9 +197,9 @@ func rowError(err error) bool {
 
 // finishBatch records cs in one statement, and the ends of their children
 // in the same transaction. It sets ok[i] for the completions cs[i] whose
-// lease held, and appends the workflow nodes it started on start.Node to
-// started (start.Limit counts those started already).
-func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []bool, start store.LocalStart, started *[]store.Claimed) error {
+// lease held, and adds the workflow nodes it started on st's node to st
+// once its transaction committed.
+func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []bool, st *starts) error {
 	n := len(cs)
 	ids, statuses := make(textArray, n), make(textArray, n)
 	leases := make(uuidArray, n)
@@ -271,14 +271,13 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 				woke = append(woke, id)
 			}
 		}
-		start.Limit -= len(*started)
-		woken, err = depsEnded(ctx, tx, woke, start)
+		woken, err = depsEnded(ctx, tx, woke, st)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	*started = append(*started, woken...)
+	st.started = append(st.started, woken...)
 	for i := range ok {
 		ok[i] = true
 	}

@@ -280,16 +280,19 @@ FROM notified, woke`
 // depsEnded records in tx that the workflow nodes ids ended for good: it
 // wakes or skips their dependents (depsEndedSQL) and counts the skipped
 // ones off their workflows, until no more are skipped. The dependents
-// that run start on start.Node, up to start.Limit of them, as
-// depsEndedSQL says; they are returned.
-func depsEnded(ctx context.Context, tx pgx.Tx, ids []string, start store.LocalStart) ([]store.Claimed, error) {
-	behaviors, leases := behaviorLeases(start.Behaviors)
+// that run start on st's node, as many as st has room for (none when st
+// is nil), as depsEndedSQL says; they are returned, and st learns of them
+// from the caller once tx committed.
+func depsEnded(ctx context.Context, tx pgx.Tx, ids []string, st *starts) ([]store.Claimed, error) {
 	var started []store.Claimed
 	for len(ids) > 0 {
 		var parents []string
 		var raw []byte
-		limit := max(start.Limit-len(started), 0)
-		if err := indexedRow(ctx, tx, depsEndedSQL, textArray(ids), start.Node, behaviors, leases, limit).Scan(&ids, &parents, &raw); err != nil {
+		node, behaviors, leases, limit := "", []string{}, []int64{}, 0
+		if st != nil {
+			node, behaviors, leases, limit = st.Node, st.behaviors, st.leases, st.room()-len(started)
+		}
+		if err := indexedRow(ctx, tx, depsEndedSQL, textArray(ids), node, behaviors, leases, max(limit, 0)).Scan(&ids, &parents, &raw); err != nil {
 			return nil, fmt.Errorf("wake dependents: %w", err)
 		}
 		if raw != nil {
@@ -305,6 +308,34 @@ func depsEnded(ctx context.Context, tx pgx.Tx, ids []string, start store.LocalSt
 		}
 	}
 	return started, nil
+}
+
+// starts is a finish's local start (store.LocalStart): its behaviors as
+// statement parameters, the room it reserved, asked for once, and the
+// tasks it started.
+type starts struct {
+	store.LocalStart
+	behaviors []string
+	leases    []int64
+	asked     bool
+	limit     int
+	started   []store.Claimed
+}
+
+// newStarts returns the starts of l.
+func newStarts(l store.LocalStart) *starts {
+	st := &starts{LocalStart: l}
+	st.behaviors, st.leases = behaviorLeases(l.Behaviors)
+	return st
+}
+
+// room returns how many more tasks may start, asking Reserve the first
+// time.
+func (st *starts) room() int {
+	if !st.asked && st.Reserve != nil {
+		st.asked, st.limit = true, st.Reserve()
+	}
+	return st.limit - len(st.started)
 }
 
 // appendStarted appends to started the tasks depsEndedSQL started, given
@@ -520,7 +551,7 @@ func (s *Store) CancelWorkflow(ctx context.Context, id api.TaskID) (int, error) 
 		if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
 			return err
 		}
-		_, err := depsEnded(ctx, tx, cancelled, store.LocalStart{})
+		_, err := depsEnded(ctx, tx, cancelled, nil)
 		return err
 	})
 	if err != nil {

@@ -351,7 +351,7 @@ func growWorkflow(ctx context.Context, tx pgx.Tx, holder store.LeaseRef, workflo
 	if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
 		return err
 	}
-	_, err = depsEnded(ctx, tx, existingSkipped, store.LocalStart{})
+	_, err = depsEnded(ctx, tx, existingSkipped, nil)
 	return err
 }
 

@@ -41,7 +41,7 @@ func fanOutT(t *testing.T, ctx context.Context, st *postgres.Store, wf api.TaskI
 func TestFinishStartsTheNodesItWakes(t *testing.T) {
 	t.Parallel()
 	offer := func(limit int) store.LocalStart {
-		return store.LocalStart{Node: "n2", Behaviors: semLease, Limit: limit}
+		return store.LocalStart{Node: "n2", Behaviors: semLease, Reserve: func() int { return limit }}
 	}
 	for _, tc := range []struct {
 		name    string
@@ -55,7 +55,7 @@ func TestFinishStartsTheNodesItWakes(t *testing.T) {
 		{name: "up to the limit", start: offer(2), started: 2, left: 1},
 		{name: "all when room", start: offer(10), started: 3},
 		{name: "none offered", start: store.LocalStart{}, left: 3},
-		{name: "behavior not offered", start: store.LocalStart{Node: "n2", Behaviors: []store.BehaviorLease{{Behavior: "other", Lease: time.Minute}}, Limit: 5}, left: 3},
+		{name: "behavior not offered", start: store.LocalStart{Node: "n2", Behaviors: []store.BehaviorLease{{Behavior: "other", Lease: time.Minute}}, Reserve: func() int { return 5 }}, left: 3},
 		{name: "stale lease wakes nothing", start: offer(5), stale: true},
 		{name: "behavior paused", start: offer(5), prepare: func(t *testing.T, ctx context.Context, st *postgres.Store) {
 			require.NoError(t, st.SetBehavior(ctx, store.BehaviorSettings{Behavior: semBehavior, Paused: true}))
@@ -82,6 +82,8 @@ func TestFinishStartsTheNodesItWakes(t *testing.T) {
 			c := success(root)
 			if tc.stale {
 				c.Lease[0] ^= 1
+				// A finish that wakes nothing reserves nothing.
+				tc.start.Reserve = func() int { panic("a stale finish asked for slots") }
 			}
 			held, started, err := st.FinishStart(ctx, []store.Completion{c}, tc.start)
 			require.NoError(t, err)
@@ -119,7 +121,10 @@ func TestFinishStartsTheNodesItWakes(t *testing.T) {
 			// The nodes not started are left to the claimers.
 			require.Len(t, claimT(t, ctx, st, 10, 0), tc.left)
 			if len(started) > 0 {
-				ok, err := st.Finish(ctx, []store.Completion{success(started[0])})
+				// The end of a node without dependents asks for no
+				// slots.
+				ok, _, err := st.FinishStart(ctx, []store.Completion{success(started[0])}, store.LocalStart{Node: "n2", Behaviors: semLease,
+					Reserve: func() int { panic("a node without dependents asked for slots") }})
 				require.NoError(t, err)
 				require.Equal(t, []bool{true}, ok)
 			}
