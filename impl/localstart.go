@@ -19,11 +19,13 @@ import (
 // paused, its group key held, or a due task of its behavior with the same
 // or a higher priority waits for a claim.
 
-// startHere is the one place that decides whether a due task may start
-// on this node now without a claim (a local start), and reserves its slot
-// when it may. Every path that starts tasks here without a claim asks it:
-// a server's own submits (reserveStarts) and, through the same rules, any
-// statement that may start the tasks it makes due. The rules, in the
+// startHere decides whether a due task may start on this node now
+// without a claim (a local start), and reserves its slot when it may. A
+// server's own submits ask it (reserveStarts); the ends of
+// workflow nodes, whose statement learns which nodes became ready only as
+// it runs, reserve their slots before the nodes' behaviors are known, for
+// the behaviors this rule admits with no cap of their own on the node
+// (offerNodeStarts). The rules, in the
 // process: the server runs (started, not stopped); the task is due now
 // (delay zero) and spends no rate limit (rated false: a claim spends
 // those); this node runs its behavior b, which caps neither a group key
@@ -41,7 +43,7 @@ import (
 // the slot back with unstart, or hands it to the run with startedHere.
 // s.mu is held.
 func (s *Server) startHere(b api.BehaviorID, delay time.Duration, rated bool) (lease time.Duration, noSlot bool) {
-	if !s.started || s.stopped || s.halt != nil || delay != 0 || rated {
+	if !s.startsRuns() || delay != 0 || rated {
 		return 0, false
 	}
 	reg := s.behavior(b)
@@ -152,6 +154,12 @@ func (s *Server) waitClaims(ctx context.Context) bool {
 	timer.Stop()
 	s.mu.Lock()
 	s.startWaiting--
+	return s.startsRuns()
+}
+
+// startsRuns reports whether the server starts runs: it started, and
+// neither stopped nor halted them. s.mu is held.
+func (s *Server) startsRuns() bool {
 	return s.started && !s.stopped && s.halt == nil
 }
 
@@ -250,7 +258,7 @@ func (o *nodeOffer) reserve() int {
 	s := o.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.started || s.stopped || s.halt != nil {
+	if !s.startsRuns() {
 		return 0
 	}
 	o.limit = s.slots.reserve((s.slots.free()+1)/2, nil, s.policy)
