@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,9 +19,10 @@ import (
 // breaks or stops answering, forever, with a backoff of up to 5 seconds
 // between failed attempts. When the database answers again after an
 // incident (DatabaseAnswered), it does not wait: it cuts its backoff
-// short, gives up a connection attempt begun before (which may wait on a
-// dead path for its whole connect_timeout) and makes it again at once, and
-// checks the connection it listens on. After each (re)connection it calls
+// short, gives up a connection attempt begun before that the server does
+// not answer within answeredGrace (it may wait on a dead path for its
+// whole connect_timeout) and makes it again at once, and checks the
+// connection it listens on. After each (re)connection it calls
 // fn with an empty payload on every channel, since notifications sent
 // while it was not listening are lost. onState, if set, is told of every
 // failure (err) and of every connection that listens again (nil).
@@ -74,13 +77,15 @@ func (s *Store) Listen(ctx context.Context, channels []string, fn func(channel, 
 // listenOnce listens on one connection until it breaks. listened reports
 // whether it got as far as listening on every channel. With mayAbandon,
 // the connection's set-up is given up when the database answers
-// meanwhile, and err then wraps errAnswered.
+// meanwhile and the connection hears nothing from the server within
+// answeredGrace after (see abandonSilent), and err then wraps errAnswered.
 func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(channel, payload string), onState func(error), mayAbandon bool) (listened bool, err error) {
 	setup, stop := ctx, func() {}
+	cfg := s.listenConfig
 	if mayAbandon {
-		setup, stop = untilAnswered(ctx, s.answered.round())
+		setup, stop, cfg = s.abandonSilent(ctx)
 	}
-	conn, err := s.listenConn(setup, channels)
+	conn, err := listenConn(setup, cfg, channels)
 	abandoned := context.Cause(setup) == errAnswered
 	stop()
 	if err != nil {
@@ -103,15 +108,68 @@ func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(chann
 	}
 }
 
-// listenConn connects, sets the session's timeouts and listens on
-// channels, each step bounded by ListenCheck as well as by ctx.
-func (s *Store) listenConn(ctx context.Context, channels []string) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, s.listenConfig)
+// answeredGrace is how long after the database answers again a
+// connection attempt of the listener may go without hearing from the
+// server before it is given up: once the path is back, a live attempt
+// hears the server's next message within a round trip.
+const answeredGrace = time.Second
+
+// abandonSilent returns, for one connection attempt of the listener, a
+// context that is cancelled, with the cause errAnswered, when the database
+// answers again (DatabaseAnswered) and the attempt's socket then hears
+// nothing from the server within answeredGrace: an attempt made while the
+// path was dead may never be answered, and would wait out its whole
+// connect_timeout (10 s), while one that the returning path lets through
+// goes on. cfg is the listener's configuration with a dialer that tells
+// it the socket; stop releases the context.
+func (s *Store) abandonSilent(ctx context.Context) (setup context.Context, stop func(), cfg *pgx.ConnConfig) {
+	round := s.answered.round()
+	var sock atomic.Pointer[socket]
+	cfg = s.listenConfig.Copy()
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if sc, ok := c.(*socket); ok {
+			sock.Store(sc)
+		}
+		return c, err
+	}
+	setup, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-round.Done():
+		case <-done:
+			return
+		}
+		at := time.Now()
+		t := time.NewTimer(answeredGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-done:
+			return
+		}
+		if sc := sock.Load(); sc != nil && sc.heard.Load() >= at.UnixNano() {
+			return // the server answers it: let it go on
+		}
+		cancel(errAnswered)
+	}()
+	return setup, func() {
+		close(done)
+		cancel(nil)
+	}, cfg
+}
+
+// listenConn connects with cfg, sets the session's timeouts and listens
+// on channels, each step bounded by ListenCheck as well as by ctx.
+func listenConn(ctx context.Context, cfg *pgx.ConnConfig, channels []string) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("listen: connect: %w", err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, ListenCheck)
-	err = setServerTimeouts(sctx, conn, s.listenConfig.RuntimeParams)
+	err = setServerTimeouts(sctx, conn, cfg.RuntimeParams)
 	cancel()
 	if err != nil {
 		_ = conn.Close(context.Background())

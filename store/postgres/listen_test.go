@@ -22,6 +22,7 @@ const (
 	proxyForward int32 = iota // forwards it to the database
 	proxyHold                 // keeps it open and never answers: a silent loss
 	proxyRefuse               // closes it at once: a database that is down
+	proxyDelay                // forwards it once released: a path that comes back
 )
 
 // listenProxy stands between a store's listener and PostgreSQL: it
@@ -36,12 +37,18 @@ type listenProxy struct {
 
 	mu    sync.Mutex
 	conns []net.Conn
+	// released is closed by release, which lets the connections accepted
+	// in proxyDelay through.
+	released chan struct{}
 }
+
+// release forwards the connections accepted in proxyDelay.
+func (p *listenProxy) release() { close(p.released) }
 
 func newListenProxy(t *testing.T, target string) *listenProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &listenProxy{ln: ln, target: target, accepted: make(chan int32, 1000)}
+	p := &listenProxy{ln: ln, target: target, accepted: make(chan int32, 1000), released: make(chan struct{})}
 	t.Cleanup(func() {
 		_ = ln.Close()
 		p.mu.Lock()
@@ -56,7 +63,7 @@ func newListenProxy(t *testing.T, target string) *listenProxy {
 			if err != nil {
 				return
 			}
-			p.handle(c)
+			go p.handle(c)
 		}
 	}()
 	return p
@@ -71,7 +78,10 @@ func (p *listenProxy) handle(c net.Conn) {
 	switch mode {
 	case proxyRefuse:
 		_ = c.Close()
-	case proxyForward:
+	case proxyForward, proxyDelay:
+		if mode == proxyDelay {
+			<-p.released
+		}
 		server, err := net.Dial("tcp", p.target)
 		if err != nil {
 			_ = c.Close()
@@ -179,4 +189,30 @@ func TestListenerCutsItsBackoffShortWhenTheDatabaseAnswers(t *testing.T) {
 	require.NoError(t, err)
 	st.DatabaseAnswered()
 	waitListening(t, states, answeredBound)
+}
+
+// TestListenerKeepsAConnectThatTheReturningPathLetsThrough checks that a
+// listener's connection attempt made while the path was down, which the
+// path lets through when it comes back, goes on when the store is told
+// that the database answers again: it listens on that connection, with no
+// failure reported.
+func TestListenerKeepsAConnectThatTheReturningPathLetsThrough(t *testing.T) {
+	t.Parallel()
+	st, p, states := listenVia(t, pgtest.New(t), proxyDelay)
+	select {
+	case mode := <-p.accepted:
+		require.Equal(t, proxyDelay, mode)
+	case <-time.After(time.Minute):
+		t.Fatal("the listener did not connect")
+	}
+	p.mode.Store(proxyForward)
+	p.release()
+	st.DatabaseAnswered()
+	select {
+	case err := <-states:
+		require.NoError(t, err, "the attempt the path let through should listen")
+	case <-time.After(answeredBound):
+		t.Fatalf("the listener did not listen within %s", answeredBound)
+	}
+	require.Len(t, p.accepted, 0, "no other connection")
 }
