@@ -112,6 +112,9 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 	if r, ok := st.(connectionResetter); ok {
 		inc.unreachable = r.ResetConnections
 	}
+	if a, ok := st.(databaseAnswerer); ok {
+		inc.answered = a.DatabaseAnswered
+	}
 	return &Client{
 		st:   st,
 		reg:  cfg.Registry,
@@ -128,6 +131,12 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 // (postgres.Store): when the database stops answering they may all be
 // dead, and each would cost a statement its deadline.
 type connectionResetter interface{ ResetConnections() }
+
+// databaseAnswerer is a store whose listener can be told that the database
+// answers again (postgres.Store), so that it listens again at once rather
+// than after its backoff or a connection attempt that a silent loss left
+// hanging.
+type databaseAnswerer interface{ DatabaseAnswered() }
 
 // Incidents returns the database incidents going on, as this process
 // sees them, and the last one that ended (nil if none).

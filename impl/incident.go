@@ -146,6 +146,12 @@ type incidents struct {
 	// unreachable, if set, is called when an incident of CauseUnreachable
 	// starts.
 	unreachable func()
+	// answered, if set, is called when the pool succeeds after an
+	// incident's failures: at its first success, and at the first after
+	// each later failure. The database answers again, and the listener
+	// need not wait out its backoff, or a connection attempt that the
+	// incident left hanging, to listen again.
+	answered func()
 }
 
 type openIncident struct {
@@ -226,20 +232,27 @@ const incidentSettle = time.Second
 // ok reports a successful database call: it ends the open incidents it
 // proves over, once incidentSettle passes without a failure of theirs. A
 // success of the pool ends every incident but the listener's; the
-// listener's own success (listening again) ends that one.
+// listener's own success (listening again) ends that one. A success of
+// the pool that follows failures also tells the listener (answered).
 func (t *incidents) ok(listener bool) {
 	if !t.anyOpen.Load() {
 		return
 	}
 	now := time.Now()
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	answeredAgain := false
 	for cause, in := range t.open {
 		if (cause == CauseListener) != listener || !in.endAt.IsZero() {
 			continue
 		}
 		in.endAt = now
+		answeredAgain = !listener
 		time.AfterFunc(incidentSettle, func() { t.settle(cause, in, now) })
+	}
+	answered := t.answered
+	t.mu.Unlock()
+	if answeredAgain && answered != nil {
+		answered()
 	}
 }
 

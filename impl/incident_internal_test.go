@@ -18,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
 )
 
 func TestClassify(t *testing.T) {
@@ -163,4 +165,38 @@ func TestIncidentsLogOnceAndNeverStayFailed(t *testing.T) {
 		}
 	}
 	require.EqualValues(t, 2, counted, "two incidents started")
+}
+
+// answeringStore is a store that can be told that the database answers
+// again; nothing else of it is used.
+type answeringStore struct {
+	store.Store
+	answered atomic.Int64
+}
+
+func (s *answeringStore) DatabaseAnswered() { s.answered.Add(1) }
+
+// TestTheFirstSuccessAfterFailuresTellsTheStore checks that a client
+// tells its store (the listener) that the database answers again at the
+// first success of the pool after failures, once per such success, and
+// not at the listener's own success or at successes that follow one.
+func TestTheFirstSuccessAfterFailuresTellsTheStore(t *testing.T) {
+	t.Parallel()
+	st := &answeringStore{}
+	c, err := NewClient(st, ClientConfig{Registry: spi.NewRegistry(), Logger: slog.New(&records{})})
+	require.NoError(t, err)
+	down := fmt.Errorf("claim: %w", io.ErrUnexpectedEOF)
+
+	c.inc.ok(false)
+	require.Zero(t, st.answered.Load(), "no incident: nothing to tell")
+	require.True(t, c.inc.failed("claim", down))
+	c.inc.listenerState(errors.New("listen: connect: timeout"))
+	c.inc.ok(true)
+	require.Zero(t, st.answered.Load(), "the listener's own success tells nothing")
+	c.inc.ok(false)
+	c.inc.ok(false)
+	require.EqualValues(t, 1, st.answered.Load(), "the first success of the pool")
+	require.True(t, c.inc.failed("renew", down))
+	c.inc.ok(false)
+	require.EqualValues(t, 2, st.answered.Load(), "the first success after a failure again")
 }

@@ -322,33 +322,6 @@ func (s *sockets) guardPoolConfig(cfg *pgxpool.Config) {
 	}
 }
 
-// waitNotification waits for a notification on conn, checking the
-// connection with SELECT 1 whenever ListenCheck passes without one: a
-// connection that does not answer within ListenCheck is an error, and the
-// caller makes a new one.
-func waitNotification(ctx context.Context, conn *pgx.Conn, check time.Duration) (*pgconn.Notification, error) {
-	for {
-		wctx, cancel := context.WithTimeout(ctx, check)
-		n, err := conn.WaitForNotification(wctx)
-		cancel()
-		if err == nil {
-			return n, nil
-		}
-		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || conn.IsClosed() {
-			return nil, err
-		}
-		pctx, cancel := context.WithTimeout(ctx, check)
-		_, err = conn.Exec(pctx, "SELECT 1")
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("the listening connection did not answer a check within %s: %w", check, err)
-		}
-	}
-}
-
 // ResetConnections checks the pools' idle connections at once, dropping
 // those that do not answer a ping within idleCheck, and closes the
 // connections that wait for an answer since and got none deadConnAfter

@@ -52,6 +52,9 @@ type Store struct {
 	// sockets are the sockets of the pools' and the listener's
 	// connections.
 	sockets *sockets
+	// answered wakes the listener when the database answers again (see
+	// DatabaseAnswered).
+	answered *wake
 	// lastClaimed is how many tasks the last claim found: the next one's
 	// result is sized for as many.
 	lastClaimed atomic.Int64
@@ -161,7 +164,8 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Store{pool: pool, lease: leasePool, noListen: o.noListen, listenConfig: pool.Config().ConnConfig.Copy(), sockets: socks}
+	s := &Store{pool: pool, lease: leasePool, noListen: o.noListen, listenConfig: pool.Config().ConnConfig.Copy(), sockets: socks,
+		answered: newWake()}
 	closePools := func() { pool.Close(); leasePool.Close() }
 	if o.listenDSN != "" {
 		if s.listenConfig, err = pgx.ParseConfig(o.listenDSN); err != nil {
@@ -240,81 +244,6 @@ func (s *Store) Notify(ctx context.Context, channel, payload string) error {
 		return fmt.Errorf("notify %s: %w", channel, err)
 	}
 	return nil
-}
-
-// Listen calls fn for each notification on channels until ctx ends. It
-// holds one connection of its own, outside the pool, checks it whenever
-// ListenCheck passes without a notification, and makes a new one when it
-// breaks or stops answering, forever, with a backoff of up to 5 seconds
-// between failed attempts. After each (re)connection it calls fn with an
-// empty payload on every channel, since notifications sent while it was
-// not listening are lost. onState, if set, is told of every failure (err)
-// and of every connection that listens again (nil).
-func (s *Store) Listen(ctx context.Context, channels []string, fn func(channel, payload string), onState func(error)) error {
-	if s.noListen {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	if onState == nil {
-		onState = func(error) {}
-	}
-	const first = 100 * time.Millisecond
-	backoff := first
-	for {
-		listened, err := s.listenOnce(ctx, channels, fn, onState)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		onState(err)
-		switch {
-		case listened:
-			// The connection worked until it broke: a new outage starts
-			// its backoff afresh.
-			backoff = first
-		case err != nil:
-			backoff = min(backoff*2, 5*time.Second)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-	}
-}
-
-// listenOnce listens on one connection until it breaks. listened reports
-// whether it got as far as listening on every channel.
-func (s *Store) listenOnce(ctx context.Context, channels []string, fn func(channel, payload string), onState func(error)) (listened bool, err error) {
-	conn, err := pgx.ConnectConfig(ctx, s.listenConfig)
-	if err != nil {
-		return false, fmt.Errorf("listen: connect: %w", err)
-	}
-	defer conn.Close(context.Background())
-	sctx, cancel := context.WithTimeout(ctx, ListenCheck)
-	err = setServerTimeouts(sctx, conn, s.listenConfig.RuntimeParams)
-	cancel()
-	if err != nil {
-		return false, fmt.Errorf("listen: %w", err)
-	}
-	for _, ch := range channels {
-		lctx, cancel := context.WithTimeout(ctx, ListenCheck)
-		_, err := conn.Exec(lctx, "LISTEN "+pgx.Identifier{ch}.Sanitize())
-		cancel()
-		if err != nil {
-			return false, fmt.Errorf("listen %s: %w", ch, err)
-		}
-	}
-	onState(nil)
-	for _, ch := range channels {
-		fn(ch, "")
-	}
-	for {
-		n, err := waitNotification(ctx, conn, ListenCheck)
-		if err != nil {
-			return true, fmt.Errorf("listen: %w", err)
-		}
-		fn(n.Channel, n.Payload)
-	}
 }
 
 // isNoRows reports whether err means a query found no row.
