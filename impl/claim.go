@@ -315,9 +315,11 @@ func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
 
 // claimRoom returns how many slots a claim of g may reserve: all of
 // g.limit, unless the node's own submits started tasks here lately
-// (within a poll interval) and g's last claim found no backlog. Then it
-// reserves half of them, rounded up, and leaves the rest to those submits
-// (see reserveStarts): a claim that finds few tasks would otherwise hold
+// (within a poll interval), or a workflow node's run returned (its finish
+// may start the nodes it makes ready: see offerNodeStarts), and g's last
+// claim found no backlog. Then it reserves half of them, rounded up, and
+// leaves the rest to those local starts (see reserveStarts): a claim
+// that finds few tasks would otherwise hold
 // every free slot while it is in the database, and a submit at that
 // moment would wait for it or leave its task to the next claim. A claim
 // that fills its half finds a backlog, and the next one asks for every

@@ -241,7 +241,7 @@ func (s *Server) offerNodeStarts(batch []*run) (store.LocalStart, func([]store.C
 // a workflow node's is.
 func endsNode(r *run) bool {
 	id, parent := string(r.claimed.ID), string(r.claimed.ParentID)
-	return !r.end.Again && r.end.Status != api.StatusScheduled && parent != "" &&
+	return !r.end.Again && (r.end.Status == api.StatusSuccess || r.end.Status == api.StatusFailure) && parent != "" &&
 		len(id) > len(parent) && id[len(parent)] == '/' && id[:len(parent)] == parent
 }
 

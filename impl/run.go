@@ -162,6 +162,11 @@ func (s *Server) freeSlot(r *run) {
 	s.mu.Lock()
 	s.slots.release(b, r.reg.Policy)
 	r.returned = true
+	if endsNode(r) {
+		// Its finish may start the nodes it makes ready here: the
+		// claims leave it room meanwhile (see claimRoom).
+		s.localAt = time.Now()
+	}
 	atCap := s.atCap[b]
 	if atCap {
 		delete(s.atCap, b)
@@ -275,8 +280,8 @@ func (s *Server) execute(r *run) {
 		c.Status, c.Result = api.StatusSuccess, out.Result
 	}
 	s.tel.runEnded(span, c)
-	s.freeSlot(r)
 	r.end = c
+	s.freeSlot(r)
 	s.completer.finish(r)
 }
 

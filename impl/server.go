@@ -180,7 +180,8 @@ type Server struct {
 	// closed (and replaced) when one returns. backlog holds, by claim
 	// group (see claimGroup.key), whether the group's last claim found as
 	// many tasks as it asked for: a backlog may wait. localAt is when a
-	// task last asked to start here without a claim (see startHere). A
+	// task last asked to start here without a claim (see startHere), or a
+	// run that may make workflow nodes ready returned (see freeSlot). A
 	// local start may wait for a claim, up to startWait (localStartWait);
 	// startWaiting counts the submits waiting. See reserveStarts and
 	// claimRoom.

@@ -278,8 +278,9 @@ type Store interface {
 	// due claim hint of their behavior waits with the same or a lower
 	// priority number), best priority first. Those start as a claim
 	// starts them, under one lease per behavior, and are returned in
-	// started; the others become due as Finish makes them. A zero start
-	// is Finish.
+	// started; the others become due as Finish makes them. On an error,
+	// started still lists the tasks a part of the batch that committed
+	// started. A zero start is Finish.
 	FinishStart(ctx context.Context, cs []Completion, start LocalStart) (held []bool, started []Claimed, err error)
 	// Checkpoint stores a run's progress. With a non-nil tx it runs inside
 	// it. It returns api.ErrHalt when the lease no longer holds.

@@ -133,7 +133,10 @@ func (s *Store) FinishStart(ctx context.Context, cs []store.Completion, start st
 	ok := make([]bool, len(cs))
 	st := newStarts(start)
 	if err := s.finishIsolating(ctx, cs, ok, st); err != nil {
-		return nil, nil, fmt.Errorf("finish tasks: %w", err)
+		// A part of a split batch may have committed and started
+		// tasks before another failed: they run under their leases
+		// all the same.
+		return nil, st.started, fmt.Errorf("finish tasks: %w", err)
 	}
 	return ok, st.started, nil
 }

@@ -93,10 +93,13 @@ const newConflict = `RETURNING t.id, t.status, true AS created, t.behavior, t.pa
 // capped at runtime (uncapped), a group
 // key not held, and no due claim hint of their behavior at the same or a
 // lower priority number in the claim index. It reads the pause and hold
-// rows as dueInsert does (share-locked, skipping those a resume, release
-// or lease change holds: such a change is ordered after this statement,
-// as it is after a claim that ran before it). Each behavior's tasks get
-// one fresh lease, as a claim's do, with an operator's lease setting
+// rows twice: in its snapshot, as a claim does, and as dueInsert does
+// (share-locked, which sees a pause or hold committed since the snapshot,
+// skipping those a resume, release or lease change holds). A row locked
+// by a change is so still judged by the snapshot: a lease change of a
+// paused behavior, or a release that rolls back, starts nothing. Each
+// behavior's tasks get one fresh lease, as a claim's do, with an
+// operator's lease setting
 // taking precedence. The insert stores the tasks that start running under
 // their lease (attempt 1, executed_at and lost_not_before as a claim
 // sets them, due now); the conflict clause ignores those values for a
@@ -139,11 +142,12 @@ WITH r AS MATERIALIZED (
     SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, gen_random_uuid() AS lease
     FROM (SELECT behavior, max(start_us) AS lease_us FROM r WHERE start_us > 0 GROUP BY behavior) w
     LEFT JOIN stint_behavior b ON b.behavior = w.behavior
-    WHERE ` + uncapped("w.behavior") + `
+    WHERE b.paused IS NOT TRUE AND ` + uncapped("w.behavior") + `
 ), go AS MATERIALIZED (
     SELECT r.*, CASE WHEN r.start_us > 0 AND r.delay_us = 0
         AND r.behavior NOT IN (SELECT behavior FROM paused)
-        AND (r.group_key = '' OR r.group_key NOT IN (SELECT group_key FROM held))
+        AND (r.group_key = '' OR (r.group_key NOT IN (SELECT group_key FROM held)
+            AND NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = r.group_key)))
         AND NOT EXISTS (SELECT 1 FROM stint_due d
             WHERE NOT d.parked AND d.behavior = r.behavior AND d.priority <= r.priority AND d.due <= now())
         THEN true ELSE false END AS starts

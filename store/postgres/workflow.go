@@ -175,9 +175,12 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 // hint of their behavior with the same or a lower priority number in the
 // claim index (a local start never jumps a task the claimers would take
 // before it). The pause and hold rows are read as the starting submit
-// reads them (see submitStatement). A node started so has two events in
-// the change feed, scheduled (ready) and running, as one a claim starts
-// has. The statement also returns the started tasks, as JSON.
+// reads them (see submitStatement). A started node's run and lease count
+// from the statement's time, not the transaction's, which may have waited
+// for its workflow's row. A node started so has two events in the change
+// feed, scheduled (ready) and running, as one a claim starts has. The
+// statement also returns the started tasks (with their params and
+// progress, which the others leave out), as JSON.
 var depsEndedSQL = `
 WITH edges AS MATERIALIZED (
     SELECT e.task_id, d.status, d.code, d.workflow_node
@@ -211,12 +214,13 @@ WITH edges AS MATERIALIZED (
     FROM c
 ), cfg AS MATERIALIZED (
     SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, gen_random_uuid() AS lease,
-        (SELECT d.priority FROM stint_due d WHERE NOT d.parked AND d.behavior = w.behavior AND d.due <= now()
+        (SELECT d.priority FROM stint_due d WHERE NOT d.parked AND d.behavior = w.behavior
+             AND d.priority <= (SELECT max(priority) FROM v WHERE verdict = 'run') AND d.due <= now()
          ORDER BY d.priority, d.due LIMIT 1) AS first
     FROM unnest($3::text[], $4::bigint[]) AS w(behavior, lease_us)
     LEFT JOIN stint_behavior b ON b.behavior = w.behavior
     WHERE $5::int > 0 AND w.behavior = ANY(ARRAY(SELECT behavior FROM v WHERE verdict = 'run' AND held IS NOT TRUE AND NOT rated))
-      AND ` + uncapped("w.behavior") + `
+      AND b.paused IS NOT TRUE AND ` + uncapped("w.behavior") + `
 ), paused AS MATERIALIZED (
     SELECT pb.behavior FROM stint_behavior pb
     WHERE pb.paused AND pb.behavior IN (SELECT behavior FROM cfg) FOR SHARE SKIP LOCKED
@@ -233,7 +237,8 @@ WITH edges AS MATERIALIZED (
         WHERE g.behavior = v.behavior AND v.verdict = 'run' AND v.held IS NOT TRUE AND NOT v.rated
           AND (g.first IS NULL OR g.first > v.priority)
           AND v.behavior NOT IN (SELECT behavior FROM paused)
-          AND (v.group_key IS NULL OR v.group_key NOT IN (SELECT group_key FROM held))) g ON true
+          AND (v.group_key IS NULL OR (v.group_key NOT IN (SELECT group_key FROM held)
+              AND NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = v.group_key)))) g ON true
 ), u AS (
     UPDATE stint_task t SET
         deps_pending = x.pending, deps_succeeded = x.ok, deps_failed = x.failed, deps_skipped = x.skipped,
@@ -249,19 +254,23 @@ WITH edges AS MATERIALIZED (
         lease = coalesce(x.go, t.lease),
         node = CASE WHEN x.go IS NULL THEN t.node ELSE $2 END,
         attempt = t.attempt + CASE WHEN x.go IS NULL THEN 0 ELSE 1 END,
-        executed_at = CASE WHEN x.go IS NULL THEN t.executed_at ELSE now() END,
-        lost_not_before = CASE WHEN x.go IS NULL THEN t.lost_not_before ELSE now() + x.lease_us * interval '1 microsecond' END,
+        executed_at = CASE WHEN x.go IS NULL THEN t.executed_at ELSE statement_timestamp() END,
+        lost_not_before = CASE WHEN x.go IS NULL THEN t.lost_not_before
+            ELSE statement_timestamp() + x.lease_us * interval '1 microsecond' END,
+        waiting_children = t.waiting_children AND x.go IS NULL,
         resubmitted = CASE WHEN x.go IS NULL THEN t.resubmitted ELSE t.resubmit END,
         resubmit = t.resubmit AND x.go IS NULL,
         updated_at = now()
     FROM x
     WHERE t.id = ANY(ARRAY[x.id])
     RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id, t.awaited, x.verdict,
-        x.go AS started, x.lease_us, t.params, t.attempt, t.errors, t.trace, t.resubmitted
+        x.go AS started, x.lease_us, t.attempt, t.errors, t.resubmitted,
+        CASE WHEN x.go IS NOT NULL THEN t.params END AS params, CASE WHEN x.go IS NOT NULL THEN t.progress END AS progress,
+        CASE WHEN x.go IS NOT NULL THEN t.trace END AS trace
 ), due AS (` + dueInsert("u") + `
 ), leases AS (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids, task_count, behavior)
-    SELECT started, $2, now() + max(lease_us) * interval '1 microsecond', array_agg(id), count(*), min(behavior)
+    SELECT started, $2, statement_timestamp() + max(lease_us) * interval '1 microsecond', array_agg(id), count(*), min(behavior)
     FROM u WHERE started IS NOT NULL GROUP BY started
 ), feed AS (` + feedInsert(`(SELECT u.id, u.behavior, u.parent_id, e.status, u.verdict
     FROM u, LATERAL (VALUES (1, 'scheduled'), (2, u.status)) AS e(n, status)
@@ -273,7 +282,7 @@ WITH edges AS MATERIALIZED (
 )
 SELECT ARRAY(SELECT id FROM u WHERE verdict = 'skip'), ARRAY(SELECT parent_id FROM u WHERE verdict = 'skip' AND parent_id IS NOT NULL),
     (SELECT json_agg(json_build_object('id', id, 'lease', started, 'lease_us', lease_us, 'behavior', behavior,
-        'params', params, 'attempt', attempt, 'errors', errors, 'priority', priority, 'parent', parent_id,
+        'params', params, 'progress', progress, 'attempt', attempt, 'errors', errors, 'priority', priority, 'parent', parent_id,
         'group_key', group_key, 'trace', trace, 'resubmitted', resubmitted)) FROM u WHERE started IS NOT NULL)
 FROM notified, woke`
 
@@ -347,6 +356,7 @@ func appendStarted(started []store.Claimed, raw []byte) ([]store.Claimed, error)
 		LeaseUS     int64           `json:"lease_us"`
 		Behavior    string          `json:"behavior"`
 		Params      json.RawMessage `json:"params"`
+		Progress    json.RawMessage `json:"progress"`
 		Attempt     int             `json:"attempt"`
 		Errors      int             `json:"errors"`
 		Priority    int             `json:"priority"`
@@ -365,15 +375,19 @@ func appendStarted(started []store.Claimed, raw []byte) ([]store.Claimed, error)
 		return *s
 	}
 	for _, r := range rows {
-		params := r.Params
+		params, progress := r.Params, r.Progress
 		if len(params) == 0 || string(params) == "null" {
 			params = json.RawMessage("{}")
+		}
+		if string(progress) == "null" {
+			progress = nil
 		}
 		started = append(started, store.Claimed{
 			LeaseRef:      store.LeaseRef{ID: api.TaskID(r.ID), Lease: r.Lease.Bytes},
 			LeaseDuration: time.Duration(r.LeaseUS) * time.Microsecond,
 			Behavior:      api.BehaviorID(r.Behavior),
 			Params:        params,
+			Progress:      progress,
 			Attempt:       r.Attempt,
 			Errors:        r.Errors,
 			Priority:      r.Priority,

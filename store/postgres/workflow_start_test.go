@@ -60,6 +60,17 @@ func TestFinishStartsTheNodesItWakes(t *testing.T) {
 		{name: "behavior paused", start: offer(5), prepare: func(t *testing.T, ctx context.Context, st *postgres.Store) {
 			require.NoError(t, st.SetBehavior(ctx, store.BehaviorSettings{Behavior: semBehavior, Paused: true}))
 		}},
+		{name: "behavior paused, its row locked by a change", start: offer(5), prepare: func(t *testing.T, ctx context.Context, st *postgres.Store) {
+			require.NoError(t, st.SetBehavior(ctx, store.BehaviorSettings{Behavior: semBehavior, Paused: true}))
+			// A change of the paused behavior's settings holds its row
+			// while the finish runs: the finish must still see it
+			// paused.
+			tx, err := st.Pool().Begin(ctx)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+			_, err = tx.Exec(ctx, `UPDATE stint_behavior SET lease_ms = 60000 WHERE behavior = $1`, semBehavior)
+			require.NoError(t, err)
+		}},
 		{name: "group key held", start: offer(5), key: "k", prepare: func(t *testing.T, ctx context.Context, st *postgres.Store) {
 			require.NoError(t, st.HoldGroup(ctx, "k"))
 		}},
@@ -76,6 +87,10 @@ func TestFinishStartsTheNodesItWakes(t *testing.T) {
 			t.Parallel()
 			ctx, st := openT(t)
 			root := fanOutT(t, ctx, st, "wf1", tc.key, "a", "b", "c")
+			// A node's checkpoint, kept from a run before a retry,
+			// comes with its start.
+			_, err := st.Pool().Exec(ctx, `UPDATE stint_task SET progress = '{"at": 1}' WHERE id = 'wf1/a'`)
+			require.NoError(t, err)
 			if tc.prepare != nil {
 				tc.prepare(t, ctx, st)
 			}
@@ -112,6 +127,11 @@ func TestFinishStartsTheNodesItWakes(t *testing.T) {
 				require.Equal(t, 1, s.Attempt)
 				require.Equal(t, time.Minute, s.LeaseDuration)
 				require.JSONEq(t, `{"n":"`+string(s.ID[len("wf1/"):])+`"}`, string(s.Params))
+				if s.ID == "wf1/a" {
+					require.JSONEq(t, `{"at": 1}`, string(s.Progress))
+				} else {
+					require.Nil(t, s.Progress)
+				}
 				// The lease is real: it renews, and it fences the node's
 				// finish.
 				kept, err := st.Renew(ctx, []store.Renewal{{LeaseRef: s.LeaseRef, Duration: time.Minute}})
