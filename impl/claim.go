@@ -68,16 +68,6 @@ func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 			failures = 0
 			sleep(ctx, s.cfg.FetchCooldown)
 			continue
-		case blocked != nil:
-			// Another claimer's claim held the slots a group of this
-			// claim needed: claim again once it returns, since the slots
-			// it did not fill are free again and nothing else says so.
-			failures = 0
-			select {
-			case <-ctx.Done():
-			case <-blocked:
-			}
-			continue
 		}
 		failures = 0
 		if !poll.Stop() {
@@ -94,6 +84,10 @@ func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 		case <-poll.C:
 			woken = true
 		case <-s.capFreed:
+		case <-blocked:
+			// Another claimer's claim held the slots a group of this
+			// claim needed: the slots it did not fill are free again, and
+			// nothing else says so.
 		}
 	}
 }
@@ -152,7 +146,7 @@ func (s *Server) claimOnce(ctx context.Context, woken bool) (n int, full bool, b
 	}
 	s.mu.Lock()
 	full = s.slots.free() <= 0
-	if full && s.slots.reserved > 0 {
+	if full && s.claiming > 0 {
 		blocked = s.claimReturned
 	}
 	s.mu.Unlock()
@@ -350,7 +344,7 @@ func (s *Server) reserve(g claimGroup) (_ claimGroup, ok bool, held <-chan struc
 	}
 	g.limit = s.slots.reserve(s.claimRoom(g), g.capped, s.policy)
 	if g.limit <= 0 {
-		if s.slots.reserved > 0 {
+		if s.claiming > 0 {
 			held = s.claimReturned
 		}
 		return g, false, held
