@@ -4,8 +4,10 @@ package impl
 // behaviors are claimed, and the slots they reserve and give back.
 
 import (
+	"cmp"
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/stinthq/stint/api"
@@ -15,7 +17,8 @@ import (
 
 // claimLoop claims due tasks while there are free slots and claims find
 // some, and waits for a wake-up, a freed slot (when the node is full), the
-// end of a run of a behavior at its cap on this node (see freeSlot) or the
+// end of a run of a behavior at its cap on this node (see freeSlot), the
+// return of another claimer's claim that held the slots it needed, or the
 // poll interval otherwise. A claim follows one that found tasks even when that one found
 // fewer than it asked for: under a stream of submits, whose notifications
 // are coalesced to one per client and window, the next tasks are due
@@ -36,7 +39,7 @@ func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 			woken = true
 		default:
 		}
-		n, full, err := s.claimOnce(ctx, woken)
+		n, full, blocked, err := s.claimOnce(ctx, woken)
 		woken = err != nil
 		switch {
 		case err != nil:
@@ -58,6 +61,7 @@ func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 			case <-ctx.Done():
 			case <-s.slotFreed:
 				sleep(ctx, s.cfg.FetchCooldown)
+			case <-blocked:
 			}
 			continue
 		case n > 0:
@@ -80,6 +84,10 @@ func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 		case <-poll.C:
 			woken = true
 		case <-s.capFreed:
+		case <-blocked:
+			// Another claimer's claim held the slots a group of this
+			// claim needed: the slots it did not fill are free again, and
+			// nothing else says so.
 		}
 	}
 }
@@ -87,11 +95,15 @@ func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 // claimOnce claims tasks for the free slots. full is set when no slot is
 // left. Slots are reserved before a claim statement goes out, so that the
 // claimers running side by side never claim more than the free slots.
-// woken asks every claim group; see activeGroups.
-func (s *Server) claimOnce(ctx context.Context, woken bool) (n int, full bool, err error) {
+// woken asks every claim group; see activeGroups. blocked is set when
+// another claimer's claims in flight held slots this one needed (its
+// groups found no room, or no slot was left): it is closed when one of
+// them returns, and with it the slots it did not fill.
+func (s *Server) claimOnce(ctx context.Context, woken bool) (n int, full bool, blocked <-chan struct{}, err error) {
 	for _, g := range s.dueGroups(ctx, s.activeGroups(s.claimGroups(s.runtimeCaps(ctx)), woken)) {
-		g, ok := s.reserve(g)
+		g, ok, held := s.reserve(g)
 		if !ok {
+			blocked = cmp.Or(blocked, held)
 			continue
 		}
 		sent := time.Now()
@@ -125,7 +137,7 @@ func (s *Server) claimOnce(ctx context.Context, woken bool) (n int, full bool, e
 		cancel()
 		s.unreserve(g, claimed, err == nil)
 		if err != nil {
-			return n, false, err
+			return n, false, nil, err
 		}
 		s.inc.ok(false)
 		s.tel.claimDone(ctx, claimed, time.Since(sent))
@@ -134,8 +146,11 @@ func (s *Server) claimOnce(ctx context.Context, woken bool) (n int, full bool, e
 	}
 	s.mu.Lock()
 	full = s.slots.free() <= 0
+	if full && s.claiming > 0 {
+		blocked = s.claimReturned
+	}
 	s.mu.Unlock()
-	return n, full, nil
+	return n, full, blocked, nil
 }
 
 // dueGroups leaves out of groups the claims under flow control of
@@ -202,11 +217,37 @@ func (s *Server) markEmpty(g claimGroup, now time.Time) {
 	s.emptyAt[g.key()] = now
 }
 
+// forgetEmpty forgets that the claims of the groups behavior b may be
+// claimed in found nothing: its own, and the main group, with it or
+// without it (see claimGroup.key). Server.mu must be held.
+func (s *Server) forgetEmpty(b api.BehaviorID) {
+	delete(s.emptyAt, "")
+	delete(s.emptyAt, string(b))
+	for k := range s.emptyAt {
+		if strings.Contains(k+"\x00", "\x00"+string(b)+"\x00") {
+			delete(s.emptyAt, k)
+		}
+	}
+}
+
 // key names the claim group among those of one claim: "" for the main
-// group, else the behavior it claims.
+// group, else the behavior it claims. A behavior capped on this node
+// joins the main group when its cap leaves it as many slots as the node
+// has free (while another claimer's claim holds most of them, say); the
+// main group with it is named apart, each such behavior after a NUL, since
+// what a claim of the main group without it found says nothing of its
+// tasks. Left out as empty under "", it would wait for the poll.
 func (g claimGroup) key() string {
 	if g.main {
-		return ""
+		if len(g.capped) == 0 {
+			return ""
+		}
+		var b strings.Builder
+		for _, c := range g.capped {
+			b.WriteByte(0)
+			b.WriteString(string(c))
+		}
+		return b.String()
 	}
 	return string(g.behaviors[0].Behavior)
 }
@@ -293,15 +334,20 @@ func (s *Server) claimGroups(runtime map[api.BehaviorID]bool) []claimGroup {
 // in flight from this node: it would wait for the first one's turn, and
 // its slots with it (a claim of one task waited behind every claim of a
 // thousand, and delayed the next).
-func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
+// When it reserves nothing while claims are in flight, whose slots may be
+// what it lacked, held is closed once one of them returns.
+func (s *Server) reserve(g claimGroup) (_ claimGroup, ok bool, held <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if g.flow != nil && s.flowClaiming[g.behaviors[0].Behavior] {
-		return g, false
+		return g, false, nil
 	}
 	g.limit = s.slots.reserve(s.claimRoom(g), g.capped, s.policy)
 	if g.limit <= 0 {
-		return g, false
+		if s.claiming > 0 {
+			held = s.claimReturned
+		}
+		return g, false, held
 	}
 	s.claiming++
 	if g.flow != nil {
@@ -310,7 +356,7 @@ func (s *Server) reserve(g claimGroup) (claimGroup, bool) {
 		}
 		s.flowClaiming[g.behaviors[0].Behavior] = true
 	}
-	return g, true
+	return g, true, nil
 }
 
 // claimRoom returns how many slots a claim of g may reserve: all of

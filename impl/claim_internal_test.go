@@ -31,7 +31,7 @@ func TestABusyClaimLeavesOutTheIdleGroups(t *testing.T) {
 	claim := func(woken bool, found map[string]int) []string {
 		var asked []string
 		for _, g := range s.activeGroups(s.claimGroups(nil), woken) {
-			g, ok := s.reserve(g)
+			g, ok, _ := s.reserve(g)
 			require.True(t, ok)
 			claimed := make([]store.Claimed, found[g.key()])
 			for i := range claimed {
@@ -69,4 +69,56 @@ func (noopBehavior) TaskID(ids spi.IDs, _ struct{}) api.TaskID { return ids.Uniq
 func (b noopBehavior) Policy() spi.Policy                      { return b.pol }
 func (noopBehavior) Run(context.Context, spi.RunContext, struct{}) (struct{}, error) {
 	return struct{}{}, nil
+}
+
+// TestAClaimHeldBackByAnotherClaimerIsNotLeftIdle checks the two ways a
+// claimer found no room for a behavior at its cap on this node while the
+// other claimer's claim of the main group held most slots, and waited for
+// its poll (ten minutes, in TestAFullBehaviorIsClaimedAgainWhenARunEnds)
+// with the behavior's tasks due: the behavior joined the main group, which
+// was left out as found empty; or its claim reserved nothing, and no end
+// of a run said when to claim again.
+func TestAClaimHeldBackByAnotherClaimerIsNotLeftIdle(t *testing.T) {
+	t.Parallel()
+	reg := spi.NewRegistry()
+	s := &Server{slots: newSlots(10), claimReturned: make(chan struct{}), cfg: ServerConfig{PollInterval: time.Hour, Registry: reg}}
+	for _, b := range []noopBehavior{{"plain", spi.Policy{}}, {"full", spi.Policy{MaxConcurrency: 4}}} {
+		require.NoError(t, spi.Register(reg, b))
+		r, _ := reg.Lookup(b.id)
+		s.behaviors = append(s.behaviors, r)
+	}
+	s.markEmpty(claimGroup{main: true}, time.Now())
+
+	// The other claimer's claim of the main group holds 8 of the 10 slots:
+	// full may take the 2 left, as many as the node has free, and joins
+	// the main group, which found nothing without it.
+	other, ok, _ := s.reserve(claimGroup{main: true, limit: 8, behaviors: []store.BehaviorLease{{Behavior: "plain"}}})
+	require.True(t, ok)
+	groups := s.activeGroups(s.claimGroups(nil), false)
+	require.Len(t, groups, 1, "the main group with full in it is asked")
+	require.Equal(t, []api.BehaviorID{"full"}, groups[0].capped)
+	require.NotEqual(t, "", groups[0].key(), "named apart from the main group without full")
+
+	// A third claim takes the 2 slots left before this one reserves its
+	// own: it waits for one of the claims in flight to return.
+	third, ok, _ := s.reserve(claimGroup{main: true, limit: 2, behaviors: []store.BehaviorLease{{Behavior: "plain"}}})
+	require.True(t, ok)
+	_, ok, held := s.reserve(groups[0])
+	require.False(t, ok)
+	require.NotNil(t, held, "no room while claims are in flight")
+	select {
+	case <-held:
+		t.Fatal("held is closed before a claim returned")
+	default:
+	}
+	s.unreserve(other, nil, true)
+	select {
+	case <-held:
+	default:
+		t.Fatal("held is not closed when a claim returned")
+	}
+	s.unreserve(third, nil, true)
+	g, ok, _ := s.reserve(groups[0])
+	require.True(t, ok)
+	require.Equal(t, 2, g.limit)
 }

@@ -40,7 +40,7 @@ func TestAClaimLeavesRoomForLocalStarts(t *testing.T) {
 			}
 			groups := s.claimGroups(nil)
 			require.Len(t, groups, 1)
-			g, ok := s.reserve(groups[0])
+			g, ok, _ := s.reserve(groups[0])
 			require.True(t, ok)
 			require.Equal(t, c.claimReserve, g.limit, "slots the claim holds")
 			if c.claimReserve == 10 && !c.backlog {
@@ -80,7 +80,7 @@ func TestLocalStartWaitsForAClaimWithoutBacklog(t *testing.T) {
 		s.backlog = map[string]bool{"": !idle}
 		groups := s.claimGroups(nil)
 		require.Len(t, groups, 1)
-		g, ok := s.reserve(groups[0])
+		g, ok, _ := s.reserve(groups[0])
 		require.True(t, ok)
 		require.Equal(t, 2, g.limit)
 		return s, g

@@ -170,8 +170,7 @@ func (s *Server) freeSlot(r *run) {
 	atCap := s.atCap[b]
 	if atCap {
 		delete(s.atCap, b)
-		delete(s.emptyAt, "") // the behavior may be back in the main group
-		delete(s.emptyAt, string(b))
+		s.forgetEmpty(b)
 	}
 	s.mu.Unlock()
 	signal(s.slotFreed)
