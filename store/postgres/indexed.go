@@ -47,8 +47,8 @@ const (
 // genericSettingsSQL is seqscanOffSQL with plan_cache_mode
 // force_generic_plan, for the statements that PostgreSQL would otherwise
 // plan anew at each execution: the starting submit statements
-// (submitStartSQL, shareStartSQL, newStartSQL) and the finish's
-// (finishSQL, childrenEndedSQL, depsEndedSQL; see finishBeginSQL).
+// (submitStartSQL, shareStartSQL, newStartSQL) and a small finish's
+// (finishSQL, childrenEndedSQL, depsEndedSQL; see finishBatch).
 // PostgreSQL plans a prepared statement anew each time its plan for the
 // parameters looks cheaper than the generic one, and for these it always
 // did: pg_prepared_statements counted a custom plan for every execution
@@ -59,7 +59,7 @@ const (
 // checks both).
 const genericSettingsSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
-// finishBeginSQL begins the store's own transaction of a finish with
+// finishBeginSQL begins the store's own transaction of a small finish with
 // genericSettingsSQL's settings, in the one round trip of the BEGIN.
 const finishBeginSQL = `BEGIN; ` + genericSettingsSQL
 
