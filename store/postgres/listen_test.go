@@ -122,6 +122,18 @@ func listenVia(t *testing.T, dsn string, mode int32) (*postgres.Store, *listenPr
 	return st, p, states
 }
 
+// answerAgain lets the path forward new connections again, has a
+// statement of the pool succeed, tells the store the database answers,
+// and waits for the listener to listen within answeredBound.
+func answerAgain(t *testing.T, st *postgres.Store, p *listenProxy, states <-chan error) {
+	t.Helper()
+	p.mode.Store(proxyForward)
+	_, err := st.Pool().Exec(context.Background(), `SELECT 1`)
+	require.NoError(t, err)
+	st.DatabaseAnswered()
+	waitListening(t, states, answeredBound)
+}
+
 // waitListening waits up to bound for the listener to report that it
 // listens, and fails the test if it does not.
 func waitListening(t *testing.T, states <-chan error, bound time.Duration) {
@@ -160,11 +172,7 @@ func TestListenerGivesUpAHangingConnectWhenTheDatabaseAnswers(t *testing.T) {
 	}
 	// The path is back for new connections; the one in flight stays
 	// silent.
-	p.mode.Store(proxyForward)
-	_, err := st.Pool().Exec(context.Background(), `SELECT 1`)
-	require.NoError(t, err)
-	st.DatabaseAnswered()
-	waitListening(t, states, answeredBound)
+	answerAgain(t, st, p, states)
 }
 
 // TestListenerCutsItsBackoffShortWhenTheDatabaseAnswers checks that a
@@ -184,11 +192,7 @@ func TestListenerCutsItsBackoffShortWhenTheDatabaseAnswers(t *testing.T) {
 			t.Fatalf("the listener reported %d failures, want 6", failures)
 		}
 	}
-	p.mode.Store(proxyForward)
-	_, err := st.Pool().Exec(context.Background(), `SELECT 1`)
-	require.NoError(t, err)
-	st.DatabaseAnswered()
-	waitListening(t, states, answeredBound)
+	answerAgain(t, st, p, states)
 }
 
 // TestListenerKeepsAConnectThatTheReturningPathLetsThrough checks that a
