@@ -29,3 +29,10 @@ func CoalesceWaiting(c *Client) int {
 	}
 	return n
 }
+
+// ClaimsInFlight returns how many claim statements of s are under way.
+func ClaimsInFlight(s *Server) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claiming
+}

@@ -427,7 +427,7 @@ func TestAFinishStartsTheNodesItMakesReadyHere(t *testing.T) {
 		t.Run(fmt.Sprint("local=", local), func(t *testing.T) {
 			t.Parallel()
 			e := setup(t)
-			e.server("n1", 5*time.Second, func(c *impl.ServerConfig) {
+			srv := e.server("n1", 5*time.Second, func(c *impl.ServerConfig) {
 				c.NoLocalStart = !local
 				if local {
 					// Once it claimed the root, the claimer sleeps:
@@ -437,7 +437,12 @@ func TestAFinishStartsTheNodesItMakesReadyHere(t *testing.T) {
 				}
 			})
 			c := e.client()
-			nodes := []api.WorkflowNode{spanNode("root", 0)}
+			// The root waits at a gate until no claim is in flight: a
+			// claim under way holds the node's free slots (a trailing
+			// due notification of the submit starts one), and a finish
+			// then has none to offer.
+			root := flowReq(plainKind, FlowParams{ID: "root", Gate: "wf-local/root"})
+			nodes := []api.WorkflowNode{{Name: "root", Task: root}}
 			for i := range 4 {
 				prev := "root"
 				if i > 0 {
@@ -449,6 +454,13 @@ func TestAFinishStartsTheNodesItMakesReadyHere(t *testing.T) {
 				nodes = append(nodes, spanNode(fmt.Sprint("leaf", i), 0, "root"))
 			}
 			_, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-local", Nodes: nodes})
+			require.NoError(t, err)
+			impl.FlushKicks(c)
+			waitFor(t, time.Minute, "the root runs and no claim is in flight", func() bool {
+				return e.count(`SELECT count(*) FROM stint_task WHERE id = 'wf-local/root' AND status = 'running'`) == 1 &&
+					impl.ClaimsInFlight(srv) == 0
+			})
+			_, err = e.pool.Exec(e.ctx, `INSERT INTO test_effect (task_id) VALUES ('wf-local/root')`)
 			require.NoError(t, err)
 			// The nodes, not the workflow's own task: with the claimer
 			// asleep, nothing claims that one.
