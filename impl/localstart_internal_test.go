@@ -138,6 +138,50 @@ func TestLocalStartWaitsForAClaimWithoutBacklog(t *testing.T) {
 	require.False(t, waiting(s))
 }
 
+// TestASubmitOfManyLeavesTheClaimersTheirShare: a server's own submit of
+// more tasks than the node has slots starts at most half of the free
+// ones here, rounded up, and never waits for a claim; a submit made while
+// the last claim of a main claim group came back full starts none, and
+// reserves nothing.
+func TestASubmitOfManyLeavesTheClaimersTheirShare(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		tasks   int
+		held    int // slots a claim in flight holds
+		backlog map[string]bool
+		started int
+	}{
+		{name: "few tasks take every free slot", tasks: 6, held: 4, started: 6},
+		{name: "more tasks than slots take half the free ones", tasks: 11, held: 3, started: 4},
+		{name: "more tasks than slots, none free: no wait", tasks: 11, held: 10},
+		{name: "a backlog in the main group", tasks: 1, backlog: map[string]bool{"": true}},
+		{name: "a backlog in a main group with a capped behavior", tasks: 1, backlog: map[string]bool{"\x00c": true}},
+		{name: "a backlog of a behavior of its own", tasks: 1, backlog: map[string]bool{"other": true}, started: 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := &Server{started: true, slots: newSlots(10), claimReturned: make(chan struct{}), startWait: time.Hour,
+				behaviors: []*spi.Registration{{ID: "b", Policy: spi.Policy{Lease: time.Minute}}}, backlog: c.backlog}
+			s.slots.reserve(c.held, nil, nil)
+			s.claiming = 1 // a submit that waited for it would wait an hour
+			tasks := make([]store.NewTask, c.tasks)
+			for i := range tasks {
+				tasks[i].Behavior = "b"
+			}
+			s.reserveStarts(context.Background(), tasks)
+			n := 0
+			for _, task := range tasks {
+				if task.StartLease > 0 {
+					n++
+				}
+			}
+			require.Equal(t, c.started, n, "tasks marked to start here")
+			require.Equal(t, 10-c.held-c.started, s.slots.free(), "slots reserved for them, no more")
+		})
+	}
+}
+
 // TestAFinishOffersHalfTheFreeSlotsToTheNodesItWakes: a batch of ends
 // that ends a workflow node offers its statement half of the free slots,
 // rounded up, for the behaviors that cap nothing, reserved when the store
