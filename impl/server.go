@@ -76,7 +76,10 @@ type ServerConfig struct {
 	// reserved until it returns, half of the free ones while this node's
 	// own submits start tasks and its claims find no backlog, and should
 	// none be free when the last claim found no backlog, the submit waits
-	// for it, up to 20 milliseconds); and, checked in the
+	// for it, up to 20 milliseconds); the node's last claim found no
+	// backlog (with one, the task would wait behind it anyway); a submit
+	// of more tasks than MaxWorkers starts at most half of the free slots'
+	// worth, and does not wait; and, checked in the
 	// submit statement, the behavior is not paused, its group key is not
 	// held, and no due task of its behavior with the same or a higher
 	// priority waits for a claim, so that a local start never jumps the
