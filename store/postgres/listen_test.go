@@ -134,6 +134,18 @@ func answerAgain(t *testing.T, st *postgres.Store, p *listenProxy, states <-chan
 	waitListening(t, states, answeredBound)
 }
 
+// waitConnect waits for the listener's first connection through p, and
+// checks that p met it in mode.
+func waitConnect(t *testing.T, p *listenProxy, mode int32) {
+	t.Helper()
+	select {
+	case m := <-p.accepted:
+		require.Equal(t, mode, m)
+	case <-time.After(time.Minute):
+		t.Fatal("the listener did not connect")
+	}
+}
+
 // waitListening waits up to bound for the listener to report that it
 // listens, and fails the test if it does not.
 func waitListening(t *testing.T, states <-chan error, bound time.Duration) {
@@ -164,12 +176,7 @@ const answeredBound = 3 * time.Second
 func TestListenerGivesUpAHangingConnectWhenTheDatabaseAnswers(t *testing.T) {
 	t.Parallel()
 	st, p, states := listenVia(t, pgtest.New(t), proxyHold)
-	select {
-	case mode := <-p.accepted:
-		require.Equal(t, proxyHold, mode)
-	case <-time.After(time.Minute):
-		t.Fatal("the listener did not connect")
-	}
+	waitConnect(t, p, proxyHold)
 	// The path is back for new connections; the one in flight stays
 	// silent.
 	answerAgain(t, st, p, states)
@@ -203,12 +210,7 @@ func TestListenerCutsItsBackoffShortWhenTheDatabaseAnswers(t *testing.T) {
 func TestListenerKeepsAConnectThatTheReturningPathLetsThrough(t *testing.T) {
 	t.Parallel()
 	st, p, states := listenVia(t, pgtest.New(t), proxyDelay)
-	select {
-	case mode := <-p.accepted:
-		require.Equal(t, proxyDelay, mode)
-	case <-time.After(time.Minute):
-		t.Fatal("the listener did not connect")
-	}
+	waitConnect(t, p, proxyDelay)
 	p.mode.Store(proxyForward)
 	p.release()
 	st.DatabaseAnswered()
