@@ -104,9 +104,9 @@ func (s *Server) reserveStarts(ctx context.Context, tasks []store.NewTask) bool 
 	if s.mainBacklog() {
 		return false
 	}
-	room, waited := len(tasks), false
+	room, mayWait := len(tasks), true
 	if len(tasks) > s.slots.max {
-		room, waited = (s.slots.free()+1)/2, true
+		room, mayWait = (s.slots.free()+1)/2, false
 	}
 	marked := false
 	for i := range tasks {
@@ -115,8 +115,8 @@ func (s *Server) reserveStarts(ctx context.Context, tasks []store.NewTask) bool 
 		}
 		t := &tasks[i]
 		lease, noSlot := s.startHere(t.Behavior, t.Delay, len(t.RateUses) > 0)
-		if noSlot && !waited && s.claiming > 0 {
-			waited = true
+		if noSlot && mayWait && s.claiming > 0 {
+			mayWait = false // once per submit
 			if !s.waitClaims(ctx) {
 				// The server stopped meanwhile: Stop may be waiting
 				// for local starts already, so none may begin.
