@@ -58,8 +58,9 @@ WITH c AS (
     WHERE t.id = ANY(ARRAY[c.id]) AND t.lease = c.lease AND t.status = 'running'
     RETURNING t.id, c.ord, t.behavior, t.status, t.parent_id, t.awaited, t.priority, t.schedule_not_before, t.group_key,
         t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AS final, t.workflow_node IS NOT NULL AS node,
-        c.status = 'failure' AS run_failed, t.attempt, t.node AS run_node, t.executed_at, c.error AS run_error
+        c.status = 'failure' AS run_failed, t.attempt, t.node AS run_node, t.executed_at, c.error AS run_error, t.lease
 ), due AS (` + dueInsert("done") + `
+), ` + leasesEnded + `
 ), attempts AS (` + attemptsInsert + `
 ), feed AS (` + feedInsert("done", "status", "final") + `), notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', ids)) AS n FROM (
@@ -76,6 +77,25 @@ SELECT ARRAY(SELECT c.ord FROM c WHERE c.ord NOT IN (SELECT ord FROM done)),
     ARRAY(SELECT coalesce((SELECT true FROM stint_dependency e WHERE e.depends_on = done.id LIMIT 1), false)
         FROM done WHERE final AND node)
 FROM notified, woke`
+
+// leasesEnded are the CTEs of finishSQL that count the runs that ended
+// off their lease rows' task_count, which so says how many of a lease's
+// tasks may still run under it, and drop the rows whose last run ended:
+// the node's release of such a lease then finds nothing to do, and needs
+// no probe of each task to show that none runs. The rows are locked in
+// lease order (a renewal locks them so too), so that two statements that
+// change the same leases never deadlock; a row is found by a probe of its
+// primary key whatever the statistics. A row from a node that predates the
+// count has none and is left as it is: the release probes its tasks.
+const leasesEnded = `ran AS MATERIALIZED (
+    SELECT l.lease, l.task_count - e.n AS left
+    FROM (SELECT lease, count(*) AS n FROM done GROUP BY lease) e, stint_lease l
+    WHERE l.lease = ANY(ARRAY[e.lease]) AND l.task_count IS NOT NULL
+    ORDER BY e.lease FOR NO KEY UPDATE OF l
+), dropped AS (
+    DELETE FROM stint_lease l USING ran r WHERE l.lease = ANY(ARRAY[r.lease]) AND r.left <= 0
+), counted AS (
+    UPDATE stint_lease l SET task_count = r.left FROM ran r WHERE l.lease = ANY(ARRAY[r.lease]) AND r.left > 0`
 
 // childrenEndedSQL counts children that finished for good off their
 // parents; the one that brings a waiting parent's count to zero makes it due

@@ -55,8 +55,10 @@ var (
 )
 
 // leaseBoundSQL returns an upper bound on the running tasks of the
-// behavior $1: the tasks its lease rows name, finished ones included
-// until the row is dropped. One row per claim statement, not per task.
+// behavior $1: the tasks its lease rows name whose finish was not
+// recorded (see leasesEnded; tasks that stopped running otherwise, taken
+// over or cancelled, count until the row is dropped). One row per claim
+// statement, not per task.
 var leaseBoundSQL = `SELECT ` + leaseBound("l") + `::bigint FROM stint_lease l WHERE l.behavior = $1`
 
 // leaseBound sums the tasks the lease rows l name. It reads the count

@@ -36,15 +36,20 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 // still run under their lease $2, renewed. The runs are grouped by lease
 // first, so that each lease row renewed brings its runs' ids along and no
 // join of the runs with the renewed leases is needed; each lease row and
-// task is found by a probe of its primary key (see seqscanOffSQL).
+// task is found by a probe of its primary key (see seqscanOffSQL). The
+// lease rows are locked in lease order first, as a finish locks them (see
+// leasesEnded), so that the two never deadlock.
 const renewSQL = `
 WITH r AS (
     SELECT lease, max(us) AS us, array_agg(id) AS ids
     FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS r(id, lease, us) GROUP BY lease
+), locked AS MATERIALIZED (
+    SELECT l.lease, r.us, r.ids FROM r, stint_lease l WHERE l.lease = ANY(ARRAY[r.lease])
+    ORDER BY r.lease FOR NO KEY UPDATE OF l
 ), renewed AS (
-    UPDATE stint_lease l SET expires_at = now() + r.us * interval '1 microsecond'
-    FROM r WHERE l.lease = ANY(ARRAY[r.lease])
-    RETURNING l.lease, r.ids
+    UPDATE stint_lease l SET expires_at = now() + k.us * interval '1 microsecond'
+    FROM locked k WHERE l.lease = ANY(ARRAY[k.lease])
+    RETURNING l.lease, k.ids
 )
 SELECT t.id FROM renewed l, unnest(l.ids) AS x(id), stint_task t
 WHERE t.id = ANY(ARRAY[x.id]) AND t.lease = l.lease AND t.status = 'running'`

@@ -360,6 +360,42 @@ func TestCheckpointSendsCoalescedProgressEvents(t *testing.T) {
 	require.Less(t, len(events), 100)
 }
 
+// A finish counts the runs it records off their lease row, and drops the
+// row with its last run: the lease then bounds a cap by the runs left, and
+// its release has nothing left to check. A stale completion, whose lease
+// is not its task's, changes no count.
+func TestAFinishDropsTheLeaseOfItsLastRun(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "run-a"}, store.NewTask{ID: "run-b"}, store.NewTask{ID: "run-c"})
+	cl := claimT(t, ctx, st, 3, 0)
+	require.Len(t, cl, 3)
+	left := func() []int {
+		var n []int
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT coalesce(array_agg(task_count), '{}') FROM stint_lease`).Scan(&n))
+		return n
+	}
+	require.Equal(t, []int{3}, left())
+
+	held, err := st.Finish(ctx, []store.Completion{success(cl[0])})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, held)
+	require.Equal(t, []int{2}, left(), "one run of three ended")
+
+	stale := success(cl[1])
+	stale.Lease = [16]byte{1}
+	held, err = st.Finish(ctx, []store.Completion{stale, success(cl[0])})
+	require.NoError(t, err)
+	require.Equal(t, []bool{false, false}, held)
+	require.Equal(t, []int{2}, left(), "completions that were not recorded change no count")
+
+	held, err = st.Finish(ctx, []store.Completion{success(cl[1]), success(cl[2])})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true}, held)
+	require.Empty(t, left(), "the lease's last run ended")
+	require.NoError(t, st.ReleaseLeases(ctx, [][16]byte{cl[0].Lease}), "a release of a dropped lease does nothing")
+}
+
 // A node releases a lease once the ends of its runs are recorded, but after
 // a failover the database may have lost a recorded end: the promoted
 // standby shows the task running under the lease still. The release keeps
@@ -372,15 +408,21 @@ func TestReleaseKeepsALeaseATaskStillRunsUnder(t *testing.T) {
 	cl := claimT(t, ctx, st, 2, 0)
 	require.Len(t, cl, 2)
 	require.Equal(t, cl[0].Lease, cl[1].Lease, "one claim, one lease")
-	// What the standby received: the claim, not the finish.
-	_, err := st.Pool().Exec(ctx, `CREATE TABLE standby_copy AS SELECT * FROM stint_task WHERE id = 'kept'`)
+	held, err := st.Finish(ctx, []store.Completion{success(cl[1])})
 	require.NoError(t, err)
-	held, err := st.Finish(ctx, []store.Completion{success(cl[0]), success(cl[1])})
+	require.Equal(t, []bool{true}, held)
+	// What the standby received: the claim and the first finish, not the
+	// second, which drops the lease row with its last run.
+	_, err = st.Pool().Exec(ctx, `CREATE TABLE standby_task AS SELECT * FROM stint_task WHERE id = 'kept';
+		CREATE TABLE standby_lease AS SELECT * FROM stint_lease`)
 	require.NoError(t, err)
-	require.Equal(t, []bool{true, true}, held)
-	// The failover: the promoted standby's row of the task.
+	held, err = st.Finish(ctx, []store.Completion{success(cl[0])})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, held)
+	// The failover: the promoted standby's rows.
 	_, err = st.Pool().Exec(ctx, `DELETE FROM stint_task WHERE id = 'kept';
-		INSERT INTO stint_task SELECT * FROM standby_copy`)
+		INSERT INTO stint_task SELECT * FROM standby_task;
+		INSERT INTO stint_lease SELECT * FROM standby_lease`)
 	require.NoError(t, err)
 	leases := func() int {
 		var n int
