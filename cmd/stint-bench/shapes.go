@@ -270,7 +270,7 @@ func (b *bench) shapeStint(ctx context.Context, s shape) ([]Result, error) {
 		return err
 	}
 	start, stop := nodeControls(srvs, "stint server")
-	return b.shapeRun(ctx, s, sysStint, shapeSystem{submit: submit, start: start, stop: stop, ends: &ends,
+	return b.shapeRun(ctx, s, sysStint, shapeSystem{submit: submit, start: start, stop: stop, ends: &ends, dsn: dsn,
 		completed: func(ctx context.Context) (int64, error) {
 			return countRows(ctx, cst.Pool(), `SELECT count(*) FROM stint_task WHERE status = 'success'`)
 		}})
@@ -381,7 +381,7 @@ func (b *bench) shapeRiver(ctx context.Context, s shape) ([]Result, error) {
 		return err
 	}
 	start, stop := nodeControls(clients, "river client")
-	return b.shapeRun(ctx, s, sysRiver, shapeSystem{submit: submit, start: start, stop: stop, ends: &ends,
+	return b.shapeRun(ctx, s, sysRiver, shapeSystem{submit: submit, start: start, stop: stop, ends: &ends, dsn: dsn,
 		completed: func(ctx context.Context) (int64, error) {
 			return countRows(ctx, ipool, `SELECT count(*) FROM river_job WHERE state = 'completed'`)
 		}})
@@ -425,6 +425,7 @@ type shapeSystem struct {
 	start, stop func(context.Context) error
 	ends        *atomic.Int64 // runs that returned
 	completed   func(context.Context) (int64, error)
+	dsn         string // the database, for --sqlprofile
 }
 
 // shapeRun runs s on sys: with a backlog, every task submitted first and
@@ -449,9 +450,11 @@ func (b *bench) shapeRun(ctx context.Context, s shape, system string, sys shapeS
 			}
 		}
 	}
+	stopProf := b.profile(system, "shape-"+sanitize(s.name))
 	b.resetStatements(ctx)
 	win := begin()
 	if err := sys.start(ctx); err != nil {
+		stopProf()
 		return nil, err
 	}
 	var err error
@@ -463,6 +466,8 @@ func (b *bench) shapeRun(ctx context.Context, s shape, system string, sys shapeS
 	}
 	secs := time.Since(win.start).Seconds()
 	cpu := win.usage()
+	stopProf()
+	b.collectStatements(ctx, system+" shape: "+s.name, sys.dsn, time.Since(win.start))
 	stopErr := sys.stop(context.WithoutCancel(ctx))
 	if err != nil {
 		return nil, err
