@@ -150,11 +150,12 @@ type stintHarness struct {
 	pr      *probe
 	flow    *flowRecorder // with stintOptions.flow
 	reqs    []api.SubmitRequest
+	dsn     string // the database, for --sqlprofile
 }
 
 // newStint opens stint on dsn, migrating it.
 func newStint(ctx context.Context, dsn string, cfg config, log *slog.Logger, o stintOptions) (h *stintHarness, err error) {
-	h = &stintHarness{pr: &probe{}}
+	h = &stintHarness{pr: &probe{}, dsn: dsn}
 	// A failed return sets h to nil: close what was opened through its
 	// own pointer.
 	opened := h

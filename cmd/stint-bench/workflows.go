@@ -201,6 +201,7 @@ func (b *bench) workflowStint(ctx context.Context, shape string) ([]Result, erro
 	defer stop()
 	h.pr.arm()
 	stopProf := b.profile(sysStint, "workflow-"+shape)
+	b.resetStatements(ctx)
 	win := begin()
 	if _, err := h.srv.SubmitWorkflow(ctx, req); err != nil {
 		stopProf()
@@ -213,6 +214,7 @@ func (b *bench) workflowStint(ctx context.Context, shape string) ([]Result, erro
 	if err != nil {
 		return nil, err
 	}
+	b.collectStatements(ctx, sysStint+" workflow "+shape, h.dsn, end.Sub(win.start))
 	if err := checkCompleted(ctx, h.obs, `SELECT count(*) FROM stint_task WHERE parent_id = 'bench-`+shape+`' AND status = 'success'`, int64(len(names))); err != nil {
 		return nil, err
 	}
@@ -251,6 +253,7 @@ func (b *bench) plainStint(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	defer stop()
+	b.resetStatements(ctx)
 	win := begin()
 	if err := h.insertOwn(ctx, n); err != nil {
 		return nil, err
@@ -260,6 +263,7 @@ func (b *bench) plainStint(ctx context.Context) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.collectStatements(ctx, sysPlain+" workflow fanout", h.dsn, end.Sub(win.start))
 	return b.workflowResults(ctx, shapeFanOut, sysPlain, n, submitted, end.Sub(win.start), win.usage(), nil, "")
 }
 
