@@ -218,10 +218,12 @@ func (s *Server) markEmpty(g claimGroup, now time.Time) {
 }
 
 // forgetEmpty forgets that the claims of the groups behavior b may be
-// claimed in found nothing: its own, and the main group, with it or
-// without it (see claimGroup.key). Server.mu must be held.
+// claimed in found nothing: its own, and the main group with it (see
+// claimGroup.key). What the main group without b found still stands: a
+// busy node whose capped behaviors free slots all the time asked the
+// empty main group again after each of them, a third of its claims.
+// Server.mu must be held.
 func (s *Server) forgetEmpty(b api.BehaviorID) {
-	delete(s.emptyAt, "")
 	delete(s.emptyAt, string(b))
 	for k := range s.emptyAt {
 		if strings.Contains(k+"\x00", "\x00"+string(b)+"\x00") {
