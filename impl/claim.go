@@ -224,12 +224,29 @@ func (s *Server) markEmpty(g claimGroup, now time.Time) {
 // empty main group again after each of them, a third of its claims.
 // Server.mu must be held.
 func (s *Server) forgetEmpty(b api.BehaviorID) {
+	if s.freedAt == nil {
+		s.freedAt = map[api.BehaviorID]time.Time{}
+	}
+	s.freedAt[b] = time.Now()
 	delete(s.emptyAt, string(b))
 	for k := range s.emptyAt {
 		if strings.Contains(k+"\x00", "\x00"+string(b)+"\x00") {
 			delete(s.emptyAt, k)
 		}
 	}
+}
+
+// freedSince reports whether a slot of a behavior of g freed (see
+// forgetEmpty) since g's claim went out: that claim may have counted the
+// slot taken, so finding nothing says nothing of the next claim.
+// Server.mu must be held.
+func (s *Server) freedSince(g claimGroup) bool {
+	for _, b := range g.behaviors {
+		if s.freedAt[b.Behavior].After(g.sent) {
+			return true
+		}
+	}
+	return false
 }
 
 // key names the claim group among those of one claim: "" for the main
@@ -284,6 +301,7 @@ type claimGroup struct {
 	flow      *spi.Policy      // the policy of a behavior claimed under flow control
 	capped    []api.BehaviorID // behaviors with a per-node cap, reserved against it too
 	main      bool             // the claim of every behavior without a tighter cap of its own
+	sent      time.Time        // when its slots were reserved, just before its claim went out
 }
 
 // claimGroups splits the behaviors with free capacity into claims: one
@@ -337,12 +355,14 @@ func (s *Server) claimGroups(runtime map[api.BehaviorID]bool) []claimGroup {
 // its slots with it (a claim of one task waited behind every claim of a
 // thousand, and delayed the next).
 // When it reserves nothing while claims are in flight, whose slots may be
-// what it lacked, held is closed once one of them returns.
+// what it lacked, held is closed once one of them returns; so too when
+// another claim of its behavior is in flight, which may have started
+// before the slot this claim was woken for freed.
 func (s *Server) reserve(g claimGroup) (_ claimGroup, ok bool, held <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if g.flow != nil && s.flowClaiming[g.behaviors[0].Behavior] {
-		return g, false, nil
+		return g, false, s.claimReturned
 	}
 	g.limit = s.slots.reserve(s.claimRoom(g), g.capped, s.policy)
 	if g.limit <= 0 {
@@ -358,6 +378,7 @@ func (s *Server) reserve(g claimGroup) (_ claimGroup, ok bool, held <-chan struc
 		}
 		s.flowClaiming[g.behaviors[0].Behavior] = true
 	}
+	g.sent = time.Now()
 	return g, true, nil
 }
 
@@ -405,7 +426,7 @@ func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok bool) {
 		// Another claim in flight may have locked the rows this one
 		// skipped: the group is not known to be empty, and marking it so
 		// would leave it out until a wake-up or a poll.
-	case len(claimed) == 0:
+	case len(claimed) == 0 && !s.freedSince(g):
 		s.markEmpty(g, time.Now())
 	default:
 		delete(s.emptyAt, g.key())

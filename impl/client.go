@@ -115,13 +115,15 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 	if a, ok := st.(databaseAnswerer); ok {
 		inc.answered = a.DatabaseAnswered
 	}
+	h, k := newHub(st, cfg.Logger, inc.listenerState), newKicker(st, cfg.Logger)
+	h.self = k.token
 	return &Client{
 		st:   st,
 		reg:  cfg.Registry,
 		cfg:  cfg,
 		log:  cfg.Logger,
-		hub:  newHub(st, cfg.Logger, inc.listenerState),
-		kick: newKicker(st, cfg.Logger),
+		hub:  h,
+		kick: k,
 		tel:  newTelemetry(cfg.TracerProvider, cfg.MeterProvider),
 		inc:  inc,
 	}, nil

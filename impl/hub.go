@@ -2,6 +2,7 @@ package impl
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"strings"
 	"sync"
@@ -27,9 +28,13 @@ type hub struct {
 	onDue     func()
 	onRemoved func(api.TaskID)
 	onCapped  func(api.BehaviorID)
-	all       map[chan struct{}]struct{} // woken by every finish notification
-	cancel    context.CancelFunc
-	done      chan struct{}
+	// self is the payload of this process's own kicks (kicker.token):
+	// their due notifications are not dispatched, since the kick woke the
+	// local claimers itself.
+	self   string
+	all    map[chan struct{}]struct{} // woken by every finish notification
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 func newHub(st store.Store, log *slog.Logger, state func(error)) *hub {
@@ -132,7 +137,7 @@ func (h *hub) dispatch(channel, payload string) {
 	defer h.mu.Unlock()
 	switch channel {
 	case store.ChannelDue:
-		if h.onDue != nil {
+		if h.onDue != nil && (payload == "" || payload != h.self) {
 			h.onDue()
 		}
 	case store.ChannelRemoved:
@@ -182,6 +187,10 @@ type kicker struct {
 	log    *slog.Logger
 	window time.Duration
 
+	// token is the payload of the kicker's notifications, by which this
+	// process's hub knows its own (see hub.self).
+	token string
+
 	mu      sync.Mutex
 	last    time.Time
 	pending bool
@@ -206,7 +215,7 @@ const (
 )
 
 func newKicker(st store.Store, log *slog.Logger) *kicker {
-	return &kicker{st: st, log: log, window: 5 * time.Millisecond}
+	return &kicker{st: st, log: log, window: 5 * time.Millisecond, token: rand.Text()}
 }
 
 // lead reports whether the submit about to go out should notify in its
@@ -231,9 +240,20 @@ func (k *kicker) setLocal(fn func()) {
 
 // kick follows a submit: it wakes the local claimer, and unless the submit
 // notified (led), makes sure a notification goes out by the window's end.
-func (k *kicker) kick(led bool) {
+func (k *kicker) kick(led bool) { k.kickWith(led, true) }
+
+// kickOthers makes sure a notification goes out by the window's end, for
+// the claimers of the other processes only: the caller woke its own as it
+// needed.
+func (k *kicker) kickOthers() { k.kickWith(false, false) }
+
+// kickWith is kick, waking the local claimer only with wake.
+func (k *kicker) kickWith(led, wake bool) {
 	k.mu.Lock()
 	local := k.local
+	if !wake {
+		local = nil
+	}
 	if led || k.pending {
 		k.mu.Unlock()
 		if local != nil {
@@ -257,7 +277,7 @@ func (k *kicker) kick(led bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		k.sent.Add(1)
-		if err := k.st.Notify(ctx, store.ChannelDue, ""); err != nil {
+		if err := k.st.Notify(ctx, store.ChannelDue, k.token); err != nil {
 			k.log.Warn("stint: due notification failed; claimers will poll", "err", err)
 		}
 	}

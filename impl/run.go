@@ -344,8 +344,17 @@ func (s *Server) recorded(batch []*run, held []bool, err error) {
 	s.kick.kickAfter(again)
 	if err == nil && s.freesCap(batch) {
 		// A slot of a cap across nodes is free: the claimers of every
-		// node may start a task it held back.
-		s.kick.kick(false)
+		// node may start a task it held back. This node's ask again the
+		// claims of the batch's behaviors, not every idle group: with
+		// a full wake-up, most claims of a node busy under a cap asked
+		// its empty main group.
+		s.mu.Lock()
+		for _, r := range batch {
+			s.forgetEmpty(r.claimed.Behavior)
+		}
+		s.mu.Unlock()
+		signal(s.capFreed)
+		s.kick.kickOthers()
 	}
 	s.mu.Lock()
 	for _, r := range batch {

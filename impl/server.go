@@ -205,6 +205,9 @@ type Server struct {
 	// emptyAt holds, by claim group (see claimGroup.key), when its last
 	// claim found nothing; see activeGroups.
 	emptyAt map[string]time.Time
+	// freedAt holds, by behavior, when a run's end last freed a slot its
+	// claims were held back for (see forgetEmpty and freedSince).
+	freedAt map[api.BehaviorID]time.Time
 	// atCap holds the behaviors a claim left out because this node ran as
 	// many of them as their cap allows; see freeSlot.
 	atCap map[api.BehaviorID]bool
