@@ -122,3 +122,73 @@ func TestAClaimHeldBackByAnotherClaimerIsNotLeftIdle(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 2, g.limit)
 }
+
+// TestAFreedCapSlotIsNotLostToAClaimInFlight checks the two ways the end
+// of a run under a cap across nodes could leave the claimers idle while a
+// claim of its behavior, sent before the slot freed, was in flight: the
+// claimer woken for the slot skipped its claim (one claim under flow
+// control per behavior at a time) and waited for nothing; and the claim
+// in flight, which counted the slot taken and found nothing, marked the
+// group empty after the wake-up had cleared the mark.
+func TestAFreedCapSlotIsNotLostToAClaimInFlight(t *testing.T) {
+	t.Parallel()
+	reg := spi.NewRegistry()
+	s := &Server{slots: newSlots(10), claimReturned: make(chan struct{}), cfg: ServerConfig{PollInterval: time.Hour, Registry: reg}}
+	require.NoError(t, spi.Register(reg, noopBehavior{"capped", spi.Policy{GroupConcurrency: 2}}))
+	r, _ := reg.Lookup("capped")
+	s.behaviors = append(s.behaviors, r)
+
+	groups := s.claimGroups(nil)
+	require.Len(t, groups, 1)
+	groups[0].limit = 3
+	inFlight, ok, _ := s.reserve(groups[0])
+	require.True(t, ok)
+
+	// A run ends and frees a slot: the woken claimer finds the claim in
+	// flight, and waits for it to return.
+	s.mu.Lock()
+	s.forgetEmpty("capped")
+	s.mu.Unlock()
+	_, ok, held := s.reserve(s.claimGroups(nil)[0])
+	require.False(t, ok, "one claim under flow control per behavior at a time")
+	require.NotNil(t, held, "the skipped claim waits for the one in flight")
+
+	s.unreserve(inFlight, nil, true)
+	select {
+	case <-held:
+	default:
+		t.Fatal("held is not closed when the claim in flight returned")
+	}
+	require.Len(t, s.activeGroups(s.claimGroups(nil), false), 1,
+		"a claim that found nothing before the slot freed leaves the group to be asked")
+
+	// A claim sent after the slot freed that finds nothing marks it.
+	g, ok, _ := s.reserve(s.claimGroups(nil)[0])
+	require.True(t, ok)
+	s.unreserve(g, nil, true)
+	require.Empty(t, s.activeGroups(s.claimGroups(nil), false))
+}
+
+// TestAProcessIgnoresItsOwnKicks checks that a hub does not dispatch the
+// due notifications of its own process's kicker, whose kicks woke the
+// local claimers themselves, and dispatches every other.
+func TestAProcessIgnoresItsOwnKicks(t *testing.T) {
+	t.Parallel()
+	k := newKicker(nil, nil)
+	h := newHub(nil, nil, func(error) {})
+	h.self = k.token
+	woken := 0
+	h.setOnDue(func() { woken++ })
+	for _, c := range []struct {
+		payload string
+		wakes   bool
+	}{
+		{k.token, false},
+		{"", true},                        // a submit statement's
+		{newKicker(nil, nil).token, true}, // another process's kick
+	} {
+		before := woken
+		h.dispatch(store.ChannelDue, c.payload)
+		require.Equal(t, c.wakes, woken > before, "payload %q", c.payload)
+	}
+}
