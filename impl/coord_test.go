@@ -212,6 +212,9 @@ func TestRemove(t *testing.T) {
 		sub, err := c.Submit(e.ctx, workReq(workKind, WorkParams{Key: "halt", BlockFirst: true}))
 		require.NoError(t, err)
 		waitFor(t, 10*time.Second, "the run to start", func() bool { return srv.Running() == 1 })
+		// The removal reaches the run by notification: one sent before
+		// the server listens is lost (1 in 15 runs on a loaded machine).
+		waitFor(t, 10*time.Second, "the server to listen", func() bool { return impl.Listening(srv) })
 		events, err := c.Subscribe(e.ctx, api.Filter{ID: sub.ID})
 		require.NoError(t, err)
 		awaited := make(chan error, 1)

@@ -36,3 +36,8 @@ func ClaimsInFlight(s *Server) int {
 	defer s.mu.Unlock()
 	return s.claiming
 }
+
+// Listening reports whether s's listening connection listens now: a
+// notification sent before it does is lost to s (its renewals find out,
+// a third of a lease later).
+func Listening(s *Server) bool { return s.hub.listening.Load() }

@@ -28,6 +28,8 @@ type hub struct {
 	onDue     func()
 	onRemoved func(api.TaskID)
 	onCapped  func(api.BehaviorID)
+	// listening says whether the listening connection listens now.
+	listening atomic.Bool
 	// self is the payload of this process's own kicks (kicker.token):
 	// their due notifications are not dispatched, since the kick woke the
 	// local claimers itself.
@@ -51,12 +53,16 @@ func (h *hub) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan struct{})
+	state := func(err error) {
+		h.listening.Store(err == nil)
+		h.state(err)
+	}
 	go func() {
 		defer close(h.done)
 		for ctx.Err() == nil {
-			err := h.st.Listen(ctx, []string{store.ChannelDue, store.ChannelFinished, store.ChannelRemoved, store.ChannelCapped}, h.dispatch, h.state)
+			err := h.st.Listen(ctx, []string{store.ChannelDue, store.ChannelFinished, store.ChannelRemoved, store.ChannelCapped}, h.dispatch, state)
 			if err != nil && ctx.Err() == nil {
-				h.state(err)
+				state(err)
 				sleep(ctx, time.Second)
 			}
 		}
