@@ -8,6 +8,53 @@ import (
 	"github.com/stinthq/stint/store"
 )
 
+// Maintenance tunes a server's upkeep. Zero fields take the defaults.
+type Maintenance struct {
+	// Interval is the time between rounds. Defaults to 30 seconds.
+	Interval time.Duration
+	// ConsumerTimeout drops feed consumers that did not ack for this long.
+	// Defaults to 10 minutes.
+	ConsumerTimeout time.Duration
+	// FeedMinRetention keeps every change this long. Defaults to 1 hour.
+	FeedMinRetention time.Duration
+	// FeedMaxRetention drops changes this old even if a live consumer did
+	// not read them. Defaults to 7 days.
+	FeedMaxRetention time.Duration
+	// NodeTimeout drops nodes whose heartbeat is this old: they died
+	// without deregistering. Defaults to ten node heartbeats.
+	NodeTimeout time.Duration
+	// Batch caps the changes one statement trims from the feed; a round
+	// trims batches until one comes back short. Defaults to 10,000.
+	Batch int
+	// HistoryInterval is how often the node adds the runs that ended on
+	// it to the dashboard's history in the database, and offers to sample
+	// the backlog and queue lag (one node per minute does). Defaults to
+	// 10 seconds.
+	HistoryInterval time.Duration
+}
+
+func (m Maintenance) withDefaults() Maintenance {
+	if m.Interval <= 0 {
+		m.Interval = 30 * time.Second
+	}
+	if m.ConsumerTimeout <= 0 {
+		m.ConsumerTimeout = 10 * time.Minute
+	}
+	if m.FeedMinRetention <= 0 {
+		m.FeedMinRetention = time.Hour
+	}
+	if m.FeedMaxRetention <= 0 {
+		m.FeedMaxRetention = 7 * 24 * time.Hour
+	}
+	if m.Batch <= 0 {
+		m.Batch = 10_000
+	}
+	if m.HistoryInterval <= 0 {
+		m.HistoryInterval = 10 * time.Second
+	}
+	return m
+}
+
 // maintainTimeout bounds one statement of the upkeep.
 const maintainTimeout = time.Minute
 
