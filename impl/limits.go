@@ -366,25 +366,27 @@ func (s *Server) capsSet() {
 	s.wakeClaimer()
 }
 
-// freesCap reports whether a run of batch ended under a cap across nodes
-// that a claim found full lately (within cappedFor), here or on another
-// node: the slot it frees may start a task the cap held back, on any node.
-// A cap that never binds, the common case, wakes nobody: every end of a
-// batch woke this node's claimers (and so every idle claim group; see
-// activeGroups) and sent a notification, a tenth of the throughput of
-// no-op tasks under a cap set high.
-func (s *Server) freesCap(batch []*run) bool {
+// capsFreed returns the behaviors, each once, of the runs of batch that
+// ended under a cap across nodes that a claim found full lately (within
+// cappedFor), here or on another node: the slots they free may start
+// tasks the cap held back, on any node. A cap that never binds, the common
+// case, wakes nobody: every end of a batch woke this node's claimers (and
+// so every idle claim group; see activeGroups) and sent a notification, a
+// tenth of the throughput of no-op tasks under a cap set high.
+func (s *Server) capsFreed(batch []*run) []api.BehaviorID {
 	s.capsMu.Lock()
 	defer s.capsMu.Unlock()
+	var out []api.BehaviorID
 	for _, r := range batch {
-		if at, ok := s.cappedAt[r.claimed.Behavior]; ok && time.Since(at) < cappedFor {
-			return true
+		b := r.claimed.Behavior
+		if at, ok := s.cappedAt[b]; ok && time.Since(at) < cappedFor && !slices.Contains(out, b) {
+			out = append(out, b)
 		}
 	}
-	return false
+	return out
 }
 
-// Bounds of the notes of full caps (see freesCap): a claim held back by a
+// Bounds of the notes of full caps (see capsFreed): a claim held back by a
 // cap tells the other nodes at most once per capNotice, and a note lasts
 // cappedFor, well beyond it, so that the nodes keep waking the claimers for
 // as long as claims keep finding the cap full.

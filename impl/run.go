@@ -342,15 +342,19 @@ func (s *Server) recorded(batch []*run, held []bool, err error) {
 			"first", fenced[0])
 	}
 	s.kick.kickAfter(again)
-	if err == nil && s.freesCap(batch) {
-		// A slot of a cap across nodes is free: the claimers of every
-		// node may start a task it held back. This node's ask again the
-		// claims of the batch's behaviors, not every idle group: with
-		// a full wake-up, most claims of a node busy under a cap asked
-		// its empty main group.
+	var freed []api.BehaviorID
+	if err == nil {
+		freed = s.capsFreed(batch)
+	}
+	if len(freed) > 0 {
+		// Slots of caps across nodes are free: the claimers of every
+		// node may start tasks they held back. This node's ask again the
+		// claims of those behaviors, not every idle group: with a full
+		// wake-up, most claims of a node busy under a cap asked its
+		// empty main group.
 		s.mu.Lock()
-		for _, r := range batch {
-			s.forgetEmpty(r.claimed.Behavior)
+		for _, b := range freed {
+			s.forgetEmpty(b)
 		}
 		s.mu.Unlock()
 		signal(s.capFreed)

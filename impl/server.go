@@ -184,7 +184,7 @@ type Server struct {
 	capsRead time.Time
 	// cappedAt holds when a claim of a behavior (here, or on a node that
 	// said so on store.ChannelCapped) last found a cap across nodes full;
-	// noticed, when this node last said so. See freesCap.
+	// noticed, when this node last said so. See capsFreed.
 	cappedAt map[api.BehaviorID]time.Time
 	noticed  map[api.BehaviorID]time.Time
 }
