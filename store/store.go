@@ -269,14 +269,16 @@ type Store interface {
 	// for their poll.
 	Finish(ctx context.Context, cs []Completion) ([]bool, error)
 	// FinishStart is Finish on a server node that starts there, in the
-	// same transaction, workflow nodes the completions make ready: up to
-	// as many as start.Reserve returns (asked once, when a statement that
-	// may start some is about to run; never when none can) of those of
-	// start.Behaviors that a claim of the node could take now (their
-	// behavior not paused nor capped at runtime, their group key not
-	// held, they spend no rate limit, their workflow is not held, and no
-	// due claim hint of their behavior waits with the same or a lower
-	// priority number), best priority first. Those start as a claim
+	// same transaction, workflow nodes the completions make ready, when
+	// start.Reserve (asked once, when a statement that may start some is
+	// about to run; never when none can) returns room for every dependent
+	// the statement's ended nodes have: then each that runs, of
+	// start.Behaviors, starts when a claim of the node could take it now
+	// (its behavior not paused nor capped at runtime, its group key not
+	// held, it spends no rate limit, its workflow is not held, and no due
+	// claim hint of its behavior waits with the same or a lower priority
+	// number). A wider fan-out is left to the claimers of every node,
+	// which take it in priority order. Those started start as a claim
 	// starts them, under one lease per behavior, and are returned in
 	// started; the others become due as Finish makes them. On an error,
 	// started still lists the tasks a part of the batch that committed

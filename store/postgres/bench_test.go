@@ -269,17 +269,7 @@ func BenchmarkWorkflowFanOut(b *testing.B) {
 	leases := []store.BehaviorLease{{Behavior: "bench.noop", Lease: time.Minute}}
 	var submit, finish time.Duration
 	for i := range b.N {
-		wf := api.TaskID(fmt.Sprintf("01a221e3-0d1c-7d74-8f3a-6735b9f4%04d", i))
-		w := store.NewWorkflow{Task: store.NewTask{ID: wf, Behavior: api.WorkflowBehavior, Params: []byte(`{}`), Priority: 5}}
-		for j := range width + 1 {
-			w.Nodes = append(w.Nodes, store.NewTask{ID: wf + api.TaskID(fmt.Sprintf("/n%d", j)), Behavior: "bench.noop",
-				Params: []byte(`{}`), Priority: 5, ParentID: wf})
-			w.Names, w.Rules = append(w.Names, fmt.Sprintf("n%d", j)), append(w.Rules, api.RuleAllSucceeded)
-			w.DependsOn = append(w.DependsOn, nil)
-			if j > 0 {
-				w.DependsOn[j] = []int{0}
-			}
-		}
+		w := postgres.FanOutWorkflow(api.TaskID(fmt.Sprintf("01a221e3-0d1c-7d74-8f3a-6735b9f4%04d", i)), width)
 		t0 := time.Now()
 		if _, err := st.SubmitWorkflow(ctx, nil, w); err != nil {
 			b.Fatal(err)
@@ -292,11 +282,12 @@ func BenchmarkWorkflowFanOut(b *testing.B) {
 		t0 = time.Now()
 		_, started, err := st.FinishStart(ctx, []store.Completion{{LeaseRef: claimed[0].LeaseRef, Status: api.StatusSuccess, Result: []byte(`{}`), HasParent: true}},
 			store.LocalStart{Node: "bench", Behaviors: leases, Reserve: func() int { return 500 }})
-		if err != nil || len(started) != 500 {
+		// A fan-out wider than the room offered starts none here.
+		if err != nil || len(started) != 0 {
 			b.Fatalf("finish the root: %v, %d started", err, len(started))
 		}
 		finish += time.Since(t0)
-		// The rest of the nodes are claimed and finished by no one: the
+		// The nodes are claimed and finished by no one: the
 		// next workflow's root is found past their hints by priority.
 		if _, err := st.Pool().Exec(ctx, `DELETE FROM stint_due`); err != nil {
 			b.Fatal(err)

@@ -146,3 +146,44 @@ func plan(t *testing.T, ctx context.Context, tx pgx.Tx, options, q string, args 
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestExplainWake prints the plan of the finish of a fan-out's root, which
+// wakes its 10,000 dependents (depsEndedSQL), with a local start offered
+// for 500 of them.
+func TestExplainWake(t *testing.T) {
+	if os.Getenv("STINT_EXPLAIN") == "" {
+		t.Skip("set STINT_EXPLAIN=1")
+	}
+	ctx := context.Background()
+	st, err := Open(ctx, pgtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := api.TaskID("01a221e3-0d1c-7d74-8f3a-6735b9f40000")
+	w := FanOutWorkflow(wf, 10_000)
+	if _, err := st.SubmitWorkflow(ctx, nil, w); err != nil {
+		t.Fatal(err)
+	}
+	root := string(wf) + "/n0"
+	if _, err := st.pool.Exec(ctx, `UPDATE stint_task SET status = 'success', schedule_not_before = NULL, result = '{}',
+		finished_at = now() WHERE id = $1`, root); err != nil {
+		t.Fatal(err)
+	}
+	printPlan(t, ctx, st, "ANALYZE, BUFFERS, WAL", depsEndedSQL, textArray{root}, "n", []string{"bench.noop"}, []int64{60e6}, 500)
+}
+
+// FanOutWorkflow returns the workflow wf of bench.noop nodes n0 to n<width>,
+// each of n1 on depending on n0, with ids as long as generated ones.
+func FanOutWorkflow(wf api.TaskID, width int) store.NewWorkflow {
+	w := store.NewWorkflow{Task: store.NewTask{ID: wf, Behavior: api.WorkflowBehavior, Params: []byte(`{}`), Priority: 5}}
+	for j := range width + 1 {
+		w.Nodes = append(w.Nodes, store.NewTask{ID: wf + api.TaskID(fmt.Sprintf("/n%d", j)), Behavior: "bench.noop",
+			Params: []byte(`{}`), Priority: 5, ParentID: wf})
+		w.Names, w.Rules = append(w.Names, fmt.Sprintf("n%d", j)), append(w.Rules, api.RuleAllSucceeded)
+		w.DependsOn = append(w.DependsOn, nil)
+		if j > 0 {
+			w.DependsOn[j] = []int{0}
+		}
+	}
+	return w
+}

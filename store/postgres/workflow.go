@@ -153,118 +153,126 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 // dependents that wait for them, and decides each dependent its count
 // changed by its rule: it runs (scheduled, due now, with its claim hint),
 // it is skipped (a failure with code skipped whose message names the
-// dependency that decided it), or it waits on. The dependent's row lock
-// orders concurrent finishes of its dependencies, so the last one sees
-// every other's count. A node of a held workflow that may run is stored
-// held, due once released. It returns the skipped dependents and their
-// parents (the workflows), whose ends the caller counts in turn, as
-// finishes count their tasks', in the same transaction. Each ended task
-// is read once, and its edges found by a probe of the edge index: OFFSET
-// 0 keeps the lateral subqueries from being flattened into joins, which
-// the planner made a merge join over the whole index (a fan-out's root
-// was read once per dependent before).
+// dependency that decided it), or it waits on. It returns the skipped
+// dependents and their parents (the workflows), whose ends the caller
+// counts in turn, as finishes count their tasks', in the same transaction.
+//
+// Each dependent is found, counted and decided by one UPDATE: its new
+// counts and its verdict are computed in the SET from the row as the
+// update finds it, so that two finishes of its dependencies at once are
+// ordered by its row lock and the second, re-reading the row the first
+// committed, sees every other's count. A fan-out's root thus reads and
+// writes each dependent once. Each ended task is read once, with its
+// workflow's row (a dependent is of its dependency's workflow: a node of
+// a held workflow that may run is stored held, due once released), and
+// its edges found by a probe of the edge index: OFFSET 0 keeps the
+// lateral subqueries from being flattened into joins, which the planner
+// made a merge join over the whole index.
 //
 // A dependent that runs may start at once on the node $2 (a local start,
-// see store.Store.FinishStart): up to $5 of those of the behaviors $3
-// (with their leases $4, unless an operator set one) start running under
-// a fresh lease per behavior, as a claim starts them, with no claim hint,
-// when a claim could take them now: their behavior neither paused nor
-// capped at runtime, their group key not held, no rate uses, and no due
-// hint of their behavior with the same or a lower priority number in the
-// claim index (a local start never jumps a task the claimers would take
-// before it). The pause and hold rows are read as the starting submit
-// reads them (see submitStatement). A started node's run and lease count
-// from the statement's time, not the transaction's, which may have waited
-// for its workflow's row. A node started so has two events in the change
-// feed, scheduled (ready) and running, as one a claim starts has. The
-// statement also returns the started tasks (with their params and
+// see store.Store.FinishStart) when the finish touched no more dependents
+// than the $5 runs the node has room for: then every one of them that
+// runs and is of the behaviors $3 (with their leases $4, unless an
+// operator set one) starts running under a fresh lease per behavior, as a
+// claim starts it, with no claim hint, when a claim could take it now:
+// its behavior neither paused nor capped at runtime, its group key not
+// held, no rate uses, and no due hint of its behavior with the same or a
+// lower priority number in the claim index (a local start never jumps a
+// task the claimers would take before it). A finish that touches more
+// (a wide fan-out) leaves them all to the claimers, which take them in
+// priority order at once, rather than choosing among them here: the
+// local start saves a round trip, which counts for a chain's hop and not
+// for ten thousand nodes. The pause and hold rows are read as the starting
+// submit reads them (see submitStatement). A started node's run and lease
+// count from the statement's time, not the transaction's, which may have
+// waited for its workflow's row. A node started so has two events in the
+// change feed, scheduled (ready) and running, as one a claim starts has.
+// The statement also returns the started tasks (with their params and
 // progress, which the others leave out), as JSON.
 var depsEndedSQL = `
-WITH edges AS MATERIALIZED (
-    SELECT e.task_id, d.status, d.code, d.workflow_node
-    FROM unnest($1::text[]) AS x(id),
-        LATERAL (SELECT d.status, d.error->>'code' AS code, d.workflow_node FROM stint_task d WHERE d.id = x.id OFFSET 0) d,
-        LATERAL (SELECT e.task_id FROM stint_dependency e WHERE e.depends_on = x.id COLLATE "C" OFFSET 0) e
-), ended AS (
-    SELECT task_id,
+WITH ended AS MATERIALIZED (
+    SELECT e.task_id,
         count(*) AS n,
-        count(*) FILTER (WHERE status = 'success') AS ok,
-        count(*) FILTER (WHERE status <> 'success' AND coalesce(code, '') <> '` + api.CodeSkipped + `') AS failed,
-        count(*) FILTER (WHERE code = '` + api.CodeSkipped + `') AS skipped,
-        min(workflow_node) FILTER (WHERE status <> 'success') AS bad
-    FROM edges
-    GROUP BY task_id
-), c AS MATERIALIZED (
-    SELECT t.id, t.deps_pending - e.n AS pending, t.deps_succeeded + e.ok AS ok, t.deps_failed + e.failed AS failed,
-        t.deps_skipped + e.skipped AS skipped, t.dep_rule AS rule, e.bad,
-        t.behavior, t.priority, t.group_key, t.rate_uses IS NOT NULL AS rated,
-        (SELECT w.status = 'held' FROM stint_task w WHERE w.id = t.parent_id) AS held
+        count(*) FILTER (WHERE d.status = 'success') AS ok,
+        count(*) FILTER (WHERE d.status <> 'success' AND coalesce(d.code, '') <> '` + api.CodeSkipped + `') AS failed,
+        count(*) FILTER (WHERE d.code = '` + api.CodeSkipped + `') AS skipped,
+        min(d.workflow_node) FILTER (WHERE d.status <> 'success') AS bad,
+        bool_or(d.held) AS held
+    FROM unnest($1::text[]) AS x(id),
+        LATERAL (SELECT d.status, d.error->>'code' AS code, d.workflow_node,
+            (SELECT w.status = 'held' FROM stint_task w WHERE w.id = d.parent_id) AS held
+            FROM stint_task d WHERE d.id = x.id OFFSET 0) d,
+        LATERAL (SELECT e.task_id FROM stint_dependency e WHERE e.depends_on = x.id COLLATE "C" OFFSET 0) e
+    GROUP BY e.task_id
+), local AS MATERIALIZED (
+    SELECT t.behavior, t.priority, t.group_key
     FROM ended e JOIN stint_task t ON t.id = ANY(ARRAY[e.task_id])
-    WHERE t.status = 'waiting'
-    FOR UPDATE OF t
-), v AS (
-    SELECT c.*, CASE
-        WHEN rule IN ('all_ended', 'finally') THEN CASE WHEN pending <= 0 THEN 'run' END
-        WHEN rule = 'any_succeeded' THEN CASE WHEN ok > 0 THEN 'run' WHEN pending <= 0 THEN 'skip' END
-        WHEN rule = 'none_failed' THEN CASE WHEN failed > 0 THEN 'skip' WHEN pending <= 0 THEN 'run' END
-        ELSE CASE WHEN failed + skipped > 0 THEN 'skip' WHEN pending <= 0 THEN 'run' END
-    END AS verdict
-    FROM c
+    WHERE (SELECT count(*) FROM ended) <= $5::int
+      AND t.status = 'waiting' AND t.rate_uses IS NULL AND e.held IS NOT TRUE
 ), cfg AS MATERIALIZED (
     SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, gen_random_uuid() AS lease,
         (SELECT d.priority FROM stint_due d WHERE NOT d.parked AND d.behavior = w.behavior
-             AND d.priority <= (SELECT max(priority) FROM v WHERE verdict = 'run') AND d.due <= now()
+             AND d.priority <= (SELECT max(priority) FROM local) AND d.due <= now()
          ORDER BY d.priority, d.due LIMIT 1) AS first
     FROM unnest($3::text[], $4::bigint[]) AS w(behavior, lease_us)
     LEFT JOIN stint_behavior b ON b.behavior = w.behavior
-    WHERE $5::int > 0 AND w.behavior = ANY(ARRAY(SELECT behavior FROM v WHERE verdict = 'run' AND held IS NOT TRUE AND NOT rated))
-      AND b.paused IS NOT TRUE AND ` + uncapped("w.behavior") + `
+    WHERE w.behavior = ANY(ARRAY(SELECT behavior FROM local)) AND b.paused IS NOT TRUE AND ` + uncapped("w.behavior") + `
 ), paused AS MATERIALIZED (
     SELECT pb.behavior FROM stint_behavior pb
     WHERE pb.paused AND pb.behavior IN (SELECT behavior FROM cfg) FOR SHARE SKIP LOCKED
 ), held AS MATERIALIZED (
     SELECT ph.group_key FROM stint_hold ph
-    WHERE ph.group_key = ANY(ARRAY(SELECT group_key FROM v WHERE verdict = 'run' AND behavior IN (SELECT behavior FROM cfg)))
+    WHERE ph.group_key = ANY(ARRAY(SELECT group_key FROM local WHERE behavior IN (SELECT behavior FROM cfg)))
     FOR SHARE SKIP LOCKED
-), x AS MATERIALIZED (
-    SELECT v.*, CASE WHEN g.lease IS NOT NULL
-            AND row_number() OVER (PARTITION BY g.lease IS NULL ORDER BY v.priority, v.id) <= $5 THEN g.lease END AS go,
-        g.lease_us
-    FROM v LEFT JOIN LATERAL (
-        SELECT g.lease, g.lease_us FROM cfg g
-        WHERE g.behavior = v.behavior AND v.verdict = 'run' AND v.held IS NOT TRUE AND NOT v.rated
-          AND (g.first IS NULL OR g.first > v.priority)
-          AND v.behavior NOT IN (SELECT behavior FROM paused)
-          AND (v.group_key IS NULL OR (v.group_key NOT IN (SELECT group_key FROM held)
-              AND NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = v.group_key)))) g ON true
 ), u AS (
-    UPDATE stint_task t SET
-        deps_pending = x.pending, deps_succeeded = x.ok, deps_failed = x.failed, deps_skipped = x.skipped,
-        status = CASE WHEN x.go IS NOT NULL THEN 'running' ELSE CASE x.verdict
-            WHEN 'run' THEN CASE WHEN x.held THEN 'held' ELSE 'scheduled' END
-            WHEN 'skip' THEN 'failure' ELSE 'waiting' END END,
-        schedule_not_before = CASE WHEN x.verdict = 'run' AND x.held IS NOT TRUE THEN now() END,
-        held_due = CASE WHEN x.verdict = 'run' AND x.held THEN now() ELSE t.held_due END,
-        error = CASE WHEN x.verdict = 'skip' THEN jsonb_build_object('retryable', false, 'code', '` + api.CodeSkipped + `',
-            'message', CASE WHEN x.rule = 'any_succeeded' THEN 'no dependency succeeded'
-                ELSE format('dependency %s did not succeed', x.bad) END) ELSE t.error END,
-        finished_at = CASE WHEN x.verdict = 'skip' THEN now() END,
-        lease = coalesce(x.go, t.lease),
-        node = CASE WHEN x.go IS NULL THEN t.node ELSE $2 END,
-        attempt = t.attempt + CASE WHEN x.go IS NULL THEN 0 ELSE 1 END,
-        executed_at = CASE WHEN x.go IS NULL THEN t.executed_at ELSE statement_timestamp() END,
-        lost_not_before = CASE WHEN x.go IS NULL THEN t.lost_not_before
-            ELSE statement_timestamp() + x.lease_us * interval '1 microsecond' END,
-        waiting_children = t.waiting_children AND x.go IS NULL,
-        resubmitted = CASE WHEN x.go IS NULL THEN t.resubmitted ELSE t.resubmit END,
-        resubmit = t.resubmit AND x.go IS NULL,
-        updated_at = now()
-    FROM x
-    WHERE t.id = ANY(ARRAY[x.id])
-    RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id, t.awaited, x.verdict,
-        x.go AS started, x.lease_us, t.attempt, t.errors, t.resubmitted,
-        CASE WHEN x.go IS NOT NULL THEN t.params END AS params, CASE WHEN x.go IS NOT NULL THEN t.progress END AS progress,
-        CASE WHEN x.go IS NOT NULL THEN t.trace END AS trace
+    UPDATE stint_task t SET (deps_pending, deps_succeeded, deps_failed, deps_skipped, status, schedule_not_before, held_due,
+            error, finished_at, lease, node, attempt, executed_at, lost_not_before, waiting_children, resubmitted, resubmit,
+            updated_at) = (
+        SELECT v.pending, v.ok, v.failed, v.skipped,
+            CASE WHEN g.lease IS NOT NULL THEN 'running' ELSE CASE v.verdict
+                WHEN 'run' THEN CASE WHEN e.held THEN 'held' ELSE 'scheduled' END
+                WHEN 'skip' THEN 'failure' ELSE 'waiting' END END,
+            CASE WHEN v.verdict = 'run' AND e.held IS NOT TRUE THEN now() END,
+            CASE WHEN v.verdict = 'run' AND e.held THEN now() ELSE t.held_due END,
+            CASE WHEN v.verdict = 'skip' THEN jsonb_build_object('retryable', false, 'code', '` + api.CodeSkipped + `',
+                'message', CASE WHEN t.dep_rule = 'any_succeeded' THEN 'no dependency succeeded'
+                    ELSE format('dependency %s did not succeed', e.bad) END) ELSE t.error END,
+            CASE WHEN v.verdict = 'skip' THEN now() END,
+            coalesce(g.lease, t.lease),
+            CASE WHEN g.lease IS NULL THEN t.node ELSE $2 END,
+            t.attempt + CASE WHEN g.lease IS NULL THEN 0 ELSE 1 END,
+            CASE WHEN g.lease IS NULL THEN t.executed_at ELSE statement_timestamp() END,
+            CASE WHEN g.lease IS NULL THEN t.lost_not_before
+                ELSE statement_timestamp() + g.lease_us * interval '1 microsecond' END,
+            t.waiting_children AND g.lease IS NULL,
+            CASE WHEN g.lease IS NULL THEN t.resubmitted ELSE t.resubmit END,
+            t.resubmit AND g.lease IS NULL,
+            now()
+        FROM (SELECT c.*, CASE
+                WHEN t.dep_rule IN ('all_ended', 'finally') THEN CASE WHEN pending <= 0 THEN 'run' END
+                WHEN t.dep_rule = 'any_succeeded' THEN CASE WHEN ok > 0 THEN 'run' WHEN pending <= 0 THEN 'skip' END
+                WHEN t.dep_rule = 'none_failed' THEN CASE WHEN failed > 0 THEN 'skip' WHEN pending <= 0 THEN 'run' END
+                ELSE CASE WHEN failed + skipped > 0 THEN 'skip' WHEN pending <= 0 THEN 'run' END
+            END AS verdict
+            FROM (SELECT t.deps_pending - e.n AS pending, t.deps_succeeded + e.ok AS ok, t.deps_failed + e.failed AS failed,
+                t.deps_skipped + e.skipped AS skipped) c) v
+        LEFT JOIN LATERAL (
+            SELECT g.lease, g.lease_us FROM cfg g
+            WHERE g.behavior = t.behavior AND v.verdict = 'run' AND e.held IS NOT TRUE AND t.rate_uses IS NULL
+              AND (g.first IS NULL OR g.first > t.priority)
+              AND t.behavior NOT IN (SELECT behavior FROM paused)
+              AND (t.group_key IS NULL OR (t.group_key NOT IN (SELECT group_key FROM held)
+                  AND NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = t.group_key)))) g ON true)
+    FROM ended e
+    WHERE t.id = ANY(ARRAY[e.task_id]) AND t.status = 'waiting'
+    RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id, t.awaited,
+        CASE t.status WHEN 'waiting' THEN NULL WHEN 'failure' THEN 'skip' ELSE 'run' END AS verdict,
+        CASE WHEN t.status = 'running' THEN t.lease END AS started,
+        CASE WHEN t.status = 'running' THEN (SELECT g.lease_us FROM cfg g WHERE g.behavior = t.behavior) END AS lease_us,
+        t.attempt, t.errors, t.resubmitted,
+        CASE WHEN t.status = 'running' THEN t.params END AS params,
+        CASE WHEN t.status = 'running' THEN t.progress END AS progress,
+        CASE WHEN t.status = 'running' THEN t.trace END AS trace
 ), due AS (` + dueInsert("u") + `
 ), leases AS (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids, task_count, behavior)

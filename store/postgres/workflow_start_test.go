@@ -36,8 +36,9 @@ func fanOutT(t *testing.T, ctx context.Context, st *postgres.Store, wf api.TaskI
 }
 
 // A finish that makes workflow nodes ready starts those a claim of the
-// finishing node could take now, in its own transaction, and leaves the
-// others due for the claimers.
+// finishing node could take now, in its own transaction, when the node has
+// room for all the dependents it touched, and leaves the others due for
+// the claimers.
 func TestFinishStartsTheNodesItWakes(t *testing.T) {
 	t.Parallel()
 	offer := func(limit int) store.LocalStart {
@@ -52,8 +53,8 @@ func TestFinishStartsTheNodesItWakes(t *testing.T) {
 		started int
 		left    int // the tasks a claim takes next
 	}{
-		{name: "up to the limit", start: offer(2), started: 2, left: 1},
-		{name: "all when room", start: offer(10), started: 3},
+		{name: "none when the dependents outnumber the room", start: offer(2), left: 3},
+		{name: "all when room", start: offer(3), started: 3},
 		{name: "none offered", start: store.LocalStart{}, left: 3},
 		{name: "behavior not offered", start: store.LocalStart{Node: "n2", Behaviors: []store.BehaviorLease{{Behavior: "other", Lease: time.Minute}}, Reserve: func() int { return 5 }}, left: 3},
 		{name: "stale lease wakes nothing", start: offer(5), stale: true},
@@ -150,4 +151,51 @@ func TestFinishStartsTheNodesItWakes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A dependent whose row another transaction changes while a finish waits
+// for it is decided on the row as that transaction left it: the finish
+// that ends its last dependency sees every other dependency's count.
+func TestAFinishWaitingForADependentCountsOnItsNewestRow(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	w := store.NewWorkflow{Task: store.NewTask{ID: "wf3", Behavior: api.WorkflowBehavior, Params: []byte(`{}`), Priority: 5}}
+	for _, n := range []string{"a", "b", "c"} {
+		w.Nodes = append(w.Nodes, store.NewTask{ID: "wf3/" + api.TaskID(n), Behavior: semBehavior, Params: []byte(`{}`), Priority: 5, ParentID: "wf3"})
+		w.Names, w.Rules = append(w.Names, n), append(w.Rules, api.RuleAllSucceeded)
+	}
+	w.DependsOn = [][]int{nil, nil, {0, 1}}
+	_, err := st.SubmitWorkflow(ctx, nil, w)
+	require.NoError(t, err)
+	claimed := claimT(t, ctx, st, 2, 0)
+	require.Len(t, claimed, 2)
+
+	// Another transaction counts a's end off c, and holds c's row while
+	// b's finish starts.
+	tx, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	_, err = tx.Exec(ctx, `UPDATE stint_task SET deps_pending = deps_pending - 1, deps_succeeded = deps_succeeded + 1 WHERE id = 'wf3/c'`)
+	require.NoError(t, err)
+	b := claimed[0]
+	if b.ID != "wf3/b" {
+		b = claimed[1]
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := st.FinishStart(ctx, []store.Completion{success(b)}, store.LocalStart{})
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+		return err == nil && waiting > 0
+	}, 10*time.Second, 5*time.Millisecond, "b's finish waits for c's row")
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-done)
+
+	c, err := st.Get(ctx, "wf3/c")
+	require.NoError(t, err)
+	require.Equal(t, api.StatusScheduled, c.Status, "c's last dependency ended")
 }
