@@ -42,6 +42,20 @@ const (
     set_config('enable_seqscan', 'off', true)`
 	// seqscanRestoreSQL gives a caller's transaction its setting back.
 	seqscanRestoreSQL = `SELECT set_config('enable_seqscan', current_setting('stint.enable_seqscan'), true)`
+
+	// probesSaveOffSQL is seqscanSaveOffSQL with bitmap scans off too,
+	// for a statement that probes an index once per input row where the
+	// planner, without statistics, expects dozens of rows per probe:
+	// depsEndedSQL reads the edges of each ended task, which in a fan-in
+	// are one, and a bitmap scan per probe cost half again what an index
+	// scan does. A fan-out root's 10,000 edges are read as quickly by an
+	// index scan.
+	probesSaveOffSQL = `SELECT set_config('stint.enable_seqscan', current_setting('enable_seqscan'), true),
+    set_config('stint.enable_bitmapscan', current_setting('enable_bitmapscan'), true),
+    set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+	// probesRestoreSQL gives a caller's transaction its settings back.
+	probesRestoreSQL = `SELECT set_config('enable_seqscan', current_setting('stint.enable_seqscan'), true),
+    set_config('enable_bitmapscan', current_setting('stint.enable_bitmapscan'), true)`
 )
 
 // genericSettingsSQL is seqscanOffSQL with plan_cache_mode
@@ -82,16 +96,26 @@ func indexed(ctx context.Context, db batcher, read func(pgx.Rows) error, sql str
 // scoped to the transaction, in place of seqscanOffSQL outside a
 // transaction; in a transaction it runs the statement as indexed does.
 func indexedWith(ctx context.Context, db batcher, settings string, read func(pgx.Rows) error, sql string, args ...any) (pgconn.CommandTag, error) {
+	return runIndexed(ctx, db, plans{settings, seqscanSaveOffSQL, seqscanRestoreSQL}, read, sql, args...)
+}
+
+// plans are the settings a statement is planned with: set, on the pool
+// (scoped to the batch's implicit transaction), or save and restore,
+// around it in a transaction.
+type plans struct{ set, save, restore string }
+
+// runIndexed runs sql as indexedWith does, with the settings p.
+func runIndexed(ctx context.Context, db batcher, p plans, read func(pgx.Rows) error, sql string, args ...any) (pgconn.CommandTag, error) {
 	_, inTx := db.(pgx.Tx)
 	batch := &pgx.Batch{}
 	if inTx {
-		batch.Queue(seqscanSaveOffSQL)
+		batch.Queue(p.save)
 	} else {
-		batch.Queue(settings)
+		batch.Queue(p.set)
 	}
 	batch.Queue(sql, args...)
 	if inTx {
-		batch.Queue(seqscanRestoreSQL)
+		batch.Queue(p.restore)
 	}
 	br := db.SendBatch(ctx, batch)
 	defer br.Close()
@@ -126,25 +150,31 @@ func indexedWith(ctx context.Context, db batcher, settings string, read func(pgx
 // runs the statement and scans its one row into dest, or returns
 // pgx.ErrNoRows if there is none.
 func indexedRow(ctx context.Context, db batcher, sql string, args ...any) pgx.Row {
-	return indexedQueryRow{ctx: ctx, db: db, settings: seqscanOffSQL, sql: sql, args: args}
+	return indexedRowWith(ctx, db, seqscanOffSQL, sql, args...)
 }
 
 // indexedRowWith is indexedRow with settings, as indexedWith takes them.
 func indexedRowWith(ctx context.Context, db batcher, settings, sql string, args ...any) pgx.Row {
-	return indexedQueryRow{ctx: ctx, db: db, settings: settings, sql: sql, args: args}
+	return indexedQueryRow{ctx: ctx, db: db, plans: plans{settings, seqscanSaveOffSQL, seqscanRestoreSQL}, sql: sql, args: args}
+}
+
+// probedRow is indexedRow in the transaction tx with bitmap scans off too
+// (see probesSaveOffSQL).
+func probedRow(ctx context.Context, tx pgx.Tx, sql string, args ...any) pgx.Row {
+	return indexedQueryRow{ctx: ctx, db: tx, plans: plans{save: probesSaveOffSQL, restore: probesRestoreSQL}, sql: sql, args: args}
 }
 
 type indexedQueryRow struct {
-	ctx      context.Context
-	db       batcher
-	settings string
-	sql      string
-	args     []any
+	ctx   context.Context
+	db    batcher
+	plans plans
+	sql   string
+	args  []any
 }
 
 func (r indexedQueryRow) Scan(dest ...any) error {
 	found := false
-	_, err := indexedWith(r.ctx, r.db, r.settings, func(rows pgx.Rows) error {
+	_, err := runIndexed(r.ctx, r.db, r.plans, func(rows pgx.Rows) error {
 		if !rows.Next() {
 			return rows.Err()
 		}

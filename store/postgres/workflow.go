@@ -162,12 +162,13 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 // update finds it, so that two finishes of its dependencies at once are
 // ordered by its row lock and the second, re-reading the row the first
 // committed, sees every other's count. A fan-out's root thus reads and
-// writes each dependent once. Each ended task is read once, with its
-// workflow's row (a dependent is of its dependency's workflow: a node of
-// a held workflow that may run is stored held, due once released), and
-// its edges found by a probe of the edge index: OFFSET 0 keeps the
-// lateral subqueries from being flattened into joins, which the planner
-// made a merge join over the whole index.
+// writes each dependent once. Each ended task is read once, each of their
+// workflows once (a dependent is of its dependency's workflow: a node of a
+// held workflow that may run is stored held, due once released), and an
+// ended task's edges are found by a probe of the edge index (an index
+// scan: see probesSaveOffSQL): OFFSET 0 keeps the lateral subqueries from
+// being flattened into joins, which the planner made a merge join over the
+// whole index.
 //
 // A dependent that runs may start at once on the node $2 (a local start,
 // see store.Store.FinishStart) when the finish touched no more dependents
@@ -190,19 +191,20 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 // The statement also returns the started tasks (with their params and
 // progress, which the others leave out), as JSON.
 var depsEndedSQL = `
-WITH ended AS MATERIALIZED (
+WITH d AS MATERIALIZED (
+    SELECT x.id, d.status, d.error->>'code' AS code, d.workflow_node, d.parent_id
+    FROM unnest($1::text[]) AS x(id),
+        LATERAL (SELECT d.status, d.error, d.workflow_node, d.parent_id FROM stint_task d WHERE d.id = x.id OFFSET 0) d
+), ended AS MATERIALIZED (
     SELECT e.task_id,
         count(*) AS n,
         count(*) FILTER (WHERE d.status = 'success') AS ok,
         count(*) FILTER (WHERE d.status <> 'success' AND coalesce(d.code, '') <> '` + api.CodeSkipped + `') AS failed,
         count(*) FILTER (WHERE d.code = '` + api.CodeSkipped + `') AS skipped,
         min(d.workflow_node) FILTER (WHERE d.status <> 'success') AS bad,
-        bool_or(d.held) AS held
-    FROM unnest($1::text[]) AS x(id),
-        LATERAL (SELECT d.status, d.error->>'code' AS code, d.workflow_node,
-            (SELECT w.status = 'held' FROM stint_task w WHERE w.id = d.parent_id) AS held
-            FROM stint_task d WHERE d.id = x.id OFFSET 0) d,
-        LATERAL (SELECT e.task_id FROM stint_dependency e WHERE e.depends_on = x.id COLLATE "C" OFFSET 0) e
+        bool_or(d.parent_id = ANY(ARRAY(SELECT w.id FROM stint_task w
+            WHERE w.id = ANY(ARRAY(SELECT DISTINCT parent_id FROM d)) AND w.status = 'held'))) AS held
+    FROM d, LATERAL (SELECT e.task_id FROM stint_dependency e WHERE e.depends_on = d.id COLLATE "C" OFFSET 0) e
     GROUP BY e.task_id
 ), local AS MATERIALIZED (
     SELECT t.behavior, t.priority, t.group_key
@@ -307,7 +309,7 @@ func depsEnded(ctx context.Context, tx pgx.Tx, ids []string, st *starts) ([]stor
 		if st != nil {
 			node, behaviors, leases, limit = st.Node, st.behaviors, st.leases, st.room()-len(started)
 		}
-		if err := indexedRow(ctx, tx, depsEndedSQL, textArray(ids), node, behaviors, leases, max(limit, 0)).Scan(&ids, &parents, &raw); err != nil {
+		if err := probedRow(ctx, tx, depsEndedSQL, textArray(ids), node, behaviors, leases, max(limit, 0)).Scan(&ids, &parents, &raw); err != nil {
 			return nil, fmt.Errorf("wake dependents: %w", err)
 		}
 		if raw != nil {
