@@ -169,7 +169,7 @@ func TestExplainWake(t *testing.T) {
 		finished_at = now() WHERE id = $1`, root); err != nil {
 		t.Fatal(err)
 	}
-	printPlan(t, ctx, st, "ANALYZE, BUFFERS, WAL", depsEndedSQL, textArray{root}, "n", []string{"bench.noop"}, []int64{60e6}, 500)
+	printPlan(t, ctx, st, "ANALYZE, BUFFERS, WAL", depsEndedSQL, textArray{root}, "n", []string{"bench.noop"}, []int64{60e6}, 500, textArray{})
 }
 
 // FanOutWorkflow returns the workflow wf of bench.noop nodes n0 to n<width>,

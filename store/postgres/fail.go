@@ -52,12 +52,9 @@ func (s *Store) Fail(ctx context.Context, id api.TaskID, e *api.TaskError) error
 		matched = true
 		// The task ended for good: it counts off its parent's pending
 		// children as any finish does.
+		// A workflow node's dependents learn it failed.
 		if parent != "" {
-			if _, err := tx.Exec(ctx, childrenEndedSQL, []string{parent}); err != nil {
-				return err
-			}
-			// A workflow node's dependents learn it failed.
-			if _, err := depsEnded(ctx, tx, []string{string(id)}, nil); err != nil {
+			if _, err := nodesEnded(ctx, tx, []string{parent}, []string{string(id)}, nil, nil, false); err != nil {
 				return err
 			}
 		}

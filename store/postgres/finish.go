@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -180,28 +179,6 @@ func (s *Store) finishIsolating(ctx context.Context, cs []store.Completion, ok [
 	return s.finishIsolating(ctx, cs[half:], ok[half:], st)
 }
 
-// childrenEnded counts the ends of the children of parents (one entry per
-// child) off them, in tx, and returns the parents that are workflows grown
-// at run time (see childrenEndedSQL).
-func childrenEnded(ctx context.Context, tx pgx.Tx, parents []string) (map[string]bool, error) {
-	var ids []string
-	if err := indexedRow(ctx, tx, childrenEndedSQL, parents).Scan(&ids); err != nil {
-		return nil, fmt.Errorf("count ended children: %w", err)
-	}
-	grown := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		grown[id] = true
-	}
-	return grown, nil
-}
-
-// workflowOf returns the workflow id of the node id: what precedes its
-// slash.
-func workflowOf(id string) string {
-	w, _, _ := strings.Cut(id, "/")
-	return w
-}
-
 // rowError reports whether err is one a row of a statement can cause (a
 // broken constraint, bad data, an exception raised by a trigger), rather
 // than one of the connection, the server or the privileges, which splitting
@@ -216,6 +193,89 @@ func rowError(err error) bool {
 		return true
 	}
 	return false
+}
+
+// finishFamily records the n completions of a batch in which some tasks
+// have parents (args are finishSQL's) in one transaction that also counts
+// the tasks that ended for good off their parents and wakes the workflow
+// nodes' dependents (nodesEnded), in two round trips: BEGIN, the settings
+// and the finish statement in the first, the rest and the COMMIT in the
+// second, unless a completion failed (a failure may skip dependents,
+// whose ends take more rounds). It holds the parents' rows locked for a
+// round trip, where a transaction of a round trip per statement held them
+// for three. It returns the completions not recorded and the workflow
+// nodes it started on st's node.
+func (s *Store) finishFamily(ctx context.Context, settings string, args []any, n int, failed bool, st *starts) ([]int64, []store.Claimed, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A connection released in a failed transaction is closed by the
+	// pool, which ends the transaction.
+	defer conn.Release()
+	c := conn.Conn()
+	var lost []int64
+	var parents, nodes []string
+	var hasDependents []bool
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(settings)
+	b.Queue(finishSQL, args...).QueryRow(func(r pgx.Row) error { return r.Scan(&lost, &parents, &nodes, &hasDependents) })
+	if err := c.SendBatch(ctx, b).Close(); err != nil {
+		rollbackConn(ctx, c)
+		return nil, nil, err
+	}
+	if err := checkLost(lost, n); err != nil {
+		rollbackConn(ctx, c)
+		return nil, nil, err
+	}
+	// The nodes with dependents, and the others, whose workflow may have
+	// grown since the probe (see nodesEnded).
+	var have, others []string
+	for i, id := range nodes {
+		if hasDependents[i] {
+			have = append(have, id)
+		} else {
+			others = append(others, id)
+		}
+	}
+	started, err := nodesEnded(ctx, c, parents, have, others, st, !failed)
+	if err == nil && failed {
+		err = commitConn(ctx, c)
+	}
+	if err != nil {
+		rollbackConn(ctx, c)
+		return nil, nil, err
+	}
+	return lost, started, nil
+}
+
+// commitConn commits the transaction open on c.
+func commitConn(ctx context.Context, c *pgx.Conn) error {
+	tag, err := c.Exec(ctx, "COMMIT")
+	if err == nil && tag.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback
+	}
+	return err
+}
+
+// rollbackConn ends a failed transaction on c; a connection it cannot
+// end it on is closed by the pool when released.
+func rollbackConn(ctx context.Context, c *pgx.Conn) {
+	if !c.IsClosed() {
+		_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+}
+
+// checkLost checks the ordinals of the completions of a batch of n that
+// finishSQL did not record.
+func checkLost(lost []int64, n int) error {
+	for _, ord := range lost {
+		if ord < 1 || ord > int64(n) {
+			return fmt.Errorf("completion %d of %d not recorded", ord, n)
+		}
+	}
+	return nil
 }
 
 // genericFinishMax is the most completions a finish records on generic
@@ -233,8 +293,9 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 	results, errs := make(nullTextArray, n), make(nullTextArray, n)
 	again := make(intArray, n)
 	waits := make(boolArray, n)
-	hasParent := false
+	hasParent, failed := false, false
 	for i, c := range cs {
+		failed = failed || c.Status == api.StatusFailure
 		ids[i], leases[i], statuses[i], waits[i] = string(c.ID), uuid(c.Lease), string(c.Status), c.WaitChildren
 		hasParent = hasParent || c.HasParent
 		results[i] = jsonText(c.Result)
@@ -255,61 +316,30 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 	// a large one is planned for its arrays, as before generic plans were
 	// used here (with them, one measurement of a burn-down took a tenth
 	// more PostgreSQL CPU per task).
-	settings, begin := seqscanOffSQL, `BEGIN; `+seqscanOffSQL
+	settings := seqscanOffSQL
 	if n <= genericFinishMax {
-		settings, begin = genericSettingsSQL, finishBeginSQL
+		settings = genericSettingsSQL
 	}
-	// A batch without children is one statement; with children, the
-	// parents' counts change in the same transaction.
-	run := func(ctx context.Context, fn func(pgx.Tx) error) error { return fn(nil) }
-	if hasParent {
-		run = func(ctx context.Context, fn func(pgx.Tx) error) error {
-			return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: begin}, fn)
-		}
-	}
+	args := []any{lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits}
 	// The completions not recorded; the others are set in ok only once
 	// the transaction committed: a transaction that fails records none.
 	var lost []int64
 	var woken []store.Claimed
-	err := run(ctx, func(tx pgx.Tx) error {
-		var q batcher = s.pool
-		if tx != nil {
-			q = tx
-		}
+	var err error
+	if hasParent {
+		lost, woken, err = s.finishFamily(ctx, settings, args, n, failed, st)
+	} else {
+		// A batch without children is one statement.
 		var parents, nodes []string
 		var hasDependents []bool
-		if err := indexedRowWith(ctx, q, settings, finishSQL, lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits).Scan(&lost, &parents, &nodes, &hasDependents); err != nil {
-			return err
+		err = indexedRowWith(ctx, s.pool, settings, finishSQL, args...).Scan(&lost, &parents, &nodes, &hasDependents)
+		if err == nil && len(parents) > 0 {
+			err = fmt.Errorf("tasks with parents were finished outside a transaction: set Completion.HasParent")
 		}
-		for _, ord := range lost {
-			if ord < 1 || ord > int64(n) {
-				return fmt.Errorf("completion %d of %d not recorded", ord, n)
-			}
-		}
-		if len(parents) == 0 {
-			return nil
-		}
-		if tx == nil {
-			return fmt.Errorf("tasks with parents were finished outside a transaction: set Completion.HasParent")
-		}
-		grown, err := childrenEnded(ctx, tx, parents)
-		if err != nil {
-			return err
-		}
-		// A node's dependents are woken by a statement that starts once
-		// its workflow's row is locked (by childrenEnded), so it sees the
-		// edges a growth committed meanwhile. The finish statement's own
-		// probe could not: it ran before. So a node of a workflow that
-		// grew goes to depsEnded whatever the probe said.
-		woke := nodes[:0]
-		for i, id := range nodes {
-			if hasDependents[i] || grown[workflowOf(id)] {
-				woke = append(woke, id)
-			}
-		}
-		woken, err = depsEnded(ctx, tx, woke, st)
-		return err
-	})
+	}
+	if err == nil {
+		err = checkLost(lost, n)
+	}
 	if err != nil {
 		return err
 	}

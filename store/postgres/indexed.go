@@ -73,10 +73,6 @@ const (
 // checks both).
 const genericSettingsSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
-// finishBeginSQL begins the store's own transaction of a small finish with
-// genericSettingsSQL's settings, in the one round trip of the BEGIN.
-const finishBeginSQL = `BEGIN; ` + genericSettingsSQL
-
 // batcher sends batches: the pool, a connection or a transaction.
 type batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults

@@ -37,6 +37,86 @@ func (r *roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 }
 func (r *roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
 
+// tracedStore returns a store of the database dsn on one connection (its
+// prepared statements are all of the store's), and the count of its round
+// trips.
+func tracedStore(t *testing.T, ctx context.Context, dsn string) (*Store, *roundTrips) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	trips := &roundTrips{}
+	cfg.ConnConfig.Tracer = trips
+	cfg.MaxConns = 1
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		registerArrayCodecs(conn.TypeMap())
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return &Store{pool: pool}, trips
+}
+
+// TestAWorkflowNodesFinishIsTwoRoundTrips: the finish of a workflow node
+// that succeeded, with its parent's count and its dependent's wake and
+// local start, is one transaction of two round trips; one that failed
+// takes a round trip per round of the skips it causes, and the commit's.
+func TestAWorkflowNodesFinishIsTwoRoundTrips(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, trips := tracedStore(t, ctx, pgtest.New(t))
+	leases := []store.BehaviorLease{{Behavior: "cost.node", Lease: time.Minute}}
+	chain := func(wf api.TaskID) store.Claimed {
+		t.Helper()
+		w := store.NewWorkflow{Task: store.NewTask{ID: wf, Behavior: api.WorkflowBehavior, Params: []byte(`{}`)}}
+		for i, name := range []string{"a", "b", "c"} {
+			w.Nodes = append(w.Nodes, store.NewTask{ID: wf + "/" + api.TaskID(name), Behavior: "cost.node", Params: []byte(`{}`), ParentID: wf})
+			w.Names, w.Rules, w.DependsOn = append(w.Names, name), append(w.Rules, api.RuleAllSucceeded), append(w.DependsOn, nil)
+			if i > 0 {
+				w.DependsOn[i] = []int{i - 1}
+			}
+		}
+		_, err := st.SubmitWorkflow(ctx, nil, w)
+		require.NoError(t, err)
+		claimed, err := st.Claim(ctx, store.ClaimRequest{Node: "node", Behaviors: leases, Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		return claimed[0]
+	}
+	finish := func(c store.Claimed, status api.Status) ([]store.Claimed, int64) {
+		t.Helper()
+		cp := store.Completion{LeaseRef: c.LeaseRef, Status: status, Result: []byte(`{}`), HasParent: true}
+		if status == api.StatusFailure {
+			cp.Result, cp.Error = nil, &api.TaskError{Message: "no"}
+		}
+		before := trips.n.Load()
+		held, started, err := st.FinishStart(ctx, []store.Completion{cp}, store.LocalStart{Node: "node", Behaviors: leases, Reserve: func() int { return 5 }})
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, held)
+		return started, trips.n.Load() - before
+	}
+	// Each statement's first call prepares it.
+	started, _ := finish(chain("warm"), api.StatusSuccess)
+	require.Len(t, started, 1)
+
+	started, trips1 := finish(chain("wf1"), api.StatusSuccess)
+	require.Len(t, started, 1, "the dependent started here")
+	require.Equal(t, api.TaskID("wf1/b"), started[0].ID)
+	require.Equal(t, int64(2), trips1, "round trips of a node's finish")
+	_, trips2 := finish(started[0], api.StatusSuccess)
+	require.Equal(t, int64(2), trips2, "round trips of the finish of the node it started")
+
+	started, trips3 := finish(chain("wf2"), api.StatusFailure)
+	require.Empty(t, started)
+	for _, id := range []api.TaskID{"wf2/b", "wf2/c"} {
+		task, err := st.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, api.StatusFailure, task.Status, "%s is skipped", id)
+		require.Equal(t, api.CodeSkipped, task.Error.Code)
+	}
+	require.Equal(t, int64(1+3+1), trips3, "round trips of a failed node's finish: the finish, a round per node it ends (a, b skipped, c skipped) and the commit")
+}
+
 // TestAStartingSubmitCostsWhatAPlainOneDoes: a submit that starts its
 // task on the submitting node (a server's own, SubmitStart) makes as many
 // round trips as a plain one (a client's, Submit): one; its statement is
@@ -48,19 +128,8 @@ func TestAStartingSubmitCostsWhatAPlainOneDoes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dsn := pgtest.New(t)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	require.NoError(t, err)
-	trips := &roundTrips{}
-	cfg.ConnConfig.Tracer = trips
-	cfg.MaxConns = 1 // one connection: its prepared statements are all of the store's
-	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
-		registerArrayCodecs(conn.TypeMap())
-		return nil
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	st := &Store{pool: pool}
+	st, trips := tracedStore(t, ctx, dsn)
+	pool := st.pool
 
 	const client, server = "cost.client", "cost.server"
 	submitOne := func(id string, start bool) []store.Claimed {

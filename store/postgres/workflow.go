@@ -149,8 +149,9 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 		string(id), pending, ok, failed, skipped, verdicts, whys, held}
 }
 
-// depsEndedSQL counts the tasks $1, which ended for good, off the
-// dependents that wait for them, and decides each dependent its count
+// depsEndedSQL counts the tasks $1, which ended for good, and those of $6
+// whose workflow grew at run time (see nodesEnded), off the dependents
+// that wait for them, and decides each dependent its count
 // changed by its rule: it runs (scheduled, due now, with its claim hint),
 // it is skipped (a failure with code skipped whose message names the
 // dependency that decided it), or it waits on. It returns the skipped
@@ -193,7 +194,12 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 var depsEndedSQL = `
 WITH d AS MATERIALIZED (
     SELECT x.id, d.status, d.error->>'code' AS code, d.workflow_node, d.parent_id
-    FROM unnest($1::text[]) AS x(id),
+    FROM (SELECT unnest($1::text[]) AS id
+        UNION ALL
+        SELECT o.id FROM unnest($6::text[]) AS o(id)
+        WHERE split_part(o.id, '/', 1) = ANY(ARRAY(SELECT w.id FROM stint_task w
+            WHERE w.id = ANY(ARRAY(SELECT DISTINCT split_part(o.id, '/', 1) FROM unnest($6::text[]) AS o(id)))
+              AND w.params ? 'grown'))) x,
         LATERAL (SELECT d.status, d.error, d.workflow_node, d.parent_id FROM stint_task d WHERE d.id = x.id OFFSET 0) d
 ), ended AS MATERIALIZED (
     SELECT e.task_id,
@@ -294,22 +300,44 @@ SELECT ARRAY(SELECT id FROM u WHERE verdict = 'skip'), ARRAY(SELECT parent_id FR
         'group_key', group_key, 'trace', trace, 'resubmitted', resubmitted)) FROM u WHERE started IS NOT NULL)
 FROM notified, woke`
 
-// depsEnded records in tx that the workflow nodes ids ended for good: it
-// wakes or skips their dependents (depsEndedSQL) and counts the skipped
-// ones off their workflows, until no more are skipped. The dependents
-// that run start on st's node, as many as st has room for (none when st
-// is nil), as depsEndedSQL says; they are returned, and st learns of them
-// from the caller once tx committed.
-func depsEnded(ctx context.Context, tx pgx.Tx, ids []string, st *starts) ([]store.Claimed, error) {
+// nodesEnded records in the transaction q that tasks ended for good, in
+// rounds of one round trip each. A round counts the tasks off their
+// parents (childrenEndedSQL: parents holds each task's parent; none when
+// empty), then wakes or skips the dependents of the workflow nodes ids,
+// and of the nodes others whose workflow grew at run time (depsEndedSQL):
+// that statement starts once the workflows' rows are locked, so it sees
+// the edges a growth committed meanwhile, which a probe of the edges made
+// before could not. The nodes it skips end in the next round, until none
+// is. The dependents that run start on st's node, as many as st has room
+// for (none when st is nil or ids is empty), as depsEndedSQL says; they
+// are returned, and st learns of them from the caller once the
+// transaction committed. With commit, the first round's round trip also
+// commits the transaction: only when no task of ids failed, since a
+// success skips no dependent and no round follows.
+func nodesEnded(ctx context.Context, q batcher, parents, ids, others []string, st *starts, commit bool) ([]store.Claimed, error) {
 	var started []store.Claimed
-	for len(ids) > 0 {
-		var parents []string
-		var raw []byte
-		node, behaviors, leases, limit := "", []string{}, []int64{}, 0
-		if st != nil {
-			node, behaviors, leases, limit = st.Node, st.behaviors, st.leases, st.room()-len(started)
+	for first := true; len(parents)+len(ids)+len(others) > 0 || first && commit; first = false {
+		b := &pgx.Batch{}
+		b.Queue(probesSaveOffSQL)
+		if len(parents) > 0 {
+			b.Queue(childrenEndedSQL, textArray(parents))
 		}
-		if err := probedRow(ctx, tx, depsEndedSQL, textArray(ids), node, behaviors, leases, max(limit, 0)).Scan(&ids, &parents, &raw); err != nil {
+		var raw []byte
+		skipped, skippedParents := []string(nil), []string(nil)
+		if len(ids)+len(others) > 0 {
+			node, behaviors, leases, limit := "", []string{}, []int64{}, 0
+			if st != nil && len(ids) > 0 {
+				node, behaviors, leases, limit = st.Node, st.behaviors, st.leases, st.room()-len(started)
+			}
+			b.Queue(depsEndedSQL, textArray(ids), node, behaviors, leases, max(limit, 0), textArray(others)).QueryRow(func(r pgx.Row) error {
+				return r.Scan(&skipped, &skippedParents, &raw)
+			})
+		}
+		b.Queue(probesRestoreSQL)
+		if first && commit {
+			b.Queue("COMMIT")
+		}
+		if err := q.SendBatch(ctx, b).Close(); err != nil {
 			return nil, fmt.Errorf("wake dependents: %w", err)
 		}
 		if raw != nil {
@@ -318,11 +346,13 @@ func depsEnded(ctx context.Context, tx pgx.Tx, ids []string, st *starts) ([]stor
 				return nil, fmt.Errorf("wake dependents: %w", err)
 			}
 		}
-		if len(parents) > 0 {
-			if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
-				return nil, fmt.Errorf("count skipped nodes: %w", err)
+		if first && commit {
+			if len(skipped) > 0 {
+				return nil, fmt.Errorf("wake dependents: a success skipped %d of them", len(skipped))
 			}
+			return started, nil
 		}
+		parents, ids, others = skippedParents, skipped, nil
 	}
 	return started, nil
 }
@@ -489,10 +519,7 @@ func (s *Store) CancelWorkflow(ctx context.Context, id api.TaskID) (int, error) 
 		for i := range parents {
 			parents[i] = string(id)
 		}
-		if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
-			return err
-		}
-		_, err := depsEnded(ctx, tx, cancelled, nil)
+		_, err := nodesEnded(ctx, tx, parents, cancelled, nil, nil, false)
 		return err
 	})
 	if err != nil {

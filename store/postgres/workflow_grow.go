@@ -348,10 +348,7 @@ func growWorkflow(ctx context.Context, tx pgx.Tx, holder store.LeaseRef, workflo
 	for i := range parents {
 		parents[i] = string(workflow)
 	}
-	if _, err := indexed(ctx, tx, nil, childrenEndedSQL, parents); err != nil {
-		return err
-	}
-	_, err = depsEnded(ctx, tx, existingSkipped, nil)
+	_, err = nodesEnded(ctx, tx, parents, existingSkipped, nil, nil, false)
 	return err
 }
 
