@@ -51,8 +51,8 @@ func (s *Store) Fail(ctx context.Context, id api.TaskID, e *api.TaskError) error
 		}
 		matched = true
 		// The task ended for good: it counts off its parent's pending
-		// children as any finish does.
-		// A workflow node's dependents learn it failed.
+		// children as any finish does, and a workflow node's dependents
+		// learn it failed.
 		if parent != "" {
 			if _, err := nodesEnded(ctx, tx, []string{parent}, []string{string(id)}, nil, nil, false); err != nil {
 				return err

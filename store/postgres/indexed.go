@@ -92,26 +92,16 @@ func indexed(ctx context.Context, db batcher, read func(pgx.Rows) error, sql str
 // scoped to the transaction, in place of seqscanOffSQL outside a
 // transaction; in a transaction it runs the statement as indexed does.
 func indexedWith(ctx context.Context, db batcher, settings string, read func(pgx.Rows) error, sql string, args ...any) (pgconn.CommandTag, error) {
-	return runIndexed(ctx, db, plans{settings, seqscanSaveOffSQL, seqscanRestoreSQL}, read, sql, args...)
-}
-
-// plans are the settings a statement is planned with: set, on the pool
-// (scoped to the batch's implicit transaction), or save and restore,
-// around it in a transaction.
-type plans struct{ set, save, restore string }
-
-// runIndexed runs sql as indexedWith does, with the settings p.
-func runIndexed(ctx context.Context, db batcher, p plans, read func(pgx.Rows) error, sql string, args ...any) (pgconn.CommandTag, error) {
 	_, inTx := db.(pgx.Tx)
 	batch := &pgx.Batch{}
 	if inTx {
-		batch.Queue(p.save)
+		batch.Queue(seqscanSaveOffSQL)
 	} else {
-		batch.Queue(p.set)
+		batch.Queue(settings)
 	}
 	batch.Queue(sql, args...)
 	if inTx {
-		batch.Queue(p.restore)
+		batch.Queue(seqscanRestoreSQL)
 	}
 	br := db.SendBatch(ctx, batch)
 	defer br.Close()
@@ -146,31 +136,25 @@ func runIndexed(ctx context.Context, db batcher, p plans, read func(pgx.Rows) er
 // runs the statement and scans its one row into dest, or returns
 // pgx.ErrNoRows if there is none.
 func indexedRow(ctx context.Context, db batcher, sql string, args ...any) pgx.Row {
-	return indexedRowWith(ctx, db, seqscanOffSQL, sql, args...)
+	return indexedQueryRow{ctx: ctx, db: db, settings: seqscanOffSQL, sql: sql, args: args}
 }
 
 // indexedRowWith is indexedRow with settings, as indexedWith takes them.
 func indexedRowWith(ctx context.Context, db batcher, settings, sql string, args ...any) pgx.Row {
-	return indexedQueryRow{ctx: ctx, db: db, plans: plans{settings, seqscanSaveOffSQL, seqscanRestoreSQL}, sql: sql, args: args}
-}
-
-// probedRow is indexedRow in the transaction tx with bitmap scans off too
-// (see probesSaveOffSQL).
-func probedRow(ctx context.Context, tx pgx.Tx, sql string, args ...any) pgx.Row {
-	return indexedQueryRow{ctx: ctx, db: tx, plans: plans{save: probesSaveOffSQL, restore: probesRestoreSQL}, sql: sql, args: args}
+	return indexedQueryRow{ctx: ctx, db: db, settings: settings, sql: sql, args: args}
 }
 
 type indexedQueryRow struct {
-	ctx   context.Context
-	db    batcher
-	plans plans
-	sql   string
-	args  []any
+	ctx      context.Context
+	db       batcher
+	settings string
+	sql      string
+	args     []any
 }
 
 func (r indexedQueryRow) Scan(dest ...any) error {
 	found := false
-	_, err := runIndexed(r.ctx, r.db, r.plans, func(rows pgx.Rows) error {
+	_, err := indexedWith(r.ctx, r.db, r.settings, func(rows pgx.Rows) error {
 		if !rows.Next() {
 			return rows.Err()
 		}
