@@ -16,15 +16,23 @@ import (
 	"github.com/stinthq/stint/store"
 )
 
-func TestExplainHotPath(t *testing.T) {
-	if os.Getenv("STINT_EXPLAIN") == "" {
-		t.Skip("set STINT_EXPLAIN=1")
+// measureStore returns a store on a fresh database for a test that prints
+// a measurement, skipping it unless the environment variable env is set.
+func measureStore(t *testing.T, env string) (context.Context, *Store) {
+	t.Helper()
+	if os.Getenv(env) == "" {
+		t.Skip("set " + env + "=1")
 	}
 	ctx := context.Background()
 	st, err := Open(ctx, pgtest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ctx, st
+}
+
+func TestExplainHotPath(t *testing.T) {
+	ctx, st := measureStore(t, "STINT_EXPLAIN")
 	submitNoop(t, ctx, st, 100000)
 	st.pool.Exec(ctx, "ANALYZE")
 	explain := func(q string, args ...any) { printPlan(t, ctx, st, "ANALYZE, BUFFERS", q, args...) }
@@ -62,14 +70,7 @@ func TestExplainHotPath(t *testing.T) {
 // with a retention of their own of six days. It prints them first with the
 // indexes that serve them, then without (the plans before those indexes).
 func TestExplainCleanup(t *testing.T) {
-	if os.Getenv("STINT_EXPLAIN") == "" {
-		t.Skip("set STINT_EXPLAIN=1")
-	}
-	ctx := context.Background()
-	st, err := Open(ctx, pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, st := measureStore(t, "STINT_EXPLAIN")
 	// Tasks created every 3.06 seconds, finished a minute after; every
 	// tenth with a retention of six days; every fiftieth still scheduled.
 	if _, err := st.pool.Exec(ctx, `
@@ -148,17 +149,10 @@ func plan(t *testing.T, ctx context.Context, tx pgx.Tx, options, q string, args 
 }
 
 // TestExplainWake prints the plan of the finish of a fan-out's root, which
-// wakes its 10,000 dependents (depsEndedSQL), with a local start offered
-// for 500 of them.
+// wakes its 10,000 dependents (depsEndedSQL), offered a local start of
+// 500, which a fan-out that wide leaves to the claimers.
 func TestExplainWake(t *testing.T) {
-	if os.Getenv("STINT_EXPLAIN") == "" {
-		t.Skip("set STINT_EXPLAIN=1")
-	}
-	ctx := context.Background()
-	st, err := Open(ctx, pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, st := measureStore(t, "STINT_EXPLAIN")
 	wf := api.TaskID("01a221e3-0d1c-7d74-8f3a-6735b9f40000")
 	w := FanOutWorkflow(wf, 10_000)
 	if _, err := st.SubmitWorkflow(ctx, nil, w); err != nil {

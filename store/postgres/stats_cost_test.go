@@ -1,13 +1,9 @@
 package postgres
 
 import (
-	"context"
-	"os"
 	"sort"
 	"testing"
 	"time"
-
-	"github.com/stinthq/stint/internal/pgtest"
 )
 
 // TestStatsCost prints what the statistics reads cost on a table of a
@@ -15,14 +11,7 @@ import (
 // MetricStats (the metrics' and the history's), and its parts. A
 // measurement, not a check: it asserts no timing.
 func TestStatsCost(t *testing.T) {
-	if os.Getenv("STINT_STATS_COST") == "" {
-		t.Skip("set STINT_STATS_COST=1")
-	}
-	ctx := context.Background()
-	st, err := Open(ctx, pgtest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, st := measureStore(t, "STINT_STATS_COST")
 	submitNoop(t, ctx, st, 1000000)
 	if _, err := st.pool.Exec(ctx, "ANALYZE"); err != nil {
 		t.Fatal(err)
