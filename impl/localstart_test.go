@@ -187,6 +187,8 @@ func TestLocalStartLeavesTheOthersToClaims(t *testing.T) {
 		e.waitStarted(first.ID)
 		sub := e.submit("second")
 		e.requireHint(sub.ID, false)
+		// The removal halts the first run through the server's listener.
+		waitFor(t, 10*time.Second, "the server to listen", func() bool { return impl.Listening(e.srv) })
 		e.requireClaimed(sub, func() { require.NoError(t, e.srv.Remove(e.ctx, first.ID)) })
 	})
 	t.Run("Off", func(t *testing.T) {
