@@ -62,6 +62,8 @@ func TestGetSaysWhyADueTaskWaitsOnNodes(t *testing.T) {
 	task, err = c.Get(e.ctx, next.ID())
 	require.NoError(t, err)
 	require.Equal(t, &api.Wait{Reason: api.WaitNodesFull, Limit: string(demo.Echo.ID), Detail: "node-one runs 1 of 1"}, task.Waiting)
+	// The removal halts the blocker through the server's listener.
+	waitFor(t, 10*time.Second, "the server to listen", func() bool { return impl.Listening(srv) })
 	require.NoError(t, srv.Remove(e.ctx, blocker.ID()))
 	_, err = next.Await(e.ctx)
 	require.NoError(t, err)
