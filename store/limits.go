@@ -28,8 +28,12 @@ type FlowHeld struct {
 	// than the database counts them from.
 	LeaseDelay time.Duration
 	// Capped is set when a cap across nodes (the behavior's, or a group
-	// key's) held tasks back: the claim found it full.
+	// key's) held tasks back: the claim found it full, or filled it.
 	Capped bool
+	// Drained is set when the claim took every task the caps admit and
+	// left a cap full: another claim of the behavior finds nothing before
+	// a slot of it frees, a task falls due or a cap changes.
+	Drained bool
 }
 
 // Limits is the flow control a store keeps: rate limits, the state of

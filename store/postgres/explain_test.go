@@ -181,3 +181,48 @@ func FanOutWorkflow(wf api.TaskID, width int) store.NewWorkflow {
 	}
 	return w
 }
+
+// TestExplainGroupClaim prints the plans of a claim's reads under caps
+// per group key (16 keys of 800 tasks, each key capped at 4), after 50
+// claims and finishes of 64 tasks have left the entries of their hints in
+// the index of keys, as a node working them does between two vacuums.
+func TestExplainGroupClaim(t *testing.T) {
+	ctx, st := measureStore(t, "STINT_EXPLAIN")
+	var tasks []store.NewTask
+	for i := range 16 * 800 {
+		tasks = append(tasks, store.NewTask{ID: api.TaskID(fmt.Sprintf("task-%09d", i)), Behavior: "bench.noop", Params: []byte(`{}`),
+			Priority: 5, GroupKey: fmt.Sprintf("key-%02d", i%16)})
+	}
+	if _, err := st.Submit(ctx, tasks); err != nil {
+		t.Fatal(err)
+	}
+	req := store.ClaimRequest{Node: "n", Behaviors: []store.BehaviorLease{{Behavior: "bench.noop", Lease: time.Minute}},
+		Limit: 1000, PerGroup: 4, Flow: true}
+	for range 50 {
+		claimed, _, err := st.ClaimFlow(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cs []store.Completion
+		for _, c := range claimed {
+			cs = append(cs, store.Completion{LeaseRef: c.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{}`)})
+		}
+		if _, err := st.Finish(ctx, cs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	explain := func(q string, args ...any) {
+		tx, err := st.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // the statement is explained, not kept
+		if _, err := tx.Exec(ctx, flowSettingsSQL); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println(plan(t, ctx, tx, "ANALYZE, BUFFERS", q, args...))
+		fmt.Println("----")
+	}
+	explain(runningSQL, "bench.noop", []string{}, []pgtype.UUID{})
+	explain(flowRoomSQL, "bench.noop", int64(0), 4, []string{}, []pgtype.TID{}, "", 1000, "{}", noKeyWindow)
+}

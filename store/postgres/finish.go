@@ -251,8 +251,18 @@ func (s *Store) finishFamily(ctx context.Context, settings string, args []any, n
 }
 
 // commitConn commits the transaction open on c.
-func commitConn(ctx context.Context, c *pgx.Conn) error {
-	tag, err := c.Exec(ctx, "COMMIT")
+func commitConn(ctx context.Context, c querier) error {
+	return committed(c.Exec(ctx, "COMMIT"))
+}
+
+// execCommit reads the result of a COMMIT queued in a batch.
+func execCommit(br pgx.BatchResults) error {
+	return committed(br.Exec())
+}
+
+// committed returns the error of a COMMIT that returned tag and err: a
+// COMMIT of a failed transaction rolls it back without an error.
+func committed(tag pgconn.CommandTag, err error) error {
 	if err == nil && tag.String() == "ROLLBACK" {
 		err = pgx.ErrTxCommitRollback
 	}

@@ -88,49 +88,97 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 			return out, held, err
 		}
 	}
-	behaviors := []string{string(req.Behaviors[0].Behavior)}
-	leases := []int64{req.Behaviors[0].Lease.Microseconds()}
-	var out []store.Claimed
-	var held store.FlowHeld
-	tight, capped := false, false
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		f := newFlowClaim(tx, req)
-		defer func() { tight, capped = len(f.moves) > 0 || len(f.tried) > 0 || len(f.capKeys) > 0, f.capped() }()
-		if err := f.configure(ctx); err != nil {
-			return err
-		}
-		if !f.idle {
-			faultpoint.Reach(faultpoint.FlowClaim)
-		}
-		if f.limit <= 0 {
-			return nil
-		}
-		if err := f.pick(ctx, s); err != nil {
-			return err
-		}
-		if err := f.write(ctx); err != nil {
-			return err
-		}
-		held = store.FlowHeld{Delayed: len(f.moves), Wake: f.wake, LeaseDelay: f.leaseDelay()}
-		if len(f.hints) == 0 {
-			return nil
-		}
-		rows, err := tx.Query(ctx, claimHintsSQL, req.Node, behaviors, leases, f.hints, int64(0))
-		if err != nil {
-			return err
-		}
-		if out, err = s.scanClaimed(rows, len(f.hints), behaviors, nil); err != nil {
-			return err
-		}
-		return f.clearWaiting(ctx, out)
-	})
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, store.FlowHeld{}, fmt.Errorf("claim tasks: %w", err)
 	}
-	if tight {
-		s.flowTight.Store(behaviors[0], time.Now())
+	// A connection left in the transaction (a failed round trip, a
+	// cancelled context) is closed, not pooled, when released.
+	defer conn.Release()
+	f := newFlowClaim(conn.Conn(), req)
+	out, held, err := s.claimFlowOn(ctx, f)
+	if err != nil {
+		rollbackConn(ctx, conn.Conn())
+		return nil, store.FlowHeld{}, fmt.Errorf("claim tasks: %w", err)
 	}
-	held.Capped = capped
+	if len(f.moves) > 0 || len(f.tried) > 0 || len(f.capKeys) > 0 {
+		s.flowTight.Store(f.behavior, time.Now())
+	}
+	held.Drained = f.drained(len(out))
+	held.Capped = f.capped() || held.Drained
+	return out, held, nil
+}
+
+// claimFlowOn is ClaimFlow's careful claim on f's connection: it opens
+// the transaction and, unless it fails, commits it. The transaction opens
+// in the batch that takes the behavior's turn and reads the caps, and
+// commits in the batch that claims, so that a claim takes three round
+// trips (the turn, the pick, the claim) where no rate key or exact count
+// needs its own.
+func (s *Store) claimFlowOn(ctx context.Context, f *flowClaim) ([]store.Claimed, store.FlowHeld, error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	if err := f.configure(ctx, b); err != nil {
+		return nil, store.FlowHeld{}, err
+	}
+	if !f.idle {
+		faultpoint.Reach(faultpoint.FlowClaim)
+	}
+	if f.limit <= 0 {
+		return nil, store.FlowHeld{}, commitConn(ctx, f.tx)
+	}
+	if err := f.pick(ctx, s); err != nil {
+		return nil, store.FlowHeld{}, err
+	}
+	held := store.FlowHeld{Delayed: len(f.moves), Wake: f.wake, LeaseDelay: f.leaseDelay()}
+	b = &pgx.Batch{}
+	f.queueWrite(b)
+	writes := b.Len()
+	if len(f.hints) > 0 {
+		b.Queue(claimHintsSQL, f.req.Node, []string{f.behavior}, []int64{f.req.Behaviors[0].Lease.Microseconds()}, f.hints, int64(0))
+	}
+	// The claimed tasks that waited on a rate limit are known once the
+	// claim returned: their waiting is cleared before the commit.
+	clear := len(f.waiting) > 0 && len(f.hints) > 0
+	if !clear {
+		b.Queue("COMMIT")
+	}
+	var out []store.Claimed
+	err := func() error {
+		br := f.tx.SendBatch(ctx, b)
+		defer br.Close()
+		for range writes {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if len(f.hints) > 0 {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			if out, err = s.scanClaimed(rows, len(f.hints), []string{f.behavior}, nil); err != nil {
+				return err
+			}
+		}
+		if !clear {
+			if err := execCommit(br); err != nil {
+				return err
+			}
+		}
+		return br.Close()
+	}()
+	if err != nil {
+		return nil, store.FlowHeld{}, err
+	}
+	if clear {
+		b = &pgx.Batch{}
+		f.queueClearWaiting(b, out)
+		b.Queue("COMMIT")
+		if err := sendAll(ctx, f.tx, b); err != nil {
+			return nil, store.FlowHeld{}, err
+		}
+	}
 	return out, held, nil
 }
 
@@ -149,6 +197,7 @@ type flowClaim struct {
 	idle     bool      // nothing was due: the claim did not take its turn
 	bound    int64     // an upper bound on the running tasks; see leaseBoundSQL
 	full     bool      // the cluster cap left less than the request's limit
+	allKeys  bool      // the pick read the room of every group key with a task due
 
 	cluster  int            // the cap on the behavior's running tasks; 0: none
 	keyMax   map[string]int // caps of keys set at runtime
@@ -194,8 +243,8 @@ type flowMove struct {
 // counts, or when the bound from the lease rows (see leaseBoundSQL) does
 // not leave room under the cluster cap for the whole claim; one round trip
 // does the rest.
-func (f *flowClaim) configure(ctx context.Context) error {
-	b := &pgx.Batch{}
+func (f *flowClaim) configure(ctx context.Context, b *pgx.Batch) error {
+	before := b.Len()
 	f.queueConfigure(b, true)
 	// A cap per group key needs the running counts whatever the caps set
 	// at runtime say: they are counted in the same round trip.
@@ -206,6 +255,11 @@ func (f *flowClaim) configure(ctx context.Context) error {
 	}
 	br := f.tx.SendBatch(ctx, b)
 	defer br.Close()
+	for range before {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
 	if err := f.readConfigure(br); err != nil {
 		return err
 	}

@@ -227,7 +227,7 @@ func (f *flowClaim) pickRoom(ctx context.Context, s *Store) error {
 			next = slices.Max(slices.Collect(maps.Keys(keys)))
 		}
 		s.roomCursor.Store(f.behavior, next)
-		cands = read
+		cands, f.allKeys = read, cursor == "" && len(keys) < maxKeys
 		// The keys before the cursor are the next claim's, unless
 		// those after it had nothing: then from the first key.
 		if len(read) > 0 || cursor == "" {
@@ -240,6 +240,29 @@ func (f *flowClaim) pickRoom(ctx context.Context, s *Store) error {
 	}
 	f.choose(cands, len(cands))
 	return nil
+}
+
+// drained reports whether the claim, having taken claimed tasks, took
+// every task its caps admit: no task due now is left that another claim
+// could take before a slot of the behavior frees (or a task falls due, or
+// a cap changes). Either it filled the cluster cap, or it read the room
+// of every group key with a task due (pickRoom reads no more than a key's
+// room), fell short of its limit, and left a key at its cap.
+func (f *flowClaim) drained(claimed int) bool {
+	switch {
+	case len(f.tried) > 0 || len(f.stale) > 0:
+		return false
+	case f.full && claimed == f.limit:
+		return true
+	case !f.allKeys || claimed >= f.limit:
+		return false
+	}
+	for k, n := range f.running {
+		if c := f.keyCap(k); c > 0 && n >= c {
+			return true
+		}
+	}
+	return false
 }
 
 // read reads the next window of hints in pickup order; with fair share,

@@ -187,7 +187,8 @@ func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimR
 			}
 		}
 	}
-	held.Capped = f.capped()
+	held.Drained = f.drained(len(out))
+	held.Capped = f.capped() || held.Drained
 	spent, err := f.spendAll(ctx, out, uses, len(predicted) == 0)
 	if err != nil {
 		return nil, err

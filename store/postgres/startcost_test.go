@@ -201,3 +201,32 @@ func TestAStartingSubmitCostsWhatAPlainOneDoes(t *testing.T) {
 	require.Empty(t, started)
 	require.Equal(t, api.StatusScheduled, subs[0].Status)
 }
+
+// TestAClaimUnderCapsPerKeyIsThreeRoundTrips: a claim under caps per
+// group key opens its transaction in the batch that takes its behavior's
+// turn and counts its running tasks, reads the keys' rooms, and commits
+// in the batch that claims.
+func TestAClaimUnderCapsPerKeyIsThreeRoundTrips(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, trips := tracedStore(t, ctx, pgtest.New(t))
+	req := store.ClaimRequest{Node: "node", Behaviors: []store.BehaviorLease{{Behavior: "cost.keyed", Lease: time.Minute}},
+		Limit: 100, PerGroup: 2, Flow: true}
+	claim := func(prefix string) int64 {
+		t.Helper()
+		var tasks []store.NewTask
+		for i := range 6 {
+			tasks = append(tasks, store.NewTask{ID: api.TaskID(fmt.Sprintf("%s-%d", prefix, i)), Behavior: "cost.keyed",
+				Params: []byte(`{}`), GroupKey: fmt.Sprintf("%s-k%d", prefix, i%3)})
+		}
+		_, err := st.Submit(ctx, tasks)
+		require.NoError(t, err)
+		before := trips.n.Load()
+		claimed, _, err := st.ClaimFlow(ctx, req)
+		require.NoError(t, err)
+		require.Len(t, claimed, 6)
+		return trips.n.Load() - before
+	}
+	claim("warm") // each statement's first call prepares it
+	require.Equal(t, int64(3), claim("measured"), "round trips of a claim under caps per key")
+}
