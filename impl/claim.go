@@ -84,6 +84,13 @@ func (s *Server) claimLoop(ctx context.Context, wake <-chan struct{}) {
 		case <-poll.C:
 			woken = true
 		case <-s.capFreed:
+		case <-s.sharedFreed:
+			// The runs a claim under a cap across nodes started end
+			// together when they take about as long: a pause lets one
+			// claim take the slots they free, rather than one claim
+			// each, every one a transaction that takes the behavior's
+			// turn and counts its runs.
+			sleep(ctx, s.cfg.FetchCooldown)
 		case <-blocked:
 			// Another claimer's claim held the slots a group of this
 			// claim needed: the slots it did not fill are free again, and
@@ -115,27 +122,27 @@ func (s *Server) claimOnce(ctx context.Context, woken bool) (n int, full bool, b
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.minLease, 5*time.Second))
 		req := store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: g.limit, LookAhead: s.cfg.LookAhead}
 		var claimed []store.Claimed
+		var flow store.FlowHeld
 		leased := sent // when the claimed runs' leases began, at the latest
 		if g.flow != nil {
-			var held store.FlowHeld
 			req.PerGroup, req.Cluster, req.FairShare, req.Flow = g.flow.GroupConcurrency, g.flow.ClusterConcurrency, g.flow.FairShare, true
 			req.Returned, req.Busy = s.returned(g.behaviors[0].Behavior), s.isFlowBusy(g.behaviors[0].Behavior)
-			claimed, held, err = s.st.ClaimFlow(cctx, req)
-			if held.Capped {
+			claimed, flow, err = s.st.ClaimFlow(cctx, req)
+			if flow.Capped {
 				s.noteCapped(g.behaviors[0].Behavior, true)
 			}
 			// Tasks a rate limit held back were moved to when it admits
 			// them: wake the claimers then, not at the next poll.
-			s.kick.kickAfter(held.Wake)
-			s.tel.delayed(ctx, held.Delayed, g.behaviors[0].Behavior)
+			s.kick.kickAfter(flow.Wake)
+			s.tel.delayed(ctx, flow.Delayed, g.behaviors[0].Behavior)
 			// A claim that waited for its behavior's turn issued its
 			// leases after the wait.
-			leased = sent.Add(held.LeaseDelay)
+			leased = sent.Add(flow.LeaseDelay)
 		} else {
 			claimed, err = s.st.Claim(cctx, req)
 		}
 		cancel()
-		s.unreserve(g, claimed, err == nil)
+		s.unreserve(g, claimed, err == nil, flow.Drained)
 		if err != nil {
 			return n, false, nil, err
 		}
@@ -408,8 +415,14 @@ func (s *Server) policy(b api.BehaviorID) spi.Policy {
 }
 
 // unreserve gives back the slots a claim reserved and did not fill; ok
-// tells whether the claim statement succeeded.
-func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok bool) {
+// tells whether the claim statement succeeded, drained whether it took
+// all its caps across nodes admit (store.FlowHeld.Drained).
+//
+// The group of a drained claim counts as empty, as if the claim had found
+// nothing, until a slot of its behavior frees (see forgetEmpty) or a
+// wake-up: asking again at once found nothing, a transaction that took
+// the behavior's turn and counted its runs each time its runs started.
+func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok, drained bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.slots.unreserve(g.limit, g.capped, claimed)
@@ -426,7 +439,7 @@ func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok bool) {
 		// Another claim in flight may have locked the rows this one
 		// skipped: the group is not known to be empty, and marking it so
 		// would leave it out until a wake-up or a poll.
-	case len(claimed) == 0 && !s.freedSince(g):
+	case (len(claimed) == 0 || drained) && !s.freedSince(g):
 		s.markEmpty(g, time.Now())
 	default:
 		delete(s.emptyAt, g.key())

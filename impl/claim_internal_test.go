@@ -37,7 +37,7 @@ func TestABusyClaimLeavesOutTheIdleGroups(t *testing.T) {
 			for i := range claimed {
 				claimed[i].Behavior = g.behaviors[0].Behavior
 			}
-			s.unreserve(g, claimed, true)
+			s.unreserve(g, claimed, true, false)
 			s.slots.taken -= len(claimed)
 			asked = append(asked, g.key())
 		}
@@ -111,13 +111,13 @@ func TestAClaimHeldBackByAnotherClaimerIsNotLeftIdle(t *testing.T) {
 		t.Fatal("held is closed before a claim returned")
 	default:
 	}
-	s.unreserve(other, nil, true)
+	s.unreserve(other, nil, true, false)
 	select {
 	case <-held:
 	default:
 		t.Fatal("held is not closed when a claim returned")
 	}
-	s.unreserve(third, nil, true)
+	s.unreserve(third, nil, true, false)
 	g, ok, _ := s.reserve(groups[0])
 	require.True(t, ok)
 	require.Equal(t, 2, g.limit)
@@ -153,7 +153,7 @@ func TestAFreedCapSlotIsNotLostToAClaimInFlight(t *testing.T) {
 	require.False(t, ok, "one claim under flow control per behavior at a time")
 	require.NotNil(t, held, "the skipped claim waits for the one in flight")
 
-	s.unreserve(inFlight, nil, true)
+	s.unreserve(inFlight, nil, true, false)
 	select {
 	case <-held:
 	default:
@@ -165,7 +165,7 @@ func TestAFreedCapSlotIsNotLostToAClaimInFlight(t *testing.T) {
 	// A claim sent after the slot freed that finds nothing marks it.
 	g, ok, _ := s.reserve(s.claimGroups(nil)[0])
 	require.True(t, ok)
-	s.unreserve(g, nil, true)
+	s.unreserve(g, nil, true, false)
 	require.Empty(t, s.activeGroups(s.claimGroups(nil), false))
 }
 

@@ -379,11 +379,19 @@ func (s *Server) capsFreed(batch []*run) []api.BehaviorID {
 	var out []api.BehaviorID
 	for _, r := range batch {
 		b := r.claimed.Behavior
-		if at, ok := s.cappedAt[b]; ok && time.Since(at) < cappedFor && !slices.Contains(out, b) {
+		if s.cappedLately(b) && !slices.Contains(out, b) {
 			out = append(out, b)
 		}
 	}
 	return out
+}
+
+// cappedLately reports whether a claim found a cap across nodes of
+// behavior b full lately (within cappedFor), here or on another node.
+// Server.capsMu must be held.
+func (s *Server) cappedLately(b api.BehaviorID) bool {
+	at, ok := s.cappedAt[b]
+	return ok && time.Since(at) < cappedFor
 }
 
 // Bounds of the notes of full caps (see capsFreed): a claim held back by a

@@ -467,3 +467,51 @@ func TestAFullCapFreedOnOneNodeWakesAnother(t *testing.T) {
 	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT node FROM test_span WHERE task_id = $1`, string(second.ID)).Scan(&node))
 	require.Equal(t, "n2", node)
 }
+
+// TestAReturnedRunFreesItsKeyBeforeItsFinishIsRecorded: once a claim
+// found a group key at its cap, the return of a run of that key starts
+// the next task of the key on its node without waiting for the run's end
+// to be recorded (here held back by a lock on its task's row), or for a
+// poll.
+func TestAReturnedRunFreesItsKeyBeforeItsFinishIsRecorded(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.client()
+	// Both wait before the node starts: its first claim takes the first
+	// (the second's priority comes later) and finds the key at its cap.
+	first, err := c.Submit(e.ctx, flowReq(cappedKind, FlowParams{ID: "first", Customer: "k", Gate: "open"}))
+	require.NoError(t, err)
+	later := flowReq(cappedKind, FlowParams{ID: "second", Customer: "k"})
+	api.WithPriority(9)(&later)
+	second, err := c.Submit(e.ctx, later)
+	require.NoError(t, err)
+	srv := e.server("n1", time.Minute, func(cfg *impl.ServerConfig) { cfg.PollInterval = time.Minute })
+	waitStatus(t, c, first.ID, api.StatusRunning, time.Minute)
+	// Listening, the node wakes its claimers (it may have missed
+	// notifications): the claim that follows finds the key full too.
+	waitFor(t, 10*time.Second, "the server to listen", func() bool { return impl.Listening(srv) })
+
+	lock, err := e.pool.Begin(e.ctx)
+	require.NoError(t, err)
+	defer lock.Rollback(e.ctx) //nolint:errcheck // released below; a no-op then
+	_, err = lock.Exec(e.ctx, `SET LOCAL idle_in_transaction_session_timeout = 0`)
+	require.NoError(t, err)
+	_, err = lock.Exec(e.ctx, `SELECT 1 FROM stint_task WHERE id = $1 FOR UPDATE`, string(first.ID))
+	require.NoError(t, err)
+	task, err := c.Get(e.ctx, second.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusScheduled, task.Status, "the key's cap holds the second back")
+	_, err = e.pool.Exec(e.ctx, `INSERT INTO test_effect (task_id, step) VALUES ('open', 1)`)
+	require.NoError(t, err)
+	waitFor(t, 20*time.Second, "the second task to run before the first's end is recorded", func() bool {
+		var ran int
+		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM test_span WHERE task_id = $1`, string(second.ID)).Scan(&ran))
+		return ran > 0
+	})
+	task, err = c.Get(e.ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusRunning, task.Status, "the first's end is not recorded yet")
+	require.NoError(t, lock.Rollback(e.ctx))
+	waitStatus(t, c, first.ID, api.StatusSuccess, time.Minute)
+	waitStatus(t, c, second.ID, api.StatusSuccess, time.Minute)
+}

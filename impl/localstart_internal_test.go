@@ -46,7 +46,7 @@ func TestAClaimLeavesRoomForLocalStarts(t *testing.T) {
 			if c.claimReserve == 10 && !c.backlog {
 				// Every slot held and no backlog: a submit would wait
 				// for the claim (TestLocalStartWaitsForAClaimWithoutBacklog).
-				s.unreserve(g, nil, true)
+				s.unreserve(g, nil, true, false)
 				require.Equal(t, 10, s.slots.free())
 				return
 			}
@@ -56,7 +56,7 @@ func TestAClaimLeavesRoomForLocalStarts(t *testing.T) {
 			s.mu.Lock()
 			require.Zero(t, s.startWaiting)
 			s.mu.Unlock()
-			s.unreserve(g, nil, true)
+			s.unreserve(g, nil, true, false)
 			if started {
 				s.submitStarted(tasks, nil, time.Now())
 			}
@@ -107,7 +107,7 @@ func TestLocalStartWaitsForAClaimWithoutBacklog(t *testing.T) {
 	s.mu.Lock()
 	s.stopped = true
 	s.mu.Unlock()
-	s.unreserve(g, nil, true)
+	s.unreserve(g, nil, true, false)
 	tasks := <-done
 	require.Zero(t, tasks[0].StartLease, "the server stopped while the submit waited: nothing starts")
 	require.Zero(t, tasks[1].StartLease)
@@ -116,7 +116,7 @@ func TestLocalStartWaitsForAClaimWithoutBacklog(t *testing.T) {
 	s, g = setup(true)
 	done = submit(s, context.Background())
 	require.Eventually(t, func() bool { return waiting(s) }, time.Minute, time.Millisecond, "no backlog: the submit waits for the claim")
-	s.unreserve(g, make([]store.Claimed, 1), true)
+	s.unreserve(g, make([]store.Claimed, 1), true, false)
 	tasks = <-done
 	require.Equal(t, time.Minute, tasks[0].StartLease, "it starts in the slot the claim gave back")
 	require.Zero(t, tasks[1].StartLease, "the claim filled the other slot, and the submit waits once")

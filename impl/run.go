@@ -33,6 +33,7 @@ type run struct {
 	progress json.RawMessage // the last checkpoint
 	active   time.Time       // the run's start or its last checkpoint or heartbeat
 	returned bool            // the behavior returned; its end may not be recorded yet
+	freedCap bool            // its return woke the claimers: it freed a slot of a cap across nodes found full lately
 	at       int             // the run's index in Server.running, -1 once out of it
 }
 
@@ -157,8 +158,15 @@ func runCtx(timeout time.Duration) (context.Context, context.CancelCauseFunc) {
 // free slots, so its claimers wait for a wake-up or their poll, not for a
 // slot, and nothing else would say that the behavior may be claimed again.
 // Only those groups are asked again (see activeGroups), not every idle one.
+// So does a run of a behavior whose cap across nodes a claim found full
+// lately: its claim counts the runs that returned as ended (see
+// store.ClaimRequest.Returned), so it need not wait for the completer to
+// record them, a round trip and a durable commit before it went out.
 func (s *Server) freeSlot(r *run) {
 	b := r.claimed.Behavior
+	s.capsMu.Lock()
+	r.freedCap = s.cappedLately(b)
+	s.capsMu.Unlock()
 	s.mu.Lock()
 	s.slots.release(b, r.reg.Policy)
 	r.returned = true
@@ -168,14 +176,17 @@ func (s *Server) freeSlot(r *run) {
 		s.localAt = time.Now()
 	}
 	atCap := s.atCap[b]
-	if atCap {
+	if atCap || r.freedCap {
 		delete(s.atCap, b)
 		s.forgetEmpty(b)
 	}
 	s.mu.Unlock()
 	signal(s.slotFreed)
-	if atCap {
+	switch {
+	case atCap:
 		signal(s.capFreed)
+	case r.freedCap:
+		signal(s.sharedFreed)
 	}
 }
 
@@ -349,15 +360,21 @@ func (s *Server) recorded(batch []*run, held []bool, err error) {
 	if len(freed) > 0 {
 		// Slots of caps across nodes are free: the claimers of every
 		// node may start tasks they held back. This node's ask again the
-		// claims of those behaviors, not every idle group: with a full
+		// claims of those behaviors, not every idle group (with a full
 		// wake-up, most claims of a node busy under a cap asked its
-		// empty main group.
+		// empty main group), unless the runs' returns asked already.
+		local := false
 		s.mu.Lock()
-		for _, b := range freed {
-			s.forgetEmpty(b)
+		for _, r := range batch {
+			if !r.freedCap && slices.Contains(freed, r.claimed.Behavior) {
+				s.forgetEmpty(r.claimed.Behavior)
+				local = true
+			}
 		}
 		s.mu.Unlock()
-		signal(s.capFreed)
+		if local {
+			signal(s.capFreed)
+		}
 		s.kick.kickOthers()
 	}
 	s.mu.Lock()

@@ -52,8 +52,9 @@ type ServerConfig struct {
 	// fills the slots freed meanwhile.
 	ClaimConcurrency int
 	// FetchCooldown is the pause between claims while tasks keep coming,
-	// so that claims are batches rather than one statement per task.
-	// Defaults to 1 millisecond.
+	// and after a run frees a slot of a cap across nodes, so that claims
+	// are batches rather than one statement per task. Defaults to 1
+	// millisecond.
 	FetchCooldown time.Duration
 	// LookAhead also claims tasks due within this window, to run them
 	// early (couch_jobs' max_sched_time). Defaults to zero: only due tasks.
@@ -114,9 +115,12 @@ type Server struct {
 	// schedules are those the behaviors declare, stored at Start.
 	schedules []api.Schedule
 
-	wakes       []chan struct{} // one wake-up channel per claimer
-	slotFreed   chan struct{}
-	capFreed    chan struct{} // a run of a behavior in atCap ended
+	wakes     []chan struct{} // one wake-up channel per claimer
+	slotFreed chan struct{}
+	capFreed  chan struct{} // a run of a behavior in atCap ended
+	// sharedFreed: a run of a behavior whose cap across nodes a claim
+	// found full lately returned (see freeSlot).
+	sharedFreed chan struct{}
 	dispatch    dispatch      // runs waiting for a worker goroutine
 	workersDone chan struct{} // closed by Stop: idle workers exit
 
@@ -255,6 +259,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		cfg:           cfg,
 		slotFreed:     make(chan struct{}, 1),
 		capFreed:      make(chan struct{}, 1),
+		sharedFreed:   make(chan struct{}, 1),
 		claimReturned: make(chan struct{}),
 		startWait:     localStartWait,
 		workersDone:   make(chan struct{}),
