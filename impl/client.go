@@ -179,13 +179,15 @@ func (c *Client) Stats() ClientStats {
 }
 
 // Close sends the due notifications still pending (a trailing one waits
-// out its window of a few milliseconds) and stops the client's listener.
+// out its window of a few milliseconds) and stops the client's listener
+// and its logs of database incidents.
 // The kicks waiting for delayed tasks to fall due are dropped: the
 // claimers' poll finds those tasks.
 // Close the client before its store.
 func (c *Client) Close() {
 	c.kick.close()
 	c.hub.close()
+	c.inc.close()
 }
 
 // Get returns a task or api.ErrNotFound. A due task that waits says on

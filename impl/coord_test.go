@@ -234,6 +234,31 @@ func TestRemove(t *testing.T) {
 	})
 }
 
+// TestARunRemovedWhileItsNodeDidNotListenHalts: a removal reaches a run by
+// notification, and one sent while the node's listening connection was
+// down is lost; the node renews every lease once it listens again and
+// halts the run then, long before the renewal of its minute-long lease.
+func TestARunRemovedWhileItsNodeDidNotListenHalts(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("node", time.Minute)
+	c := e.client()
+	sub, err := c.Submit(e.ctx, workReq(workKind, WorkParams{Key: "unheard", BlockFirst: true}))
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the run to start", func() bool { return srv.Running() == 1 })
+	waitFor(t, 10*time.Second, "the server to listen", func() bool { return impl.Listening(srv) })
+	// Cut the listening connections; the node listens again after a
+	// second's pause, and the removal falls in it.
+	waitFor(t, 10*time.Second, "the server to stop listening", func() bool {
+		_, err := e.pool.Exec(e.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN %' AND pid <> pg_backend_pid()`)
+		require.NoError(t, err)
+		return !impl.Listening(srv)
+	})
+	require.NoError(t, c.Remove(e.ctx, sub.ID))
+	waitFor(t, 10*time.Second, "the run to stop", func() bool { return srv.Running() == 0 })
+}
+
 func TestSubscribersOnTwoNodesSeeTheSameOrderedStates(t *testing.T) {
 	t.Parallel()
 	e := setup(t)

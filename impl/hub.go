@@ -28,6 +28,7 @@ type hub struct {
 	onDue     func()
 	onRemoved func(api.TaskID)
 	onCapped  func(api.BehaviorID)
+	onListen  func()
 	// listening says whether the listening connection listens now.
 	listening atomic.Bool
 	// self is the payload of this process's own kicks (kicker.token):
@@ -56,6 +57,14 @@ func (h *hub) start() {
 	state := func(err error) {
 		h.listening.Store(err == nil)
 		h.state(err)
+		if err == nil {
+			h.mu.Lock()
+			fn := h.onListen
+			h.mu.Unlock()
+			if fn != nil {
+				fn()
+			}
+		}
 	}
 	go func() {
 		defer close(h.done)
@@ -98,6 +107,15 @@ func (h *hub) setOnRemoved(fn func(api.TaskID)) {
 func (h *hub) setOnCapped(fn func(api.BehaviorID)) {
 	h.mu.Lock()
 	h.onCapped = fn
+	h.mu.Unlock()
+}
+
+// setOnListen sets the function called each time the hub listens, the
+// first time and after every failure of its connection: notifications
+// sent while it did not listen were lost.
+func (h *hub) setOnListen(fn func()) {
+	h.mu.Lock()
+	h.onListen = fn
 	h.mu.Unlock()
 }
 

@@ -152,6 +152,9 @@ type incidents struct {
 	// need not wait out its backoff, or a connection attempt that the
 	// incident left hanging, to listen again.
 	answered func()
+	// closed is set when the client closed: an incident that settles after
+	// it neither logs nor reports a change.
+	closed bool
 }
 
 type openIncident struct {
@@ -256,11 +259,18 @@ func (t *incidents) ok(listener bool) {
 	}
 }
 
+// close stops the incidents' reports: what settles later is not logged.
+func (t *incidents) close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+}
+
 // settle ends the incident in, of cause, if no failure came since its
 // success at.
 func (t *incidents) settle(cause string, in *openIncident, at time.Time) {
 	t.mu.Lock()
-	if t.open[cause] != in || !in.endAt.Equal(at) {
+	if t.closed || t.open[cause] != in || !in.endAt.Equal(at) {
 		t.mu.Unlock()
 		return
 	}

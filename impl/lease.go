@@ -40,7 +40,8 @@ func (s *Server) expiryLoop(ctx context.Context) {
 }
 
 // leaseLoop renews the leases of this node's runs in one statement once a
-// third of a lease has passed, cancels runs whose lease was lost, drops
+// third of a lease has passed (all of them when the node listens again:
+// see Server.Start), cancels runs whose lease was lost, drops
 // released leases and renews the node's heartbeat. Takeovers of other
 // nodes' leases run in a loop of their own (takeoverLoop): their locks are
 // never this loop's to wait for.
@@ -49,12 +50,15 @@ func (s *Server) leaseLoop(ctx context.Context) {
 	defer t.Stop()
 	lastBeat := time.Now()
 	for {
+		all := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.checkRuns:
+			all = true
 		}
-		s.renewLeases(ctx)
+		s.renewLeases(ctx, all)
 		s.releaseLeases(ctx)
 		beat := time.Since(lastBeat) >= s.cfg.NodeHeartbeat
 		select {
@@ -115,7 +119,10 @@ func (s *Server) takeoverLoop(ctx context.Context) {
 	}
 }
 
-func (s *Server) renewLeases(ctx context.Context) {
+// renewLeases renews the leases of the node's runs that are past a third
+// of their lease, or all of them, and halts the runs whose lease is gone
+// (their task was taken over, cancelled or removed).
+func (s *Server) renewLeases(ctx context.Context, all bool) {
 	now := time.Now()
 	var due []store.Renewal
 	var runs []*run
@@ -129,7 +136,7 @@ func (s *Server) renewLeases(ctx context.Context) {
 		// after the lease. A run that returned keeps its lease until its
 		// end is recorded.
 		live := r.ctx.Err() == nil || r.returned
-		if left := r.deadline.Sub(now); live && left > 0 && left < lease*2/3 {
+		if left := r.deadline.Sub(now); live && left > 0 && (all || left < lease*2/3) {
 			due = append(due, store.Renewal{LeaseRef: r.claimed.LeaseRef, Duration: lease})
 			runs = append(runs, r)
 			earliest = minTime(earliest, r.deadline)

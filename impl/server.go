@@ -170,6 +170,7 @@ type Server struct {
 	atCap map[api.BehaviorID]bool
 
 	beatNow     chan struct{}      // asks the lease keeper for a heartbeat now
+	checkRuns   chan struct{}      // asks the lease keeper to renew every lease now
 	claimCancel context.CancelFunc // stops claiming
 	bgCancel    context.CancelFunc // stops the lease keeper and completer
 	claimDone   chan struct{}
@@ -267,6 +268,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		slots:         newSlots(cfg.MaxWorkers),
 		leases:        map[[16]byte]leaseRuns{},
 		beatNow:       make(chan struct{}, 1),
+		checkRuns:     make(chan struct{}, 1),
 	}
 	client.local = s
 	client.inc.change = func() { signal(s.beatNow) }
@@ -334,6 +336,10 @@ func (s *Server) Start(ctx context.Context) error {
 	s.hub.setOnDue(s.wakeClaimer)
 	s.hub.setOnRemoved(s.cancelRemoved)
 	s.hub.setOnCapped(func(b api.BehaviorID) { s.noteCapped(b, false) })
+	// A removal or cancel notified while the node did not listen was
+	// lost: the node renews every lease once it listens again, and halts
+	// the runs whose lease is gone, rather than at their next renewal.
+	s.hub.setOnListen(func() { signal(s.checkRuns) })
 	s.kick.setLocal(s.wakeClaimer)
 	s.hub.start()
 
