@@ -372,18 +372,25 @@ func (s *Server) capsSet() {
 // tasks the cap held back, on any node. A cap that never binds, the common
 // case, wakes nobody: every end of a batch woke this node's claimers (and
 // so every idle claim group; see activeGroups) and sent a notification, a
-// tenth of the throughput of no-op tasks under a cap set high.
-func (s *Server) capsFreed(batch []*run) []api.BehaviorID {
+// tenth of the throughput of no-op tasks under a cap set high. unheard
+// are those of freed that have a run whose return did not wake this
+// node's claimers already (see freeSlot).
+func (s *Server) capsFreed(batch []*run) (freed, unheard []api.BehaviorID) {
 	s.capsMu.Lock()
 	defer s.capsMu.Unlock()
-	var out []api.BehaviorID
 	for _, r := range batch {
 		b := r.claimed.Behavior
-		if s.cappedLately(b) && !slices.Contains(out, b) {
-			out = append(out, b)
+		if !s.cappedLately(b) {
+			continue
+		}
+		if !slices.Contains(freed, b) {
+			freed = append(freed, b)
+		}
+		if !r.freedCap && !slices.Contains(unheard, b) {
+			unheard = append(unheard, b)
 		}
 	}
-	return out
+	return freed, unheard
 }
 
 // cappedLately reports whether a claim found a cap across nodes of

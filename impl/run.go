@@ -353,28 +353,24 @@ func (s *Server) recorded(batch []*run, held []bool, err error) {
 			"first", fenced[0])
 	}
 	s.kick.kickAfter(again)
-	var freed []api.BehaviorID
+	var freed, unheard []api.BehaviorID
 	if err == nil {
-		freed = s.capsFreed(batch)
+		freed, unheard = s.capsFreed(batch)
+	}
+	if len(unheard) > 0 {
+		// This node's claimers ask again the claims of those behaviors,
+		// not every idle group: with a full wake-up, most claims of a
+		// node busy under a cap asked its empty main group.
+		s.mu.Lock()
+		for _, b := range unheard {
+			s.forgetEmpty(b)
+		}
+		s.mu.Unlock()
+		signal(s.capFreed)
 	}
 	if len(freed) > 0 {
 		// Slots of caps across nodes are free: the claimers of every
-		// node may start tasks they held back. This node's ask again the
-		// claims of those behaviors, not every idle group (with a full
-		// wake-up, most claims of a node busy under a cap asked its
-		// empty main group), unless the runs' returns asked already.
-		local := false
-		s.mu.Lock()
-		for _, r := range batch {
-			if !r.freedCap && slices.Contains(freed, r.claimed.Behavior) {
-				s.forgetEmpty(r.claimed.Behavior)
-				local = true
-			}
-		}
-		s.mu.Unlock()
-		if local {
-			signal(s.capFreed)
-		}
+		// node may start tasks they held back.
 		s.kick.kickOthers()
 	}
 	s.mu.Lock()

@@ -206,48 +206,60 @@ func rowError(err error) bool {
 // for three. It returns the completions not recorded and the workflow
 // nodes it started on st's node.
 func (s *Store) finishFamily(ctx context.Context, settings string, args []any, n int, failed bool, st *starts) ([]int64, []store.Claimed, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	// A connection released in a failed transaction is closed by the
-	// pool, which ends the transaction.
-	defer conn.Release()
-	c := conn.Conn()
 	var lost []int64
-	var parents, nodes []string
-	var hasDependents []bool
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(settings)
-	b.Queue(finishSQL, args...).QueryRow(func(r pgx.Row) error { return r.Scan(&lost, &parents, &nodes, &hasDependents) })
-	if err := c.SendBatch(ctx, b).Close(); err != nil {
-		rollbackConn(ctx, c)
-		return nil, nil, err
-	}
-	if err := checkLost(lost, n); err != nil {
-		rollbackConn(ctx, c)
-		return nil, nil, err
-	}
-	// The nodes with dependents, and the others, whose workflow may have
-	// grown since the probe (see nodesEnded).
-	var have, others []string
-	for i, id := range nodes {
-		if hasDependents[i] {
-			have = append(have, id)
-		} else {
-			others = append(others, id)
+	var started []store.Claimed
+	err := s.connTx(ctx, func(c *pgx.Conn) error {
+		var parents, nodes []string
+		var hasDependents []bool
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(settings)
+		b.Queue(finishSQL, args...).QueryRow(func(r pgx.Row) error { return r.Scan(&lost, &parents, &nodes, &hasDependents) })
+		if err := c.SendBatch(ctx, b).Close(); err != nil {
+			return err
 		}
-	}
-	started, err := nodesEnded(ctx, c, parents, have, others, st, !failed)
-	if err == nil && failed {
-		err = commitConn(ctx, c)
-	}
+		if err := checkLost(lost, n); err != nil {
+			return err
+		}
+		// The nodes with dependents, and the others, whose workflow may
+		// have grown since the probe (see nodesEnded).
+		var have, others []string
+		for i, id := range nodes {
+			if hasDependents[i] {
+				have = append(have, id)
+			} else {
+				others = append(others, id)
+			}
+		}
+		var err error
+		if started, err = nodesEnded(ctx, c, parents, have, others, st, !failed); err == nil && failed {
+			err = commitConn(ctx, c)
+		}
+		return err
+	})
 	if err != nil {
-		rollbackConn(ctx, c)
 		return nil, nil, err
 	}
 	return lost, started, nil
+}
+
+// connTx runs fn on a connection of the pool, in a transaction that fn
+// opens and, unless it fails, commits, with BEGIN and COMMIT queued in
+// the batches of its first and last statements rather than in round trips
+// of their own. A transaction fn leaves failed is rolled back; a
+// connection it cannot be rolled back on (a cancelled round trip) is left
+// in the transaction, and the pool closes it when it is released.
+func (s *Store) connTx(ctx context.Context, fn func(c *pgx.Conn) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if err := fn(conn.Conn()); err != nil {
+		rollbackConn(ctx, conn.Conn())
+		return err
+	}
+	return nil
 }
 
 // commitConn commits the transaction open on c.

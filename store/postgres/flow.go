@@ -88,24 +88,21 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 			return out, held, err
 		}
 	}
-	conn, err := s.pool.Acquire(ctx)
+	var f *flowClaim
+	var out []store.Claimed
+	var held store.FlowHeld
+	err := s.connTx(ctx, func(c *pgx.Conn) (err error) {
+		f = newFlowClaim(c, req)
+		out, held, err = s.claimFlowOn(ctx, f)
+		return err
+	})
 	if err != nil {
-		return nil, store.FlowHeld{}, fmt.Errorf("claim tasks: %w", err)
-	}
-	// A connection left in the transaction (a failed round trip, a
-	// cancelled context) is closed, not pooled, when released.
-	defer conn.Release()
-	f := newFlowClaim(conn.Conn(), req)
-	out, held, err := s.claimFlowOn(ctx, f)
-	if err != nil {
-		rollbackConn(ctx, conn.Conn())
 		return nil, store.FlowHeld{}, fmt.Errorf("claim tasks: %w", err)
 	}
 	if len(f.moves) > 0 || len(f.tried) > 0 || len(f.capKeys) > 0 {
 		s.flowTight.Store(f.behavior, time.Now())
 	}
-	held.Drained = f.drained(len(out))
-	held.Capped = f.capped() || held.Drained
+	f.heldByCaps(&held, len(out))
 	return out, held, nil
 }
 
@@ -131,11 +128,12 @@ func (s *Store) claimFlowOn(ctx context.Context, f *flowClaim) ([]store.Claimed,
 		return nil, store.FlowHeld{}, err
 	}
 	held := store.FlowHeld{Delayed: len(f.moves), Wake: f.wake, LeaseDelay: f.leaseDelay()}
+	behaviors := []string{f.behavior}
 	b = &pgx.Batch{}
 	f.queueWrite(b)
 	writes := b.Len()
 	if len(f.hints) > 0 {
-		b.Queue(claimHintsSQL, f.req.Node, []string{f.behavior}, []int64{f.req.Behaviors[0].Lease.Microseconds()}, f.hints, int64(0))
+		b.Queue(claimHintsSQL, f.req.Node, behaviors, []int64{f.req.Behaviors[0].Lease.Microseconds()}, f.hints, int64(0))
 	}
 	// The claimed tasks that waited on a rate limit are known once the
 	// claim returned: their waiting is cleared before the commit.
@@ -157,7 +155,7 @@ func (s *Store) claimFlowOn(ctx context.Context, f *flowClaim) ([]store.Claimed,
 			if err != nil {
 				return err
 			}
-			if out, err = s.scanClaimed(rows, len(f.hints), []string{f.behavior}, nil); err != nil {
+			if out, err = s.scanClaimed(rows, len(f.hints), behaviors, nil); err != nil {
 				return err
 			}
 		}
@@ -381,15 +379,8 @@ func (f *flowClaim) keyCap(key string) int {
 	return f.req.PerGroup
 }
 
-// write drops the stale hints, moves the tasks held back and stores the
-// rate keys' state, in one round trip.
-func (f *flowClaim) write(ctx context.Context) error {
-	b := &pgx.Batch{}
-	f.queueWrite(b)
-	return sendAll(ctx, f.tx, b)
-}
-
-// queueWrite queues write's statements in b.
+// queueWrite queues in b the statements that drop the stale hints, move
+// the tasks held back and store the rate keys' state.
 func (f *flowClaim) queueWrite(b *pgx.Batch) {
 	if len(f.stale) > 0 {
 		b.Queue(dropHintsSQL, f.stale)
@@ -464,15 +455,8 @@ WITH t AS (
 UPDATE stint_due d SET due = ` + flowNow + ` + ($3::jsonb ->> d.id)::bigint * interval '1 microsecond'
 WHERE d.ctid = ANY($1::tid[]) AND (d.id IN (SELECT id FROM t)) IS TRUE`
 
-// clearWaiting clears the waiting column of the claimed tasks that waited
-// on a rate limit.
-func (f *flowClaim) clearWaiting(ctx context.Context, claimed []store.Claimed) error {
-	b := &pgx.Batch{}
-	f.queueClearWaiting(b, claimed)
-	return sendAll(ctx, f.tx, b)
-}
-
-// queueClearWaiting queues clearWaiting's statement in b, if it has one.
+// queueClearWaiting queues in b, if it has one, the statement that clears
+// the waiting column of the claimed tasks that waited on a rate limit.
 func (f *flowClaim) queueClearWaiting(b *pgx.Batch, claimed []store.Claimed) {
 	if len(f.waiting) > 0 && len(claimed) > 0 {
 		b.Queue(`UPDATE stint_task SET waiting = NULL WHERE id = ANY($1) AND waiting IS NOT NULL`, f.waiting)

@@ -242,6 +242,15 @@ func (f *flowClaim) pickRoom(ctx context.Context, s *Store) error {
 	return nil
 }
 
+// heldByCaps sets in h whether the claim, having taken claimed tasks, was
+// held back by a cap across nodes (FlowHeld.Capped) and took all the caps
+// admit (FlowHeld.Drained). A drained claim left a cap full, so it counts
+// as held back too.
+func (f *flowClaim) heldByCaps(h *store.FlowHeld, claimed int) {
+	h.Drained = f.drained(claimed)
+	h.Capped = f.capped() || h.Drained
+}
+
 // drained reports whether the claim, having taken claimed tasks, took
 // every task its caps admit: no task due now is left that another claim
 // could take before a slot of the behavior frees (or a task falls due, or

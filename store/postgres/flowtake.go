@@ -86,20 +86,12 @@ func (s *Store) flowLoose(req store.ClaimRequest) bool {
 func (s *Store) takeFlow(ctx context.Context, req store.ClaimRequest) ([]store.Claimed, store.FlowHeld, error) {
 	behaviors := []string{string(req.Behaviors[0].Behavior)}
 	leases := []int64{req.Behaviors[0].Lease.Microseconds()}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, store.FlowHeld{}, fmt.Errorf("claim tasks: %w", err)
-	}
-	// A connection left in the transaction (a failed round trip, a
-	// cancelled context) is closed, not pooled, when released.
-	defer conn.Release()
+	var out []store.Claimed
 	var held store.FlowHeld
-	out, err := s.takeFlowOn(ctx, conn.Conn(), req, behaviors, leases, &held)
-	if err != nil {
-		if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil {
-			conn.Conn().Close(ctx)
-		}
-	}
+	err := s.connTx(ctx, func(c *pgx.Conn) (err error) {
+		out, err = s.takeFlowOn(ctx, c, req, behaviors, leases, &held)
+		return err
+	})
 	if errors.Is(err, errFlowBinds) {
 		s.flowTight.Store(behaviors[0], time.Now())
 		return nil, store.FlowHeld{}, err
@@ -187,8 +179,7 @@ func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimR
 			}
 		}
 	}
-	held.Drained = f.drained(len(out))
-	held.Capped = f.capped() || held.Drained
+	f.heldByCaps(held, len(out))
 	spent, err := f.spendAll(ctx, out, uses, len(predicted) == 0)
 	if err != nil {
 		return nil, err
