@@ -2,11 +2,16 @@ package postgres
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/internal/pgtest"
 )
 
 // TestStringChunks checks that the strings of a stringChunks keep their
@@ -82,4 +87,35 @@ func TestArrayCodecs(t *testing.T) {
 	if _, ok := fast.PlanEncode(pgtype.Int2ArrayOID, pgtype.BinaryFormatCode, intArray{1}).(binaryArrayPlan); ok {
 		t.Fatal("a smallint[] parameter went to the bigint[] encoder")
 	}
+}
+
+// TestUnnestRows checks that the rows of unnestRows pair the arrays'
+// elements in step, pad a shorter array with NULLs, number the rows, and
+// are made without a function scan (which copies them all first).
+func TestUnnestRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.New(t))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	q := `SELECT r.id, r.n, r.ord FROM ` + unnestRows("r", "id $1::text[]", "n $2::bigint[]", "ord ordinality")
+	rows, err := conn.Query(ctx, q, textArray{"x", "y", "z"}, intArray{10, 20})
+	require.NoError(t, err)
+	type row struct {
+		ID  string
+		N   *int64
+		Ord int64
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	require.NoError(t, err)
+	n := func(v int64) *int64 { return &v }
+	require.Equal(t, []row{{"x", n(10), 1}, {"y", n(20), 2}, {"z", nil, 3}}, got)
+
+	rows, err = conn.Query(ctx, "EXPLAIN "+q, textArray{"x"}, intArray{1})
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	require.Contains(t, plan, "ProjectSet")
+	require.NotContains(t, plan, "Function Scan")
 }

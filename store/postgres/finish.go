@@ -33,8 +33,8 @@ import (
 // statement's other output.
 var finishSQL = `
 WITH c AS (
-    SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bool[])
-        WITH ORDINALITY AS c(id, lease, status, result, error, again_us, wait_children, ord)
+    SELECT * FROM ` + unnestRows("c", "id $1::text[]", "lease $2::uuid[]", "status $3::text[]", "result $4::text[]",
+	"error $5::text[]", "again_us $6::bigint[]", "wait_children $7::bool[]", "ord ordinality") + `
 ), done AS (
     UPDATE stint_task t SET
         status = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN 'scheduled' ELSE c.status END,

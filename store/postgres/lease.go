@@ -39,10 +39,10 @@ func (s *Store) Renew(ctx context.Context, rs []store.Renewal) (map[api.TaskID]b
 // task is found by a probe of its primary key (see seqscanOffSQL). The
 // lease rows are locked in lease order first, as a finish locks them (see
 // leasesEnded), so that the two never deadlock.
-const renewSQL = `
+var renewSQL = `
 WITH r AS (
     SELECT lease, max(us) AS us, array_agg(id) AS ids
-    FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS r(id, lease, us) GROUP BY lease
+    FROM ` + unnestRows("r", "id $1::text[]", "lease $2::uuid[]", "us $3::bigint[]") + ` GROUP BY lease
 ), locked AS MATERIALIZED (
     SELECT l.lease, r.us, r.ids FROM r, stint_lease l WHERE l.lease = ANY(ARRAY[r.lease])
     ORDER BY r.lease FOR NO KEY UPDATE OF l

@@ -115,23 +115,23 @@ func submitStatement(conflict string, wake int, start bool) string {
 	if start {
 		uses = wake + 3
 	}
-	unnest := fmt.Sprintf(`unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bool[], $10::bigint[], $%d::text[]`, uses)
-	const names = `r(id, behavior, params, priority, delay_us, group_key, parent_id, trace, awaited, retention_us, rate_uses`
+	cols := []string{"id $1::text[]", "behavior $2::text[]", "params $3::text[]", "priority $4::smallint[]", "delay_us $5::bigint[]",
+		"group_key $6::text[]", "parent_id $7::text[]", "trace $8::text[]", "awaited $9::bool[]", "retention_us $10::bigint[]",
+		fmt.Sprintf("rate_uses $%d::text[]", uses)}
 	w := fmt.Sprintf("$%d", wake)
 	if !start {
 		return `
 WITH s AS (
 INSERT INTO stint_task AS t (` + columns + `)
 SELECT ` + values + `
-FROM ` + unnest + `)
-     AS ` + names + `)
+FROM ` + unnestRows("r", cols...) + `
 ` + conflict + `
 )` + recordSubmitChanges(w, false)
 	}
 	startUS, node := fmt.Sprintf("$%d", wake+1), fmt.Sprintf("$%d", wake+2)
 	return `
 WITH r AS MATERIALIZED (
-    SELECT * FROM ` + unnest + `, ` + startUS + `::bigint[]) AS ` + names + `, start_us)
+    SELECT * FROM ` + unnestRows("r", append(cols, "start_us "+startUS+"::bigint[]")...) + `
 ), paused AS MATERIALIZED (
     SELECT pb.behavior FROM stint_behavior pb
     WHERE pb.paused AND pb.behavior IN (SELECT behavior FROM r WHERE start_us > 0) FOR SHARE SKIP LOCKED

@@ -47,11 +47,10 @@ WITH s AS (
         CASE WHEN r.verdict = 'skip' THEN jsonb_build_object('retryable', false, 'code', '` + api.CodeSkipped + `', 'message', r.why) END,
         CASE WHEN r.verdict = 'skip' THEN now() END,
         CASE WHEN r.verdict = 'run' AND $20 THEN now() + r.delay_us * interval '1 microsecond' END
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::smallint[], $5::bigint[], $6::text[], $7::text[], $8::bool[],
-        $9::bigint[], $10::text[], $11::text[], $12::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[],
-        $18::text[], $19::text[])
-        AS r(id, behavior, params, priority, delay_us, group_key, trace, awaited, retention_us, rate_uses, name, rule,
-            pending, ok, failed, skipped, verdict, why)
+    FROM ` + unnestRows("r", "id $1::text[]", "behavior $2::text[]", "params $3::text[]", "priority $4::smallint[]",
+	"delay_us $5::bigint[]", "group_key $6::text[]", "trace $7::text[]", "awaited $8::bool[]", "retention_us $9::bigint[]",
+	"rate_uses $10::text[]", "name $11::text[]", "rule $12::text[]", "pending $14::bigint[]", "ok $15::bigint[]",
+	"failed $16::bigint[]", "skipped $17::bigint[]", "verdict $18::text[]", "why $19::text[]") + `
     RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
 ), due AS (` + dueInsert("s") + `
 ), feed AS (` + feedInsert("s", "status", "status = 'failure'") + `
@@ -61,7 +60,8 @@ WITH s AS (
 SELECT count(*) FROM s LEFT JOIN wake ON true`
 
 // workflowEdgesSQL stores a workflow's edges.
-const workflowEdgesSQL = `INSERT INTO stint_dependency (depends_on, task_id) SELECT * FROM unnest($1::text[], $2::text[])`
+var workflowEdgesSQL = `INSERT INTO stint_dependency (depends_on, task_id) SELECT * FROM ` +
+	unnestRows("e", "depends_on $1::text[]", "task_id $2::text[]")
 
 // SubmitWorkflow stores a workflow; see store.Workflows.
 func (s *Store) SubmitWorkflow(ctx context.Context, tx pgx.Tx, wf store.NewWorkflow) (created bool, err error) {

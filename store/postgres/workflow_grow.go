@@ -130,8 +130,8 @@ WITH u AS (
             'message', g.why) ELSE t.error END,
         finished_at = CASE WHEN g.verdict = 'skip' THEN now() END,
         updated_at = now()
-    FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::bool[])
-        AS g(id, pending, ok, failed, skipped, verdict, why, changed)
+    FROM ` + unnestRows("g", "id $1::text[]", "pending $2::bigint[]", "ok $3::bigint[]", "failed $4::bigint[]",
+	"skipped $5::bigint[]", "verdict $6::text[]", "why $7::text[]", "changed $8::bool[]") + `
     WHERE t.id = g.id
     RETURNING t.id, t.behavior, t.status, t.parent_id, g.changed
 ), feed AS (` + feedInsert("(SELECT * FROM u WHERE changed) c", "status", "status = 'failure'") + `)
