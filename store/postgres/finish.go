@@ -26,7 +26,9 @@ import (
 // sees the result; ids go in chunks of 50 to stay under the 8,000-byte
 // payload limit. The statement returns one row: the ordinals (from 1) of
 // the completions it did not record (their lease was lost: most often
-// none), the parents of the tasks that finished for good, the workflow
+// none, which the counts of the batch and of the rows written show
+// without the search for them, a scan of the rows written per
+// completion, as the planner cannot know their number), the parents of the tasks that finished for good, the workflow
 // nodes among them, and whether each had dependents as of the statement's
 // snapshot (see finishBatch). A row per
 // completion would cost the server and the client more than the
@@ -70,7 +72,7 @@ WITH c AS (
     SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (
         SELECT 1 FROM done WHERE schedule_not_before <= now() LIMIT 1) d
 )
-SELECT ARRAY(SELECT c.ord FROM c WHERE c.ord NOT IN (SELECT ord FROM done)),
+SELECT ARRAY(SELECT c.ord FROM c WHERE (SELECT count(*) FROM done) < (SELECT count(*) FROM c) AND c.ord NOT IN (SELECT ord FROM done)),
     ARRAY(SELECT parent_id FROM done WHERE final AND parent_id IS NOT NULL),
     ARRAY(SELECT id FROM done WHERE final AND node),
     ARRAY(SELECT coalesce((SELECT true FROM stint_dependency e WHERE e.depends_on = done.id LIMIT 1), false)
