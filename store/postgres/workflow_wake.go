@@ -150,9 +150,10 @@ WITH d AS MATERIALIZED (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids, task_count, behavior)
     SELECT started, $2, statement_timestamp() + max(lease_us) * interval '1 microsecond', array_agg(id), count(*), min(behavior)
     FROM u WHERE started IS NOT NULL GROUP BY started
-), feed AS (` + feedInsert(`(SELECT u.id, u.behavior, u.parent_id, e.status, u.verdict
-    FROM u, LATERAL (VALUES (1, 'scheduled'), (2, u.status)) AS e(n, status)
-    WHERE u.verdict IS NOT NULL AND (e.n = 2 OR u.started IS NOT NULL)) x`, "status", "verdict = 'skip'") + `
+), feed AS (` + feedInsert(`(SELECT u.id, u.behavior, u.parent_id, 'scheduled' AS status, u.verdict
+        FROM u WHERE u.verdict IS NOT NULL AND u.started IS NOT NULL
+    UNION ALL
+    SELECT u.id, u.behavior, u.parent_id, u.status, u.verdict FROM u WHERE u.verdict IS NOT NULL) x`, "status", "verdict = 'skip'") + `
 ), notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', id)) AS n FROM u WHERE verdict = 'skip' AND awaited
 ), woke AS (
