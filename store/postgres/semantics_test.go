@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -449,5 +450,65 @@ func TestReleaseKeepsALeaseATaskStillRunsUnder(t *testing.T) {
 		got, err := st.Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, api.StatusSuccess, got.Status, id)
+	}
+}
+
+// A feed row names each task's behavior, status and parent, whether the
+// statement's tasks share them (written as one value repeated) or not
+// (aggregated task by task): a submit of tasks of two behaviors, some with
+// a parent and some without, then a claim and a finish of them all.
+func TestTheFeedNamesEachTasksBehaviorAndParent(t *testing.T) {
+	t.Parallel()
+	cases := map[string][]store.NewTask{
+		"one behavior, no parent":  {{ID: "feed-a1"}, {ID: "feed-a2"}, {ID: "feed-a3"}},
+		"one behavior, one parent": {{ID: "feed-b1", ParentID: "parent-p"}, {ID: "feed-b2", ParentID: "parent-p"}},
+		"some with a parent":       {{ID: "feed-c1", ParentID: "parent-p"}, {ID: "feed-c2"}, {ID: "feed-c3", ParentID: "parent-q"}},
+		"two behaviors":            {{ID: "feed-d1", Behavior: "sem.other"}, {ID: "feed-d2"}, {ID: "feed-d3", Behavior: "sem.other", ParentID: "parent-p"}},
+	}
+	for name, tasks := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, st := openT(t)
+			head, err := st.FeedHead(ctx)
+			require.NoError(t, err)
+			submitT(t, ctx, st, tasks...)
+			cl, err := st.Claim(ctx, store.ClaimRequest{Node: "n1", Limit: len(tasks),
+				Behaviors: append(slices.Clone(semLease), store.BehaviorLease{Behavior: "sem.other", Lease: time.Minute})})
+			require.NoError(t, err)
+			require.Len(t, cl, len(tasks))
+			var cs []store.Completion
+			for _, c := range cl {
+				cs = append(cs, success(c))
+			}
+			_, err = st.Finish(ctx, cs)
+			require.NoError(t, err)
+
+			events, _, err := st.Changes(ctx, store.ChangeFilter{Since: head})
+			require.NoError(t, err)
+			type seen struct {
+				behavior api.BehaviorID
+				parent   api.TaskID
+				statuses []api.Status
+			}
+			got := map[api.TaskID]*seen{}
+			for _, e := range events {
+				s := got[e.TaskID]
+				if s == nil {
+					s = &seen{behavior: e.Behavior, parent: e.ParentID}
+					got[e.TaskID] = s
+				}
+				require.Equal(t, s.behavior, e.Behavior, "task %s", e.TaskID)
+				require.Equal(t, s.parent, e.ParentID, "task %s", e.TaskID)
+				s.statuses = append(s.statuses, e.Status)
+			}
+			require.Len(t, got, len(tasks))
+			for _, task := range tasks {
+				s := got[task.ID]
+				require.NotNil(t, s, "task %s", task.ID)
+				require.Equal(t, task.Behavior, s.behavior, "task %s", task.ID)
+				require.Equal(t, task.ParentID, s.parent, "task %s", task.ID)
+				require.Equal(t, []api.Status{api.StatusScheduled, api.StatusRunning, api.StatusSuccess}, s.statuses, "task %s", task.ID)
+			}
+		})
 	}
 }
