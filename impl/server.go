@@ -333,6 +333,9 @@ func (s *Server) Start(ctx context.Context) error {
 		s.mu.Unlock()
 		return fmt.Errorf("start server: %w", err)
 	}
+	// The claimers, the completer and a submit go out side by side as
+	// soon as the node starts.
+	s.st.Warm(ctx, s.cfg.ClaimConcurrency+2)
 	s.hub.setOnDue(s.wakeClaimer)
 	s.hub.setOnRemoved(s.cancelRemoved)
 	s.hub.setOnCapped(func(b api.BehaviorID) { s.noteCapped(b, false) })

@@ -202,6 +202,13 @@ type Store interface {
 	Limits
 	Workflows
 
+	// Warm opens connections until the pool holds at least n (no more
+	// than its size), in parallel, so that a starting server's first
+	// statements, which go out side by side (claims, the record of the
+	// first runs, submits), do not each wait for a connection's set-up: a
+	// new session's first statements cost tens of milliseconds. Best
+	// effort: a connection it cannot open is left to the pool.
+	Warm(ctx context.Context, n int)
 	// Submit stores tasks in one statement, merging each into an existing
 	// task of its id (see api.Tasks.Submit). The result has one entry per
 	// task, in order.

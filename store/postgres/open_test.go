@@ -61,3 +61,23 @@ func TestSessionsSetTheServersTimeouts(t *testing.T) {
 	require.NoError(t, st2.Pool().QueryRow(ctx, `SELECT current_setting('idle_in_transaction_session_timeout')`).Scan(&idleTx))
 	require.Equal(t, "1min", idleTx)
 }
+
+// TestWarmOpensConnectionsUpToThePoolsSize checks that Warm leaves the
+// pool holding the connections asked for, idle and ready, and never more
+// than the pool's size.
+func TestWarmOpensConnectionsUpToThePoolsSize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, pgtest.New(t), postgres.MaxConns(6))
+	require.NoError(t, err)
+	defer st.Close()
+	require.Less(t, st.Pool().Stat().TotalConns(), int32(4), "a new pool holds the connections it used")
+
+	st.Warm(ctx, 4)
+	stat := st.Pool().Stat()
+	require.GreaterOrEqual(t, stat.TotalConns(), int32(4))
+	require.Equal(t, stat.TotalConns(), stat.IdleConns(), "every warmed connection is back in the pool")
+
+	st.Warm(ctx, 100)
+	require.Equal(t, int32(6), st.Pool().Stat().TotalConns())
+}

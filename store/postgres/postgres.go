@@ -203,6 +203,37 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return migrations.Up(ctx, conn.Conn())
 }
 
+// Warm opens connections of the pool; see store.Store. Holding n
+// connections at once makes the pool open those it lacks; the sessions'
+// settings and the warm-up query, which reads the tables and indexes of
+// the statements every task passes through, load what a new session
+// otherwise loads on its first claim, finish or submit.
+func (s *Store) Warm(ctx context.Context, n int) {
+	n = min(n, int(s.pool.Config().MaxConns))
+	conns := make(chan *pgxpool.Conn, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			c, err := s.pool.Acquire(ctx)
+			if err != nil {
+				return
+			}
+			_, _ = c.Exec(ctx, warmSQL)
+			conns <- c
+		})
+	}
+	wg.Wait()
+	close(conns)
+	for c := range conns {
+		c.Release()
+	}
+}
+
+// warmSQL plans a read of the tables a task's statements write, with their
+// indexes, and reads nothing.
+const warmSQL = `SELECT 1 FROM stint_task t JOIN stint_due d ON d.id = t.id JOIN stint_lease l ON l.lease = t.lease
+    JOIN stint_change c ON c.seq = t.attempt WHERE t.id = '' AND d.behavior = '' LIMIT 0`
+
 // Pool returns the primary's connection pool, for behaviors that keep their own
 // tables in the same database (see spi.RunContext.CheckpointTx).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
