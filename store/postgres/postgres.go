@@ -209,6 +209,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 // the statements every task passes through, load what a new session
 // otherwise loads on its first claim, finish or submit.
 func (s *Store) Warm(ctx context.Context, n int) {
+	ctx, cancel := context.WithTimeout(ctx, warmWait)
+	defer cancel()
 	n = min(n, int(s.pool.Config().MaxConns))
 	conns := make(chan *pgxpool.Conn, n)
 	var wg sync.WaitGroup
@@ -228,6 +230,10 @@ func (s *Store) Warm(ctx context.Context, n int) {
 		c.Release()
 	}
 }
+
+// warmWait bounds Warm: a database that does not answer is found out by
+// the statements that follow, and a start must not wait for it here.
+const warmWait = 5 * time.Second
 
 // warmSQL plans a read of the tables a task's statements write, with their
 // indexes, and reads nothing.
