@@ -26,13 +26,13 @@ import (
 // sees the result; ids go in chunks of 50 to stay under the 8,000-byte
 // payload limit. The statement returns one row: the ordinals (from 1) of
 // the completions it did not record (their lease was lost: most often
-// none, which the counts of the batch and of the rows written show
-// without the search for them, a scan of the rows written per
-// completion, as the planner cannot know their number), the parents of the tasks that finished for good, the workflow
+// none), the parents of the tasks that finished for good, the workflow
 // nodes among them, and whether each had dependents as of the statement's
-// snapshot (see finishBatch). A row per
-// completion would cost the server and the client more than the
-// statement's other output.
+// snapshot (see finishBatch). A row per completion would cost the server
+// and the client more than the statement's other output. The ordinals are
+// searched for only when fewer rows were written than given: the search
+// scans the written rows once per completion, since the planner cannot
+// know how many there are.
 var finishSQL = `
 WITH c AS (
     SELECT * FROM ` + unnestRows("c", "id $1::text[]", "lease $2::uuid[]", "status $3::text[]", "result $4::text[]",
