@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -200,41 +199,12 @@ func uuid(b [16]byte) pgtype.UUID { return pgtype.UUID{Bytes: b, Valid: true} }
 // with id, behavior and parent_id, and a filter) in the change feed as one
 // row, with the status and final expressions given. Its arguments are
 // constants of this package, never input.
-//
-// A column whose values are all the same, as a statement's behaviors,
-// statuses and parents most often are, is written as that value repeated
-// (array_fill) rather than aggregated value by value: array_agg over text
-// costs about a third of a microsecond per value, and a task passes
-// through three statements with a feed row each (its submit, claim and
-// finish). A scan of from per such column, once per statement (an
-// InitPlan), tells whether it varies; only those that do are aggregated.
-// The arrays are the same either way.
 func feedInsert(from, status, final string) string {
-	statuses := uniformArray("x.status", "x.statuses")
-	if strings.HasPrefix(status, "'") { // a constant
-		statuses = "array_fill(" + status + ", ARRAY[count(*)::int])"
-	}
-	finals := "array_agg(x.final)"
-	if final == "true" || final == "false" {
-		finals = "array_fill(" + final + ", ARRAY[count(*)::int])"
-	}
 	return `
     INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals)
-    SELECT array_agg(x.id), ` + uniformArray("x.behavior", "x.behaviors") + `, ` + statuses + `,
-        ` + uniformArray("x.parent_id", "x.parents") + `, ` + finals + `
-    FROM (SELECT id, behavior, parent_id, ` + status + ` AS status, ` + final + ` AS final,
-            (SELECT min(behavior) IS DISTINCT FROM max(behavior) FROM ` + from + `) AS behaviors,
-            (SELECT min(` + status + `) IS DISTINCT FROM max(` + status + `) FROM ` + from + `) AS statuses,
-            (SELECT count(parent_id) > 0 AND (count(parent_id) < count(*) OR min(parent_id) <> max(parent_id))
-             FROM ` + from + `) AS parents
-        FROM ` + from + `) x
+    SELECT array_agg(id), array_agg(behavior), array_agg(` + status + `), array_agg(parent_id), array_agg(` + final + `)
+    FROM ` + from + `
     HAVING count(*) > 0`
-}
-
-// uniformArray is the array of the values of col: aggregated when mixed
-// says they vary, else the first repeated.
-func uniformArray(col, mixed string) string {
-	return "coalesce(array_agg(" + col + ") FILTER (WHERE " + mixed + "), array_fill(min(" + col + "), ARRAY[count(*)::int]))"
 }
 
 // dueInsert returns the statement that adds claim hints for the rows of
