@@ -54,23 +54,28 @@ func TestScheduleTicksFireOnceAcrossNodes(t *testing.T) {
 		"the last tick's task exists")
 }
 
-// TestScheduleCatchesUpOnceAfterDowntime leaves a schedule unfired for an
-// hour: a node that starts fires the latest missed tick only.
+// TestScheduleCatchesUpOnceAfterDowntime leaves an hourly schedule unfired
+// for a day: a node that starts fires the latest missed tick only. The
+// ticks fall half an hour off the test's clock, so no new one is due while
+// it runs.
 func TestScheduleCatchesUpOnceAfterDowntime(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	c := e.client()
-	require.NoError(t, c.AddSchedule(e.ctx, api.Schedule{Name: "minutely", Behavior: workKind.ID, Spec: "@every 60s",
+	require.NoError(t, c.AddSchedule(e.ctx, api.Schedule{Name: "hourly", Behavior: workKind.ID, Spec: "@every 1h",
 		Params: json.RawMessage(`{"key":"scheduled"}`)}))
-	_, err := e.pool.Exec(e.ctx, `UPDATE stint_schedule SET last_tick = date_trunc('minute', now()) - interval '1 hour' WHERE name = 'minutely'`)
-	require.NoError(t, err)
+	var missed time.Time
+	require.NoError(t, e.pool.QueryRow(e.ctx, `UPDATE stint_schedule
+		SET last_tick = date_trunc('second', now()) - interval '24 hours 30 minutes' WHERE name = 'hourly'
+		RETURNING last_tick + interval '24 hours'`).Scan(&missed))
 	e.server("node", 5*time.Second)
 	waitFor(t, time.Minute, "the missed tick to run", func() bool {
-		return e.count(`SELECT count(*) FROM test_run WHERE task_id LIKE 'schedule:minutely:%'`) == 1
+		return e.count(`SELECT count(*) FROM test_run WHERE task_id LIKE 'schedule:hourly:%'`) > 0
 	})
-	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_task WHERE id LIKE 'schedule:minutely:%'`), "one task for sixty missed ticks")
-	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_schedule WHERE name = 'minutely'
-		AND last_tick > now() - interval '61 seconds' AND last_tick <= now()`), "the latest missed tick fired")
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_task WHERE id LIKE 'schedule:hourly:%'`), "one task for 24 missed ticks")
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_task WHERE id = $1`, "schedule:hourly:"+jsonInt(missed.Unix())),
+		"the latest missed tick fired")
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_run WHERE task_id LIKE 'schedule:hourly:%'`), "it ran once")
 }
 
 // TestSchedulesAddListRemove adds, lists and removes a schedule from a
