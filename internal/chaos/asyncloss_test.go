@@ -33,6 +33,7 @@ func execOn(t *testing.T, dsn string, stmts ...string) {
 // acknowledged after the standby's last replayed position; every task it
 // holds finishes, its finish lost or not, with no duplicate effect.
 func TestAsyncFailoverLosesOnlyWhatFollowedTheReplay(t *testing.T) {
+	t.Parallel() // on clusters of its own: beside the other failover tests, once the shared cluster's are done
 	primary, standby, dsn := replicated(t, false)
 	c := newClusterAt(t, dsn)
 	c.startAll()

@@ -147,6 +147,7 @@ func (c *cluster) nodesFinishingAfter(at time.Time) int {
 // with a fixed 2 s timeout, which a machine loaded past its cores can
 // miss for minutes.
 func TestPgAutoFailover(t *testing.T) {
+	t.Parallel() // on clusters of its own: beside the other failover tests, once the shared cluster's are done
 	began := time.Now()
 	f := formation(t)
 	t.Logf("the formation started in %s", time.Since(began).Round(time.Millisecond))

@@ -312,6 +312,7 @@ func replicated(t *testing.T, sync bool) (primary, standby *pgcluster.Cluster, d
 const promoteAfter = 2 * time.Second
 
 func TestFailoverToAPromotedStandby(t *testing.T) {
+	t.Parallel() // on clusters of its own: beside the other failover tests, once the shared cluster's are done
 	primary, standby, dsn := replicated(t, true)
 	c := newClusterAt(t, dsn)
 	c.startAll()
@@ -322,6 +323,7 @@ func TestFailoverToAPromotedStandby(t *testing.T) {
 }
 
 func TestRecoveryMode(t *testing.T) {
+	t.Parallel() // on clusters of its own: beside the other failover tests, once the shared cluster's are done
 	primary, standby, dsn := replicated(t, true)
 	c := newClusterAt(t, dsn)
 	p, err := newProxy("127.0.0.1:" + strconv.Itoa(primary.Port()))
