@@ -3,11 +3,15 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // cpuTimes are the machine's CPU times from /proc/stat and the CPU time of
@@ -119,14 +123,53 @@ func treeTimes(root int) map[int]procCPU {
 	return out
 }
 
-// window is a measured interval: its start time and CPU times.
+// window is a measured interval: its start time, CPU times and the
+// cluster's WAL position (-1 if unknown).
 type window struct {
 	start time.Time
 	cpu   cpuTimes
+	wal   int64
 }
 
 // begin starts a window now.
-func begin() window { return window{start: time.Now(), cpu: readCPU()} }
+func begin() window { return window{start: time.Now(), cpu: readCPU(), wal: walPosition()} }
+
+// walMeter is the pool that reads the cluster's WAL position for the
+// windows while a benchmark runs (see openWALMeter).
+var walMeter atomic.Pointer[pgxpool.Pool]
+
+// openWALMeter connects to the cluster at dsn for the windows' WAL
+// positions and returns the function that disconnects. A cluster it cannot
+// reach leaves the positions unknown.
+func openWALMeter(ctx context.Context, dsn string) func() {
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return func() {}
+	}
+	walMeter.Store(pool)
+	return func() {
+		walMeter.CompareAndSwap(pool, nil)
+		pool.Close()
+	}
+}
+
+// walPosition returns the cluster's WAL insert position in bytes, or -1.
+// The difference of two is the WAL every database of the cluster wrote
+// between them, full-page images after a checkpoint included: the
+// benchmark's runs have the cluster to themselves.
+func walPosition() int64 {
+	pool := walMeter.Load()
+	if pool == nil {
+		return -1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var pos int64
+	if err := pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&pos); err != nil {
+		return -1
+	}
+	return pos
+}
 
 // usage is how the machine's CPU time was spent during a window, in percent
 // of all of it (all cores): Ours went to this benchmark's process tree (the
@@ -135,22 +178,30 @@ func begin() window { return window{start: time.Now(), cpu: readCPU()} }
 // other virtual machines. All are -1 when unknown. GoSecs and DBSecs split
 // Ours in CPU seconds: the Go processes (this benchmark with the system it
 // runs in-process, and node processes) and the PostgreSQL ones.
+// WALBytes is the WAL the cluster wrote, -1 when unknown.
 type usage struct {
-	Ours   float64 `json:"ours_pct"`
-	Others float64 `json:"others_pct"`
-	Steal  float64 `json:"steal_pct"`
-	GoSecs float64 `json:"go_cpu_seconds"`
-	DBSecs float64 `json:"db_cpu_seconds"`
+	Ours     float64 `json:"ours_pct"`
+	Others   float64 `json:"others_pct"`
+	Steal    float64 `json:"steal_pct"`
+	GoSecs   float64 `json:"go_cpu_seconds"`
+	DBSecs   float64 `json:"db_cpu_seconds"`
+	WALBytes float64 `json:"wal_bytes"`
 }
 
 // unknownUsage is the usage where /proc is missing.
-var unknownUsage = usage{Ours: -1, Others: -1, Steal: -1}
+var unknownUsage = usage{Ours: -1, Others: -1, Steal: -1, WALBytes: -1}
 
-// usage returns the window's CPU usage so far.
+// usage returns the window's CPU usage and WAL so far.
 func (w window) usage() usage {
+	wal := float64(-1)
+	if pos := walPosition(); w.wal >= 0 && pos >= w.wal {
+		wal = float64(pos - w.wal)
+	}
 	now := readCPU()
 	if !w.cpu.ok || !now.ok || now.total <= w.cpu.total {
-		return unknownUsage
+		u := unknownUsage
+		u.WALBytes = wal
+		return u
 	}
 	total := float64(now.total - w.cpu.total)
 	var goTicks, dbTicks uint64
@@ -168,7 +219,7 @@ func (w window) usage() usage {
 	ours := goTicks + dbTicks
 	others := max(float64(now.busy-w.cpu.busy)-float64(ours), 0)
 	return usage{Ours: 100 * float64(ours) / total, Others: 100 * others / total, Steal: 100 * float64(now.steal-w.cpu.steal) / total,
-		GoSecs: float64(goTicks) / ticksPerSecond, DBSecs: float64(dbTicks) / ticksPerSecond}
+		GoSecs: float64(goTicks) / ticksPerSecond, DBSecs: float64(dbTicks) / ticksPerSecond, WALBytes: wal}
 }
 
 // noisyPct is the share of the machine's CPU time, in percent, that other

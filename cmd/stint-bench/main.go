@@ -386,6 +386,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer srv.close()
 	b.db = srv
+	defer openWALMeter(ctx, srv.admin)()
 
 	rep, err := b.run(ctx)
 	if err != nil {

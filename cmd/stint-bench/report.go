@@ -85,6 +85,9 @@ type Result struct {
 	// runs.
 	GoUSPerTask float64 `json:"go_cpu_us_per_task,omitempty"`
 	DBUSPerTask float64 `json:"db_cpu_us_per_task,omitempty"`
+	// WALPerTask is the WAL the cluster wrote per task, in bytes, over all
+	// runs.
+	WALPerTask float64 `json:"wal_bytes_per_task,omitempty"`
 	// Noisy counts the runs in which other processes and steal took more
 	// than noisyPct of the CPU time.
 	Noisy int `json:"noisy_runs,omitempty"`
@@ -140,11 +143,18 @@ func aggregate(raw []Result) []Result {
 		runs := groups[k]
 		var cpu usage
 		cpuN := 0
-		var cpuTasks int64
+		var cpuTasks, walTasks int64
+		var wal float64
+		walN := 0
 		noisy := 0
 		for _, x := range runs {
 			if x.CPU.noisy() {
 				noisy++
+			}
+			if x.CPU.WALBytes >= 0 {
+				wal += x.CPU.WALBytes
+				walTasks += x.Tasks
+				walN++
 			}
 			if x.CPU.Steal >= 0 {
 				cpu.Ours += x.CPU.Ours
@@ -193,7 +203,11 @@ func aggregate(raw []Result) []Result {
 		row.CPU = unknownUsage
 		if cpuN > 0 {
 			n := float64(cpuN)
-			row.CPU = usage{Ours: cpu.Ours / n, Others: cpu.Others / n, Steal: cpu.Steal / n, GoSecs: cpu.GoSecs / n, DBSecs: cpu.DBSecs / n}
+			row.CPU = usage{Ours: cpu.Ours / n, Others: cpu.Others / n, Steal: cpu.Steal / n, GoSecs: cpu.GoSecs / n, DBSecs: cpu.DBSecs / n, WALBytes: -1}
+		}
+		if walTasks > 0 {
+			row.CPU.WALBytes = wal / float64(walN)
+			row.WALPerTask = wal / float64(walTasks)
 		}
 		if cpuTasks > 0 {
 			row.GoUSPerTask = 1e6 * cpu.GoSecs / float64(cpuTasks)
@@ -450,12 +464,12 @@ func (r *Report) writeTable(w io.Writer) {
 
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tMETRIC\tSYSTEM\tTASKS\tSECONDS\tRESULT\tRUNS: SLOWEST–FASTEST (SLOWEST ÷ MEDIAN)\tCPU% BENCH/OTHERS/STEAL\tCPU µs/TASK GO/PG\tSTINT ÷ THIS")
+	fmt.Fprintln(tw, "SCENARIO\tMETRIC\tSYSTEM\tTASKS\tSECONDS\tRESULT\tRUNS: SLOWEST–FASTEST (SLOWEST ÷ MEDIAN)\tCPU% BENCH/OTHERS/STEAL\tCPU µs/TASK GO/PG\tWAL B/TASK\tSTINT ÷ THIS")
 	last := ""
 	for _, x := range r.Results {
 		label := x.scenarioLabel()
 		if last != "" && label != last {
-			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t")
+			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t")
 		}
 		last = label
 		tasks, secs := "", ""
@@ -496,7 +510,11 @@ func (r *Report) writeTable(w io.Writer) {
 		if x.Latency == nil && (x.GoUSPerTask > 0 || x.DBUSPerTask > 0) {
 			perTask = fmt.Sprintf("%.1f / %.1f", x.GoUSPerTask, x.DBUSPerTask)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, x.Metric, x.System, tasks, secs, x.value(), spread, steal, perTask, ratio)
+		walPerTask := ""
+		if x.Latency == nil && x.WALPerTask > 0 {
+			walPerTask = num(int64(math.Round(x.WALPerTask)))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, x.Metric, x.System, tasks, secs, x.value(), spread, steal, perTask, walPerTask, ratio)
 	}
 	_ = tw.Flush()
 	for _, line := range strings.Split(strings.TrimRight(table.String(), "\n"), "\n") {
@@ -516,6 +534,8 @@ func (r *Report) writeTable(w io.Writer) {
 	fmt.Fprintln(w, "CPU µs/TASK GO/PG: CPU time per task over all runs of a throughput row: of the Go processes (the harness with the system it runs")
 	fmt.Fprintln(w, "  in-process, or the harness and the node and client processes; Graphile Worker's Node.js processes) / of PostgreSQL (backends,")
 	fmt.Fprintln(w, "  autovacuum, WAL writer, checkpointer).")
+	fmt.Fprintln(w, "WAL B/TASK: the WAL the cluster wrote per task over all runs of a throughput row (pg_current_wal_insert_lsn at the windows'")
+	fmt.Fprintln(w, "  starts and ends), full-page images after a checkpoint included.")
 	fmt.Fprintln(w, "STINT ÷ THIS: stint's tasks/s over this row's (above 1: stint is faster), the medians' and, in brackets, the least and most of the runs'")
 	fmt.Fprintln(w, "  (the systems' i-th runs ran in the same round); for latency stint's p50 and p99 over this row's (below 1: stint is quicker).")
 	fmt.Fprintln(w, "  Flow-control rows: \"÷ X\" is this row's tasks/s over row X's, the same work without the limit (or key); \"÷ limit\" over the rate limit.")
