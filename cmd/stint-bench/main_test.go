@@ -214,6 +214,14 @@ func TestRatios(t *testing.T) {
 	} {
 		raw = append(raw, Result{Scenario: "scale", Metric: "work", System: x.system, Nodes: x.nodes, Tasks: x.tasksOfRun, Seconds: 1, CPU: usage{Ours: 50, DBSecs: x.dbSecs}})
 	}
+	// Latency: stint's first row (its client's submits) is the one the
+	// peers' are compared with, not the server's own submits after it.
+	for _, x := range []struct {
+		system string
+		p50    time.Duration
+	}{{sysStint + " (defaults)", 2 * time.Millisecond}, {sysStint + " (defaults, server submits)", time.Millisecond}, {sysRiver + " (tuned)", 4 * time.Millisecond}} {
+		raw = append(raw, Result{Scenario: "latency", Metric: "submit->start", System: x.system, Tasks: 1, samples: []time.Duration{x.p50}, CPU: unknownUsage})
+	}
 	rep := &Report{Results: aggregate(raw)}
 	rep.computeRatios()
 	byKey := map[string]Result{}
@@ -229,6 +237,9 @@ func TestRatios(t *testing.T) {
 	}
 	if s := byKey["burst stint 0"]; s.StintRatio != 0 || s.Slowest != 100 || s.SlowestOverMedian != 0.5 {
 		t.Errorf("stint's own row: ratio %.2f, slowest %.0f (%.2f of the median), want none, 100 (0.5)", s.StintRatio, s.Slowest, s.SlowestOverMedian)
+	}
+	if r := byKey["latency river (tuned) 0"]; r.StintRatio != 0.5 {
+		t.Errorf("stint ÷ River tuned, latency p50: %.2f, want 0.5 (stint's client 2 ms over River's 4 ms)", r.StintRatio)
 	}
 	want := []ScaleCPU{{System: sysStint, Nodes: 4, OneUS: 100, NodesUS: 200, Ratio: 2}, {System: sysRiver, Nodes: 4, OneUS: 300, NodesUS: 450, Ratio: 1.5}}
 	if len(rep.ScaleDBCPU) != len(want) {

@@ -312,7 +312,10 @@ func (r *Report) computeRatios() {
 		if x.Seconds > 0 {
 			x.PerSec = float64(x.Tasks) / x.Seconds
 		}
-		if x.Error == "" && strings.HasPrefix(x.System, sysStint) {
+		// The first stint row of a metric is stint at its defaults, the
+		// peers' like: a later one (the server's own submits) is a
+		// variant of it.
+		if _, seen := stint[key(*x)]; !seen && x.Error == "" && strings.HasPrefix(x.System, sysStint) {
 			stint[key(*x)] = *x
 		}
 	}
