@@ -80,4 +80,5 @@ func TestWarmOpensConnectionsUpToThePoolsSize(t *testing.T) {
 
 	st.Warm(ctx, 100)
 	require.Equal(t, int32(6), st.Pool().Stat().TotalConns())
+	st.Warm(ctx, -1) // nothing to open
 }

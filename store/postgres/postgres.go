@@ -211,7 +211,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 func (s *Store) Warm(ctx context.Context, n int) {
 	ctx, cancel := context.WithTimeout(ctx, warmWait)
 	defer cancel()
-	n = min(n, int(s.pool.Config().MaxConns))
+	n = max(min(n, int(s.pool.Config().MaxConns)), 0)
 	conns := make(chan *pgxpool.Conn, n)
 	var wg sync.WaitGroup
 	for range n {
