@@ -54,7 +54,9 @@ const (
 	CodeCancelled = "cancelled"
 )
 
-// MaxWorkflowNodes is the most nodes one workflow may have.
+// MaxWorkflowNodes is the most nodes one workflow may have, those its
+// running nodes add (WorkflowGrowth) included. A workflow of this many
+// nodes is tested to run through.
 const MaxWorkflowNodes = 100_000
 
 // WorkflowBehavior is the behavior of the task that stands for a workflow:

@@ -185,6 +185,15 @@ func growWorkflow(ctx context.Context, tx pgx.Tx, holder store.LeaseRef, workflo
 	if strings.TrimPrefix(string(holder.ID), prefix) == wp.Finally {
 		return api.Invalid("nodes", "node %q is the finally node: it runs last and adds no nodes", wp.Finally)
 	}
+	// The workflow's row lock keeps other growths from adding nodes
+	// between this count and the insert.
+	var nodes int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM stint_task WHERE parent_id = $1`, string(workflow)).Scan(&nodes); err != nil {
+		return fmt.Errorf("count the workflow's nodes: %w", err)
+	}
+	if nodes+len(add.Nodes) > api.MaxWorkflowNodes {
+		return api.Invalid("nodes", "%d nodes added to the workflow's %d is over the limit of %d", len(add.Nodes), nodes, api.MaxWorkflowNodes)
+	}
 
 	// The existing nodes named: as dependencies (read), and as nodes that
 	// get new dependencies, with the finally node (locked); the new names
