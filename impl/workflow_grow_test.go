@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,9 +17,13 @@ import (
 	"github.com/stinthq/stint/spi"
 )
 
-// GrowParams ask a test.grow run to add Add to its workflow.
+// GrowParams ask a test.grow run to add Add to its workflow. With Tx, it
+// adds them in a transaction of its own that also writes a test_effect
+// row, and commits it, or rolls it back with Rollback.
 type GrowParams struct {
-	Add api.WorkflowGrowth `json:"add"`
+	Add      api.WorkflowGrowth `json:"add"`
+	Tx       bool               `json:"tx,omitempty"`
+	Rollback bool               `json:"rollback,omitempty"`
 }
 
 // GrowResult says how the run's AddNodes ended: "" or its error.
@@ -28,6 +33,9 @@ type GrowResult struct {
 	// or api.ErrConflict.
 	Invalid  bool `json:"invalid,omitempty"`
 	Conflict bool `json:"conflict,omitempty"`
+	// Seen counts the added nodes another connection saw before the
+	// run's transaction ended (with Tx).
+	Seen int `json:"seen,omitempty"`
 }
 
 var growKind = api.Kind[GrowParams, GrowResult]{ID: "test.grow"}
@@ -43,6 +51,9 @@ func (g grow) Run(ctx context.Context, rc spi.RunContext, p GrowParams) (GrowRes
 	if _, err := g.pool.Exec(ctx, `INSERT INTO test_run (task_id, attempt) VALUES ($1, $2)`, string(rc.TaskID()), rc.Attempt()); err != nil {
 		return GrowResult{}, err
 	}
+	if p.Tx {
+		return g.growTx(ctx, rc, p)
+	}
 	err := rc.AddNodes(ctx, p.Add)
 	if err == nil {
 		return GrowResult{}, nil
@@ -51,6 +62,36 @@ func (g grow) Run(ctx context.Context, rc spi.RunContext, p GrowParams) (GrowRes
 		return GrowResult{}, err
 	}
 	return GrowResult{Err: err.Error(), Invalid: errors.Is(err, api.ErrInvalid), Conflict: errors.Is(err, api.ErrConflict)}, nil
+}
+
+// growTx adds p.Add in a transaction that also writes the run's effect,
+// and commits or rolls it back.
+func (g grow) growTx(ctx context.Context, rc spi.RunContext, p GrowParams) (GrowResult, error) {
+	tx, err := g.pool.Begin(ctx)
+	if err != nil {
+		return GrowResult{}, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `INSERT INTO test_effect (task_id, step) VALUES ($1, 1)`, string(rc.TaskID())); err != nil {
+		return GrowResult{}, err
+	}
+	if err := rc.AddNodesTx(ctx, tx, p.Add); err != nil {
+		return GrowResult{}, err
+	}
+	var res GrowResult
+	id := string(rc.TaskID())
+	prefix := id[:strings.LastIndex(id, "/")+1] // the workflow's id and a slash
+	for _, n := range p.Add.Nodes {
+		var seen int
+		if err := g.pool.QueryRow(ctx, `SELECT count(*) FROM stint_task WHERE id = $1`, prefix+n.Name).Scan(&seen); err != nil {
+			return GrowResult{}, err
+		}
+		res.Seen += seen
+	}
+	if p.Rollback {
+		return res, tx.Rollback(ctx)
+	}
+	return res, tx.Commit(ctx)
 }
 
 // mustJSON encodes v.
@@ -219,4 +260,45 @@ func TestWorkflowGrowthDecidesAtOnce(t *testing.T) {
 	f, _ := w.Node("fin")
 	require.Equal(t, api.StatusSuccess, f.Task.Status)
 	require.Zero(t, e.count(`SELECT count(*) FROM test_span WHERE task_id IN ('wf-grow-skip/x', 'wf-grow-skip/merge')`))
+}
+
+// TestWorkflowGrowthInTheRunsTransaction: nodes added with AddNodesTx
+// exist once the run's transaction commits, with its own writes, and
+// not at all when it rolls back.
+func TestWorkflowGrowthInTheRunsTransaction(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.growServer()
+	for _, rollback := range []bool{false, true} {
+		id := api.TaskID(fmt.Sprintf("wf-grow-tx-%t", rollback))
+		add := api.WorkflowGrowth{Nodes: []api.WorkflowNode{spanNode("job-0", 0, "grower"), spanNode("job-1", 0, "grower")},
+			AddDependencies: map[string][]string{"merge": {"job-0", "job-1"}}}
+		grower := api.WorkflowNode{Name: "grower", Task: api.SubmitRequest{Behavior: growKind.ID,
+			Params: mustJSON(GrowParams{Add: add, Tx: true, Rollback: rollback})}}
+		sub, err := srv.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: id, Nodes: []api.WorkflowNode{grower, spanNode("merge", 0, "grower")}})
+		require.NoError(t, err)
+		w, err := srv.AwaitWorkflow(e.ctx, sub.ID)
+		require.NoError(t, err)
+		require.Equal(t, api.WorkflowSucceeded, w.State)
+		g, _ := w.Node("grower")
+		var res GrowResult
+		require.NoError(t, json.Unmarshal(g.Task.Result, &res))
+		require.Zero(t, res.Seen, "nodes added in a transaction are invisible before its commit")
+		effects := e.count(`SELECT count(*) FROM test_effect WHERE task_id = $1`, string(id)+"/grower")
+		merge, _ := w.Node("merge")
+		if rollback {
+			require.Len(t, w.Nodes, 2, "a rolled-back growth adds nothing")
+			require.Zero(t, effects)
+			require.Equal(t, []string{"grower"}, merge.DependsOn)
+			continue
+		}
+		require.Len(t, w.Nodes, 4)
+		require.Equal(t, 1, effects)
+		require.ElementsMatch(t, []string{"grower", "job-0", "job-1"}, merge.DependsOn)
+		for _, job := range []string{"job-0", "job-1"} {
+			require.Zero(t, e.count(`SELECT count(*) FROM test_span m, test_span j
+				WHERE m.task_id = $1 AND j.task_id = $2 AND m.started < j.ended`, string(id)+"/merge", string(id)+"/"+job),
+				"merge started before %s ended", job)
+		}
+	}
 }
