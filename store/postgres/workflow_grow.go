@@ -192,7 +192,8 @@ func growWorkflow(ctx context.Context, tx pgx.Tx, holder store.LeaseRef, workflo
 		return fmt.Errorf("count the workflow's nodes: %w", err)
 	}
 	if nodes+len(add.Nodes) > api.MaxWorkflowNodes {
-		return api.Invalid("nodes", "%d nodes added to the workflow's %d is over the limit of %d", len(add.Nodes), nodes, api.MaxWorkflowNodes)
+		return api.Invalid("nodes", "adding %d nodes to the workflow's %d makes %d, over the limit of %d",
+			len(add.Nodes), nodes, nodes+len(add.Nodes), api.MaxWorkflowNodes)
 	}
 
 	// The existing nodes named: as dependencies (read), and as nodes that
