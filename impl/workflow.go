@@ -140,6 +140,10 @@ func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, []
 		DependsOn: make([][]int, len(req.Nodes)),
 	}
 	regs := make([]*spi.Registration, len(req.Nodes))
+	// namedBy[j] is 1 + the last node whose depends_on named node j: a
+	// repeat is found in one step, however many dependencies a node has
+	// (a join of a wide fan-out names tens of thousands).
+	namedBy := make([]int, len(req.Nodes))
 	for i, n := range req.Nodes {
 		nt, reg, err := c.prepareNode(id, i, n, req.Trace)
 		if err != nil {
@@ -157,9 +161,10 @@ func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, []
 				return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q depends on itself", n.Name)
 			case j == finally:
 				return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q depends on %q, the finally node, which runs last", n.Name, d)
-			case slices.Contains(deps, j):
+			case namedBy[j] == i+1:
 				return store.NewWorkflow{}, nil, api.Invalid("nodes", "node %q names %q twice in depends_on", n.Name, d)
 			}
+			namedBy[j] = i + 1
 			deps = append(deps, j)
 		}
 		wf.DependsOn[i] = deps
@@ -269,15 +274,16 @@ func (c *Client) prepareGrowth(id, holder api.TaskID, g api.WorkflowGrowth, trac
 			return store.NewNodes{}, nil, err
 		}
 		add.Nodes[i], add.Names[i], add.Rules[i], regs[i] = nt, n.Name, cmp.Or(n.Rule, api.RuleAllSucceeded), reg
-		for j, d := range n.DependsOn {
+		for _, d := range n.DependsOn {
 			switch {
 			case d == n.Name:
 				return store.NewNodes{}, nil, api.Invalid("nodes", "node %q depends on itself", n.Name)
-			case slices.Contains(n.DependsOn[:j], d):
-				return store.NewNodes{}, nil, api.Invalid("nodes", "node %q names %q twice in depends_on", n.Name, d)
 			case checkNodeName(d) != nil:
 				return store.NewNodes{}, nil, api.Invalid("nodes", "node %q depends on %q, which is not a node name", n.Name, d)
 			}
+		}
+		if d, ok := repeated(n.DependsOn); ok {
+			return store.NewNodes{}, nil, api.Invalid("nodes", "node %q names %q twice in depends_on", n.Name, d)
 		}
 		add.DependsOn[i] = n.DependsOn
 	}
@@ -291,16 +297,38 @@ func (c *Client) prepareGrowth(id, holder api.TaskID, g api.WorkflowGrowth, trac
 		case len(news) == 0:
 			return store.NewNodes{}, nil, api.Invalid("add_dependencies", "%q is given no new nodes to wait for", name)
 		}
-		for j, n := range news {
-			switch {
-			case !isNew[n]:
+		for _, n := range news {
+			if !isNew[n] {
 				return store.NewNodes{}, nil, api.Invalid("add_dependencies", "%q would wait for %q, which is not one of the new nodes", name, n)
-			case slices.Contains(news[:j], n):
-				return store.NewNodes{}, nil, api.Invalid("add_dependencies", "%q names %q twice", name, n)
 			}
+		}
+		if n, ok := repeated(news); ok {
+			return store.NewNodes{}, nil, api.Invalid("add_dependencies", "%q names %q twice", name, n)
 		}
 	}
 	return add, regs, nil
+}
+
+// repeated returns the first name of names that repeats an earlier one.
+// Short lists are searched in place; long ones through a set, so that a
+// node naming tens of thousands costs as many steps, not their square.
+func repeated(names []string) (string, bool) {
+	if len(names) <= 16 {
+		for j, n := range names {
+			if slices.Contains(names[:j], n) {
+				return n, true
+			}
+		}
+		return "", false
+	}
+	seen := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		if _, ok := seen[n]; ok {
+			return n, true
+		}
+		seen[n] = struct{}{}
+	}
+	return "", false
 }
 
 // GetWorkflow returns a workflow; see api.Workflows.
