@@ -15,6 +15,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -48,14 +49,16 @@ const (
 	StatusRemoved Status = "removed"
 )
 
-// Valid reports whether s is one of the known states.
-func (s Status) Valid() bool {
-	switch s {
-	case StatusScheduled, StatusRunning, StatusSuccess, StatusFailure, StatusHeld, StatusWaiting:
-		return true
-	}
-	return false
-}
+// Statuses returns the states a stored task may be in, in the order of a
+// task's life: every Status but StatusRemoved, which only events carry.
+// Filters, their help and their errors list these.
+func Statuses() []Status { return slices.Clone(statuses) }
+
+// statuses are the states of Statuses.
+var statuses = []Status{StatusWaiting, StatusScheduled, StatusHeld, StatusRunning, StatusSuccess, StatusFailure}
+
+// Valid reports whether s is one of the known states (see Statuses).
+func (s Status) Valid() bool { return slices.Contains(statuses, s) }
 
 // Task is the stored state of one task.
 type Task struct {

@@ -66,7 +66,7 @@ tasks match, the last line names the cursor to pass as --after for the next page
 	addReadDBFlag(cmd, o.db)
 	f := cmd.Flags()
 	f.StringVar(&o.behavior, "behavior", "", "only tasks of this behavior")
-	f.StringVar(&o.status, "status", "", "only tasks in this state: scheduled, running, success, failure or held")
+	f.StringVar(&o.status, "status", "", "only tasks in this state: "+orList(api.Statuses()))
 	f.StringVar(&o.parent, "parent", "", "only children of this task")
 	f.StringVar(&o.group, "group", "", "only tasks with this group key")
 	f.StringVar(&o.after, "after", "", "cursor: only tasks after this id (the previous page's next)")
@@ -83,7 +83,7 @@ func (c *cli) runTasksLs(cmd *cobra.Command, o *tasksLsOptions) error {
 	}
 	status := api.Status(o.status)
 	if status != "" && !status.Valid() {
-		return usageErrorf("--status %q is not a task state: want scheduled, running, success, failure or held", o.status)
+		return usageErrorf("--status %q is not a task state: want %s", o.status, orList(api.Statuses()))
 	}
 	client, closeClient, err := c.openClient(ctx, o.db)
 	if err != nil {
@@ -212,6 +212,21 @@ func (c *cli) printTask(t api.Task) error {
 		fmt.Fprintf(c.stdout, "%s: %s\n", f.name, prettyJSON(f.raw, ""))
 	}
 	return nil
+}
+
+// orList lists words for a message: "a, b or c".
+func orList[S ~string](words []S) string {
+	if len(words) == 0 {
+		return ""
+	}
+	out := make([]string, len(words))
+	for i, w := range words {
+		out[i] = string(w)
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return strings.Join(out[:len(out)-1], ", ") + " or " + out[len(out)-1]
 }
 
 // shortStatus is t's status for a table column: "retrying" for a task

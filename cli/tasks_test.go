@@ -123,6 +123,27 @@ func TestTasksLsBadFlags(t *testing.T) {
 	}
 }
 
+// TestTasksLsNamesEveryStatus: the help of tasks ls --status and its error
+// for a bad one list every status a task may be in, and each is accepted.
+func TestTasksLsNamesEveryStatus(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, time.Minute)
+	dsn := pgtest.New(t)
+	help := runCLI(ctx, "tasks", "ls", "--help")
+	requireOK(t, help)
+	bad := runCLI(ctx, "tasks", "ls", "--status", "done", "--db", dsn)
+	require.Equal(t, exitUsage, bad.code, bad.stderr)
+	var names []string
+	for _, s := range api.Statuses() {
+		names = append(names, string(s))
+		requireOK(t, runCLI(ctx, "tasks", "ls", "--status", string(s), "--db", dsn))
+	}
+	require.Contains(t, names, string(api.StatusWaiting))
+	list := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	require.Contains(t, help.stdout, "only tasks in this state: "+list)
+	require.Contains(t, bad.stderr, `--status "done" is not a task state: want `+list)
+}
+
 func TestTaskActions(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t, 2*time.Minute)

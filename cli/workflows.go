@@ -146,11 +146,11 @@ diagram or Graphviz, each node labelled with its state.`,
 	}
 	db := addDBFlag(cmd)
 	addReadDBFlag(cmd, db)
-	cmd.Flags().StringVar(&format, "format", "text", "text, json, mermaid or dot")
+	cmd.Flags().StringVar(&format, "format", "text", orList(workflowFormats))
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
 		if !slices.Contains(workflowFormats, format) {
-			return usageErrorf("--format %q: want text, json, mermaid or dot", format)
+			return usageErrorf("--format %q: want %s", format, orList(workflowFormats))
 		}
 		var w api.Workflow
 		if err := c.onWorkflow(ctx, db, args[0], func(client api.Workflows, id api.TaskID) (err error) {
