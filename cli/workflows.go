@@ -54,9 +54,9 @@ body of POST /api/v1/workflows:
 
   {"id": "nightly-2026-11-27",
    "nodes": [
-     {"name": "fetch", "task": {"behavior": "demo.echo", "params": {"text": "a"}}},
-     {"name": "merge", "task": {"behavior": "demo.echo"}, "depends_on": ["fetch"]},
-     {"name": "notify", "task": {"behavior": "demo.echo"}, "finally": true}]}
+     {"name": "fetch", "task": {"behavior": "demo.echo", "params": {"text": "fetch"}}},
+     {"name": "merge", "task": {"behavior": "demo.echo", "params": {"text": "merge"}}, "depends_on": ["fetch"]},
+     {"name": "notify", "task": {"behavior": "demo.echo", "params": {"text": "notify"}}, "finally": true}]}
 
 A node's rule ("rule") is all_succeeded (the default), all_ended, any_succeeded
 or none_failed. A bad workflow (a cycle, an unknown dependency, invalid params
