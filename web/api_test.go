@@ -116,9 +116,12 @@ func TestErrorStatusAndAllow(t *testing.T) {
 	require.Equal(t, http.StatusMethodNotAllowed, r.status, "%s", r.body)
 	require.Equal(t, "GET, POST", r.header.Get("Allow"))
 	require.Contains(t, string(r.body), `"code":"method_not_allowed"`)
-	r = e.do(http.MethodGet, "/api/v1/tasks/abc/hold", readToken, nil)
+	r = e.do(http.MethodPut, "/api/v1/tasks/abc/hold", readToken, nil)
 	require.Equal(t, http.StatusMethodNotAllowed, r.status)
-	require.Equal(t, "POST", r.header.Get("Allow"))
+	require.Equal(t, "GET, POST, DELETE", r.header.Get("Allow"), "GET and DELETE of the task abc/hold")
+	r = e.do(http.MethodPost, "/api/v1/tasks/abc", readToken, nil)
+	require.Equal(t, http.StatusMethodNotAllowed, r.status)
+	require.Equal(t, "GET, DELETE", r.header.Get("Allow"))
 }
 
 func TestSubmitGetAndList(t *testing.T) {

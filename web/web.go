@@ -41,6 +41,14 @@
 // With Config.Metrics, GET /metrics (read role) serves the process's
 // metrics in the Prometheus text format.
 //
+// A path's {id}, {key} or {name} is written as it is, slashes included:
+// GET /api/v1/tasks/nightly/merge reads the workflow node nightly/merge,
+// and POST /api/v1/tasks/nightly/merge/retry retries it. The literal end
+// of the path (an action such as /retry, or none) chooses the endpoint, so
+// an id that ends in an action's name is read whole (POST
+// /api/v1/tasks/x/hold/release releases the task x/hold); a slash may also
+// be sent as %2F, which is never taken for the one before an action.
+//
 // Endpoints of other parts are added as Config.Routes; ingest.Routes is one
 // of the ingest batches (GET /api/v1/batches, /batches/{id}, /jobs/{id}, and
 // the admin actions requeue, hold, release and delete of batches and jobs).
@@ -162,6 +170,9 @@ type Handler struct {
 
 	// patterns are the API's routes, "METHOD /path" under apiPrefix.
 	patterns []string
+	// tails are the tail routes (see tailRoutes) by method and prefix, the
+	// longest prefix first.
+	tails []*tailRoutes
 	// openAPI is the OpenAPI document of patterns.
 	openAPI []byte
 }
@@ -240,7 +251,7 @@ func New(cfg Config) (*Handler, error) {
 		if !ok || !strings.HasPrefix(path, "/") || rt.Handle == nil || rt.Role < RoleRead || rt.Role > RoleAdmin {
 			return nil, fmt.Errorf("new web handler: route %q: want \"METHOD /path\", a handler and a role", rt.Pattern)
 		}
-		if err := registerRoute(h.mux, method+" "+apiPrefix+path, h.endpoint(rt)); err != nil {
+		if err := h.route(method+" "+path, h.endpoint(rt)); err != nil {
 			return nil, fmt.Errorf("new web handler: route %q: %w", rt.Pattern, err)
 		}
 		h.patterns = append(h.patterns, rt.Pattern)
@@ -252,7 +263,7 @@ func New(cfg Config) (*Handler, error) {
 	if h.openAPI, err = buildOpenAPI(h.patterns); err != nil {
 		return nil, fmt.Errorf("new web handler: %w", err)
 	}
-	h.mux.HandleFunc(apiPrefix+"/", h.apiFallback)
+	h.mux.HandleFunc(apiPrefix+"/", h.serveAPI)
 	if cfg.Metrics != nil {
 		h.mux.HandleFunc("GET "+metricsPath, h.serveMetrics)
 	}
@@ -395,20 +406,26 @@ func (h *Handler) apiFallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var allowed []string
+	var tails *tailRoutes // of r's method, when its path has their prefix
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
-		if _, pattern := h.mux.Handler(probe); pattern != "" && pattern != apiPrefix+"/" {
+		ok, t := h.routed(probe)
+		if ok {
 			allowed = append(allowed, m)
 		}
+		if m == r.Method {
+			tails = t
+		}
 	}
+	hint := tails.hint(r.Method)
 	if len(allowed) > 0 {
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
 		writeError(w, &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed,
-			Message: fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, strings.Join(allowed, ", "))})
+			Message: fmt.Sprintf("%s is not allowed here; allowed: %s%s", r.Method, strings.Join(allowed, ", "), hint)})
 		return
 	}
-	writeError(w, notFound("no endpoint %s %s", r.Method, r.URL.Path))
+	writeError(w, notFound("no endpoint %s %s%s", r.Method, r.URL.Path, hint))
 }
 
 // whoamiResponse is the answer of GET /whoami.
