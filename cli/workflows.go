@@ -8,9 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
-	"sort"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -94,7 +91,9 @@ stored.`,
 		if err != nil {
 			return err
 		}
-		c.printWorkflow(w)
+		if err := c.printWorkflow(w); err != nil {
+			return err
+		}
 		if w.State != api.WorkflowSucceeded {
 			return fmt.Errorf("workflow %s %s", w.ID, w.State)
 		}
@@ -126,126 +125,6 @@ func readWorkflow(file string, r io.Reader) (api.WorkflowRequest, error) {
 		return api.WorkflowRequest{}, usageErrorf("%s: %v", file, err)
 	}
 	return req, nil
-}
-
-// workflowFormats are the formats of stint workflows show.
-var workflowFormats = []string{"text", "json", "mermaid", "dot"}
-
-// newWorkflowsShowCmd returns `stint workflows show`.
-func (c *cli) newWorkflowsShowCmd() *cobra.Command {
-	var format string
-	cmd := &cobra.Command{
-		Use:   "show ID",
-		Short: "Show a workflow: its state, its nodes and what each waits on",
-		Long: `Show a workflow. --format text (the default) prints its state and a table of its
-nodes; json the whole workflow; mermaid and dot its graph, for a Mermaid
-diagram or Graphviz, each node labelled with its state.`,
-		Example: `  stint workflows show nightly-2026-11-27
-  stint workflows show nightly-2026-11-27 --format dot | dot -Tsvg > graph.svg`,
-		Args: exactArgs(1, "ID"),
-	}
-	db := addDBFlag(cmd)
-	addReadDBFlag(cmd, db)
-	cmd.Flags().StringVar(&format, "format", "text", orList(workflowFormats))
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		ctx := cmd.Context()
-		if !slices.Contains(workflowFormats, format) {
-			return usageErrorf("--format %q: want %s", format, orList(workflowFormats))
-		}
-		var w api.Workflow
-		if err := c.onWorkflow(ctx, db, args[0], func(client api.Workflows, id api.TaskID) (err error) {
-			w, err = client.GetWorkflow(ctx, id)
-			return err
-		}); err != nil {
-			return err
-		}
-		for i := range w.Nodes {
-			c.reg.RedactTask(&w.Nodes[i].Task) // no password is ever printed
-		}
-		switch format {
-		case "json":
-			return writeJSON(c.stdout, w)
-		case "mermaid", "dot":
-			fmt.Fprint(c.stdout, workflowGraph(w, format))
-			return nil
-		}
-		c.printWorkflow(w)
-		return nil
-	}
-	return cmd
-}
-
-// printWorkflow prints w as text: its state and counts, then a table of
-// its nodes.
-func (c *cli) printWorkflow(w api.Workflow) {
-	var counts []string
-	for status, n := range w.Counts {
-		counts = append(counts, fmt.Sprintf("%d %s", n, status))
-	}
-	sort.Strings(counts)
-	fmt.Fprintf(c.stdout, "workflow %s: %s (%s", w.ID, w.State, strings.Join(counts, ", "))
-	if w.Skipped > 0 {
-		fmt.Fprintf(c.stdout, "; %d skipped", w.Skipped)
-	}
-	fmt.Fprintln(c.stdout, ")")
-	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "NODE\tSTATUS\tRULE\tDEPENDS ON\tWHY")
-	for _, n := range w.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, nodeStatus(n.Task), n.Rule, orDash(strings.Join(n.DependsOn, ",")), orDash(nodeWhy(n.Task)))
-	}
-	tw.Flush()
-}
-
-// nodeStatus is a node's status, with skipped and cancelled told apart
-// from failed.
-func nodeStatus(t api.Task) string {
-	if t.Status == api.StatusFailure && t.Error != nil && (t.Error.Code == api.CodeSkipped || t.Error.Code == api.CodeCancelled) {
-		return t.Error.Code
-	}
-	return shortStatus(t)
-}
-
-// nodeWhy says what a node waits on, or why it did not run or failed.
-func nodeWhy(t api.Task) string {
-	switch {
-	case t.Waiting != nil && t.Waiting.Reason == api.WaitDependencies:
-		return "waits for " + strings.Join(t.Waiting.Dependencies, ", ")
-	case t.Waiting != nil:
-		return "waits on " + t.Waiting.Reason + " " + t.Waiting.Limit
-	case t.Status == api.StatusFailure && t.Error != nil:
-		return t.Error.Message
-	}
-	return ""
-}
-
-// workflowGraph returns w's graph in format mermaid or dot, each node
-// labelled with its name and state.
-func workflowGraph(w api.Workflow, format string) string {
-	var b strings.Builder
-	id := func(name string) string { return fmt.Sprintf("n%x", name) } // names may hold . and -
-	if format == "mermaid" {
-		b.WriteString("graph TD\n")
-		for _, n := range w.Nodes {
-			fmt.Fprintf(&b, "  %s[\"%s: %s\"]\n", id(n.Name), n.Name, nodeStatus(n.Task))
-		}
-		for _, n := range w.Nodes {
-			for _, d := range n.DependsOn {
-				fmt.Fprintf(&b, "  %s --> %s\n", id(d), id(n.Name))
-			}
-		}
-		return b.String()
-	}
-	fmt.Fprintf(&b, "digraph %q {\n", string(w.ID))
-	for _, n := range w.Nodes {
-		fmt.Fprintf(&b, "  %s [label=%q];\n", id(n.Name), n.Name+": "+nodeStatus(n.Task))
-	}
-	for _, n := range w.Nodes {
-		for _, d := range n.DependsOn {
-			fmt.Fprintf(&b, "  %s -> %s;\n", id(d), id(n.Name))
-		}
-	}
-	b.WriteString("}\n")
-	return b.String()
 }
 
 // newWorkflowActionCmd returns `stint workflows VERB ID`, which calls
