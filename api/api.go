@@ -253,11 +253,20 @@ type Tasks interface {
 	// A workflow's own task goes with its nodes (Workflows.RemoveWorkflow);
 	// a node of a workflow only with its workflow: ErrConflict.
 	Remove(ctx context.Context, id TaskID) error
-	// Hold keeps a scheduled task from running until Release.
+	// Hold keeps a scheduled task (or one waiting for a retry) from
+	// running until Release. Of a workflow's own task, it holds the
+	// workflow (Workflows.HoldWorkflow).
 	Hold(ctx context.Context, id TaskID) error
-	// Release makes a held task due again.
+	// Release makes a held task due again. Of a workflow's own task, it
+	// releases the workflow (Workflows.ReleaseWorkflow).
 	Release(ctx context.Context, id TaskID) error
-	// Retry runs a task that failed for good again, with fresh attempts.
+	// Retry runs a task that failed for good again, with fresh attempts;
+	// ErrConflict for one that has not. Of a workflow's own task, it
+	// retries the workflow (Workflows.RetryWorkflow); of a failed or
+	// cancelled node, it runs the node again with the nodes its failure
+	// ended (its failed, skipped and cancelled dependents, and the finally
+	// node), while the rest of the workflow keeps its state. A skipped node
+	// is refused with ErrConflict: its dependencies decided it.
 	Retry(ctx context.Context, id TaskID) error
 }
 

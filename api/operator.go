@@ -25,7 +25,10 @@ type Operator interface {
 	// subscribers see a final failure event. Retry runs it again. A
 	// running task is refused with an error wrapping ErrConflict (its run
 	// owns its outcome; Remove halts it), as is one that finished for
-	// good; a missing task is ErrNotFound. It writes an outcome, so the
+	// good, and a workflow's own task (its nodes decide its outcome:
+	// cancel the workflow); a missing task is ErrNotFound. Of a workflow's
+	// node, its dependents learn it failed, as of any node's failure. It
+	// writes an outcome, so the
 	// stint_client database role, which may not, gets a permission error.
 	Fail(ctx context.Context, id TaskID, reason string) error
 	// HoldGroup keeps every task of a group key from being claimed, on all

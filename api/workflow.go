@@ -245,13 +245,14 @@ type Workflows interface {
 	ListWorkflows(ctx context.Context, f WorkflowFilter) (WorkflowPage, error)
 	// AwaitWorkflow waits until the workflow ended and returns it.
 	AwaitWorkflow(ctx context.Context, id TaskID) (Workflow, error)
-	// CancelWorkflow ends the nodes that have not started as cancelled and
-	// removes its running ones (each halts at its next fenced write), in
-	// one transaction; the workflow ends cancelled. ErrNotFound if there
-	// is none.
+	// CancelWorkflow ends the nodes that have not ended as cancelled (a
+	// running one halts at its next fenced write), in one transaction; the
+	// workflow ends cancelled, held or not. ErrConflict when its nodes had
+	// all ended, ErrNotFound if there is none.
 	CancelWorkflow(ctx context.Context, id TaskID) error
-	// HoldWorkflow holds a running workflow: its nodes that are due, and
-	// those that become ready while it is held, wait until
+	// HoldWorkflow holds a running workflow: its nodes that wait to run
+	// (due, or waiting for a retry), and those that become ready while it
+	// is held, wait until
 	// ReleaseWorkflow; running nodes run on. Holding a held workflow does
 	// nothing. ErrConflict when it ended, ErrNotFound when there is none.
 	HoldWorkflow(ctx context.Context, id TaskID) error

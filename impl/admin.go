@@ -91,6 +91,10 @@ func (c *Client) HeldGroups(ctx context.Context) ([]string, error) { return c.st
 // Pause stops claims of a behavior on every node until Resume. Running
 // tasks run on.
 func (c *Client) Pause(ctx context.Context, behavior api.BehaviorID) error {
+	if behavior == api.WorkflowBehavior {
+		return fmt.Errorf("pause %s: it records the outcome of every workflow; hold a workflow, or pause the behaviors of its nodes: %w",
+			behavior, api.ErrConflict)
+	}
 	return c.updateBehavior(ctx, behavior, func(b *store.BehaviorSettings) { b.Paused = true })
 }
 

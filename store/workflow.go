@@ -86,13 +86,15 @@ type Workflows interface {
 	// WorkflowCounts counts the nodes of the workflow id by status and
 	// error code.
 	WorkflowCounts(ctx context.Context, id api.TaskID) ([]WorkflowCount, error)
-	// CancelWorkflow ends the waiting and scheduled nodes of workflow id
-	// as failed with code api.CodeCancelled, and removes its running ones
-	// (their runs halt at their next fenced write), in one transaction.
-	// It reports how many nodes it ended; api.ErrNotFound when there is no
-	// such workflow.
+	// CancelWorkflow ends the nodes of workflow id that have not ended as
+	// failed with code api.CodeCancelled (running ones halt at their next
+	// fenced write), and releases the workflow when it is held, in one
+	// transaction. It reports how many nodes it ended; api.ErrConflict
+	// when they had all ended, api.ErrNotFound when there is no such
+	// workflow.
 	CancelWorkflow(ctx context.Context, id api.TaskID) (int, error)
-	// HoldWorkflow holds the running workflow id: its scheduled nodes, and
+	// HoldWorkflow holds the running workflow id: its nodes that wait to
+	// run (scheduled, or waiting for a retry), and
 	// those that become ready while it is held, wait until
 	// ReleaseWorkflow; running nodes run on. Holding a held workflow does
 	// nothing; api.ErrConflict when it ended, api.ErrNotFound when there

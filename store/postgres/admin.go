@@ -62,7 +62,7 @@ func (s *Store) Spawn(ctx context.Context, parent store.LeaseRef, tasks []store.
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("spawn children of %s: %w", parent.ID, err)
+		return nil, fmt.Errorf("spawn children of %s: %w", parent.ID, submitRefused(err))
 	}
 	return out, nil
 }
@@ -149,40 +149,90 @@ func (s *Store) transition(ctx context.Context, verb string, id api.TaskID, quer
 	return fmt.Errorf("%s task %s: it is %s: %w", verb, id, status, api.ErrConflict)
 }
 
+// kindSQL reads whether task $1 is a workflow's own task, and the
+// workflow of a node.
+const kindSQL = `SELECT behavior = '` + string(api.WorkflowBehavior) + `', CASE WHEN workflow_node IS NOT NULL THEN parent_id ELSE '' END
+FROM stint_task WHERE id = $1`
+
+// taskKind reads whether task id is a workflow's own task (workflow), or
+// else a node of the workflow of.
+func (s *Store) taskKind(ctx context.Context, id api.TaskID) (workflow bool, of api.TaskID, err error) {
+	err = s.pool.QueryRow(ctx, kindSQL, string(id)).Scan(&workflow, &of)
+	if isNoRows(err) {
+		return false, "", api.ErrNotFound
+	}
+	return workflow, of, err
+}
+
 // Hold keeps a scheduled (or retrying) task from being claimed. It keeps
 // the task's due time for Release. A parent that waits for its children
-// keeps waiting while held.
+// keeps waiting while held. A workflow's own task holds the workflow.
 func (s *Store) Hold(ctx context.Context, id api.TaskID) error {
+	if workflow, _, err := s.taskKind(ctx, id); err != nil || workflow {
+		return s.orWorkflow(ctx, err, "hold", id, s.HoldWorkflow)
+	}
 	return s.transition(ctx, "hold", id, `
 		WITH u AS (
 		    UPDATE stint_task SET status = 'held', held_due = schedule_not_before, schedule_not_before = NULL,
 		        executed_at = NULL, updated_at = now()
 		    WHERE id = $1 AND (status = 'scheduled' OR (status IN ('success', 'failure') AND schedule_not_before IS NOT NULL))
+		      AND behavior <> '`+string(api.WorkflowBehavior)+`'
 		    RETURNING id, behavior, parent_id)
 		`+feedInsert("u", "'held'::text", "false"))
 }
 
+// orWorkflow ends an operation on task id whose kind was read with err:
+// err when it is not nil, else op, the operation on the workflow id.
+func (s *Store) orWorkflow(ctx context.Context, err error, verb string, id api.TaskID, op func(context.Context, api.TaskID) error) error {
+	if errors.Is(err, api.ErrNotFound) {
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%s task %s: %w", verb, id, err)
+	}
+	return op(ctx, id)
+}
+
 // Release makes a held task due at the due time it had when it was held,
 // or at the time its last child ended while it was held: at once if that
-// time has passed.
+// time has passed. A workflow's own task releases the workflow.
 func (s *Store) Release(ctx context.Context, id api.TaskID) error {
+	if workflow, _, err := s.taskKind(ctx, id); err != nil || workflow {
+		return s.orWorkflow(ctx, err, "release", id, s.ReleaseWorkflow)
+	}
 	return s.transition(ctx, "release", id, `
 		WITH u AS (
 		    UPDATE stint_task SET status = 'scheduled', schedule_not_before = coalesce(held_due, now()), held_due = NULL,
 		        updated_at = now()
-		    WHERE id = $1 AND status = 'held'
+		    WHERE id = $1 AND status = 'held' AND behavior <> '`+string(api.WorkflowBehavior)+`'
 		    RETURNING id, behavior, parent_id, priority, schedule_not_before, group_key, status
 		), due AS (`+dueInsert("u")+`)
 		`+feedInsert("u", "'scheduled'::text", "false"))
 }
 
-// Retry schedules a task that failed for good to run again.
+// Retry schedules a task that failed for good to run again. A
+// workflow's own task retries the workflow; a node retries its workflow
+// from that node (see retryNodes).
 func (s *Store) Retry(ctx context.Context, id api.TaskID) error {
+	workflow, of, err := s.taskKind(ctx, id)
+	switch {
+	case err != nil || workflow:
+		return s.orWorkflow(ctx, err, "retry", id, func(ctx context.Context, id api.TaskID) error {
+			_, err := s.RetryWorkflow(ctx, id)
+			return err
+		})
+	case of != "":
+		if _, err := s.retry(ctx, of, id); err != nil {
+			return fmt.Errorf("retry task %s: %w", id, err)
+		}
+		return nil
+	}
 	return s.transition(ctx, "retry", id, `
 		WITH u AS (
 		    UPDATE stint_task SET status = 'scheduled', schedule_not_before = now(), executed_at = NULL,
 		        finished_at = NULL, attempt = 0, errors = 0, updated_at = now()
 		    WHERE id = $1 AND status = 'failure' AND schedule_not_before IS NULL
+		      AND workflow_node IS NULL AND behavior <> '`+string(api.WorkflowBehavior)+`'
 		    RETURNING id, behavior, parent_id, priority, schedule_not_before, group_key, status
 		), pending AS (
 		    -- The child's end was counted off its parent: it is pending

@@ -24,6 +24,7 @@ WITH u AS (
         schedule_not_before = NULL, held_due = NULL, waiting_children = false,
         resubmit = false, resubmit_due = NULL, finished_at = now(), updated_at = now()
     WHERE id = $1 AND (status IN ('scheduled', 'held') OR (status IN ('success', 'failure') AND schedule_not_before IS NOT NULL))
+      AND behavior <> '` + string(api.WorkflowBehavior) + `'
     RETURNING id, behavior, parent_id
 ), feed AS (` + feedInsert("u", "'failure'::text", "true") + `
 ), history AS (
@@ -69,13 +70,16 @@ func (s *Store) Fail(ctx context.Context, id api.TaskID, e *api.TaskError) error
 		return nil
 	}
 	var status string
-	var due bool
-	err = s.pool.QueryRow(ctx, `SELECT status, schedule_not_before IS NOT NULL FROM stint_task WHERE id = $1`, string(id)).Scan(&status, &due)
+	var due, workflow bool
+	err = s.pool.QueryRow(ctx, `SELECT status, schedule_not_before IS NOT NULL, behavior = $2 FROM stint_task WHERE id = $1`,
+		string(id), string(api.WorkflowBehavior)).Scan(&status, &due, &workflow)
 	switch {
 	case isNoRows(err):
 		return api.ErrNotFound
 	case err != nil:
 		return fmt.Errorf("fail task %s: %w", id, err)
+	case workflow:
+		return fmt.Errorf("fail task %s: it is a workflow, whose outcome its nodes decide: cancel the workflow: %w", id, api.ErrConflict)
 	case status == string(api.StatusRunning):
 		return fmt.Errorf("fail task %s: it is running; only a waiting task can be failed by hand (remove it to halt its run): %w", id, api.ErrConflict)
 	case due || status == string(api.StatusHeld) || status == string(api.StatusScheduled):

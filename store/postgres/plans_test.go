@@ -70,7 +70,7 @@ func hotStatements() []hotStatement {
 		{name: "submit in a transaction", sql: submitSQL, settings: seqscanSaveOffSQL, args: append(submitted.args(), false, true, submitted.rateUses)},
 		{name: "submit sharing", sql: shareSQL, args: append(submitted.args(), true, submitted.rateUses)},
 		{name: "submit sharing: the tasks left as they were", sql: sharedSQL, args: []any{ids}},
-		{name: "submit combining: lock", sql: combineLockSQL, args: []any{"due-000001"}},
+		{name: "submit combining: lock", sql: combineLockSQL, args: []any{"due-000001", "b1"}},
 		{name: "submit starting", sql: submitStartSQL, settings: genericSettingsSQL, args: append(started.args(), false, true, started.startLeases, node, started.rateUses)},
 		{name: "submit sharing starting", sql: shareStartSQL, settings: genericSettingsSQL, args: append(started.args(), true, started.startLeases, node, started.rateUses)},
 		{name: "submit with new ids", sql: newSQL, args: append(submitted.args(), true, submitted.rateUses)},

@@ -31,7 +31,8 @@ var submitSQL = submitStatement(resubmitConflict, 12, false)
 
 // resubmitConflict is the conflict clause of submitSQL.
 const resubmitConflict = `ON CONFLICT (id) DO UPDATE SET
-    status = CASE WHEN ` + finishedForGood + ` THEN 'scheduled' ELSE t.status END,
+    status = CASE WHEN ` + resubmitRefused + ` THEN ` + refuseSubmit + `
+        WHEN ` + finishedForGood + ` THEN 'scheduled' ELSE t.status END,
     params = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $11) THEN excluded.params ELSE t.params END,
     rate_uses = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $11) THEN excluded.rate_uses ELSE t.rate_uses END,
     priority = CASE WHEN t.status = 'running' THEN t.priority ELSE excluded.priority END,
@@ -48,6 +49,32 @@ const resubmitConflict = `ON CONFLICT (id) DO UPDATE SET
     updated_at = now()
 RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.lease`
 
+// A submit never changes what a task of another behavior runs, nor a
+// workflow's own task, nor (unless it shares the task) a workflow's node,
+// whose runs its workflow decides: resubmitRefused and shareRefused are
+// the conditions under which the existing task t refuses a resubmitting
+// or a sharing submit, and refuseSubmit fails the statement, whole, with
+// SQLSTATE SX409 (submitRefusedCode) and a message that names the stored
+// task.
+const (
+	resubmitRefused = `(t.behavior <> excluded.behavior OR t.workflow_node IS NOT NULL OR t.behavior = '` + string(api.WorkflowBehavior) + `')`
+	shareRefused    = `(t.behavior <> excluded.behavior OR t.behavior = '` + string(api.WorkflowBehavior) + `')`
+	refuseSubmit    = `stint_submit_refused(t.id, t.behavior, excluded.behavior, t.workflow_node, t.parent_id)`
+)
+
+// submitRefusedCode is the SQLSTATE of stint_submit_refused.
+const submitRefusedCode = "SX409"
+
+// submitRefused returns err as an api.ErrConflict when it is a refusal of
+// stint_submit_refused, and err otherwise.
+func submitRefused(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == submitRefusedCode {
+		return fmt.Errorf("%s: %w", pgErr.Message, api.ErrConflict)
+	}
+	return err
+}
+
 // finishedForGood is the condition under which the existing task t of a
 // submit finished for good: it has an outcome and waits for no next run.
 const finishedForGood = `(t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL)`
@@ -55,8 +82,9 @@ const finishedForGood = `(t.status IN ('success', 'failure') AND t.schedule_not_
 // shareSQL inserts tasks and leaves existing ones as they are.
 var shareSQL = submitStatement(shareConflict, 11, false)
 
-// shareConflict is the conflict clause of shareSQL.
-const shareConflict = `ON CONFLICT (id) DO NOTHING
+// shareConflict is the conflict clause of shareSQL. An existing task is
+// left as it is (locked, not written) unless the submit is refused.
+const shareConflict = `ON CONFLICT (id) DO UPDATE SET status = ` + refuseSubmit + ` WHERE ` + shareRefused + `
 RETURNING t.id, t.status, true AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.lease`
 
 // submitStartSQL and shareStartSQL are submitSQL and shareSQL that start
@@ -241,7 +269,7 @@ func submitOn(ctx context.Context, db database, tasks []store.NewTask, node stri
 		out, started, err = submitOnce(ctx, db, tasks, node, false)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("submit: %w", err)
+		return nil, nil, fmt.Errorf("submit: %w", submitRefused(err))
 	}
 	return out, started, nil
 }
@@ -375,8 +403,10 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 // sharedSQL reads the tasks $1 that a sharing submit left as they were.
 const sharedSQL = `SELECT id, status, false FROM stint_task WHERE id = ANY($1)`
 
-// combineLockSQL locks the task $1 for a combining submit and reads it.
-const combineLockSQL = `SELECT status, params FROM stint_task WHERE id = $1 FOR UPDATE`
+// combineLockSQL locks the task $1 for a combining submit and reads it:
+// its status, its params, and whether a submit of behavior $2 may combine
+// with it (else the submit is refused: see resubmitRefused).
+const combineLockSQL = `SELECT status, params, behavior = $2 AND workflow_node IS NULL FROM stint_task WHERE id = $1 FOR UPDATE`
 
 // startLease is the lease a submit started a task under, and its duration
 // in microseconds.
@@ -485,13 +515,14 @@ func submitCombinedOn(ctx context.Context, db database, t store.NewTask, combine
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var status string
 		var persisted []byte
-		err := indexedRow(ctx, tx, combineLockSQL, t.ID).Scan(&status, &persisted)
+		var same bool
+		err := indexedRow(ctx, tx, combineLockSQL, t.ID, string(t.Behavior)).Scan(&status, &persisted, &same)
 		replace := false
 		switch {
 		case isNoRows(err):
 		case err != nil:
 			return err
-		case status == string(api.StatusScheduled):
+		case status == string(api.StatusScheduled) && same:
 			if t.Params, err = combine(persisted); err != nil {
 				return err
 			}
@@ -501,7 +532,7 @@ func submitCombinedOn(ctx context.Context, db database, t store.NewTask, combine
 		return err
 	})
 	if err != nil {
-		return api.Submission{}, fmt.Errorf("submit %s: %w", t.ID, err)
+		return api.Submission{}, fmt.Errorf("submit %s: %w", t.ID, submitRefused(err))
 	}
 	return out[0], nil
 }

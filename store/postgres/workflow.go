@@ -79,6 +79,15 @@ func (s *Store) SubmitWorkflow(ctx context.Context, tx pgx.Tx, wf store.NewWorkf
 			return err
 		}
 		if n == 0 {
+			// The id is taken: by this workflow (a second submit stores
+			// nothing) or by a task that is not a workflow.
+			var behavior string
+			if err := tx.QueryRow(ctx, `SELECT behavior FROM stint_task WHERE id = $1`, string(t.ID)).Scan(&behavior); err != nil {
+				return err
+			}
+			if behavior != string(api.WorkflowBehavior) {
+				return fmt.Errorf("task %s is of behavior %s, not a workflow: %w", t.ID, behavior, api.ErrConflict)
+			}
 			return nil
 		}
 		created = true
@@ -107,7 +116,7 @@ func (s *Store) SubmitWorkflow(ctx context.Context, tx pgx.Tx, wf store.NewWorkf
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-			err = &api.InvalidError{Field: "nodes", Reason: "a node's task id is taken by another task: " + pgErr.Detail, Err: err}
+			err = api.Invalid("nodes", "a node's task id is taken by another task: %s", pgErr.Detail)
 		}
 		return false, fmt.Errorf("submit workflow %s: %w", wf.Task.ID, err)
 	}
@@ -270,7 +279,10 @@ func (s *Store) WorkflowCounts(ctx context.Context, id api.TaskID) ([]store.Work
 // cancelWorkflowSQL ends the nodes of workflow $1 that have not ended as
 // cancelled failures, and returns them. A running node's run is fenced
 // out: its lease no longer holds a running task, so its next write halts
-// it and its finish changes nothing.
+// it and its finish changes nothing. A held workflow with nodes to cancel
+// is released (a cancelled workflow has nothing left to hold): its own
+// task waits for its nodes' ends as any workflow's does, and records the
+// outcome once they are counted.
 var cancelWorkflowSQL = `
 WITH u AS (
     UPDATE stint_task t SET status = 'failure', schedule_not_before = NULL, lost_not_before = NULL, finished_at = now(),
@@ -279,7 +291,11 @@ WITH u AS (
     WHERE t.parent_id = $1 AND t.workflow_node IS NOT NULL
       AND (t.status IN ('waiting', 'scheduled', 'held', 'running') OR t.schedule_not_before IS NOT NULL)
     RETURNING t.id, t.behavior, t.status, t.parent_id, t.awaited
-), feed AS (` + feedInsert("u", "status", "true") + `
+), released AS (
+    UPDATE stint_task SET status = 'waiting', held_due = NULL, waiting_children = true, updated_at = now()
+    WHERE ` + isWorkflow + ` AND status = 'held' AND EXISTS (SELECT 1 FROM u)
+    RETURNING id, behavior, status, parent_id
+), feed AS (` + feedInsert("(SELECT id, behavior, status, parent_id, true AS final FROM u UNION ALL SELECT id, behavior, status, parent_id, false FROM released) x", "status", "final") + `
 ), notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', id)) AS n FROM u WHERE awaited
 )
@@ -305,7 +321,7 @@ func (s *Store) CancelWorkflow(ctx context.Context, id api.TaskID) (int, error) 
 		}
 		ended = len(cancelled)
 		if ended == 0 {
-			return nil
+			return fmt.Errorf("its nodes have all ended: %w", api.ErrConflict)
 		}
 		parents := make(textArray, ended)
 		for i := range parents {
@@ -320,78 +336,31 @@ func (s *Store) CancelWorkflow(ctx context.Context, id api.TaskID) (int, error) 
 	return ended, nil
 }
 
-// retryWorkflowSQL runs the failed nodes of workflow $1 again (those that
-// failed, were skipped or were cancelled), and its finally node, which
-// runs after every other node: keeping the results of the nodes that
-// succeeded, each waits again for its dependencies that run again,
-// or is due at once when none does. The workflow's task waits for them,
-// whatever its state: a run of it that records the old outcome is fenced
-// out, as its task no longer runs.
-var retryWorkflowSQL = `
-WITH f AS MATERIALIZED (
-    SELECT id FROM stint_task WHERE parent_id = $1 AND workflow_node IS NOT NULL AND status = 'failure'
-), r AS MATERIALIZED (
-    SELECT id FROM f
-    UNION ALL
-    SELECT id FROM stint_task WHERE parent_id = $1 AND dep_rule = 'finally' AND status = 'success' AND EXISTS (SELECT 1 FROM f)
-), counts AS (
-    SELECT e.task_id,
-        count(*) FILTER (WHERE d.id IN (SELECT id FROM r)) AS pending,
-        count(*) FILTER (WHERE d.status = 'success') AS ok
-    FROM stint_dependency e JOIN stint_task d ON d.id = e.depends_on
-    WHERE e.task_id IN (SELECT id FROM r)
-    GROUP BY e.task_id
-), u AS (
-    UPDATE stint_task t SET
-        status = CASE WHEN coalesce(c.pending, 0) = 0 THEN 'scheduled' ELSE 'waiting' END,
-        schedule_not_before = CASE WHEN coalesce(c.pending, 0) = 0 THEN now() END,
-        deps_pending = coalesce(c.pending, 0), deps_succeeded = coalesce(c.ok, 0), deps_failed = 0, deps_skipped = 0,
-        attempt = 0, errors = 0, executed_at = NULL, finished_at = NULL, resubmit = false, updated_at = now()
-    FROM r LEFT JOIN counts c ON c.task_id = r.id
-    WHERE t.id = r.id
-    RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
-), w AS (
-    UPDATE stint_task t SET status = 'waiting', schedule_not_before = NULL, lost_not_before = NULL, waiting_children = true,
-        children_pending = (SELECT count(*) FROM r), attempt = 0, errors = 0, executed_at = NULL, finished_at = NULL,
-        updated_at = now()
-    WHERE t.id = $1
-    RETURNING t.id, t.behavior, t.status, t.parent_id
-), due AS (` + dueInsert("u") + `
-), feed AS (` + feedInsert("(SELECT id, behavior, status, parent_id FROM u UNION ALL SELECT * FROM w) x", "status", "false") + `
-), woke AS (
-    SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (SELECT 1 FROM u WHERE status = 'scheduled' LIMIT 1) d
-)
-SELECT count(*) FROM u, woke`
-
 // RetryWorkflow runs a failed or cancelled workflow again; see
 // store.Workflows.
 func (s *Store) RetryWorkflow(ctx context.Context, id api.TaskID) (int, error) {
-	var n int
-	err := retryDeadlock(ctx, s.pool, func(tx pgx.Tx) error {
-		var behavior string
-		var ended bool
-		err := tx.QueryRow(ctx, `SELECT behavior, NOT EXISTS (SELECT 1 FROM stint_task n
-			    WHERE n.parent_id = $1 AND n.workflow_node IS NOT NULL
-			      AND NOT (n.status IN ('success', 'failure') AND n.schedule_not_before IS NULL))
-			FROM stint_task WHERE id = $1 FOR UPDATE`, string(id)).Scan(&behavior, &ended)
-		switch {
-		case isNoRows(err) || err == nil && behavior != string(api.WorkflowBehavior):
-			return api.ErrNotFound
-		case err != nil:
-			return err
-		case !ended:
-			return fmt.Errorf("workflow %s has nodes that have not ended: %w", id, api.ErrConflict)
-		}
-		if err := tx.QueryRow(ctx, retryWorkflowSQL, string(id)).Scan(&n); err != nil {
-			return err
-		}
-		if n == 0 {
-			return fmt.Errorf("workflow %s has no failed node to run again: %w", id, api.ErrConflict)
-		}
-		return nil
-	})
+	n, err := s.retry(ctx, id, id)
 	if err != nil {
 		return 0, fmt.Errorf("retry workflow %s: %w", id, err)
 	}
 	return n, nil
+}
+
+// retry runs workflow wf again from its node: every failed node, when
+// node is the workflow itself (see retryNodes).
+func (s *Store) retry(ctx context.Context, wf, node api.TaskID) (int, error) {
+	var n int
+	err := retryDeadlock(ctx, s.pool, func(tx pgx.Tx) error {
+		var status string
+		err := tx.QueryRow(ctx, `SELECT status FROM stint_task WHERE `+isWorkflow+` FOR UPDATE`, string(wf)).Scan(&status)
+		if isNoRows(err) {
+			return api.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		n, err = retryNodes(ctx, tx, wf, status == string(api.StatusHeld), node == wf, node)
+		return err
+	})
+	return n, err
 }

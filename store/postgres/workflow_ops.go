@@ -17,15 +17,18 @@ const isWorkflow = `id = $1 AND behavior = '` + string(api.WorkflowBehavior) + `
 
 // holdWorkflowSQL holds workflow $1: its own task, so that the nodes its
 // dependencies make ready later are stored held (see depsEndedSQL and
-// growWorkflow), and its scheduled nodes. Running nodes run on.
+// growWorkflow), and its nodes that wait to run: scheduled, or waiting
+// for a retry (as Hold holds a task). Running nodes run on.
 var holdWorkflowSQL = `
 WITH w AS (
     UPDATE stint_task SET status = 'held', updated_at = now()
     WHERE ` + isWorkflow + ` AND status = 'waiting'
     RETURNING id, behavior, parent_id
 ), u AS (
-    UPDATE stint_task t SET status = 'held', held_due = t.schedule_not_before, schedule_not_before = NULL, updated_at = now()
-    FROM w WHERE t.parent_id = w.id AND t.workflow_node IS NOT NULL AND t.status = 'scheduled'
+    UPDATE stint_task t SET status = 'held', held_due = t.schedule_not_before, schedule_not_before = NULL, executed_at = NULL,
+        updated_at = now()
+    FROM w WHERE t.parent_id = w.id AND t.workflow_node IS NOT NULL
+      AND (t.status = 'scheduled' OR (t.status IN ('success', 'failure') AND t.schedule_not_before IS NOT NULL))
     RETURNING t.id, t.behavior, t.parent_id
 ), feed AS (` + feedInsert("(SELECT * FROM w UNION ALL SELECT * FROM u) x", "'held'::text", "false") + `)
 SELECT count(*) FROM w`

@@ -1,0 +1,1 @@
+DROP FUNCTION stint_submit_refused(text, text, text, text, text);
