@@ -66,12 +66,9 @@ task again.`
 			switch {
 			case errors.Is(err, api.ErrNotFound):
 				return fmt.Errorf("task %s not found", id)
-			case errors.Is(err, api.ErrConflict):
-				// The store's error names the action, the task and its
-				// state; the sentinel's words add nothing to them.
-				return &exitError{code: exitFailure, err: errors.New(strings.TrimSuffix(err.Error(), ": "+api.ErrConflict.Error()))}
 			case err != nil:
-				// The store's error names the action and the task.
+				// The store's error names the action, the task and, for
+				// a conflict, its state (see classify).
 				return c.schemaHint(err)
 			}
 			fmt.Fprintf(c.stdout, "task %s %s\n", id, a.done)

@@ -17,7 +17,8 @@
 // reads that may lag, while writes and claims stay on --db.
 //
 // Exit codes: 0 on success; 1 when something failed (the database could not
-// be reached, a task that was awaited failed, a task was not found); 2 for
+// be reached, a task that was awaited failed, a task was not found, an
+// operation the state of its task or workflow does not allow); 2 for
 // bad input (an unknown flag, a malformed flag value, invalid params, an
 // unknown behavior), in which case nothing was stored.
 package cli
@@ -164,7 +165,11 @@ func usageErrorf(format string, args ...any) error {
 func silentExit(code int) error { return &exitError{code: code} }
 
 // classify gives an error returned by a command its exit code: bad input
-// (api.ErrInvalid) is 2, anything else 1, unless it already has one.
+// (api.ErrInvalid) is 2, anything else 1, unless it already has one. An
+// operation the state of its task or workflow does not allow
+// (api.ErrConflict, HTTP's 409) is 1, its message without the sentinel's
+// words, which add nothing to the reason before them ("hold workflow w:
+// it has ended").
 func classify(err error) error {
 	if err == nil {
 		return nil
@@ -176,8 +181,30 @@ func classify(err error) error {
 	if errors.Is(err, api.ErrInvalid) {
 		return &exitError{code: exitUsage, err: err}
 	}
+	if errors.Is(err, api.ErrConflict) {
+		return &exitError{code: exitFailure, err: conflict{err}}
+	}
 	return &exitError{code: exitFailure, err: err}
 }
+
+// conflict is an error wrapping api.ErrConflict, worded without the
+// sentinel's words when the error says more than them.
+type conflict struct{ err error }
+
+// Error returns the message of the wrapped error without the sentinel's
+// words.
+func (c conflict) Error() string {
+	msg := c.err.Error()
+	sentinel := api.ErrConflict.Error()
+	if msg == sentinel {
+		return msg
+	}
+	msg = strings.ReplaceAll(msg, ": "+sentinel, "")
+	return strings.ReplaceAll(msg, sentinel+": ", "")
+}
+
+// Unwrap returns the wrapped error.
+func (c conflict) Unwrap() error { return c.err }
 
 // exitCode returns the process exit code for an error returned by the root
 // command. Errors that did not come from a command's own code come from
@@ -268,7 +295,9 @@ Every command except dev takes --db URL (default: $` + envDatabaseURL + `);
 server, submit, stats and tasks ls|show|wait also take --read-db URL (default:
 $` + envReadDatabaseURL + `), a hot standby that serves their reads.
 
-Exit codes: 0 success, 1 failure, 2 bad input (nothing was stored).`,
+Exit codes: 0 success, 1 failure (an operation the state of its task or
+workflow does not allow included: nothing changed), 2 bad input (nothing was
+stored).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          cobra.NoArgs,

@@ -27,7 +27,7 @@ func (c *cli) newWorkflowsCmd() *cobra.Command {
 		},
 	}
 	cmd.AddCommand(c.newWorkflowsSubmitCmd(), c.newWorkflowsLsCmd(), c.newWorkflowsShowCmd(),
-		c.newWorkflowActionCmd("cancel", "Cancel a workflow: its nodes that have not ended end cancelled, running ones halt", "cancelled",
+		c.newWorkflowActionCmd("cancel", "Cancel a workflow: its nodes that have not ended end cancelled, running ones halt (refused once they all ended)", "cancelled",
 			func(client api.Workflows) func(context.Context, api.TaskID) error { return client.CancelWorkflow }),
 		c.newWorkflowActionCmd("retry", "Run an ended workflow's failed, skipped and cancelled nodes again", "retried",
 			func(client api.Workflows) func(context.Context, api.TaskID) error { return client.RetryWorkflow }),
