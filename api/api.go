@@ -110,7 +110,8 @@ type Task struct {
 	// full; nil otherwise.
 	Waiting *Wait `json:"waiting,omitempty"`
 	// Retention is the task's own retention (SubmitRequest.Retention);
-	// zero when its behavior's applies. In JSON, in nanoseconds.
+	// zero when its behavior's applies. In JSON, a duration string such as
+	// "24h0m0s" (a number of nanoseconds is read too).
 	Retention time.Duration `json:"retention,omitempty"`
 	// Attempts are, in Get only, the task's runs that failed, oldest
 	// first, its last run included when it failed; nil in other reads.

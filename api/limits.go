@@ -57,7 +57,8 @@ type RateLimit struct {
 	// At least 1.
 	Limit int64 `json:"limit"`
 	// Period is the time over which Limit units refill. At least 1
-	// millisecond. In JSON, in nanoseconds.
+	// millisecond. In JSON, a duration string such as "1m0s" (a number of
+	// nanoseconds is read too).
 	Period time.Duration `json:"period"`
 }
 
@@ -116,14 +117,15 @@ type ConcurrencyInfo struct {
 	Waiting int `json:"waiting"`
 }
 
-// Wait is what a due task waits on before it can start.
+// Wait is what a due task waits on before it can start. In JSON it also
+// has the field behavior, which Behavior returns.
 type Wait struct {
 	// Reason is WaitRateLimit, WaitConcurrency, WaitPaused, WaitNoNode,
 	// WaitNodesFull or WaitDependencies.
 	Reason string `json:"reason"`
-	// Limit names the rate limit, or for the other reasons the task's
-	// behavior (whose cap is full, which is paused, which no live node
-	// runs, or whose nodes are full).
+	// Limit names the rate limit; for the reasons of a behavior
+	// (WaitConcurrency, WaitPaused, WaitNoNode, WaitNodesFull) it holds the
+	// behavior, which Behavior returns; empty for WaitDependencies.
 	Limit string `json:"limit"`
 	// Key is the limit's key or the group key; empty for a cap of the
 	// behavior as a whole.
@@ -139,6 +141,18 @@ type Wait struct {
 	// live"); for WaitNodesFull, how busy each node that runs the behavior
 	// is. Empty for the other reasons.
 	Detail string `json:"detail,omitempty"`
+}
+
+// Behavior returns the behavior a wait is about: the one whose cap is
+// full (WaitConcurrency), which is paused (WaitPaused), which no live node
+// runs (WaitNoNode) or whose nodes are full (WaitNodesFull); empty for a
+// rate limit and for dependencies.
+func (w Wait) Behavior() BehaviorID {
+	switch w.Reason {
+	case WaitConcurrency, WaitPaused, WaitNoNode, WaitNodesFull:
+		return BehaviorID(w.Limit)
+	}
+	return ""
 }
 
 // The reasons of a Wait.

@@ -205,9 +205,8 @@ type WorkflowFilter struct {
 }
 
 // WorkflowSummary is a workflow in a list: its state without its nodes.
-// Its state is the one its own task recorded: a workflow whose last node
-// just ended is running until that task has run (GetWorkflow counts the
-// nodes and says at once).
+// A workflow whose nodes all ended is listed in its final state, from its
+// nodes' counts, before its own task records it.
 type WorkflowSummary struct {
 	ID    TaskID        `json:"id"`
 	State WorkflowState `json:"state"`

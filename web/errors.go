@@ -126,14 +126,20 @@ func writeError(w http.ResponseWriter, e *Error) {
 	WriteJSON(w, e.Status, errorBody{e})
 }
 
-// maxBody caps request bodies: the largest params a behavior accepts by
-// default (1 MiB) and room for the rest of a submit.
-const maxBody = 1<<20 + 64<<10
+// MaxBody caps the body of a request, a workflow submit's excepted: the
+// largest params a behavior accepts by default (1 MiB) and room for the
+// rest of a submit, 1088 KiB in all.
+const MaxBody = 1<<20 + 64<<10
+
+// MaxWorkflowBody caps the body of a workflow submit (POST
+// /api/v1/workflows): 32 MiB, room for api.MaxWorkflowNodes nodes of about
+// 300 bytes each.
+const MaxWorkflowBody = 32 << 20
 
 // decodeBody decodes the request's JSON body into v: one JSON value, no
-// unknown fields, at most maxBody bytes. Its errors name the field.
+// unknown fields, at most MaxBody bytes. Its errors name the field.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	raw, err := readBody(w, r)
+	raw, err := readBody(w, r, MaxBody)
 	if err != nil {
 		return err
 	}
@@ -141,25 +147,37 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 // readBody reads the request's body whole: of no Content-Type or
-// application/json, and at most maxBody bytes (a 413 past that, with
-// nothing read beyond it).
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+// application/json, and at most limit bytes (a 413 that names the limit
+// past that, with nothing read beyond it).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
 		return nil, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeInvalid, Field: "Content-Type",
 			Message: fmt.Sprintf("invalid Content-Type: %q is not application/json", ct)}
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooLarge *http.MaxBytesError
 	switch {
 	case err == nil:
 		return raw, nil
 	case errors.As(err, &tooLarge):
 		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeInvalid, Field: "body",
-			Message: fmt.Sprintf("invalid body: over the limit of %d bytes", tooLarge.Limit)}
+			Message: fmt.Sprintf("invalid body: over the limit of %s (%d bytes) of %s %s", sizeText(tooLarge.Limit), tooLarge.Limit, r.Method, r.URL.Path)}
 	case errors.Is(err, context.Canceled):
 		return nil, err
 	}
 	return nil, invalid("body", "%v", err)
+}
+
+// sizeText writes n bytes in MiB or KiB when they divide it: "32 MiB",
+// "1088 KiB", else "n bytes".
+func sizeText(n int64) string {
+	switch {
+	case n > 0 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n > 0 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // decodeJSON decodes one JSON value, with no unknown fields, from raw into

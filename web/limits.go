@@ -16,7 +16,7 @@ import (
 // LimitsResponse is the answer of GET /api/v1/limits: every rate limit and
 // every concurrency cap set at runtime, with their use.
 type LimitsResponse struct {
-	// Rate are the rate limits by name; their periods in nanoseconds.
+	// Rate are the rate limits by name.
 	Rate []api.RateLimitInfo `json:"rate"`
 	// Concurrency are the caps by behavior and key.
 	Concurrency []api.ConcurrencyInfo `json:"concurrency"`
@@ -49,8 +49,8 @@ type RateLimitBody struct {
 	// Limit is the most units a key may start per period, and its burst.
 	Limit int64 `json:"limit"`
 	// Period is the time over which Limit units refill: a Go duration
-	// such as "1m" or "1h30m", or a number of nanoseconds (as
-	// GET /api/v1/limits shows it).
+	// such as "1m" or "1h30m" (GET /api/v1/limits shows "1m0s"), or a
+	// number of nanoseconds, as earlier releases showed it.
 	Period json.RawMessage `json:"period"`
 }
 

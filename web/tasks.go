@@ -208,13 +208,24 @@ func (h *Handler) awaitTask(w http.ResponseWriter, r *http.Request, id api.TaskI
 // are (their messages name it), anything else gets the verb and the id.
 // Routes of other packages use it as the API's own do.
 func TaskError(id api.TaskID, verb string, err error) error {
+	return actionError("task", id, verb, err)
+}
+
+// workflowError is TaskError for an action on the workflow id.
+func workflowError(id api.TaskID, verb string, err error) error {
+	return actionError("workflow", id, verb, err)
+}
+
+// actionError wraps the error of an action on the task or workflow (what)
+// id, as TaskError says.
+func actionError(what string, id api.TaskID, verb string, err error) error {
 	switch errorFor(err).Code {
 	case CodeNotFound:
-		return notFound("task %s not found", id)
+		return notFound("%s %s not found", what, id)
 	case CodeInvalid, CodeConflict:
-		return err // the message names the task already
+		return err // the message names it already
 	}
-	return fmt.Errorf("%s task %s: %w", verb, id, err)
+	return fmt.Errorf("%s %s %s: %w", verb, what, id, err)
 }
 
 // SubmitBody is the body of POST /api/v1/tasks.
@@ -276,7 +287,7 @@ func (h *Handler) submitTask(w http.ResponseWriter, r *http.Request) error {
 	if _, err := Query(r); err != nil {
 		return err
 	}
-	raw, err := readBody(w, r)
+	raw, err := readBody(w, r, MaxBody)
 	if err != nil {
 		return err
 	}

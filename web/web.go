@@ -8,7 +8,8 @@
 //
 //	{"error": {"code": "invalid", "message": "invalid status: ...", "field": "status"}}
 //
-// with the codes invalid (400; 413 for a body over 1 MiB and a bit, 415 for a
+// with the codes invalid (400; 413 for a body over its limit, MaxBody or
+// for a workflow submit MaxWorkflowBody, which the message names; 415 for a
 // body that is not application/json), unauthorized (401), forbidden (403),
 // not_found (404), method_not_allowed (405), conflict (409), unavailable
 // (503) and internal (500, whose message tells nothing; the log does). The

@@ -46,8 +46,12 @@ func (h *Handler) submitWorkflow(w http.ResponseWriter, r *http.Request) error {
 	if _, err := Query(r); err != nil {
 		return err
 	}
+	raw, err := readBody(w, r, MaxWorkflowBody)
+	if err != nil {
+		return err
+	}
 	var body WorkflowBody
-	if err := decodeBody(w, r, &body); err != nil {
+	if err := decodeJSON(raw, &body); err != nil {
 		return err
 	}
 	req, err := body.Request()
@@ -104,7 +108,7 @@ func (h *Handler) getWorkflow(w http.ResponseWriter, r *http.Request) error {
 	id := api.TaskID(r.PathValue("id"))
 	wf, err := h.cfg.Client.GetWorkflow(r.Context(), id)
 	if err != nil {
-		return TaskError(id, "get workflow", err)
+		return workflowError(id, "get", err)
 	}
 	for i := range wf.Nodes {
 		h.cfg.Registry.RedactTask(&wf.Nodes[i].Task) // no password is ever shown
@@ -138,7 +142,7 @@ func (h *Handler) removeWorkflow(w http.ResponseWriter, r *http.Request) error {
 func (h *Handler) workflowAction(w http.ResponseWriter, r *http.Request, verb string, act func(context.Context, api.TaskID) error) error {
 	id := api.TaskID(r.PathValue("id"))
 	if err := act(r.Context(), id); err != nil {
-		return TaskError(id, verb+" workflow", err)
+		return workflowError(id, verb, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -103,6 +103,17 @@
 
   const serverNow = () => Date.now() + state.skew;
 
+  // durationMs reads a duration of the API, a Go duration string such as
+  // "1h30m0s" or "250ms" (or a number of nanoseconds, as servers of earlier
+  // releases send), in milliseconds.
+  function durationMs(d) {
+    if (typeof d === 'number') return d / 1e6;
+    const units = { h: 3600000, m: 60000, s: 1000, ms: 1, us: 1e-3, 'µs': 1e-3, ns: 1e-6 };
+    let ms = 0;
+    for (const [, n, unit] of String(d).matchAll(/([\d.]+)(h|ms|m|s|us|µs|ns)/g)) ms += Number(n) * units[unit];
+    return String(d).startsWith('-') ? -ms : ms;
+  }
+
   function fmtDuration(ms) {
     ms = Math.max(0, Math.round(ms));
     if (ms < 1000) return ms + 'ms';
@@ -858,7 +869,7 @@
           field('Updated', timeEl(t.updated_at), 'updated'),
           field('Started', timeEl(t.executed_at), 'started'),
           field('Finished', timeEl(t.finished_at), 'finished'),
-          field('Retention', h('span', { id: 'task-retention' }, t.retention ? fmtDuration(t.retention / 1e6) + ' after it finishes' : "its behavior's"), 'retention'),
+          field('Retention', h('span', { id: 'task-retention' }, t.retention ? fmtDuration(durationMs(t.retention)) + ' after it finishes' : "its behavior's"), 'retention'),
           t.trace ? field('Trace', h('code', {}, t.trace), 'trace') : null)),
         h('div', { class: 'grid2' },
           h('div', {},
@@ -970,10 +981,10 @@
 
   // ---- limits ----
 
-  // periodText writes a period in nanoseconds as "1h30m", "1m", "2s",
+  // periodText writes a period (see durationMs) as "1h30m", "1m", "2s",
   // "500ms".
-  function periodText(ns) {
-    let ms = Math.round(ns / 1e6);
+  function periodText(period) {
+    let ms = Math.round(durationMs(period));
     if (ms < 1000) return ms + 'ms';
     const parts = [];
     for (const [unit, size] of [['h', 3600000], ['m', 60000], ['s', 1000]]) {
