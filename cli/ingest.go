@@ -290,7 +290,7 @@ func (c *cli) runIngestSubmit(cmd *cobra.Command, o *ingestSubmitOptions) error 
 	}
 	t, err := c.awaitWithProgress(ctx, client, f.ID())
 	if err != nil {
-		return fmt.Errorf("await batch %s: %w", f.ID(), err)
+		return c.waitEnded(ctx, awaited{what: "batch", id: f.ID(), show: "batches", submitted: true}, 0, err)
 	}
 	if o.json {
 		c.reg.RedactTask(&t)

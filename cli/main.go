@@ -20,7 +20,9 @@
 // be reached, a task that was awaited failed, a task was not found, an
 // operation the state of its task or workflow does not allow); 2 for
 // bad input (an unknown flag, a malformed flag value, invalid params, an
-// unknown behavior), in which case nothing was stored.
+// unknown behavior), in which case nothing was stored; 130 (128 and the
+// signal's number: 143 for SIGTERM) when Ctrl-C stopped a command that
+// waits for a task, a workflow or a batch, which runs on.
 package cli
 
 import (
@@ -32,7 +34,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -76,13 +77,7 @@ const (
 // behavior with a built-in's id is an error. SIGINT and SIGTERM stop the
 // command gracefully; a second one ends the process at once.
 func Main(reg *spi.Registry) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		// After the first signal, restore the default behavior so that a
-		// second one ends the process at once.
-		<-ctx.Done()
-		stop()
-	}()
+	ctx, stop := signalContext(os.Interrupt, syscall.SIGTERM)
 	name := programName(os.Args[0])
 	shutdownTelemetry, err := setupTelemetry(ctx, name, os.Stderr)
 	if err != nil {
@@ -297,7 +292,7 @@ $` + envReadDatabaseURL + `), a hot standby that serves their reads.
 
 Exit codes: 0 success, 1 failure (an operation the state of its task or
 workflow does not allow included: nothing changed), 2 bad input (nothing was
-stored).`,
+stored), 130 when Ctrl-C stopped a wait (what was awaited runs on).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          cobra.NoArgs,

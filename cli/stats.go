@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -88,7 +87,7 @@ func (c *cli) newTasksWaitCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "wait ID",
-		Short: "Wait for a task to finish, showing its progress; exit 1 if it failed",
+		Short: "Wait for a task to finish, showing its progress; exit 1 if it failed, 130 on Ctrl-C",
 		Args:  exactArgs(1, "ID"),
 	}
 	db := addDBFlag(cmd)
@@ -109,17 +108,15 @@ func (c *cli) newTasksWaitCmd() *cobra.Command {
 			return err
 		}
 		defer closeClient()
+		waitCtx := ctx
 		if timeout > 0 {
 			var cancel func()
-			ctx, cancel = context.WithTimeout(ctx, timeout)
+			waitCtx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
-		t, err := c.awaitWithProgress(ctx, client, id)
-		switch {
-		case errors.Is(err, api.ErrNotFound):
-			return fmt.Errorf("task %s not found", id)
-		case err != nil:
-			return fmt.Errorf("wait for task %s: %w", id, err)
+		t, err := c.awaitWithProgress(waitCtx, client, id)
+		if err != nil {
+			return c.waitEnded(ctx, awaited{what: "task", id: id, show: "tasks"}, timeout, err)
 		}
 		if asJSON {
 			c.reg.RedactTask(&t)

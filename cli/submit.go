@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -47,7 +46,7 @@ offending field, stores nothing, and exits with code 2.
 
 With --wait, stint waits until the task has finished, showing its progress on
 standard error, and prints its result or error; it exits with code 1 if the
-task failed. With --json, the submission is printed as one line of JSON and,
+task failed. Ctrl-C stops waiting (exit code 130); the task runs on. With --json, the submission is printed as one line of JSON and,
 with --wait, the finished task as a second line.`,
 		Example: `  stint submit demo.echo --params '{"text":"hi"}' --wait
   stint submit demo.echo --params @params.json --id greeting-1 --delay 1m`,
@@ -149,13 +148,7 @@ func (c *cli) waitAndPrint(ctx context.Context, tasks api.Tasks, id api.TaskID, 
 	}
 	task, err := c.awaitWithProgress(waitCtx, tasks, id)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return fmt.Errorf("gave up waiting for task %s after %s; it is still there: see '%s tasks show %s'", id, o.timeout, c.name, id)
-		}
-		if errors.Is(err, api.ErrNotFound) {
-			return fmt.Errorf("task %s was removed while waiting for it", id)
-		}
-		return fmt.Errorf("wait for task %s: %w", id, err)
+		return c.waitEnded(ctx, awaited{what: "task", id: id, show: "tasks", submitted: true}, o.timeout, err)
 	}
 	if o.json {
 		c.reg.RedactTask(&task)

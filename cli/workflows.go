@@ -64,7 +64,7 @@ stored.`,
 		Args: exactArgs(1, "FILE"),
 	}
 	db := addDBFlag(cmd)
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the workflow to end, then show it; exit 1 unless it succeeded")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the workflow to end, then show it; exit 1 unless it succeeded, 130 on Ctrl-C (it runs on)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
 		req, err := readWorkflow(args[0], cmd.InOrStdin())
@@ -89,7 +89,7 @@ stored.`,
 		}
 		w, err := client.AwaitWorkflow(ctx, sub.ID)
 		if err != nil {
-			return err
+			return c.waitEnded(ctx, awaited{what: "workflow", id: sub.ID, show: "workflows", submitted: true}, 0, err)
 		}
 		if err := c.printWorkflow(w); err != nil {
 			return err
