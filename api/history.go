@@ -39,12 +39,13 @@ type HistoryPoint struct {
 	Succeeded int64 `json:"succeeded"`
 	Failed    int64 `json:"failed"`
 	Retried   int64 `json:"retried"`
-	// Sampled tells that Due and QueueLag were sampled in the bucket; a
-	// bucket in which no server node was up has no sample.
+	// Sampled tells that Due and QueueLag were sampled in the bucket
+	// (every 10 seconds while a server node is up); a bucket in which no
+	// server node was up has no sample.
 	Sampled bool `json:"sampled"`
-	// Due is the number of tasks that were due and waiting for a worker
-	// when the sample was taken, as Stats.Due counts them.
+	// Due is the most tasks that were due and waiting for a worker at
+	// one of the bucket's samples, as Stats.Due counts them.
 	Due int64 `json:"due"`
-	// QueueLag is how long the longest-waiting of them had been due.
+	// QueueLag is the longest any of them had been due at a sample.
 	QueueLag time.Duration `json:"queue_lag"`
 }

@@ -9,7 +9,8 @@ import (
 
 // historyLoop records this node's run ends in the database's history every
 // Maintenance.HistoryInterval, and offers to sample the backlog: one node
-// per minute takes the sample (see store.Store.RecordHistory). The counts
+// per 10 seconds takes the sample, and each minute keeps the largest (see
+// store.Store.RecordHistory). The counts
 // are kept in memory between records, so a run costs an atomic add, not a
 // write; a record that fails is retried with the counts of the next one.
 func (s *Server) historyLoop(ctx context.Context) {

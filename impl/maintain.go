@@ -28,8 +28,8 @@ type Maintenance struct {
 	Batch int
 	// HistoryInterval is how often the node adds the runs that ended on
 	// it to the dashboard's history in the database, and offers to sample
-	// the backlog and queue lag (one node per minute does). Defaults to
-	// 10 seconds.
+	// the backlog and queue lag (one node per 10 seconds does; a minute
+	// keeps the largest of its samples). Defaults to 10 seconds.
 	HistoryInterval time.Duration
 }
 

@@ -36,8 +36,8 @@ type HistoryCount struct {
 // whether it offers to sample the backlog.
 type HistoryRecord struct {
 	Counts []HistoryCount
-	// Sample asks to sample the due backlog and queue lag of the bucket,
-	// unless a node did already.
+	// Sample asks to sample the due backlog and queue lag, unless a node
+	// did already in the current 10-second slot.
 	Sample bool
 	// Behaviors are sampled with a zero backlog when none of their tasks
 	// is due, so that their charts show the zero rather than a gap.

@@ -419,10 +419,10 @@ type Store interface {
 	MetricStats(ctx context.Context) (Stats, error)
 	// RecordHistory adds r's run ends to the history's current bucket (of
 	// api.HistoryBucket, by the database clock). With r.Sample set, and
-	// when no node has sampled the bucket yet, it then samples the due
-	// backlog and queue lag of every behavior into the bucket and deletes
-	// the points older than api.HistoryRetention; it reports whether it
-	// took the sample.
+	// when no node has sampled the current 10-second slot yet, it then
+	// samples the due backlog and queue lag of every behavior, keeping in
+	// the bucket the largest of its samples, and deletes the points older
+	// than api.HistoryRetention; it reports whether it took the sample.
 	RecordHistory(ctx context.Context, r HistoryRecord) (sampled bool, err error)
 	// History reads the history of the last window.
 	History(ctx context.Context, window time.Duration) (api.History, error)

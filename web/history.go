@@ -42,11 +42,13 @@ type HistoryPoint struct {
 	Succeeded int64 `json:"succeeded"`
 	Failed    int64 `json:"failed"`
 	Retried   int64 `json:"retried"`
-	// Sampled tells whether Due and QueueLagMS were sampled in the bucket.
+	// Sampled tells whether Due and QueueLagMS were sampled in the bucket
+	// (every 10 seconds while a server node is up).
 	Sampled bool `json:"sampled"`
-	// Due is the number of tasks due and waiting for a worker.
+	// Due is the most tasks due and waiting for a worker at one of the
+	// bucket's samples.
 	Due int64 `json:"due"`
-	// QueueLagMS is how long the longest-waiting of them had been due.
+	// QueueLagMS is the longest any of them had been due at a sample.
 	QueueLagMS int64 `json:"queue_lag_ms"`
 }
 

@@ -17,8 +17,19 @@ import (
 
 // historyBucket is the SQL of the start of the history bucket that holds
 // a time: api.HistoryBucket wide, counted from the Unix epoch.
-func historyBucket(t string) string {
-	return fmt.Sprintf("date_bin('%d seconds', %s, timestamptz 'epoch')", int(api.HistoryBucket/time.Second), t)
+func historyBucket(t string) string { return historyBin(api.HistoryBucket, t) }
+
+// historySampleEvery is how often the backlog is sampled: the first node
+// to record in each slot this wide takes a sample, and a bucket keeps the
+// largest of its slots' samples. A backlog that comes and goes within a
+// minute shows in its bucket, where a single sample per bucket would miss
+// it.
+const historySampleEvery = 10 * time.Second
+
+// historyBin is the SQL of the start of the slot width wide that holds a
+// time, counted from the Unix epoch.
+func historyBin(width time.Duration, t string) string {
+	return fmt.Sprintf("date_bin('%d seconds', %s, timestamptz 'epoch')", int(width/time.Second), t)
 }
 
 // The statements that read and trim the history walk the primary keys,
@@ -39,7 +50,7 @@ const (
 var historyRetention = fmt.Sprintf("%d seconds", int(api.HistoryRetention/time.Second))
 
 // RecordHistory adds a node's run ends to the current bucket and samples
-// the backlog once per bucket; see store.Store. The counts are one
+// the backlog once per historySampleEvery; see store.Store. The counts are one
 // statement on their own: every node adds to the same rows, and a
 // transaction that also waited for the sample's row could deadlock with
 // the node that samples. Rows are written in behavior order, so that two
@@ -69,11 +80,11 @@ func (s *Store) RecordHistory(ctx context.Context, r store.HistoryRecord) (bool,
 	}
 	var sampled bool
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		// The first node to insert the bucket's sample row takes the
+		// The first node to insert the slot's sample row takes the
 		// sample; another one waits for its commit and inserts nothing.
 		var now time.Time
 		err := tx.QueryRow(ctx, `
-			INSERT INTO stint_history_sample (bucket) VALUES (`+historyBucket("now()")+`)
+			INSERT INTO stint_history_sample (bucket) VALUES (`+historyBin(historySampleEvery, "now()")+`)
 			ON CONFLICT DO NOTHING RETURNING taken_at`).Scan(&now)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
@@ -107,7 +118,8 @@ func (s *Store) RecordHistory(ctx context.Context, r store.HistoryRecord) (bool,
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO stint_history (bucket, behavior, due, lag_us)
 			SELECT `+historyBucket("now()")+`, u.* FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u
-			ON CONFLICT (bucket, behavior) DO UPDATE SET due = EXCLUDED.due, lag_us = EXCLUDED.lag_us`,
+			ON CONFLICT (bucket, behavior) DO UPDATE SET due = greatest(stint_history.due, EXCLUDED.due),
+				lag_us = greatest(stint_history.lag_us, EXCLUDED.lag_us)`,
 			names, counts, lags); err != nil {
 			return fmt.Errorf("record the sample: %w", err)
 		}

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,8 +12,9 @@ import (
 )
 
 // Every record adds its counts to the bucket's row; only the first sample
-// of a bucket is taken, and taking one trims points past the retention.
-func TestHistoryAddsCountsAndSamplesOncePerBucket(t *testing.T) {
+// of a sampling slot is taken, and taking one trims points past the
+// retention.
+func TestHistoryAddsCountsAndSamplesOncePerSlot(t *testing.T) {
 	t.Parallel()
 	ctx, st := openT(t)
 	submitT(t, ctx, st, store.NewTask{ID: "due-a"}, store.NewTask{ID: "due-b"}, store.NewTask{ID: "due-c"})
@@ -26,8 +28,8 @@ func TestHistoryAddsCountsAndSamplesOncePerBucket(t *testing.T) {
 	}
 	sampled, err := st.RecordHistory(ctx, rec)
 	require.NoError(t, err)
-	// The bucket may have turned between the two records: then the
-	// second one takes the new bucket's sample.
+	// The slot may have turned between the two records: then the second
+	// one takes the new slot's sample.
 	again, err := st.RecordHistory(ctx, rec)
 	require.NoError(t, err)
 	require.True(t, sampled)
@@ -56,9 +58,12 @@ func TestHistoryAddsCountsAndSamplesOncePerBucket(t *testing.T) {
 	require.Equal(t, int64(3), work.Due, "the three due tasks")
 	require.True(t, idle.Sampled, "a behavior with nothing due is sampled as zero")
 	require.Zero(t, idle.Due)
-	if buckets == 1 {
-		require.False(t, again, "one sample per bucket")
+	var slots int
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM stint_history_sample`).Scan(&slots))
+	if slots == 1 {
+		require.False(t, again, "one sample per slot")
 	}
+	require.LessOrEqual(t, buckets, 2)
 
 	var old int
 	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM stint_history WHERE bucket < now() - interval '24 hours'`).Scan(&old))
@@ -68,6 +73,48 @@ func TestHistoryAddsCountsAndSamplesOncePerBucket(t *testing.T) {
 		_, err := st.History(ctx, w)
 		require.ErrorIs(t, err, api.ErrInvalid, "window %s", w)
 	}
+}
+
+// A bucket keeps the largest backlog of its samples: a backlog that came
+// and went between two samples of a minute still shows in its point.
+func TestHistoryKeepsTheLargestSampleOfABucket(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	rec := store.HistoryRecord{Sample: true, Behaviors: []api.BehaviorID{semBehavior}}
+	// sample takes a sample whatever slot it is: the slots sampled before
+	// are forgotten, as when the next slot begins.
+	sample := func() {
+		t.Helper()
+		_, err := st.Pool().Exec(ctx, `DELETE FROM stint_history_sample`)
+		require.NoError(t, err)
+		sampled, err := st.RecordHistory(ctx, rec)
+		require.NoError(t, err)
+		require.True(t, sampled)
+	}
+	var ids []api.TaskID
+	for i := range 5 {
+		ids = append(ids, api.TaskID(fmt.Sprintf("peak-%d", i)))
+		submitT(t, ctx, st, store.NewTask{ID: ids[i]})
+	}
+	sample()
+	// Four are claimed: a claim deletes their hints.
+	_, err := st.Pool().Exec(ctx, `DELETE FROM stint_due WHERE id = ANY($1)`, ids[1:])
+	require.NoError(t, err)
+	sample()
+
+	h, err := st.History(ctx, time.Hour)
+	require.NoError(t, err)
+	var dues []int64
+	for _, p := range h.Points {
+		if p.Behavior == semBehavior && p.Sampled {
+			dues = append(dues, p.Due)
+		}
+	}
+	if len(dues) == 2 {
+		require.Equal(t, []int64{5, 1}, dues, "the minute turned between the samples: each has its own")
+		return
+	}
+	require.Equal(t, []int64{5}, dues, "5 due, then 1: the minute's point keeps 5")
 }
 
 // A task failed by hand counts in the history's bucket as a failure that
