@@ -14,7 +14,7 @@ import (
 )
 
 // The states counted per behavior, in the order the dashboard shows them.
-var countedStatuses = []api.Status{api.StatusScheduled, api.StatusRunning, api.StatusHeld, api.StatusSuccess, api.StatusFailure}
+var countedStatuses = []api.Status{api.StatusWaiting, api.StatusScheduled, api.StatusRunning, api.StatusHeld, api.StatusSuccess, api.StatusFailure}
 
 // StatsResponse is the answer of GET /api/v1/stats.
 type StatsResponse struct {

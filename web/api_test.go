@@ -422,7 +422,8 @@ func TestStatsAndNodes(t *testing.T) {
 	e.json(http.MethodGet, "/api/v1/stats", readToken, nil, http.StatusOK, &stats)
 	require.WithinDuration(t, time.Now(), stats.Now, time.Minute)
 	idle := queue(t, stats, idleKind.ID)
-	require.Equal(t, map[api.Status]int64{"scheduled": 3, "running": 0, "held": 0, "success": 0, "failure": 0}, idle.Counts)
+	require.Equal(t, map[api.Status]int64{"waiting": 0, "scheduled": 3, "running": 0, "held": 0, "success": 0, "failure": 0}, idle.Counts,
+		"every state, zeros included")
 	require.EqualValues(t, 3, idle.Total)
 	require.EqualValues(t, 3, idle.DueNow)
 	require.GreaterOrEqual(t, idle.OldestDueAgeMS, int64(0))
