@@ -298,3 +298,31 @@ func TestChangelogReleases(t *testing.T) {
 	require.NotEmpty(t, releases)
 	require.Empty(t, problems, "CHANGELOG.md")
 }
+
+// sectionPointer matches a pointer to a section in prose: the README's
+// "Upgrading", ARCHITECTURE.md's "Claim" or docs/database.md's "PgBouncer".
+var sectionPointer = regexp.MustCompile(`\b(README|ARCHITECTURE|CHANGELOG|docs/[a-z-]+)(?:\.md)?'s "([^"]+)"`)
+
+// Every pointer in prose to a page's section by its title ("see the
+// README's "Upgrading"") names a heading of that page: a section that
+// moved to another page leaves none behind. (Links are checked by
+// TestMarkdownLinksResolve.)
+func TestSectionPointersResolve(t *testing.T) {
+	t.Parallel()
+	var broken []string
+	for _, path := range markdownPages(t) {
+		for i, line := range readPage(t, path).prose {
+			for _, m := range sectionPointer.FindAllStringSubmatch(stripCodeSpans(line), -1) {
+				target := m[1] + ".md"
+				if _, err := os.Stat(filepath.Join(root, target)); err != nil {
+					broken = append(broken, fmt.Sprintf("%s:%d: %s: no such page", path, i+1, m[0]))
+					continue
+				}
+				if !readPage(t, target).anchors[anchor(m[2])] {
+					broken = append(broken, fmt.Sprintf("%s:%d: %s: no such heading in %s", path, i+1, m[0], target))
+				}
+			}
+		}
+	}
+	require.Empty(t, broken, "pointers to sections that are not there")
+}
