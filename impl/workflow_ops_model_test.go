@@ -30,7 +30,7 @@ var (
 // applies random operations to random workflows, nodes, workflows' own
 // tasks and plain tasks while nodes run, retry, wait, are held or are
 // cancelled: every operation of the table in docs/workflows.md, from
-// submits of taken ids to group holds and pauses. After each operation it
+// submits of taken ids to group holds, pauses and concurrency caps. After each operation it
 // checks the operation's answer against the table (what must be refused
 // is refused, and nothing answers but success, ErrConflict or
 // ErrNotFound) and, in one snapshot, the invariants: every waiting node's
@@ -196,7 +196,7 @@ func (s *opsSeq) step() (string, error) {
 		return name, err
 	}
 	other := workReq(workKind, WorkParams{Key: "other"})
-	switch op := s.rng.IntN(26); op {
+	switch op := s.rng.IntN(28); op {
 	case 0:
 		return "cancel " + string(wf), c.CancelWorkflow(ctx, wf)
 	case 1:
@@ -296,6 +296,11 @@ func (s *opsSeq) step() (string, error) {
 			return "open " + g, nil
 		}
 		return "nothing", nil
+	case 24:
+		max := 1 + s.rng.IntN(2)
+		return fmt.Sprint("cap at ", max), c.SetConcurrencyLimit(ctx, api.ConcurrencyLimit{Behavior: workKind.ID, Max: max})
+	case 25:
+		return "lift the cap", c.RemoveConcurrencyLimit(ctx, workKind.ID, "")
 	default:
 		// Let runs go on for a moment: the operations meet nodes in every
 		// state. Nothing waits on this for its correctness.
@@ -354,6 +359,9 @@ func (s *opsSeq) checkInvariants(when string) {
 func (s *opsSeq) finish() {
 	ctx, c := s.e.ctx, s.srv
 	require.NoError(s.t, c.Resume(ctx, workKind.ID))
+	if err := c.RemoveConcurrencyLimit(ctx, workKind.ID, ""); err != nil {
+		require.ErrorIs(s.t, err, api.ErrNotFound)
+	}
 	for k := range 2 {
 		require.NoError(s.t, c.ReleaseGroup(ctx, fmt.Sprint("grp-", k)))
 	}
