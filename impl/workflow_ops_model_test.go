@@ -83,6 +83,7 @@ type opsNode struct {
 	id       api.TaskID
 	behavior api.BehaviorID
 	share    bool
+	grown    bool // added by a growth: it exists once its grower ran
 }
 
 // runOpsSequence runs the sequence of seed and returns how many
@@ -146,7 +147,7 @@ func (s *opsSeq) submitWorkflow(id api.TaskID) {
 		s.nodes = append(s.nodes, opsNode{id: id + "/" + api.TaskID(node.Name), behavior: node.Task.Behavior, share: node.Task.Behavior == shareKind.ID})
 	}
 	if grows {
-		s.nodes = append(s.nodes, opsNode{id: id + "/g0", behavior: workKind.ID})
+		s.nodes = append(s.nodes, opsNode{id: id + "/g0", behavior: workKind.ID, grown: true})
 	}
 }
 
@@ -195,6 +196,15 @@ func (s *opsSeq) step() (string, error) {
 		require.ErrorIs(s.t, err, want, name)
 		return name, err
 	}
+	// mustNode is must for an operation on node, which may not exist
+	// yet: a node that a growth adds.
+	mustNode := func(name string, err error, want error) (string, error) {
+		s.t.Helper()
+		if node.grown && errors.Is(err, api.ErrNotFound) {
+			return name, err
+		}
+		return must(name, err, want)
+	}
 	other := workReq(workKind, WorkParams{Key: "other"})
 	switch op := s.rng.IntN(28); op {
 	case 0:
@@ -223,8 +233,17 @@ func (s *opsSeq) step() (string, error) {
 	case 10:
 		return "release " + string(node.id), c.Release(ctx, node.id)
 	case 11:
-		return must("remove "+string(node.id), c.Remove(ctx, node.id), api.ErrConflict)
-	case 12:
+		return mustNode("remove "+string(node.id), c.Remove(ctx, node.id), api.ErrConflict)
+	case 12, 13:
+		if node.grown {
+			// Before its growth, the id is free: a submit would take it.
+			return "nothing", nil
+		}
+		if op == 13 {
+			req := api.SubmitRequest{Behavior: "demo.echo", Params: []byte(`{"text":"x"}`), ID: node.id}
+			_, err := c.Submit(ctx, req)
+			return must("submit another behavior as "+string(node.id), err, api.ErrConflict)
+		}
 		req := workReq(workKind, WorkParams{Key: "again"})
 		if node.behavior != workKind.ID {
 			req = flowReq(plainKind, FlowParams{ID: "again"})
@@ -244,10 +263,6 @@ func (s *opsSeq) step() (string, error) {
 		}
 		_, err := c.Submit(ctx, req)
 		return must("resubmit "+string(node.id), err, api.ErrConflict)
-	case 13:
-		req := api.SubmitRequest{Behavior: "demo.echo", Params: []byte(`{"text":"x"}`), ID: node.id}
-		_, err := c.Submit(ctx, req)
-		return must("submit another behavior as "+string(node.id), err, api.ErrConflict)
 	case 14:
 		other.ID = wf
 		_, err := c.Submit(ctx, other)
