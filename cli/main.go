@@ -4,8 +4,10 @@
 //
 // It runs a development setup with an embedded PostgreSQL (dev), a server
 // node with the HTTP API and dashboard (server), applies the schema
-// (migrate), submits tasks and awaits their results (submit), and inspects
-// tasks (tasks), server nodes (nodes), ingest batches and replications.
+// (migrate), submits tasks and awaits their results (submit), inspects
+// tasks (tasks), server nodes (nodes), ingest batches and replications, and
+// steers the cluster: pauses behaviors (behaviors), holds group keys
+// (groups), sets limits (limits).
 // cmd/stint is Main with the built-in behaviors; a program registers its
 // own behaviors and calls Main with them from its func main (see Main's
 // example).
@@ -323,6 +325,8 @@ stored), 130 when Ctrl-C stopped a wait (what was awaited runs on).`,
 		c.newNodesCmd(),
 		c.newSchedulesCmd(),
 		c.newLimitsCmd(),
+		c.newBehaviorsCmd(),
+		c.newGroupsCmd(),
 		c.newStatsCmd(),
 		c.newIngestCmd(), c.newBatchesCmd(),
 		c.newReplicationsCmd(),
@@ -378,7 +382,7 @@ func unknownCommand(cmd *cobra.Command, word string) error {
 
 // commandLine matches the program's name where help text shows a command
 // line: "stint" before one of its commands or at the start of a line.
-var commandLine = regexp.MustCompile(`(^|[\s'"` + "`" + `(])stint( (?:dev|server|migrate|submit|tasks|nodes|schedules|stats|ingest|batches|replications|workflows)\b|\s|$)`)
+var commandLine = regexp.MustCompile(`(^|[\s'"` + "`" + `(])stint( (?:dev|server|migrate|submit|tasks|nodes|schedules|limits|behaviors|groups|stats|ingest|batches|replications|workflows|version)\b|\s|$)`)
 
 // nameProgram renames the program in the help of root and its
 // descendants, written for stint, to name: the command path, and every
