@@ -17,8 +17,8 @@ type Node struct {
 	HeartbeatAt time.Time    `json:"heartbeat_at"`
 	// Version is the stint version the node runs, as it registered: the
 	// module version, with the commit when the build names one ("v0.6.0",
-	// "devel (1a2b3c4d5e6f)"). Empty for a node of a version that did not
-	// record it.
+	// "v0.4.0+devel (1a2b3c4d5e6f)" for a build the toolchain did not
+	// version). Empty for a node of a version that did not record it.
 	Version string `json:"version,omitempty"`
 	// HeartbeatAge is how long before the listing, by the database's
 	// clock, the node last renewed its heartbeat.

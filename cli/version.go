@@ -46,10 +46,12 @@ func (c *cli) newVersionCmd() *cobra.Command {
 		Use:   "version",
 		Short: "Print stint's version, its commit and the schema it needs",
 		Long: `Print the version of stint in this binary (its module version: a release tag,
-a pseudo-version naming a commit, or "devel" for an unversioned build), the
-commit it was built from, the schema level it needs (the highest migration of
-each line, which 'stint migrate up' applies) and the Go release. --version
-prints the same.`,
+a pseudo-version naming a commit, or for a build the toolchain did not version,
+such as 'go run', the release of CHANGELOG.md its source holds marked +devel:
+` + buildinfo.Devel + `), the commit it was built from when the build says, the
+schema level it needs (the highest migration of each line, which 'stint
+migrate up' applies) and the Go release. --version prints the same; 'stint
+nodes ls' shows the version each node runs.`,
 		Args: exactArgs(0),
 		RunE: func(*cobra.Command, []string) error {
 			text, err := versionText()

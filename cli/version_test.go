@@ -5,6 +5,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +60,9 @@ func TestVersionSaysVersionCommitAndSchema(t *testing.T) {
 		require.Equal(t, exitOK, r.code, "%v: %s", args, r.stderr)
 		require.Regexp(t, want, r.stdout, "%v", args)
 		require.Empty(t, r.stderr, "%v", args)
+		// A test binary carries no VCS stamp: it names the release of
+		// CHANGELOG.md its source holds.
+		require.True(t, strings.HasPrefix(r.stdout, "stint "+buildinfo.Release+"+devel\n"), "%v: %s", args, r.stdout)
 	}
 	r := runSelf(t, "version", "extra")
 	require.Equal(t, exitUsage, r.code)
@@ -81,6 +85,7 @@ func TestNodesLsShowsVersions(t *testing.T) {
 	requireOK(t, r)
 	require.Regexp(t, `(?m)^ID\s+VERSION\s+HOST`, r.stdout)
 	require.Regexp(t, `(?m)^node-versioned\s+`+regexp.QuoteMeta(buildinfo.Read().String())+`\s`, r.stdout)
+	require.Regexp(t, `(?m)^node-versioned\s+`+regexp.QuoteMeta(buildinfo.Release)+`\+devel\s`, r.stdout, "a node names its release")
 	require.Regexp(t, `(?m)^node-unversioned\s+-\s+h\s`, r.stdout)
 
 	r = runCLI(ctx, "nodes", "ls", "--json", "--db", dsn)

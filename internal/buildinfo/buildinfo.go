@@ -11,9 +11,16 @@ import (
 // ModulePath is stint's module path.
 const ModulePath = "github.com/stinthq/stint"
 
-// Devel is the version of a build from a checkout that the toolchain could
-// not version (no VCS stamp, as in tests, or -buildvcs=false).
-const Devel = "devel"
+// Release is the newest release of stint whose changes this source holds:
+// the version of the newest release heading of CHANGELOG.md, which a test
+// checks. The commit of a release sets it to the new version.
+const Release = "v0.4.0"
+
+// Devel is the version of a build that the toolchain could not version
+// (go run, a build without a VCS stamp, as in tests, or with
+// -buildvcs=false): the release its source holds, marked as holding
+// what was added since, "v0.4.0+devel".
+const Devel = Release + "+devel"
 
 // Info says which stint a binary holds.
 type Info struct {
@@ -91,7 +98,7 @@ func From(bi *debug.BuildInfo) Info {
 // String names the version in one word or a few, as the nodes table keeps
 // it: the version, then the commit's first 12 digits when the version
 // does not name it already, and "modified" for a checkout with changes:
-// "v0.6.0", "devel (1a2b3c4d5e6f, modified)".
+// "v0.6.0", "v0.4.0+devel (1a2b3c4d5e6f, modified)".
 func (i Info) String() string {
 	short := i.Commit
 	if len(short) > 12 {

@@ -16,13 +16,13 @@ func TestFromReadsStintsVersionWhereverItIs(t *testing.T) {
 		want   Info
 		string string
 	}{
-		{"no build info", nil, Info{Version: Devel}, "devel"},
+		{"no build info", nil, Info{Version: Devel}, Devel},
 		{"stint built from a tag", &debug.BuildInfo{Main: debug.Module{Path: ModulePath, Version: "v0.6.0"},
 			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: "false"}}},
 			Info{Version: "v0.6.0", Commit: rev}, "v0.6.0 (1a2b3c4d5e6f)"},
 		{"stint from a checkout without a stamp", &debug.BuildInfo{Main: debug.Module{Path: ModulePath, Version: "(devel)"},
 			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: "true"}}},
-			Info{Version: Devel, Commit: rev, Modified: true}, "devel (1a2b3c4d5e6f, modified)"},
+			Info{Version: Devel, Commit: rev, Modified: true}, Release + "+devel (1a2b3c4d5e6f, modified)"},
 		{"stint at a pseudo-version", &debug.BuildInfo{Main: debug.Module{Path: ModulePath, Version: "v0.6.1-0.20261127224254-1a2b3c4d5e6f+dirty"},
 			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: "true"}}},
 			Info{Version: "v0.6.1-0.20261127224254-1a2b3c4d5e6f+dirty", Commit: rev, Modified: true},
@@ -36,9 +36,9 @@ func TestFromReadsStintsVersionWhereverItIs(t *testing.T) {
 			Info{Version: "v0.5.1-0.20261127224254-abcdefabcdef", Commit: "abcdefabcdef"}, "v0.5.1-0.20261127224254-abcdefabcdef"},
 		{"a program of one's own with stint replaced", &debug.BuildInfo{Main: debug.Module{Path: "example.com/acme"},
 			Deps: []*debug.Module{{Path: ModulePath, Version: "v0.5.0", Replace: &debug.Module{Path: "../stint", Version: ""}}}},
-			Info{Version: Devel}, "devel"},
+			Info{Version: Devel}, Devel},
 		{"a binary without stint", &debug.BuildInfo{Main: debug.Module{Path: "example.com/acme", Version: "v1.0.0"}},
-			Info{Version: Devel}, "devel"},
+			Info{Version: Devel}, Devel},
 	} {
 		got := From(tc.bi)
 		require.Equal(t, tc.want, got, tc.name)

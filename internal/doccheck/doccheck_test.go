@@ -15,6 +15,8 @@ import (
 	"unicode"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/internal/buildinfo"
 )
 
 // root is the repository's root, from this package's directory.
@@ -251,7 +253,8 @@ var releaseHeading = regexp.MustCompile(`^## (Unreleased|v\d+\.\d+\.\d+ \(\d{4}-
 
 // CHANGELOG.md has one heading per release, each opening with its
 // Breaking list (entries, or "None" and why) and then its Changes; between
-// entries there are only blank lines.
+// entries there are only blank lines. The newest release is the one the
+// code says it holds (buildinfo.Release), which binaries report.
 func TestChangelogReleases(t *testing.T) {
 	t.Parallel()
 	p := readPage(t, "CHANGELOG.md")
@@ -297,6 +300,14 @@ func TestChangelogReleases(t *testing.T) {
 	}
 	require.NotEmpty(t, releases)
 	require.Empty(t, problems, "CHANGELOG.md")
+	newest := ""
+	for _, line := range p.prose {
+		if m := releaseHeading.FindStringSubmatch(line); m != nil && m[1] != "Unreleased" {
+			newest, _, _ = strings.Cut(m[1], " ")
+			break
+		}
+	}
+	require.Equal(t, newest, buildinfo.Release, "internal/buildinfo.Release is the newest release of CHANGELOG.md")
 }
 
 // sectionPointer matches a pointer to a section in prose: the README's
