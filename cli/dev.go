@@ -29,6 +29,11 @@ const (
 	// devPortFile remembers the port of the last run, so that the DSN stays
 	// the same from one run to the next.
 	devPortFile = "port"
+	// devHTTPPortFile remembers the port the dashboard was served on, and
+	// devTokenFile (mode 0600) the admin token of its link, so that the
+	// link stays good from one run to the next.
+	devHTTPPortFile = "http-port"
+	devTokenFile    = "token"
 	// devDatabase is the database dev creates and uses.
 	devDatabase = "stint"
 )
@@ -58,8 +63,12 @@ kept in DATA/pgdata (or, when dev runs as root and PostgreSQL's unprivileged
 user cannot enter DATA, in /var/lib/stint-dev/<hash of DATA>/pgdata; dev says
 so), a database named stint with the schema migrated, and a server node
 running every built-in behavior.
-It prints the database URL to use with the other commands, submits a demo.echo
-task so that a round trip shows in the log, and runs until SIGINT or SIGTERM.
+It prints the database URL to use with the other commands and a link to the
+dashboard, runs its demo.echo task (stint-dev-demo) so that a round trip shows
+in the log, submits a demo ingest batch unless an earlier run's is there, and
+runs until SIGINT or SIGTERM. DATA keeps what the URL and the link hold from
+one run to the next: the ports, and the link's admin token (DATA/token, mode
+0600) unless tokens are given.
 
 If a PostgreSQL server already runs in DATA/pgdata (another 'stint dev', or a
 detached one), it is reused and left running at the end; otherwise dev stops
@@ -95,6 +104,9 @@ func (c *cli) runDev(ctx context.Context, o *devOptions) (err error) {
 	}
 	dir, pgdata, err := c.devDirs(o.data)
 	if err != nil {
+		return err
+	}
+	if err := httpSrv.useDevState(dir); err != nil {
 		return err
 	}
 	cluster, err := c.startCluster(ctx, dir, pgdata, o.port)
@@ -268,10 +280,14 @@ func ensureDatabase(ctx context.Context, adminDSN, name string) error {
 	return nil
 }
 
-// demoRoundTrip submits a demo.echo task and logs its result, to show a
+// devDemoTask is the id of dev's demo.echo task: each run submits it
+// again, which runs it again, and adds no task.
+const devDemoTask api.TaskID = "stint-dev-demo"
+
+// demoRoundTrip submits the demo.echo task and logs its result, to show a
 // round trip through the database.
 func (c *cli) demoRoundTrip(ctx context.Context, tasks api.Tasks) {
-	f, err := api.Submit(ctx, tasks, demo.Echo, demo.EchoParams{Text: "hello from stint dev"})
+	f, err := api.Submit(ctx, tasks, demo.Echo, demo.EchoParams{Text: "hello from stint dev"}, api.WithID(devDemoTask))
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Error(c.name+" dev: submit the demo task", "err", err)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/internal/pgcluster"
 	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/internal/syncbuf"
@@ -100,25 +102,55 @@ func TestDevRoundTripAndRestart(t *testing.T) {
 	requireOK(t, r)
 	require.Contains(t, r.stdout, `"text": "hi"`)
 
-	// dev's own demo task makes its round trip too.
-	waitFor(t, 30*time.Second, "the demo round trip", func() bool {
-		return regexp.MustCompile(`round trip done.*result="hello from stint dev"`).MatchString(dev.stderr.String())
+	// dev's own demo task makes its round trip too, and the demo batch is
+	// submitted.
+	roundTrip := regexp.MustCompile(`round trip done.*result="hello from stint dev"`)
+	waitFor(t, 30*time.Second, "the demo round trip", func() bool { return roundTrip.MatchString(dev.stderr.String()) })
+	waitFor(t, 30*time.Second, "the demo batch", func() bool {
+		return strings.Contains(dev.stderr.String(), "submitted a demo ingest batch")
 	})
+	// The dashboard's link holds a token dev keeps, readable by its user
+	// alone.
+	link := dashboardLine.FindString(dev.stdout.String())
+	require.NotEmpty(t, link, dev.stdout.String())
+	info, err := os.Stat(filepath.Join(dir, "token"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	token, err := os.ReadFile(filepath.Join(dir, "token"))
+	require.NoError(t, err)
+	require.Contains(t, link, "#token="+strings.TrimSpace(string(token)))
 
 	dev.shutdown(t)
 	require.False(t, pgcluster.Running(pgdata), "dev should stop the PostgreSQL it started")
 	require.Contains(t, dev.stderr.String(), "server stopped")
 
-	// A second run keeps the data and, the port being free, the DSN.
+	// A second run keeps the data and, the ports being free, the DSN and
+	// the dashboard's link; it runs the demo task again and leaves the
+	// demo batch as it is: neither adds a task.
 	dev2 := startDev(ctx, dir)
 	t.Cleanup(dev2.stop)
 	require.Equal(t, dsn, dev2.waitReady(t, restart))
+	require.Equal(t, link, dashboardLine.FindString(dev2.stdout.String()), "the link stays good")
+	waitFor(t, 30*time.Second, "the demo round trip", func() bool { return roundTrip.MatchString(dev2.stderr.String()) })
+	waitFor(t, 30*time.Second, "the demo batch to be found", func() bool {
+		return strings.Contains(dev2.stderr.String(), "the demo batch of an earlier run is there")
+	})
 	r = runCLI(ctx, "tasks", "ls", "--status", "success", "--json", "--db", dsn)
 	requireOK(t, r)
 	require.Regexp(t, `"text": "hi"`, r.stdout, "the first run's task should still be there")
+	for behavior, want := range map[string]int{"demo.echo": 2, "ingest.batch": 1} {
+		r = runCLI(ctx, "tasks", "ls", "--behavior", behavior, "--json", "--db", dsn)
+		requireOK(t, r)
+		var page api.Page
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+		require.Len(t, page.Tasks, want, "%s: %s", behavior, r.stdout)
+	}
 	dev2.shutdown(t)
 	require.False(t, pgcluster.Running(pgdata))
 }
+
+// dashboardLine matches the dashboard's link that dev prints.
+var dashboardLine = regexp.MustCompile(`(?m)^dashboard: \S+$`)
 
 // TestDevWithoutPostgres runs dev where no PostgreSQL can be found or
 // installed.

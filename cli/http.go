@@ -10,7 +10,10 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -77,11 +80,16 @@ type httpServer struct {
 	addr   string
 	tokens *web.Tokens
 	noAuth bool
-	// devToken is a token made up by dev when none was given, printed in
-	// the dashboard link.
-	devToken string
-	// fallback lets dev move to a free port when its default one is taken.
+	// devToken is the admin token of dev when none was given, printed in
+	// the dashboard link; wantDevToken says dev needs one (see
+	// useDevState).
+	devToken     string
+	wantDevToken bool
+	// fallback lets dev move to a free port when its default one is
+	// taken; portFile, if set, remembers the port dev served on, which
+	// its next run tries first.
 	fallback bool
+	portFile string
 	// metrics serves /metrics; nil serves none.
 	metrics *httpMetrics
 	// cert, if set, is served: HTTPS.
@@ -94,8 +102,9 @@ type httpServer struct {
 }
 
 // prepareHTTP checks the HTTP flags and reads the tokens; it returns nil
-// when HTTP is off. Without tokens, dev makes up an admin token, and server
-// refuses unless --insecure-no-auth is given.
+// when HTTP is off. Without tokens, dev uses an admin token of its own
+// (see useDevState), and server refuses unless --insecure-no-auth is
+// given.
 func (c *cli) prepareHTTP(o *httpOptions, dev bool) (*httpServer, error) {
 	if o.addr == "" || o.addr == "off" {
 		if len(o.tokens) > 0 || o.tokenFile != "" || o.noAuth || o.tlsCert != "" || o.tlsKey != "" || o.insecureHTTP {
@@ -132,14 +141,7 @@ func (c *cli) prepareHTTP(o *httpOptions, dev bool) (*httpServer, error) {
 	case o.noAuth:
 		s.tokens = nil
 	case s.tokens.Len() == 0 && dev:
-		b := make([]byte, 24)
-		if _, err := rand.Read(b); err != nil {
-			return nil, fmt.Errorf("make a dev token: %w", err)
-		}
-		s.devToken = hex.EncodeToString(b)
-		if err := s.tokens.Add(web.RoleAdmin, s.devToken); err != nil {
-			return nil, fmt.Errorf("make a dev token: %w", err)
-		}
+		s.wantDevToken = true
 	case s.tokens.Len() == 0:
 		return nil, usageErrorf("--http needs API tokens: give --token-file FILE or $%s (ROLE:TOKEN entries), or run without auth with --insecure-no-auth", envTokens)
 	}
@@ -276,12 +278,7 @@ func (s *httpServer) start(client *impl.Client, reg *spi.Registry) error {
 	if err != nil {
 		return fmt.Errorf("start HTTP: %w", err)
 	}
-	ln, err := net.Listen("tcp", s.addr)
-	if err != nil && s.fallback {
-		log.Warn(s.c.name+" http: the default address is taken; using a free port", "addr", s.addr, "err", err)
-		host, _, _ := net.SplitHostPort(s.addr)
-		ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
-	}
+	ln, err := s.listen()
 	if err != nil {
 		return fmt.Errorf("start HTTP: %w", err)
 	}
@@ -314,6 +311,101 @@ func (s *httpServer) start(client *impl.Client, reg *spi.Registry) error {
 	}
 	return nil
 }
+
+// listen binds s's address. With fallback, dev tries the port of its
+// previous run first (remembered in portFile), then the default address,
+// then a free port, and remembers the port it got: a link to the
+// dashboard stays good from one run to the next.
+func (s *httpServer) listen() (net.Listener, error) {
+	if !s.fallback {
+		return net.Listen("tcp", s.addr)
+	}
+	host, _, _ := net.SplitHostPort(s.addr)
+	var ln net.Listener
+	var err error
+	if previous := readPort(s.portFile); previous != 0 {
+		ln, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(previous)))
+	}
+	if ln == nil {
+		ln, err = net.Listen("tcp", s.addr)
+	}
+	if err != nil {
+		s.c.log.Warn(s.c.name+" http: the default address is taken; using a free port", "addr", s.addr, "err", err)
+		ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.portFile != "" {
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		if err := os.WriteFile(s.portFile, []byte(port+"\n"), 0o644); err != nil {
+			s.c.log.Warn(s.c.name+" http: cannot remember the port for the next run", "err", err)
+		}
+	}
+	return ln, nil
+}
+
+// useDevState keeps what dev's dashboard link holds from one run to the
+// next in dev's data directory dir: the port it serves on, and, unless
+// tokens were given, its admin token (made and stored, mode 0600, by the
+// first run).
+func (s *httpServer) useDevState(dir string) error {
+	if s == nil {
+		return nil
+	}
+	if s.fallback {
+		s.portFile = filepath.Join(dir, devHTTPPortFile)
+	}
+	if !s.wantDevToken {
+		return nil
+	}
+	token, err := s.c.devToken(filepath.Join(dir, devTokenFile))
+	if err != nil {
+		return err
+	}
+	if err := s.tokens.Add(web.RoleAdmin, token); err != nil {
+		return fmt.Errorf("dev token in %s: %w", filepath.Join(dir, devTokenFile), err)
+	}
+	s.devToken = token
+	return nil
+}
+
+// devToken returns the admin token stored in the file at path, making
+// it mode 0600 when others could read it; it makes and stores a token
+// when there is none, or none that is well formed.
+func (c *cli) devToken(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		token := strings.TrimSpace(string(b))
+		if devTokenForm.MatchString(token) {
+			if info, err := os.Stat(path); err == nil && info.Mode().Perm() != 0o600 {
+				if err := os.Chmod(path, 0o600); err != nil {
+					return "", fmt.Errorf("make the dev token private: %w", err)
+				}
+			}
+			return token, nil
+		}
+		c.log.Warn(c.name+" dev: the stored dev token is malformed; making a new one", "file", path)
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("make a dev token: %w", err)
+	}
+	token := hex.EncodeToString(b)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("store the dev token: %w", err)
+	}
+	_, err = f.WriteString(token + "\n")
+	err = errors.Join(err, f.Chmod(0o600), f.Close())
+	if err != nil {
+		return "", fmt.Errorf("store the dev token: %w", err)
+	}
+	return token, nil
+}
+
+// devTokenForm is the form of the tokens dev makes: 24 random bytes in
+// hex.
+var devTokenForm = regexp.MustCompile(`^[0-9a-f]{48}$`)
 
 // displayAddr returns a listener's address as a browser should use it:
 // the unspecified address becomes localhost.

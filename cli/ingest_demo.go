@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -30,6 +31,10 @@ type ingestDemo struct {
 
 // demoProfile is the profile of the demo batch.
 const demoProfile = "demo"
+
+// demoBatch is the id of the demo batch, which dev submits when it is not
+// there: once, until the cleanup deletes it.
+const demoBatch api.TaskID = "stint-dev-demo-batch"
 
 // prepareIngestDemo starts the demo's file server and configures the
 // ingest behaviors of dev: storage under dataDir/ingest, the inventory in
@@ -105,8 +110,18 @@ func (d *ingestDemo) run(ctx context.Context, c *cli, tasks api.Tasks) {
 		c.log.Error(c.name+" dev: no demo batch", "err", d.err)
 		return
 	}
+	switch _, err := tasks.Get(ctx, demoBatch); {
+	case err == nil:
+		c.log.Info(c.name+" dev: the demo batch of an earlier run is there: see '"+c.name+" batches show "+string(demoBatch)+"'", "id", demoBatch)
+		return
+	case !errors.Is(err, api.ErrNotFound):
+		if ctx.Err() == nil {
+			c.log.Error(c.name+" dev: look for the demo batch", "err", err)
+		}
+		return
+	}
 	f, err := ingest.SubmitBatch(ctx, tasks, ingest.BatchParams{Submitter: "stint dev", Profile: demoProfile,
-		Title: "stint dev demo", Manifest: d.manifest})
+		Title: "stint dev demo", Manifest: d.manifest}, api.WithID(demoBatch))
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Error(c.name+" dev: submit the demo batch", "err", err)
