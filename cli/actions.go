@@ -45,7 +45,7 @@ good. Its error says it was failed by hand, with the reason; its parent counts
 it as ended, and its awaiters and subscribers see a final failure. A running
 task is refused: its run owns its outcome (rm halts it). retry runs a failed
 task again.`
-			cmd.Example = `  stint tasks fail 0190a1b2-... --reason "the source file is known to be corrupt"`
+			cmd.Example = `  stint tasks fail greeting-1 --reason "the source file is known to be corrupt"`
 			cmd.Flags().StringVar(&reason, "reason", "", "why the task is failed (required; it is stored in the task's error)")
 		}
 		cmd.RunE = func(cmd *cobra.Command, args []string) error {

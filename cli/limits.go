@@ -190,7 +190,7 @@ behavior with fair share, and --max 0 keeps the policy's cap. A behavior this
 program does not register and no live node runs is refused, as a typo would
 be: --force sets the cap anyway, for a behavior whose nodes are not deployed
 yet.`,
-		Example: `  stint limits set concurrency report.build --max 4
+		Example: `  stint limits set concurrency demo.echo --max 4
   stint limits set concurrency ingest.job --key acme --max 2 --weight 3`,
 		Args: exactArgs(1, "BEHAVIOR"),
 	}

@@ -92,8 +92,8 @@ func (c *cli) newSchedulesAddCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "add NAME BEHAVIOR --spec SPEC",
 		Short: "Add a schedule, or replace the added schedule of that name",
-		Example: `  stint schedules add nightly-report report.build --spec '0 3 * * *' --zone Europe/Berlin --params '{"kind":"daily"}'
-  stint schedules add poll-feeds feeds.poll --spec '@every 5m'`,
+		Example: `  stint schedules add nightly-echo demo.echo --spec '0 3 * * *' --zone Europe/Berlin --params '{"text":"nightly"}'
+  stint schedules add poll-echo demo.echo --spec '@every 5m' --params '{"text":"poll"}'`,
 		Args: exactArgs(2, "NAME", "BEHAVIOR"),
 	}
 	db := addDBFlag(cmd)

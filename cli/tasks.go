@@ -56,7 +56,7 @@ func (c *cli) newTasksLsCmd() *cobra.Command {
 tasks match, the last line names the cursor to pass as --after for the next page
 (with --json, the "next" field).`,
 		Example: `  stint tasks ls --behavior demo.echo --status failure
-  stint tasks ls --limit 500 --after 0190a1b2-...`,
+  stint tasks ls --limit 500 --after greeting-1`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.runTasksLs(cmd, o)
