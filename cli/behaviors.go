@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
-	"github.com/stinthq/stint/internal/timefmt"
 	"github.com/stinthq/stint/spi"
 )
 
@@ -47,9 +45,9 @@ type behaviorRow struct {
 	Registered bool `json:"registered"`
 	// Paused is set while an operator paused it.
 	Paused bool `json:"paused"`
-	// Lease is the lease set at runtime in place of its policy's, in
-	// nanoseconds; 0 keeps the policy's.
-	Lease time.Duration `json:"lease,omitempty"`
+	// Lease is the lease set at runtime in place of its policy's, as Go
+	// writes a duration ("1m0s"); empty keeps the policy's.
+	Lease string `json:"lease,omitempty"`
 	// Nodes are the registered nodes that run it.
 	Nodes []string `json:"nodes"`
 }
@@ -66,7 +64,7 @@ when one was set at runtime (else its policy's applies), and the nodes that run
 it.`,
 		Args: exactArgs(0),
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the behaviors as JSON (leases in nanoseconds)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the behaviors as JSON")
 	return c.withClient(cmd, func(ctx context.Context, client *impl.Client, _ []string) error {
 		rows, err := c.behaviorRows(ctx, client)
 		if err != nil {
@@ -84,8 +82,8 @@ it.`,
 			if b.Paused {
 				paused = "yes"
 			}
-			if b.Lease > 0 {
-				lease = timefmt.Duration(b.Lease)
+			if b.Lease != "" {
+				lease = b.Lease
 			}
 			nodes := orDash(strings.Join(b.Nodes, ","))
 			if !b.Registered {
@@ -124,7 +122,10 @@ func (c *cli) behaviorRows(ctx context.Context, client *impl.Client) ([]behavior
 	}
 	for _, s := range settings {
 		r := row(s.Behavior)
-		r.Paused, r.Lease = s.Paused, s.Lease
+		r.Paused = s.Paused
+		if s.Lease > 0 {
+			r.Lease = s.Lease.String()
+		}
 	}
 	for _, n := range nodes {
 		for _, b := range n.Behaviors {
