@@ -92,6 +92,10 @@ type Task struct {
 	// runs again when the current run ends.
 	Resubmit bool   `json:"resubmit,omitempty"`
 	ParentID TaskID `json:"parent_id,omitempty"`
+	// Version is the version of the behavior that submitted the task
+	// (spi.Policy.Version); zero when it has none. Only a node whose
+	// version of the behavior is the same or newer runs the task.
+	Version int `json:"version,omitempty"`
 	// ChildrenPending counts the children spawned by this task that have
 	// not ended yet.
 	ChildrenPending int    `json:"children_pending,omitempty"`

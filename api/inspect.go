@@ -8,13 +8,16 @@ import "time"
 
 // Node is a registered server node.
 type Node struct {
-	ID          string       `json:"id"`
-	Host        string       `json:"host"`
-	PID         int          `json:"pid"`
-	Behaviors   []BehaviorID `json:"behaviors"`
-	MaxWorkers  int          `json:"max_workers"`
-	StartedAt   time.Time    `json:"started_at"`
-	HeartbeatAt time.Time    `json:"heartbeat_at"`
+	ID        string       `json:"id"`
+	Host      string       `json:"host"`
+	PID       int          `json:"pid"`
+	Behaviors []BehaviorID `json:"behaviors"`
+	// BehaviorVersions holds the version (spi.Policy.Version) of each
+	// behavior the node runs that has one; the others are version 0.
+	BehaviorVersions map[BehaviorID]int `json:"behavior_versions,omitempty"`
+	MaxWorkers       int                `json:"max_workers"`
+	StartedAt        time.Time          `json:"started_at"`
+	HeartbeatAt      time.Time          `json:"heartbeat_at"`
 	// Version is the stint version the node runs, as it registered: the
 	// module version, with the commit when the build names one ("v0.6.0",
 	// "v0.4.0+devel (1a2b3c4d5e6f)" for a build the toolchain did not

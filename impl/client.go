@@ -259,6 +259,7 @@ func (c *Client) List(ctx context.Context, f api.Filter) (api.Page, error) {
 		return page, err
 	}
 	c.flowWaits(ctx, page.Tasks)
+	c.versionWaits(ctx, page.Tasks)
 	return page, nil
 }
 

@@ -114,6 +114,7 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 		Retention: req.Retention,
 		RateUses:  uses,
 		Unique:    unique,
+		Version:   reg.Policy.Version,
 	}, reg, nil
 }
 

@@ -52,6 +52,9 @@ func runChildNode() {
 		if n, _ := strconv.Atoi(os.Getenv(envChildSubmit)); n > 0 {
 			spi.MustRegister[KeyParams, struct{}](reg, seed{n: n})
 		}
+		if r := childRelease(); r > 0 {
+			registerGreet(reg, r, st.Pool(), node)
+		}
 		return impl.NewServer(st, impl.ServerConfig{Node: node, Registry: reg, PollInterval: 100 * time.Millisecond})
 	})
 }

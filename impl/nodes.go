@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -79,6 +80,15 @@ func (c *Client) checkKnownBehavior(ctx context.Context, b api.BehaviorID) error
 // on a limit, not due, running, held or finished is left as it is, as is
 // t when the database cannot say.
 func (c *Client) nodeWait(ctx context.Context, t *api.Task) {
+	if t.Waiting == nil && t.Version > 0 && waitsToRun(*t) {
+		nodes, err := c.liveNodes(ctx)
+		if err != nil {
+			return
+		}
+		if t.Waiting = versionWait(nodes, t.Behavior, t.Version); t.Waiting != nil {
+			return
+		}
+	}
 	if t.Waiting != nil || t.Status == api.StatusRunning || t.Status == api.StatusHeld || t.Finished() ||
 		t.ScheduleNotBefore == nil || t.ScheduleNotBefore.After(time.Now()) {
 		return
@@ -122,4 +132,57 @@ func (c *Client) nodeWait(ctx context.Context, t *api.Task) {
 		busy[i] = fmt.Sprintf("%s runs %d of %d", n.ID, r, n.MaxWorkers)
 	}
 	t.Waiting = &api.Wait{Reason: api.WaitNodesFull, Limit: string(t.Behavior), Detail: strings.Join(busy, "; ")}
+}
+
+// waitsToRun reports whether t waits for a run: scheduled, or waiting for
+// a retry or its next recurrence.
+func waitsToRun(t api.Task) bool {
+	return t.ScheduleNotBefore != nil && (t.Status == api.StatusScheduled || t.Status == api.StatusSuccess || t.Status == api.StatusFailure)
+}
+
+// versionWait returns the wait of a task of version v of behavior b when
+// live nodes run b but none at version v or newer (api.WaitNoNode, saying
+// which versions they run), and nil otherwise: no live node runs b at all
+// is nodeWait's to say.
+func versionWait(nodes []api.Node, b api.BehaviorID, v int) *api.Wait {
+	var have []int
+	for _, n := range nodes {
+		if !runsBehavior(n, b) {
+			continue
+		}
+		if n.BehaviorVersions[b] >= v {
+			return nil
+		}
+		have = append(have, n.BehaviorVersions[b])
+	}
+	if len(have) == 0 {
+		return nil
+	}
+	slices.Sort(have)
+	runs := make([]string, 0, len(have))
+	for _, h := range slices.Compact(have) {
+		runs = append(runs, strconv.Itoa(h))
+	}
+	return &api.Wait{Reason: api.WaitNoNode, Limit: string(b),
+		Detail: fmt.Sprintf("no live node runs %s version %d (nodes run %s)", b, v, strings.Join(runs, ", "))}
+}
+
+// versionWaits sets the waits of the tasks of a page that wait for a node
+// of a newer release (see versionWait).
+func (c *Client) versionWaits(ctx context.Context, tasks []api.Task) {
+	var nodes []api.Node
+	read := false
+	for i, t := range tasks {
+		if t.Waiting != nil || t.Version == 0 || !waitsToRun(t) {
+			continue
+		}
+		if !read {
+			var err error
+			if nodes, err = c.liveNodes(ctx); err != nil {
+				return
+			}
+			read = true
+		}
+		tasks[i].Waiting = versionWait(nodes, t.Behavior, t.Version)
+	}
 }

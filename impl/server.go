@@ -109,7 +109,10 @@ type ServerConfig struct {
 // with NewServer, then Start it; Stop it to finish or release its runs.
 type Server struct {
 	*Client
-	cfg       ServerConfig
+	cfg ServerConfig
+	// newer holds the behaviors and versions ("b@v") of the tasks the
+	// node left for a newer release (see leaveForNewer), each logged once.
+	newer     sync.Map
 	behaviors []*spi.Registration
 	minLease  time.Duration
 	// schedules are those the behaviors declare, stored at Start.
@@ -412,8 +415,17 @@ func (s *Server) registerAll(ctx context.Context) error {
 // register records the node in the nodes table.
 func (s *Server) register(ctx context.Context) error {
 	host, _ := os.Hostname()
+	var versions map[api.BehaviorID]int
+	for _, b := range s.behaviors {
+		if b.Policy.Version > 0 {
+			if versions == nil {
+				versions = map[api.BehaviorID]int{}
+			}
+			versions[b.ID] = b.Policy.Version
+		}
+	}
 	return s.st.RegisterNode(ctx, store.Node{ID: s.cfg.Node, Host: host, PID: os.Getpid(),
-		Behaviors: s.behaviorIDs(), MaxWorkers: s.cfg.MaxWorkers, Version: s.cfg.Version})
+		Behaviors: s.behaviorIDs(), BehaviorVersions: versions, MaxWorkers: s.cfg.MaxWorkers, Version: s.cfg.Version})
 }
 
 func (s *Server) behaviorIDs() []api.BehaviorID {

@@ -156,7 +156,8 @@ func jsonError(err error) error {
 		return api.Invalid("params", "not valid JSON: it ends too early")
 	}
 	if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
-		return api.Invalid("params."+strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`), "unknown field")
+		return &api.InvalidError{Field: "params." + strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`),
+			Reason: "unknown field", Err: ErrUnknownField}
 	}
 	// What is left comes from the params type's own UnmarshalJSON: the JSON
 	// was fine, its check was not.
@@ -289,3 +290,9 @@ func validateParams(p any) error {
 	}
 	return nil
 }
+
+// ErrUnknownField is the error of params that name a field the params
+// type has no place for. It wraps api.ErrInvalid. Met at run time, by a
+// node whose release is older than the submitter's, it gives the task
+// back for a node that knows the field rather than failing it.
+var ErrUnknownField = fmt.Errorf("unknown field: %w", api.ErrInvalid)

@@ -98,6 +98,15 @@ type Policy struct {
 	// submit that names it, and operators change it at runtime from there.
 	// A submit naming a limit neither stored nor declared is refused.
 	RateLimits []api.RateLimit
+	// Version is the behavior's version: a release raises it when its
+	// params or results change so that the release before cannot read
+	// them (a field added, a meaning changed). Each task records the
+	// version of the behavior that submitted it, and a node runs a task
+	// only when its own version of the behavior is the task's or newer:
+	// during a rolling deploy, a node of the old release gives a newer
+	// task back, without counting an attempt, for a node of the new one.
+	// Zero, the default, is the version of a behavior that never set one.
+	Version int
 	// Rotation, when set, makes the behavior's tasks preemptible: each node
 	// runs at most Rotation.MaxRunning of them and, while others wait,
 	// stops the longest-running ones in turn (the CouchDB replicator's

@@ -40,6 +40,9 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 	if pol.ClusterConcurrency < 0 {
 		return fmt.Errorf("register behavior %s: ClusterConcurrency %d is negative", id, pol.ClusterConcurrency)
 	}
+	if pol.Version < 0 {
+		return fmt.Errorf("register behavior %s: Version %d is negative", id, pol.Version)
+	}
 	reg := &Registration{ID: id, Policy: pol.WithDefaults(), ids: NewIDs(id)}
 	reg.decode = func(raw json.RawMessage) (any, error) {
 		var p P

@@ -73,6 +73,11 @@ type NewTask struct {
 	// controlled path (ClaimRequest.Flow). Stored with the task, and
 	// replaced only where its params are.
 	RateUses []RateUse
+	// Version is the version of the behavior that submitted the task
+	// (spi.Policy.Version): only a node whose version of the behavior is
+	// the same or newer runs it. Stored with the task, and replaced only
+	// where its params are.
+	Version int
 	// Unique says that ID was made for this submit (a new UUIDv7), so
 	// that no stored task has it: the store may insert the task without
 	// looking for one to merge with. Should one exist after all, the
@@ -154,6 +159,9 @@ type Claimed struct {
 	// Resubmitted tells that the run is one a submit asked for while the
 	// task was running (the resubmit flag of the run before).
 	Resubmitted bool
+	// Version is the version of the behavior that submitted the task:
+	// a node whose own version is older gives the task back unrun.
+	Version int
 }
 
 // LocalStart offers a statement that makes tasks due the slots of the
@@ -306,6 +314,10 @@ type Store interface {
 	// delay it. With behind it is due now instead, behind the tasks that
 	// wait (a rotation's stop).
 	Unclaim(ctx context.Context, refs []LeaseRef, behind bool) error
+	// Postpone is Unclaim for runs their node cannot begin (a task of a
+	// newer version of its behavior): the tasks are due after delay, so
+	// that the node does not claim them straight back.
+	Postpone(ctx context.Context, refs []LeaseRef, delay time.Duration) error
 	// Spawn submits children of the running task parent, fenced by its
 	// lease: a stale parent spawns nothing and gets api.ErrHalt. Children
 	// created by the call count as the parent's pending children.

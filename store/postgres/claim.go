@@ -117,13 +117,13 @@ WITH cfg AS MATERIALIZED (
     FROM hint h, cfg
     WHERE ` + hintProbe("t", "h") + ` AND t.behavior = cfg.behavior
     RETURNING t.id, t.lease, t.behavior, t.params, t.progress, t.attempt, t.errors, t.priority,
-        t.parent_id, t.group_key, t.trace, cfg.lease_us, cfg.at, t.resubmitted, t.schedule_not_before AS due` + returned + `
+        t.parent_id, t.group_key, t.trace, cfg.lease_us, cfg.at, t.resubmitted, t.schedule_not_before AS due, t.version` + returned + `
 ), leases AS (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids, task_count, behavior)
     SELECT lease, $1, max(at) + max(lease_us) * interval '1 microsecond', array_agg(id), count(*), min(behavior) FROM claimed GROUP BY lease
 ), feed AS (` + feedInsert("claimed", "'running'::text", "false") + `)
 SELECT id, lease, behavior, params, progress, attempt, errors, priority,
-    coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us, resubmitted` + extra + `
+    coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us, resubmitted, coalesce(version, 0)` + extra + `
 FROM claimed` + order
 }
 
@@ -282,7 +282,7 @@ func (s *Store) scanClaimed(rows pgx.Rows, limit int, behaviors []string, uses *
 		var id, behavior, params, progress, rateUses pgtype.DriverBytes
 		var leaseUS int64
 		dest := []any{&id, &c.Lease, &behavior, &params, &progress, &c.Attempt, &c.Errors,
-			&c.Priority, &c.ParentID, &c.GroupKey, &c.Trace, &leaseUS, &c.Resubmitted}
+			&c.Priority, &c.ParentID, &c.GroupKey, &c.Trace, &leaseUS, &c.Resubmitted, &c.Version}
 		if counted {
 			dest = append(dest, &rateUses, &u.waiting)
 		}
@@ -312,7 +312,7 @@ func (s *Store) scanClaimed(rows pgx.Rows, limit int, behaviors []string, uses *
 // claimedColumns are the types of the columns a claim statement returns.
 var claimedColumns = [...]uint32{pgtype.TextOID, pgtype.UUIDOID, pgtype.TextOID, pgtype.JSONBOID, pgtype.JSONBOID,
 	pgtype.Int4OID, pgtype.Int4OID, pgtype.Int2OID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID,
-	pgtype.Int8OID, pgtype.BoolOID}
+	pgtype.Int8OID, pgtype.BoolOID, pgtype.Int4OID}
 
 // claimedInBinary reports whether the rows of a claim statement come as
 // claimedColumns, the numbers, the UUID and the bool in the binary format
@@ -343,7 +343,7 @@ func claimedInBinary(fields []pgconn.FieldDescription) bool {
 // row's buffer that c keeps are copied.
 func decodeClaimed(v [][]byte, binaryJSON [2]bool, c *store.Claimed, ids *stringChunks, behaviors []string) error {
 	if len(v) != len(claimedColumns) || len(v[1]) != 16 || len(v[5]) != 4 || len(v[6]) != 4 ||
-		len(v[7]) != 2 || len(v[11]) != 8 || len(v[12]) != 1 || v[0] == nil || v[2] == nil {
+		len(v[7]) != 2 || len(v[11]) != 8 || len(v[12]) != 1 || len(v[13]) != 4 || v[0] == nil || v[2] == nil {
 		return errors.New("a claimed row is not of the claim's columns")
 	}
 	params, err := jsonbText(v[3], binaryJSON[0])
@@ -367,6 +367,7 @@ func decodeClaimed(v [][]byte, binaryJSON [2]bool, c *store.Claimed, ids *string
 		Trace:         string(v[10]),
 		LeaseDuration: time.Duration(int64(binary.BigEndian.Uint64(v[11]))) * time.Microsecond,
 		Resubmitted:   v[12][0] != 0,
+		Version:       int(int32(binary.BigEndian.Uint32(v[13]))),
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func TestExplainHotPath(t *testing.T) {
 	for j := range 1000 {
 		cols.add(store.NewTask{ID: api.TaskID(fmt.Sprintf("new-%09d", j)), Behavior: "bench.noop", Params: []byte(`{}`), Priority: 5}, false)
 	}
-	explain(submitSQL, append(cols.args(), false, false, cols.rateUses)...)
+	explain(submitSQL, append(cols.args(), false, false, cols.rateUses, cols.versions)...)
 	claimed, err := st.Claim(ctx, store.ClaimRequest{Node: "n", Behaviors: []store.BehaviorLease{{Behavior: "bench.noop", Lease: time.Minute}}, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -435,8 +436,17 @@ func (s *Store) SetPriority(ctx context.Context, r store.LeaseRef, priority int)
 // queue or behind the tasks that wait; see store.Store. As in a takeover,
 // the next run covers a resubmit that came during this one.
 func (s *Store) Unclaim(ctx context.Context, refs []store.LeaseRef, behind bool) error {
+	return s.unclaim(ctx, refs, behind, 0)
+}
+
+// Postpone gives running tasks back, due after delay; see store.Store.
+func (s *Store) Postpone(ctx context.Context, refs []store.LeaseRef, delay time.Duration) error {
+	return s.unclaim(ctx, refs, true, delay)
+}
+
+func (s *Store) unclaim(ctx context.Context, refs []store.LeaseRef, behind bool, delay time.Duration) error {
 	ids, leases := leaseRefArrays(refs)
-	_, err := indexed(ctx, s.pool, nil, unclaimSQL, ids, leases, behind)
+	_, err := indexed(ctx, s.pool, nil, unclaimSQL, ids, leases, behind, delay.Microseconds())
 	if err != nil {
 		return fmt.Errorf("unclaim tasks: %w", err)
 	}
@@ -456,11 +466,13 @@ func leaseRefArrays(refs []store.LeaseRef) (textArray, uuidArray) {
 
 // unclaimSQL gives the running tasks $1 back under their leases $2, due
 // at once: at the time they were due when claimed (kept in
-// schedule_not_before while they run), or now when $3 (behind).
+// schedule_not_before while they run), or now when $3 (behind), or $4
+// microseconds from now when that is not zero.
 var unclaimSQL = `
 WITH u AS (
     UPDATE stint_task t SET status = 'scheduled',
-        schedule_not_before = CASE WHEN $3::boolean THEN now() ELSE least(t.schedule_not_before, now()) END, lost_not_before = NULL,
+        schedule_not_before = CASE WHEN $4::bigint > 0 THEN now() + $4 * interval '1 microsecond'
+            WHEN $3::boolean THEN now() ELSE least(t.schedule_not_before, now()) END, lost_not_before = NULL,
         executed_at = NULL, attempt = t.attempt - 1, resubmit = t.resubmit OR t.resubmitted, resubmit_due = NULL,
         updated_at = now()
     FROM unnest($1::text[], $2::uuid[]) AS r(id, lease)

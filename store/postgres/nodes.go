@@ -18,11 +18,16 @@ func (s *Store) RegisterNode(ctx context.Context, n store.Node) error {
 	for i, b := range n.Behaviors {
 		behaviors[i] = string(b)
 	}
+	var versions []byte
+	if len(n.BehaviorVersions) > 0 {
+		versions, _ = json.Marshal(n.BehaviorVersions) // a map of strings to numbers: cannot fail
+	}
 	_, err := s.pool.Exec(ctx, `
-		INSERT INTO stint_node (id, host, pid, behaviors, max_workers, version) VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''))
+		INSERT INTO stint_node (id, host, pid, behaviors, max_workers, version, behavior_versions)
+		VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7::jsonb)
 		ON CONFLICT (id) DO UPDATE SET host = $2, pid = $3, behaviors = $4, max_workers = $5, version = NULLIF($6, ''),
-		    started_at = now(), heartbeat_at = now()`,
-		n.ID, n.Host, n.PID, behaviors, n.MaxWorkers, n.Version)
+		    behavior_versions = $7::jsonb, started_at = now(), heartbeat_at = now()`,
+		n.ID, n.Host, n.PID, behaviors, n.MaxWorkers, n.Version, versions)
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", n.ID, err)
 	}
@@ -65,18 +70,24 @@ func (s *Store) DeregisterNode(ctx context.Context, id string) error {
 // Nodes lists registered nodes, oldest first.
 func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, host, pid, behaviors, max_workers, started_at, heartbeat_at, incidents, last_incident,
-		    coalesce(version, ''), (extract(epoch FROM now() - heartbeat_at) * 1000000)::bigint FROM stint_node ORDER BY started_at, id`)
+		    coalesce(version, ''), (extract(epoch FROM now() - heartbeat_at) * 1000000)::bigint, behavior_versions
+		FROM stint_node ORDER BY started_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	var out []store.Node
 	var n store.Node
 	var behaviors []string
-	var incidents, last []byte
+	var incidents, last, versions []byte
 	var ageUS int64
-	_, err = pgx.ForEachRow(rows, []any{&n.ID, &n.Host, &n.PID, &behaviors, &n.MaxWorkers, &n.StartedAt, &n.HeartbeatAt, &incidents, &last, &n.Version, &ageUS}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&n.ID, &n.Host, &n.PID, &behaviors, &n.MaxWorkers, &n.StartedAt, &n.HeartbeatAt, &incidents, &last, &n.Version, &ageUS, &versions}, func() error {
 		n.HeartbeatAge = time.Duration(ageUS) * time.Microsecond
-		n.Incidents, n.LastIncident = nil, nil
+		n.Incidents, n.LastIncident, n.BehaviorVersions = nil, nil, nil
+		if versions != nil {
+			if err := json.Unmarshal(versions, &n.BehaviorVersions); err != nil {
+				return fmt.Errorf("node %s: behavior versions: %w", n.ID, err)
+			}
+		}
 		if incidents != nil {
 			if err := json.Unmarshal(incidents, &n.Incidents); err != nil {
 				return fmt.Errorf("node %s: incidents: %w", n.ID, err)

@@ -35,6 +35,7 @@ const resubmitConflict = `ON CONFLICT (id) DO UPDATE SET
         WHEN ` + finishedForGood + ` THEN 'scheduled' ELSE t.status END,
     params = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $11) THEN excluded.params ELSE t.params END,
     rate_uses = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $11) THEN excluded.rate_uses ELSE t.rate_uses END,
+    version = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $11) THEN excluded.version ELSE t.version END,
     priority = CASE WHEN t.status = 'running' THEN t.priority ELSE excluded.priority END,
     schedule_not_before = CASE WHEN t.status IN ('running', 'held') THEN t.schedule_not_before
         WHEN t.status = 'failure' AND t.schedule_not_before IS NOT NULL THEN greatest(t.schedule_not_before, excluded.schedule_not_before)
@@ -137,18 +138,19 @@ const newConflict = `RETURNING t.id, t.status, true AS created, t.behavior, t.pa
 // task that exists, so only a created task starts. Its lease row is
 // written for the created running tasks alone.
 func submitStatement(conflict string, wake int, start bool) string {
-	const columns = `id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited, retention_us, rate_uses`
+	const columns = `id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited, retention_us, rate_uses,
+    version`
 	const values = `r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
        nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0),
-       nullif(r.rate_uses, '')::jsonb`
-	// The rate uses are the statement's last parameter.
+       nullif(r.rate_uses, '')::jsonb, nullif(r.version, 0)`
+	// The rate uses and the versions are the statement's last parameters.
 	uses := wake + 1
 	if start {
 		uses = wake + 3
 	}
 	cols := []string{"id $1::text[]", "behavior $2::text[]", "params $3::text[]", "priority $4::smallint[]", "delay_us $5::bigint[]",
 		"group_key $6::text[]", "parent_id $7::text[]", "trace $8::text[]", "awaited $9::bool[]", "retention_us $10::bigint[]",
-		fmt.Sprintf("rate_uses $%d::text[]", uses)}
+		fmt.Sprintf("rate_uses $%d::text[]", uses), fmt.Sprintf("version $%d::int[]", uses+1)}
 	w := fmt.Sprintf("$%d", wake)
 	if !start {
 		return `
@@ -357,7 +359,7 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 		if starting {
 			args = append(args, cols.startLeases, node)
 		}
-		args = append(args, cols.rateUses)
+		args = append(args, cols.rateUses, cols.versions)
 		var into map[api.TaskID]startLease
 		if starting {
 			if leases == nil {
@@ -432,6 +434,7 @@ func startedClaim(t store.NewTask, l startLease) store.Claimed {
 		ParentID:      t.ParentID,
 		GroupKey:      t.GroupKey,
 		Trace:         t.Trace,
+		Version:       t.Version,
 	}
 }
 
@@ -442,6 +445,7 @@ type submitColumns struct {
 	awaited                                              boolArray
 	wake                                                 bool
 	rateUses                                             textArray // each task's rate uses as JSON, "" for none
+	versions                                             intArray  // each task's behavior version
 	startLeases                                          intArray  // with a node: each task's start lease, 0 for none
 	starts                                               int       // tasks with a start lease
 	unique                                               int       // tasks with new ids (store.NewTask.Unique)
@@ -453,7 +457,7 @@ func newSubmitColumns(n int, starting bool) submitColumns {
 	c := submitColumns{ids: make(textArray, 0, n), behaviors: make(textArray, 0, n), params: make(textArray, 0, n),
 		groupKeys: make(textArray, 0, n), parentIDs: make(textArray, 0, n), traces: make(textArray, 0, n),
 		priorities: make(intArray, 0, n), delays: make(intArray, 0, n), retentions: make(intArray, 0, n),
-		awaited: make(boolArray, 0, n), rateUses: make(textArray, 0, n)}
+		awaited: make(boolArray, 0, n), rateUses: make(textArray, 0, n), versions: make(intArray, 0, n)}
 	if starting {
 		c.startLeases = make(intArray, 0, n)
 	}
@@ -476,6 +480,7 @@ func (c *submitColumns) add(t store.NewTask, starting bool) {
 	c.traces = append(c.traces, t.Trace)
 	c.awaited = append(c.awaited, t.Notify)
 	c.retentions = append(c.retentions, t.Retention.Microseconds())
+	c.versions = append(c.versions, int64(t.Version))
 	c.wake = c.wake || t.WakeClaimers
 	if t.Unique {
 		c.unique++

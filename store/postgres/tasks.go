@@ -28,7 +28,7 @@ var taskColumnsBase = `id, behavior, status, priority, params, result, error, pr
 	` + leaseExpiry("schedule_not_before") + `, ` + leaseExpiry("lost_not_before") + `,
 	lease, coalesce(node, ''), attempt, errors, resubmit,
 	coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''),
-	created_at, updated_at, executed_at, finished_at, awaited, children_pending, coalesce(retention_us, 0),
+	created_at, updated_at, executed_at, finished_at, awaited, children_pending, coalesce(retention_us, 0), coalesce(version, 0),
 	CASE WHEN status IN ` + waitingStatuses + ` AND schedule_not_before IS NOT NULL THEN waiting`
 
 // waitingOnDependencies is the api.Wait of a waiting workflow node of
@@ -64,7 +64,7 @@ func scanTask(row pgx.Row) (api.Task, error) {
 	)
 	err := row.Scan(&id, &behaviour, &status, &t.Priority, &params, &result, &errJSON, &progress,
 		&t.ScheduleNotBefore, &t.LostNotBefore, &lease, &t.Node, &t.Attempt, &t.Errors, &t.Resubmit,
-		&parentID, &t.GroupKey, &t.Trace, &t.CreatedAt, &t.UpdatedAt, &t.ExecutedAt, &t.FinishedAt, &t.Notify, &t.ChildrenPending, &retention, &waiting)
+		&parentID, &t.GroupKey, &t.Trace, &t.CreatedAt, &t.UpdatedAt, &t.ExecutedAt, &t.FinishedAt, &t.Notify, &t.ChildrenPending, &retention, &t.Version, &waiting)
 	if err != nil {
 		if isNoRows(err) {
 			return t, api.ErrNotFound

@@ -38,7 +38,7 @@ var workflowNodesSQL = `
 WITH s AS (
     INSERT INTO stint_task AS t (id, behavior, params, priority, status, schedule_not_before, group_key, parent_id, trace,
         awaited, retention_us, rate_uses, workflow_node, dep_rule, deps_pending, deps_succeeded, deps_failed, deps_skipped,
-        error, finished_at, held_due)
+        error, finished_at, held_due, version)
     SELECT r.id, r.behavior, r.params::jsonb, r.priority,
         CASE r.verdict WHEN 'run' THEN CASE WHEN $20 THEN 'held' ELSE 'scheduled' END WHEN 'skip' THEN 'failure' ELSE 'waiting' END,
         CASE WHEN r.verdict = 'run' AND NOT $20 THEN now() + r.delay_us * interval '1 microsecond' END,
@@ -46,11 +46,12 @@ WITH s AS (
         nullif(r.rate_uses, '')::jsonb, r.name, r.rule, r.pending, r.ok, r.failed, r.skipped,
         CASE WHEN r.verdict = 'skip' THEN jsonb_build_object('retryable', false, 'code', '` + api.CodeSkipped + `', 'message', r.why) END,
         CASE WHEN r.verdict = 'skip' THEN now() END,
-        CASE WHEN r.verdict = 'run' AND $20 THEN now() + r.delay_us * interval '1 microsecond' END
+        CASE WHEN r.verdict = 'run' AND $20 THEN now() + r.delay_us * interval '1 microsecond' END,
+        nullif(r.version, 0)
     FROM ` + unnestRows("r", "id $1::text[]", "behavior $2::text[]", "params $3::text[]", "priority $4::smallint[]",
 	"delay_us $5::bigint[]", "group_key $6::text[]", "trace $7::text[]", "awaited $8::bool[]", "retention_us $9::bigint[]",
 	"rate_uses $10::text[]", "name $11::text[]", "rule $12::text[]", "pending $14::bigint[]", "ok $15::bigint[]",
-	"failed $16::bigint[]", "skipped $17::bigint[]", "verdict $18::text[]", "why $19::text[]") + `
+	"failed $16::bigint[]", "skipped $17::bigint[]", "verdict $18::text[]", "why $19::text[]", "version $21::int[]") + `
     RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
 ), due AS (` + dueInsert("s") + `
 ), feed AS (` + feedInsert("s", "status", "status = 'failure'") + `
@@ -140,12 +141,12 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 	priorities, delays, retentions := make(intArray, n), make(intArray, n), make(intArray, n)
 	pending, ok, failed, skipped := make(intArray, n), make(intArray, n), make(intArray, n), make(intArray, n)
 	groups, traces, uses, rs := make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n)
-	verdicts, whys := make(textArray, n), make(textArray, n)
+	verdicts, whys, versions := make(textArray, n), make(textArray, n), make(intArray, n)
 	awaited := make(boolArray, n)
 	for i, t := range tasks {
 		ids[i], behaviors[i], params[i] = string(t.ID), string(t.Behavior), string(t.Params)
 		priorities[i], delays[i], retentions[i] = int64(t.Priority), t.Delay.Microseconds(), t.Retention.Microseconds()
-		groups[i], traces[i], awaited[i] = t.GroupKey, t.Trace, t.Notify
+		groups[i], traces[i], awaited[i], versions[i] = t.GroupKey, t.Trace, t.Notify, int64(t.Version)
 		if len(t.RateUses) > 0 {
 			b, _ := json.Marshal(t.RateUses) // strings and numbers: cannot fail
 			uses[i] = string(b)
@@ -155,7 +156,7 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 		pending[i], ok[i], failed[i], skipped[i] = int64(st.pending), int64(st.ok), int64(st.failed), int64(st.skipped)
 	}
 	return []any{ids, behaviors, params, priorities, delays, groups, traces, awaited, retentions, uses, textArray(names), rs,
-		string(id), pending, ok, failed, skipped, verdicts, whys, held}
+		string(id), pending, ok, failed, skipped, verdicts, whys, held, versions}
 }
 
 // WorkflowNodes returns a workflow's nodes; see store.Workflows. Two

@@ -59,6 +59,7 @@ func appendStarted(started []store.Claimed, raw []byte) ([]store.Claimed, error)
 		GroupKey    *string         `json:"group_key"`
 		Trace       *string         `json:"trace"`
 		Resubmitted bool            `json:"resubmitted"`
+		Version     *int            `json:"version"`
 	}
 	if err := json.Unmarshal(raw, &rows); err != nil {
 		return nil, fmt.Errorf("read started tasks: %w", err)
@@ -91,6 +92,9 @@ func appendStarted(started []store.Claimed, raw []byte) ([]store.Claimed, error)
 			Trace:         deref(r.Trace),
 			Resubmitted:   r.Resubmitted,
 		})
+		if r.Version != nil {
+			started[len(started)-1].Version = *r.Version
+		}
 	}
 	return started, nil
 }

@@ -144,7 +144,7 @@ WITH d AS MATERIALIZED (
         t.attempt, t.errors, t.resubmitted,
         CASE WHEN t.status = 'running' THEN t.params END AS params,
         CASE WHEN t.status = 'running' THEN t.progress END AS progress,
-        CASE WHEN t.status = 'running' THEN t.trace END AS trace
+        CASE WHEN t.status = 'running' THEN t.trace END AS trace, t.version
 ), due AS (` + dueInsert("u") + `
 ), leases AS (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids, task_count, behavior)
@@ -162,7 +162,7 @@ WITH d AS MATERIALIZED (
 SELECT ARRAY(SELECT id FROM u WHERE verdict = 'skip'), ARRAY(SELECT parent_id FROM u WHERE verdict = 'skip' AND parent_id IS NOT NULL),
     (SELECT json_agg(json_build_object('id', id, 'lease', started, 'lease_us', lease_us, 'behavior', behavior,
         'params', params, 'progress', progress, 'attempt', attempt, 'errors', errors, 'priority', priority, 'parent', parent_id,
-        'group_key', group_key, 'trace', trace, 'resubmitted', resubmitted)) FROM u WHERE started IS NOT NULL)
+        'group_key', group_key, 'trace', trace, 'resubmitted', resubmitted, 'version', version)) FROM u WHERE started IS NOT NULL)
 FROM notified, woke`
 
 // nodesEnded records in the transaction q that tasks ended for good, in

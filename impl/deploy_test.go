@@ -1,0 +1,160 @@
+package impl_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/internal/childtest"
+	"github.com/stinthq/stint/spi"
+)
+
+// envChildRelease makes a child node run test.greet of this release (see
+// registerGreet).
+const envChildRelease = "STINT_TEST_CHILD_RELEASE"
+
+// Two releases of test.greet: release 1's params are {name}; release 2
+// added a field, extra, and raised the behavior's version.
+type (
+	greetV1 struct {
+		Name string `json:"name" validate:"required"`
+	}
+	greetV2 struct {
+		Name  string `json:"name" validate:"required"`
+		Extra string `json:"extra,omitempty"`
+	}
+)
+
+var (
+	greetV1Kind = api.Kind[greetV1, string]{ID: "test.greet"}
+	greetV2Kind = api.Kind[greetV2, string]{ID: "test.greet"}
+)
+
+// greet is test.greet of release 1 or 2: each run records its node in
+// test_run.
+type greet[P any] struct {
+	kind    api.Kind[P, string]
+	version int
+	pool    *pgxpool.Pool
+	node    string
+}
+
+func (g greet[P]) Kind() api.Kind[P, string]        { return g.kind }
+func (greet[P]) TaskID(ids spi.IDs, _ P) api.TaskID { return ids.Unique() }
+func (g greet[P]) Policy() spi.Policy               { return spi.Policy{Version: g.version, Lease: 5 * time.Second} }
+func (g greet[P]) Run(ctx context.Context, rc spi.RunContext, _ P) (string, error) {
+	_, err := g.pool.Exec(ctx, `INSERT INTO test_run (task_id, attempt, node) VALUES ($1, $2, $3)`, string(rc.TaskID()), rc.Attempt(), g.node)
+	return g.node, err
+}
+
+// registerGreet registers test.greet of release (1 or 2) in reg.
+func registerGreet(reg *spi.Registry, release int, pool *pgxpool.Pool, node string) {
+	if release == 1 {
+		spi.MustRegister[greetV1, string](reg, greet[greetV1]{kind: greetV1Kind, version: 1, pool: pool, node: node})
+		return
+	}
+	spi.MustRegister[greetV2, string](reg, greet[greetV2]{kind: greetV2Kind, version: 2, pool: pool, node: node})
+}
+
+// childRelease is the release of test.greet a child node runs, 0 for none.
+func childRelease() int {
+	n, _ := strconv.Atoi(os.Getenv(envChildRelease))
+	return n
+}
+
+// TestARollingDeployLosesNoTask deploys a release whose test.greet params
+// gained a field, as teams do: two node processes of the old release run,
+// a client of the new release submits, a node of the new release starts,
+// and the old nodes stop one by one. Every task ends succeeded, none
+// failed with invalid_params, none ran on an old node, and none counted an
+// attempt for the old nodes that gave it back.
+func TestARollingDeployLosesNoTask(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	node := func(name string, release int) *childtest.Child {
+		return childtest.Start(t, envChildDSN+"="+e.dsn, envChildNode+"="+name, envChildLease+"=5000",
+			envChildRelease+"="+strconv.Itoa(release))
+	}
+	oldA, oldB := node("old-a", 1), node("old-b", 1)
+	reg := spi.NewRegistry()
+	registerGreet(reg, 2, e.pool, "client")
+	c, err := impl.NewClient(e.st, impl.ClientConfig{Registry: reg, PollInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	var futures []*api.Future[string]
+	for i := range 50 {
+		f, err := api.Submit(e.ctx, c, greetV2Kind, greetV2{Name: fmt.Sprint("n", i), Extra: "new"})
+		require.NoError(t, err)
+		futures = append(futures, f)
+	}
+	first := futures[0].ID()
+	waitFor(t, time.Minute, "the old nodes leave the new tasks, saying why", func() bool {
+		task, err := c.Get(e.ctx, first)
+		require.NoError(t, err)
+		return task.Waiting != nil && task.Waiting.Detail == "no live node runs test.greet version 2 (nodes run 1)"
+	})
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_task WHERE behavior = 'test.greet' AND status = 'failure'`))
+
+	node("new-a", 2)
+	for _, old := range []*childtest.Child{oldA, oldB} {
+		require.NoError(t, old.Cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, old.Cmd.Wait())
+	}
+	for _, f := range futures {
+		got, err := f.Await(e.ctx)
+		require.NoError(t, err, "task %s", f.ID())
+		require.Equal(t, "new-a", got)
+	}
+	require.Zero(t, e.count(`SELECT count(*) FROM test_run WHERE node <> 'new-a'`), "no task ran on a node of the old release")
+	require.Equal(t, 50, e.count(`SELECT count(*) FROM test_run WHERE attempt = 1`), "each ran once, as its first attempt")
+}
+
+// TestATaskOfANewerVersionWaitsForANodeThatRunsIt: a task whose params an
+// old node decodes, but of a newer version of its behavior, is left by
+// the old node, says what it waits for, and runs once a node of its
+// version is up; a task of the old version runs on the old node.
+func TestATaskOfANewerVersionWaitsForANodeThatRunsIt(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v1 := e.server("v1", 5*time.Second, func(cfg *impl.ServerConfig) { registerGreet(cfg.Registry, 1, e.pool, "v1") })
+	reg := spi.NewRegistry()
+	registerGreet(reg, 2, e.pool, "client")
+	c, err := impl.NewClient(e.st, impl.ClientConfig{Registry: reg, PollInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	f, err := api.Submit(e.ctx, c, greetV2Kind, greetV2{Name: "same fields"})
+	require.NoError(t, err)
+	old, err := api.Submit(e.ctx, v1, greetV1Kind, greetV1{Name: "old"})
+	require.NoError(t, err)
+	got, err := old.Await(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, "v1", got, "a task of the old version runs on the old node")
+
+	waitFor(t, time.Minute, "the new task says it waits for its version", func() bool {
+		page, err := c.List(e.ctx, api.Filter{Behavior: "test.greet"})
+		require.NoError(t, err)
+		for _, task := range page.Tasks {
+			if task.ID == f.ID() {
+				return task.Version == 2 && task.Waiting != nil && task.Waiting.Reason == api.WaitNoNode &&
+					task.Waiting.Detail == "no live node runs test.greet version 2 (nodes run 1)"
+			}
+		}
+		return false
+	})
+	e.server("v2", 5*time.Second, func(cfg *impl.ServerConfig) { registerGreet(cfg.Registry, 2, e.pool, "v2") })
+	got, err = f.Await(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, "v2", got)
+	task, err := c.Get(e.ctx, f.ID())
+	require.NoError(t, err)
+	require.Equal(t, 1, task.Attempt, "the old node's give-backs counted no attempt")
+}
