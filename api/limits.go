@@ -141,6 +141,10 @@ type Wait struct {
 	// live"); for WaitNodesFull, how busy each node that runs the behavior
 	// is. Empty for the other reasons.
 	Detail string `json:"detail,omitempty"`
+	// Version is, for WaitNoNode, the version of the behavior the task
+	// needs when live nodes run only older ones (see spi.Policy.Version):
+	// the task waits for a node of a newer release. Zero otherwise.
+	Version int `json:"version,omitempty"`
 }
 
 // Behavior returns the behavior a wait is about: the one whose cap is

@@ -243,6 +243,8 @@ func shortStatus(t api.Task) string {
 		return "waiting (dependencies)"
 	case t.Waiting != nil && t.Waiting.Reason == api.WaitConcurrency:
 		return "waiting (concurrency cap)"
+	case t.Waiting != nil && t.Waiting.Reason == api.WaitNoNode && t.Waiting.Version > 0:
+		return fmt.Sprintf("waiting (a node of version %d)", t.Waiting.Version)
 	case t.Waiting != nil:
 		return "waiting (" + strings.ReplaceAll(t.Waiting.Reason, "_", " ") + ")"
 	}

@@ -247,6 +247,20 @@ func TestRetryingTaskIsShownApartFromAFailure(t *testing.T) {
 	require.Equal(t, "failure", shortStatus(failed))
 }
 
+// TestATaskWaitingForANewerNodeSaysSo: a task of a newer release of its
+// behavior than the live nodes run shows the version it waits for in the
+// list, and the whole reason in the task's own text.
+func TestATaskWaitingForANewerNodeSaysSo(t *testing.T) {
+	t.Parallel()
+	c, err := newCLI("stint", io.Discard, io.Discard, nil)
+	require.NoError(t, err)
+	now := time.Now()
+	task := api.Task{ID: "task-v", Behavior: "demo.echo", Status: api.StatusScheduled, ScheduleNotBefore: &now, Version: 3,
+		Waiting: &api.Wait{Reason: api.WaitNoNode, Limit: "demo.echo", Version: 3, Detail: "no live node runs demo.echo version 3 (nodes run 2)"}}
+	require.Equal(t, "waiting (a node of version 3)", shortStatus(task))
+	require.Contains(t, c.statusText(task), "no live node runs demo.echo version 3 (nodes run 2)")
+}
+
 // TestJSONListsAreObjects: every list command's --json is an object with a
 // named array, as the HTTP API's lists are, empty lists included.
 func TestJSONListsAreObjects(t *testing.T) {

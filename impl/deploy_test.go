@@ -144,7 +144,7 @@ func TestATaskOfANewerVersionWaitsForANodeThatRunsIt(t *testing.T) {
 		require.NoError(t, err)
 		for _, task := range page.Tasks {
 			if task.ID == f.ID() {
-				return task.Version == 2 && task.Waiting != nil && task.Waiting.Reason == api.WaitNoNode &&
+				return task.Version == 2 && task.Waiting != nil && task.Waiting.Reason == api.WaitNoNode && task.Waiting.Version == 2 &&
 					task.Waiting.Detail == "no live node runs test.greet version 2 (nodes run 1)"
 			}
 		}

@@ -163,7 +163,7 @@ func versionWait(nodes []api.Node, b api.BehaviorID, v int) *api.Wait {
 	for _, h := range slices.Compact(have) {
 		runs = append(runs, strconv.Itoa(h))
 	}
-	return &api.Wait{Reason: api.WaitNoNode, Limit: string(b),
+	return &api.Wait{Reason: api.WaitNoNode, Limit: string(b), Version: v,
 		Detail: fmt.Sprintf("no live node runs %s version %d (nodes run %s)", b, v, strings.Join(runs, ", "))}
 }
 
