@@ -216,6 +216,23 @@ func (p *page) text(sel string) string {
 	return s
 }
 
+// attr reads the attribute name of the element sel selects.
+func (p *page) attr(sel, name string) string {
+	p.t.Helper()
+	v, err := chromedp.Run(p.tab, chromedp.Evaluate[string](`(() => { const el = document.querySelector(`+jsString(sel)+`);
+		if (!el) throw new Error('no element ' + `+jsString(sel)+`); return el.getAttribute(`+jsString(name)+`) })()`))
+	require.NoError(p.t, err, "read %s of %s", name, sel)
+	return v
+}
+
+// count counts the elements sel selects.
+func (p *page) count(sel string) int {
+	p.t.Helper()
+	n, err := chromedp.Run(p.tab, chromedp.Evaluate[int](`document.querySelectorAll(`+jsString(sel)+`).length`))
+	require.NoError(p.t, err, "count %s", sel)
+	return n
+}
+
 // signIn returns the actions that sign in with token on the login form
 // and wait for the event stream to go live.
 func signIn(token string) []chromedp.Action[chromedp.Void] {
@@ -342,6 +359,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("task-error")),
 		chromedp.WaitVisible(css(`#task-actions [data-action="retry"]`)))
 	require.Contains(t, text("task-error"), "failed by hand: the source is gone")
+	require.Equal(t, "failed by hand, no attempt ran", text("task-error-kind"), "no attempt ran: none failed for good")
 	task, err = e.srv.Get(e.ctx, doomed)
 	require.NoError(t, err)
 	require.Equal(t, api.StatusFailure, task.Status)
@@ -354,7 +372,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	run("see the retrying task", goHash("#/tasks/"+string(retried)),
 		chromedp.WaitVisible(css(`#task-status [data-status="retrying"]`)), chromedp.WaitVisible(chromedp.ID("task-retrying")))
 	retryNote := text("task-retrying")
-	require.Regexp(t, `^retrying \(attempt [0-9]+ of 10, next at .+\): flaky on purpose$`, retryNote)
+	require.Regexp(t, `^retrying \(attempt [0-9]+ of 10, next (in .+|now)\): flaky on purpose$`, retryNote)
 	// Every attempt shows, each with its error, not only the last.
 	e.waitFor("two failed runs", func() bool { return len(e.task(retried).Attempts) >= 2 })
 	attempts := e.task(retried).Attempts

@@ -100,7 +100,7 @@ func TestLimitsInBrowser(t *testing.T) {
 	require.Regexp(t, `^in \d+m \d+s$`, text(row+` [data-field="next-free"]`), "the next unit frees in about half an hour")
 	screenshot(t, p.tab, p.shots, "dashboard-limits.png")
 
-	waitRE := regexp.MustCompile(`^waiting on rate limit ` + testRateLimit + ` \(key acme\) until .+$`)
+	waitRE := regexp.MustCompile(`^waiting on rate limit ` + testRateLimit + ` \(key acme\), admitted (in .+|now)$`)
 	run("open the waiting task", goHash("#/tasks/"+string(waiting)), chromedp.WaitVisible(chromedp.ID("task-waiting")))
 	require.Regexp(t, waitRE, text("#task-waiting"))
 	run("see the wait in the list", goHash("#/tasks?behavior=test.limited"),

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -46,7 +47,9 @@ const readGraphJS = `(() => {
 // node's state is its status, with retried, skipped and cancelled
 // failures told apart; an edge is waiting until its dependency ended,
 // then satisfied when the dependency's outcome lets the node run by its
-// rule, else failed.
+// rule, else failed. The finally node's edges come from the sinks alone
+// (the nodes no other node depends on), each waiting until its sink and
+// every node the sink depends on, however far up, ended.
 func wantGraph(w api.Workflow) drawnGraph {
 	g := drawnGraph{Nodes: len(w.Nodes), States: map[string]int{}, Edges: map[string]int{}}
 	state := func(t api.Task) string {
@@ -58,11 +61,30 @@ func wantGraph(w api.Workflow) drawnGraph {
 		}
 		return string(t.Status)
 	}
+	depended := map[string]bool{}
+	for _, n := range w.Nodes {
+		for _, d := range n.DependsOn {
+			depended[d] = !n.Finally || depended[d]
+		}
+	}
+	var unended func(name string) bool
+	unended = func(name string) bool {
+		n, _ := w.Node(name)
+		if !n.Task.Finished() {
+			return true
+		}
+		return slices.ContainsFunc(n.DependsOn, unended)
+	}
 	for _, n := range w.Nodes {
 		g.States[state(n.Task)]++
 		for _, d := range n.DependsOn {
 			dep, _ := w.Node(d)
 			switch {
+			case n.Finally && depended[d]:
+			case n.Finally && unended(d):
+				g.Edges["waiting"]++
+			case n.Finally:
+				g.Edges["satisfied"]++
 			case !dep.Task.Finished():
 				g.Edges["waiting"]++
 			case dep.Task.Status == api.StatusSuccess, n.Rule == api.RuleAllEnded,
@@ -161,7 +183,19 @@ func TestWorkflowGraphInBrowser(t *testing.T) {
 	require.Equal(t, want, readGraph())
 	require.Equal(t, map[string]int{"success": 2, "failure": 1, "skipped": 1, "scheduled": 1, "waiting": 2}, want.States,
 		"the small workflow has a node in each state")
-	require.Equal(t, map[string]int{"satisfied": 7, "waiting": 3, "failed": 1}, want.Edges, "and edges in each state")
+	require.Equal(t, map[string]int{"satisfied": 5, "waiting": 2, "failed": 1}, want.Edges, "and edges in each state")
+	// The finally node's dependence on the six other nodes is drawn once,
+	// by an edge from each of the three sinks.
+	finallyEdges, err := chromedp.Run(p.tab, chromedp.Evaluate[[]string](`(() => {
+		const to = document.querySelector('.wf-node[data-name="notify"]').dataset.box;
+		const name = (box) => document.querySelector('.wf-node[data-box="' + box + '"]').dataset.name;
+		return [...document.querySelectorAll('.wf-edge[data-finally]')].filter((e) => e.dataset.to === to).map((e) => name(e.dataset.from)).sort();
+	})()`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"after-bad", "cleanup", "merge"}, finallyEdges)
+	finallyDeps, err := chromedp.Run(p.tab, chromedp.Evaluate[string](`document.getElementById('wf-graph').dataset.finallyDependencies`))
+	require.NoError(t, err)
+	require.Equal(t, "6", finallyDeps)
 	screenshot(t, p.tab, p.shots, "dashboard-workflow.png")
 
 	href, err := chromedp.Run(p.tab, chromedp.Evaluate[string](`document.querySelector('.wf-node[data-name="merge"]').closest('a').getAttribute('href')`))
@@ -170,7 +204,33 @@ func TestWorkflowGraphInBrowser(t *testing.T) {
 	run("open a node's task", goHash(href), chromedp.WaitVisible(css(`#task-workflow a[data-workflow="wf-small"]`)))
 	require.Equal(t, "wf-small/merge", p.text("#task-id"))
 	require.Equal(t, "node merge of workflow wf-small running", p.text("#task-workflow"))
-	run("back to its workflow", clickOn(`#task-workflow a`), chromedp.WaitVisible(chromedp.ID("wf-graph")))
+	// It names the dependency it waits for, linked to its task; it offers
+	// no Remove (a node goes only with its workflow, a 409) but a link to
+	// the workflow, and no list of children.
+	require.Equal(t, "waiting, waiting for its dependency later", p.text(`[data-field="status"] dd`))
+	require.Equal(t, "#/tasks/wf-small%2Flater", p.attr(`#task-waiting a[data-dependency="later"]`, "href"))
+	require.Equal(t, "#/workflows/wf-small", p.attr(`#task-remove-with a`, "href"))
+	require.Zero(t, p.count(`#task-actions [data-action="remove"], [data-field="children"]`))
+	run("open the finally node", goHash("#/tasks/wf-small%2Fnotify"), chromedp.WaitVisible(css(`#task-waiting a[data-dependency="merge"]`)))
+	require.Equal(t, "waiting for its dependencies later, merge", p.text("#task-waiting"))
+	run("open the skipped node", goHash("#/tasks/wf-small%2Fafter-bad"), chromedp.WaitVisible(chromedp.ID("task-error-kind")))
+	require.Equal(t, "skipped: its rule can no longer be met", p.text("#task-error-kind"))
+	// The workflow's own task waits for its nodes, lists them as its
+	// children, and removes them with it.
+	run("open the workflow's task", goHash("#/tasks/wf-small"), chromedp.WaitVisible(chromedp.ID("task-waiting")))
+	require.Equal(t, "waiting for its 3 nodes to end", p.text("#task-waiting"))
+	require.Equal(t, "#/workflows/wf-small", p.attr(`#task-waiting a`, "href"))
+	require.Equal(t, "list children (3 pending)", p.text(`[data-field="children"] dd`))
+	require.Equal(t, 1, p.count(`#task-actions [data-action="remove"]`))
+	require.Equal(t, 1, p.count(`#task-actions [data-action="hold"]`), "holding it holds the workflow")
+	require.Zero(t, p.count(`#task-actions [data-action="fail"]`))
+	// The list of its waiting nodes says what each waits for.
+	run("list its waiting nodes", goHash("#/tasks?parent=wf-small&status=waiting"),
+		chromedp.WaitVisible(css(`tr[data-task-id="wf-small/notify"] [data-field="waiting"] a[data-dependency="merge"]`)))
+	require.Equal(t, "waiting for its dependency later", p.text(`tr[data-task-id="wf-small/merge"] [data-field="waiting"]`))
+	require.Equal(t, "waiting", p.text(`#f-status option:checked`), "the state filter offers waiting")
+	run("back to its workflow", goHash(href), chromedp.WaitVisible(css(`#task-workflow a[data-workflow="wf-small"]`)),
+		clickOn(`#task-workflow a`), chromedp.WaitVisible(chromedp.ID("wf-graph")))
 
 	run("cancel it", clickOn(`[data-action="cancel-workflow"]`), clickOn(`[data-action="cancel-workflow"]`),
 		void(chromedp.Poll[bool](`(() => { const s = document.querySelector('#workflow-state .pill'); return !!s && s.innerText === 'cancelled' })()`,

@@ -9,7 +9,10 @@
 (() => {
   const TOKEN_KEY = 'stint.token';
   const ROLES = { read: 1, submit: 2, admin: 3 };
-  const STATUSES = ['scheduled', 'running', 'held', 'success', 'failure'];
+  const STATUSES = ['waiting', 'scheduled', 'running', 'held', 'success', 'failure'];
+  // WORKFLOW is the internal behavior of a workflow's own task, which
+  // every server runs and none may pause.
+  const WORKFLOW = 'stint.workflow';
 
   const state = {
     token: sessionStorage.getItem(TOKEN_KEY) || '',
@@ -132,22 +135,37 @@
     return d > 0 ? fmtDuration(d) + ' ago' : 'in ' + fmtDuration(-d);
   }
 
-  const absTime = (ts) => new Date(ts).toLocaleString();
-  // stamp is the time of day for today's times, else the date and time.
-  function stamp(ts) {
-    const d = new Date(ts);
-    return d.toDateString() === new Date(serverNow()).toDateString() ? d.toLocaleTimeString() : d.toLocaleString();
+  // dueText says when something is due: "in 3m 5s", or "now" once the
+  // time has come.
+  function dueText(ts) {
+    const d = Date.parse(ts) - serverNow();
+    return d >= 1000 ? 'in ' + fmtDuration(d) : 'now';
   }
 
-  // timeEl shows a relative time that stays current, with the exact time
-  // on hover.
+  // absTime writes a time as its local date and 24-hour time of day,
+  // "2026-12-07 21:17:50".
+  function absTime(ts) {
+    const d = new Date(ts);
+    const p2 = (n) => String(n).padStart(2, '0');
+    return d.getFullYear() + '-' + p2(d.getMonth() + 1) + '-' + p2(d.getDate()) + ' ' +
+      p2(d.getHours()) + ':' + p2(d.getMinutes()) + ':' + p2(d.getSeconds());
+  }
+
+  // Every time the page shows is relative and stays current, with its
+  // absTime on hover: timeEl ("3m 5s ago", "in 2s") for a time, dueEl
+  // ("in 2s", then "now") for when something is due.
   function timeEl(ts) {
     if (!ts) return h('span', { class: 'faint' }, '—');
     return h('time', { datetime: ts, title: absTime(ts), dataset: { rel: ts } }, rel(ts));
   }
 
+  function dueEl(ts) {
+    return h('time', { datetime: ts, title: absTime(ts), dataset: { due: ts } }, dueText(ts));
+  }
+
   setInterval(() => {
     for (const el of document.querySelectorAll('[data-rel]')) el.textContent = rel(el.dataset.rel);
+    for (const el of document.querySelectorAll('[data-due]')) el.textContent = dueText(el.dataset.due);
   }, 1000);
 
   // ---- small helpers ----
@@ -183,20 +201,31 @@
   // a failure that is retried, else the status.
   const taskPill = (t) => pill(retrying(t) ? 'retrying' : t.status);
 
-  // errorKind says how a task's error was decided: retried, or why the
-  // task failed for good: no retry was left (a retryable error on the
-  // attempt its policy allowed last), or the error was not retryable.
+  // errorKind says how a task's error was decided: retried; failed by
+  // hand, skipped or cancelled (a workflow's node, or the workflow's own
+  // task), which need no run; else why the task failed for good: no retry
+  // was left (a retryable error on the attempt its policy allowed last),
+  // or the error was not retryable.
   function errorKind(t) {
     if (retrying(t)) return 'retrying';
     if (t.status !== 'failure') return t.error.retryable ? 'retryable' : 'permanent';
-    return 'failed for good after attempt ' + t.attempt + (t.error.retryable ? ': no retry left' : ': not retryable');
+    const after = t.attempt ? ' after attempt ' + t.attempt : '';
+    switch (t.error.code) {
+      case 'failed_by_hand': return 'failed by hand' + (after || ', no attempt ran');
+      case 'skipped': return 'skipped: its rule can no longer be met';
+      case 'cancelled': return 'cancelled with its workflow' + (after || ' before it ran');
+      case 'workflow_cancelled': return 'the workflow was cancelled';
+      case 'workflow_failed': return 'the workflow failed';
+    }
+    if (!t.attempt) return 'failed for good, no attempt ran';
+    return 'failed for good' + after + (t.error.retryable ? ': no retry left' : ': not retryable');
   }
 
-  // retryText says "retrying (attempt n of m, next at t): error".
-  function retryText(t) {
+  // retryNote says "retrying (attempt n of m, next in 5s): error".
+  function retryNote(t) {
     const max = state.maxAttempts[t.behavior];
     const err = t.error ? t.error.message : 'no error text';
-    return 'retrying (attempt ' + t.attempt + (max ? ' of ' + max : '') + ', next at ' + stamp(t.schedule_not_before) + '): ' + err;
+    return ['retrying (attempt ' + t.attempt + (max ? ' of ' + max : '') + ', next ', dueEl(t.schedule_not_before), '): ' + err];
   }
 
   // zeroTime matches the JSON of Go's zero time, which means "never".
@@ -503,10 +532,14 @@
           panel('Nodes', null, nodesBox),
           panel('Held groups', 'no task of a held group is claimed', groupsBox))));
 
-    function metric(label, value, cls, id) {
-      return h('div', { class: 'card metric' }, h('div', { class: 'label' }, label),
+    function metric(label, value, cls, id, title) {
+      return h('div', { class: 'card metric', title }, h('div', { class: 'label' }, label),
         h('div', { class: 'value' + (cls ? ' ' + cls : ''), id }, value));
     }
+
+    // count reads a state's count of the statistics, 0 when a server of an
+    // earlier release leaves the state out.
+    const count = (counts, st) => counts[st] || 0;
 
     function renderStats() {
       const s = state.stats;
@@ -516,6 +549,7 @@
         metric('Running', t.counts.running, null, 'm-running'),
         metric('Due now', t.due_now, t.due_now > 0 ? 'warn' : null, 'm-due'),
         metric('Queue lag', fmtDuration(queueLag()), s.queue_lag_ms > 60000 ? 'bad' : null, 'm-lag'),
+        metric('Waiting', count(t.counts, 'waiting'), null, 'm-waiting', 'workflow nodes waiting for their dependencies, and workflows for their nodes'),
         metric('Scheduled', t.counts.scheduled, null, 'm-scheduled'),
         metric('Held', t.counts.held, t.counts.held ? 'warn' : null, 'm-held'),
         metric('Failed', t.counts.failure, t.counts.failure ? 'bad' : null, 'm-failure'),
@@ -524,14 +558,15 @@
       const rows = s.behaviors.map((q) => h('tr', { dataset: { behavior: q.behavior } },
         h('td', {}, h('a', { href: listHref({ behavior: q.behavior }) }, q.behavior),
           q.paused ? [' ', pill('paused')] : null),
-        STATUSES.map((st) => h('td', { class: 'num' + (q.counts[st] ? '' : ' zero'), dataset: { count: st } },
-          h('a', { href: listHref({ behavior: q.behavior, status: st }) }, q.counts[st].toLocaleString()))),
+        STATUSES.map((st) => h('td', { class: 'num' + (count(q.counts, st) ? '' : ' zero'), dataset: { count: st } },
+          h('a', { href: listHref({ behavior: q.behavior, status: st }) }, count(q.counts, st).toLocaleString()))),
         h('td', { class: 'num' + (q.due_now ? '' : ' zero') }, q.due_now.toLocaleString()),
         h('td', { class: 'num' + (q.due_now ? '' : ' zero'), dataset: { lag: q.due_now ? q.oldest_due_age_ms : '' } },
           q.due_now ? fmtDuration(lagNow(q.oldest_due_age_ms)) : '—'),
         can('admin') ? h('td', { class: 'actions' }, q.paused
           ? actionButton('Resume', 'resume', async () => { await api('POST', '/behaviors/' + encodeURIComponent(q.behavior) + '/resume'); refreshStats(); })
-          : actionButton('Pause', 'pause', async () => { await api('POST', '/behaviors/' + encodeURIComponent(q.behavior) + '/pause'); refreshStats(); })) : null));
+          : q.behavior === WORKFLOW ? null
+            : actionButton('Pause', 'pause', async () => { await api('POST', '/behaviors/' + encodeURIComponent(q.behavior) + '/pause'); refreshStats(); })) : null));
       fill(queues, rows.length === 0
         ? h('div', { class: 'empty' }, 'No behaviors and no tasks yet.')
         : h('table', { id: 'queues' },
@@ -569,7 +604,7 @@
       // A failure that is not final is retried.
       const status = e.status === 'failure' && !e.final ? 'retrying' : e.status;
       return h('li', { dataset: { task: e.task_id } },
-        h('span', { class: 'when', title: absTime(e.at) }, stamp(e.at)),
+        h('span', { class: 'when' }, timeEl(e.at)),
         h('span', { class: 'what' }, h('a', { href: taskHref(e.task_id) }, e.task_id), h('span', { class: 'b' }, e.behavior)),
         pill(status));
     }
@@ -703,7 +738,7 @@
       },
       h('td', { class: 'id', title: t.id }, h('a', { href: taskHref(t.id) }, t.id)),
       h('td', {}, t.behavior),
-      h('td', {}, taskPill(t), t.waiting ? h('div', { class: 'wait-note', dataset: { field: 'waiting' } }, waitText(t.waiting)) : null),
+      h('td', {}, taskPill(t), waitEl(t, 3, { dataset: { field: 'waiting' } }, true)),
       h('td', { class: 'num' }, t.attempt),
       h('td', { class: 'num' }, t.priority),
       h('td', { class: 'id' }, t.node || ''),
@@ -736,23 +771,33 @@
     return { name: 'tasks', el, onEvent, refresh: load };
   }
 
-  // taskActions returns the admin buttons that the task's state allows.
-  function taskActions(t, after, small) {
+  // taskActions returns the admin buttons that the task's state allows;
+  // small, those of a row of a list. A node of a workflow (node, the
+  // workflow's id) is removed only with its workflow: its page links to
+  // the workflow instead, and a workflow's own task removes its nodes.
+  function taskActions(t, after, small, node) {
     const act = (verb) => async () => {
       const r = await api('POST', taskPath(t.id) + '/' + verb);
       after(r);
     };
     const out = [];
-    const holdable = t.status === 'scheduled' || ((t.status === 'success' || t.status === 'failure') && t.schedule_not_before);
+    // A workflow's own task waits while its nodes run: holding it holds
+    // the workflow.
+    const workflow = t.behavior === WORKFLOW;
+    const holdable = t.status === 'scheduled' || (workflow && t.status === 'waiting') ||
+      ((t.status === 'success' || t.status === 'failure') && t.schedule_not_before);
     if (holdable) out.push(actionButton('Hold', 'hold', act('hold'), { done: 'Held ' + t.id }));
     if (t.status === 'held') out.push(actionButton('Release', 'release', act('release'), { done: 'Released ' + t.id }));
     if (t.status === 'failure' && !t.schedule_not_before) out.push(actionButton('Retry', 'retry', act('retry'), { done: 'Retrying ' + t.id }));
-    if (!small && (holdable || t.status === 'held')) out.push(failForm(t, after));
-    if (!small) {
+    if (!small && !workflow && (holdable || t.status === 'held')) out.push(failForm(t, after));
+    if (!small && node) {
+      out.push(h('span', { class: 'muted', id: 'task-remove-with' }, 'removed with ',
+        h('a', { href: window.stintWorkflows.workflowHref(node) }, 'its workflow')));
+    } else if (!small) {
       out.push(actionButton('Remove', 'remove', async () => {
         await api('DELETE', taskPath(t.id));
-        location.hash = listHref({ behavior: t.behavior });
-      }, { danger: true, confirm: 'Click again to remove', done: 'Removed ' + t.id }));
+        location.hash = workflow ? '#/workflows' : listHref({ behavior: t.behavior });
+      }, { danger: true, confirm: workflow ? 'Click again to remove it and its nodes' : 'Click again to remove', done: 'Removed ' + t.id }));
     }
     return out;
   }
@@ -775,10 +820,19 @@
     for (const e of state.recent) if (e.task_id === id) seen.push(e);
     let task = null;
     let removed = false;
+    // parent is the parent task when the task may be a node of a
+    // workflow, which only the parent's behavior tells; null otherwise or
+    // unread.
+    let parent = null;
+    // spawned is set once the task is known to have had children: the
+    // task says so while some are pending, and a list of them while none
+    // is; null until it is known.
+    let spawned = null;
 
     async function load() {
+      let t;
       try {
-        task = await api('GET', taskPath(id));
+        t = await api('GET', taskPath(id));
       } catch (e) {
         if (e.status === 404) {
           fill(el, h('div', { class: 'page-head' }, h('h1', { class: 'mono' }, id)),
@@ -788,8 +842,21 @@
         }
         return;
       }
+      const wf = window.stintWorkflows;
+      const [p, kids] = await Promise.all([
+        wf.mayBeNode(t) ? api('GET', taskPath(t.parent_id)).catch(() => null) : null,
+        spawned !== null || mayHaveChildren(t) ? null : api('GET', '/tasks?limit=1&parent=' + encodeURIComponent(id)).catch(() => null),
+      ]);
+      parent = p;
+      if (kids) spawned = kids.tasks.length > 0;
+      task = t;
       render();
     }
+
+    // mayHaveChildren reports whether the task says it has or may have
+    // children: some are pending, or it is a workflow's own task (its
+    // nodes) or an ingest batch (its jobs).
+    const mayHaveChildren = (t) => t.children_pending > 0 || t.behavior === WORKFLOW || t.behavior === 'ingest.batch';
 
     function field(label, value, key) {
       return h('div', { dataset: key ? { field: key } : {} }, h('dt', {}, label), h('dd', {}, value == null || value === '' ? h('span', { class: 'faint' }, '—') : value));
@@ -799,7 +866,9 @@
     // t.attempts, each with its error), its current or last run, and the
     // events seen while the page is open.
     function timeline(t) {
-      const items = [{ at: t.created_at, status: 'scheduled', label: 'Submitted' }];
+      // A workflow's task, and its node with dependencies, begin waiting.
+      const first = t.status === 'waiting' || t.behavior === WORKFLOW ? 'waiting' : 'scheduled';
+      const items = [{ at: t.created_at, status: first, label: 'Submitted' }];
       const same = (a, b) => !!a && !!b && Math.abs(Date.parse(a) - Date.parse(b)) < 2;
       const failedRuns = t.attempts || [];
       for (const a of failedRuns) {
@@ -826,7 +895,7 @@
       }
       items.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
       return h('ol', { class: 'timeline', id: 'timeline' }, items.map((i) => h('li', { dataset: i.attempt ? { status: i.status, attempt: i.attempt } : { status: i.status } },
-        h('span', { class: 'when', title: absTime(i.at) }, stamp(i.at)), h('span', {}, i.label))));
+        h('span', { class: 'when' }, timeEl(i.at)), h('span', {}, i.label))));
     }
 
     let groupHeldShown = false;
@@ -836,20 +905,21 @@
       groupHeldShown = groupHeld;
       const admin = can('admin');
       const running = t.status === 'running';
+      const node = window.stintWorkflows.nodeOf(t, parent);
+      const wait = waitEl(t, 20, { id: 'task-waiting' });
       fill(el,
         h('div', { class: 'page-head' },
           h('h1', { class: 'mono', id: 'task-id' }, t.id),
           h('span', { id: 'task-status' }, taskPill(t)),
           batchLink(t),
-          window.stintWorkflows.taskLink(workflowCtx, t),
+          window.stintWorkflows.taskLink(workflowCtx, t, parent),
           t.resubmit ? h('span', { class: 'pill', dataset: { status: 'scheduled' }, title: 'Submitted again while running: it runs again when this run ends' }, 'resubmitted') : null,
           h('div', { class: 'spacer' }),
-          admin ? h('div', { class: 'actions-bar', id: 'task-actions' }, taskActions(t, (r) => { if (r) { task = r; render(); } }, false)) : null),
+          admin ? h('div', { class: 'actions-bar', id: 'task-actions' }, taskActions(t, (r) => { if (r) { task = r; render(); } }, false, node)) : null),
         h('section', { class: 'card panel' }, h('dl', { class: 'fields' },
           field('Behavior', h('a', { href: listHref({ behavior: t.behavior }) }, t.behavior), 'behavior'),
-          field('State', retrying(t) ? h('span', { class: 'retry-note', id: 'task-retrying' }, retryText(t))
-            : t.waiting ? h('span', {}, t.status + ', ', h('a', { class: 'wait-note', id: 'task-waiting', href: waitHref(t.waiting) }, waitText(t.waiting)))
-              : t.status, 'status'),
+          field('State', retrying(t) ? h('span', { class: 'retry-note', id: 'task-retrying' }, retryNote(t))
+            : wait ? h('span', {}, t.status + ', ', wait) : t.status, 'status'),
           field('Priority', t.priority, 'priority'),
           field('Attempt', t.attempt, 'attempt'),
           field('Consecutive errors', t.errors, 'errors'),
@@ -864,7 +934,8 @@
               render();
             })] : null) : null, 'group'),
           field('Parent', t.parent_id ? h('a', { href: taskHref(t.parent_id) }, t.parent_id) : null, 'parent'),
-          field('Children', h('a', { href: listHref({ parent: t.id }) }, 'list children'), 'children'),
+          spawned || mayHaveChildren(t) ? field('Children', h('span', {}, h('a', { href: listHref({ parent: t.id }) }, 'list children'),
+            t.children_pending ? ' (' + t.children_pending.toLocaleString() + ' pending)' : null), 'children') : null,
           field('Created', timeEl(t.created_at), 'created'),
           field('Updated', timeEl(t.updated_at), 'updated'),
           field('Started', timeEl(t.executed_at), 'started'),
@@ -883,14 +954,17 @@
     }
 
     const reload = throttle(load, 300);
-    // A wait on a limit begins and ends with no event: while the task is
-    // due, look again now and then, and redraw only when its wait changed
-    // (a redraw would reset a half-confirmed action).
+    // A wait on a limit begins and ends with no event of the task, and a
+    // waiting node's dependencies (a workflow's nodes) end with events of
+    // other tasks: while the task is due or waiting, look again now and
+    // then, and redraw only when what it waits on changed (a redraw would
+    // reset a half-confirmed action).
+    const waitsOn = (t) => JSON.stringify([t.waiting || null, t.status === 'waiting' ? t.children_pending || 0 : 0]);
     const waitTimer = setInterval(async () => {
-      if (!task || (task.status !== 'scheduled' && !retrying(task))) return;
+      if (!task || (task.status !== 'scheduled' && task.status !== 'waiting' && !retrying(task))) return;
       let t;
       try { t = await api('GET', taskPath(id)); } catch (_) { return; }
-      if (JSON.stringify(t.waiting || null) !== JSON.stringify(task.waiting || null)) { task = t; render(); }
+      if (waitsOn(t) !== waitsOn(task)) { task = t; render(); }
     }, 5000);
     load();
     return {
@@ -996,28 +1070,59 @@
     return parts.join('');
   }
 
-  // waitText says what a waiting task waits on: "waiting on rate limit L
-  // (key K) until T", "waiting on the concurrency cap of B (key K)", or
-  // that its behavior is paused, that no live node runs it (and which
-  // nodes run what), or that every node that runs it is full.
-  function waitText(w) {
+  const limitsHref = '#/limits';
+
+  // waitNote says what task t waits on, null when nothing: {href, body},
+  // where href is the page that shows the cause (null when body has links
+  // of its own) and body the text. Each reason of api.Wait has its own:
+  // "waiting on rate limit L (key K), admitted in 5s" and "waiting on the
+  // concurrency cap of B (key K)" (the Limits page), "waiting: B is
+  // paused" (the overview, which resumes it), "waiting: no live node runs
+  // B (...)" (or B of version V) and "waiting: every node that runs B is
+  // full (...)" (the Nodes page), and "waiting for its dependencies a, b
+  // and 3 more" for a workflow's node, each dependency linked to its task
+  // (at most `most` of them; the rest link to the workflow). A workflow's
+  // own task waits for its nodes, which its page shows.
+  function waitNote(t, most) {
+    const wfHref = window.stintWorkflows.workflowHref;
+    const w = t.waiting;
+    if (!w) {
+      if (t.behavior !== WORKFLOW || t.status !== 'waiting') return null;
+      const n = t.children_pending || 0;
+      return { href: null, body: ['waiting for ', h('a', { href: wfHref(t.id) }, n === 1 ? 'its last node' : 'its ' + n.toLocaleString() + ' nodes'), ' to end'] };
+    }
+    const b = w.behavior || w.limit;
     const key = w.key ? ' (key ' + w.key + ')' : '';
     switch (w.reason) {
-      case 'rate_limit': return 'waiting on rate limit ' + w.limit + key + (w.until ? ' until ' + stamp(w.until) : '');
-      case 'paused': return 'waiting: ' + w.limit + ' is paused';
-      case 'no_node': return 'waiting: no live node runs ' + w.limit + ' (' + w.detail + ')';
-      case 'nodes_full': return 'waiting: every node that runs ' + w.limit + ' is full (' + w.detail + ')';
+      case 'rate_limit': return { href: limitsHref, body: ['waiting on rate limit ' + w.limit + key, w.until ? [', admitted ', dueEl(w.until)] : null] };
+      case 'concurrency': return { href: limitsHref, body: ['waiting on the concurrency cap of ' + b + key] };
+      case 'paused': return { href: '#/', body: ['waiting: ' + b + ' is paused'] };
+      // A wait for a node of a newer version says all in its detail.
+      case 'no_node': return { href: '#/nodes', body: [w.version ? 'waiting: ' + w.detail : 'waiting: no live node runs ' + b + ' (' + w.detail + ')'] };
+      case 'nodes_full': return { href: '#/nodes', body: ['waiting: every node that runs ' + b + ' is full (' + w.detail + ')'] };
+      case 'dependencies': {
+        const deps = w.dependencies || [];
+        if (deps.length === 0) return { href: null, body: ['waiting for its dependencies'] };
+        const links = deps.slice(0, most).map((name, i) => [i ? ', ' : '',
+          h('a', { href: taskHref(t.parent_id + '/' + name), dataset: { dependency: name } }, name)]);
+        const more = deps.length - Math.min(most, deps.length);
+        return { href: null, body: ['waiting for its ' + (deps.length === 1 ? 'dependency ' : 'dependencies '), links,
+          more ? [' and ', h('a', { href: wfHref(t.parent_id), dataset: { more } }, more.toLocaleString() + ' more')] : null] };
+      }
     }
-    return 'waiting on the concurrency cap of ' + w.limit + key;
+    return { href: null, body: ['waiting: ' + w.reason.replaceAll('_', ' ') + (b ? ' of ' + b : '') + key] };
   }
 
-  // waitHref is where a wait's cause is shown: the Nodes page for a wait
-  // on nodes, else the Limits page.
-  function waitHref(w) {
-    return w.reason === 'no_node' || w.reason === 'nodes_full' ? '#/nodes' : limitsHref;
+  // waitEl shows waitNote(t, most) as an element with attrs: a <div> in
+  // a row of a list (whose task is the row's link), else a link to the
+  // cause when it has one; null when t waits on nothing.
+  function waitEl(t, most, attrs, inRow) {
+    const n = waitNote(t, most);
+    if (!n) return null;
+    const a = { class: 'wait-note', ...attrs };
+    if (inRow) return h('div', a, n.body);
+    return n.href ? h('a', { ...a, href: n.href }, n.body) : h('span', a, n.body);
   }
-
-  const limitsHref = '#/limits';
 
   function limitsView() {
     const rateBody = h('div', { class: 'table-wrap' }, h('div', { class: 'empty' }, 'Loading…'));
@@ -1274,7 +1379,7 @@
                 h('td', { class: 'id' }, j.identifier || ''),
                 h('td', {}, timeEl(j.updated_at)))))))),
           h('div', {},
-            rep ? panel('Report', 'made ' + stamp(rep.at), h('div', { class: 'panel-body', id: 'batch-report' },
+            rep ? panel('Report', ['made ', timeEl(rep.at)], h('div', { class: 'panel-body', id: 'batch-report' },
               h('p', {}, rep.jobs + ' jobs: ', h('b', {}, (rep.succeeded || []).length), ' succeeded, ',
                 h('b', {}, (rep.failed || []).length), ' failed', rep.deleted ? ', ' + rep.deleted + ' deleted' : ''),
               (rep.failed || []).length ? h('div', {}, h('div', { class: 'muted' }, 'Failed:'),
@@ -1283,12 +1388,12 @@
                 h('div', { class: 'chips' }, rep.recovered.map((f) => h('a', { class: 'chip', href: taskHref(f) }, f)))) : null)) : null,
             (b.notices || []).length ? panel('Notices', 'to the depositors', h('ol', { class: 'timeline', id: 'batch-notices' },
               b.notices.map((n) => h('li', { dataset: { status: n.error ? 'failure' : 'success', kind: n.kind } },
-                h('span', { class: 'when', title: absTime(n.at) }, stamp(n.at)),
+                h('span', { class: 'when' }, timeEl(n.at)),
                 h('span', {}, n.kind === 'queued' ? 'Queued notice' : 'Report notice', ': ',
                   n.error ? h('span', { class: 'error-text' }, 'not sent: ' + n.error) : 'sent'))))) : null,
             panel('History', null, (b.history || []).length === 0 ? h('div', { class: 'empty' }, 'No transitions yet.')
               : h('ol', { class: 'timeline' }, b.history.map((tr) => h('li', { dataset: { status: MERRITT[tr.to] || 'removed' } },
-                h('span', { class: 'when', title: absTime(tr.at) }, stamp(tr.at)), h('span', {}, (tr.from || '∅') + ' → ' + tr.to))))))));
+                h('span', { class: 'when' }, timeEl(tr.at)), h('span', {}, (tr.from || '∅') + ' → ' + tr.to))))))));
     }
     // batchActions returns the admin actions the batch's state allows:
     // hold a Pending batch, release a Held one, requeue the jobs of a

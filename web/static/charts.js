@@ -2,8 +2,11 @@
 // GET /api/v1/history, no library. Each behavior gets three charts over
 // the window: tasks ended per second (succeeded, failed for good, by hand
 // included) with the failed runs that are retried as a series of their
-// own, the due backlog, and the queue lag. The data comes from the database, so every dashboard
-// shows the same history, and it outlives the node that serves the page.
+// own, the due backlog (the most due at the minute's samples, taken every
+// 10 seconds), and the queue lag. The data comes from the database, so
+// every dashboard shows the same history, and it outlives the node that
+// serves the page. The behaviors with nothing in the window (no run
+// ended, nothing due) are folded under <details class="history-idle">.
 //
 // Every chart's <svg> says how it maps values to the plot, for readers
 // and tests alike: data-plot is the plot area "x y width height" in the
@@ -117,6 +120,8 @@
   // render fills container with the charts of history, the answer of GET
   // /api/v1/history.
   function render(container, history) {
+    // The idle behaviors stay unfolded across redraws once unfolded.
+    const wasOpen = !!container.querySelector('details.history-idle[open]');
     container.replaceChildren();
     const step = history.bucket_seconds * 1000;
     const from = Date.parse(history.from);
@@ -133,7 +138,16 @@
     // those retried did not end their task.
     const endedFailed = (p) => Math.max(0, (p.failed || 0) - (p.retried || 0));
     const behaviors = [...history.behaviors].sort((a, b) => load(b) - load(a) || a.behavior.localeCompare(b.behavior));
+    const active = (b) => b.points.some((p) => p.succeeded || p.failed || p.retried || p.due);
+    const idle = behaviors.filter((b) => !active(b));
+    let into = container;
+    if (idle.length === behaviors.length) container.append(html('div', 'empty', 'No task ended and none was due in this window.'));
     for (const b of behaviors) {
+      if (!active(b) && into === container) {
+        into = html('details', 'history-idle', html('summary', null, `${idle.length} idle ${idle.length === 1 ? 'behavior' : 'behaviors'}`));
+        into.open = wasOpen;
+        container.append(into);
+      }
       const at = new Map(b.points.map((p) => [Date.parse(p.at), p]));
       // The current minute is left out of the rates: it is not over, and
       // its runs are still being added.
@@ -146,7 +160,7 @@
         return pts;
       };
       const sampled = b.points.filter((p) => p.sampled);
-      container.append(html('div', 'history-row',
+      into.append(html('div', 'history-row',
         html('h3', 'history-behavior', b.behavior),
         html('div', 'charts',
           chart('finished', b.behavior, 'Tasks ended per second', '', from, to, [
@@ -155,7 +169,7 @@
             { name: 'retried', label: 'runs retried', points: rate((p) => p.retried || 0) },
           ]),
           chart('backlog', b.behavior, 'Due backlog', 'count', from, to, [
-            { name: 'due', label: 'due now', dots: true, points: sampled.map((p) => [Date.parse(p.at), p.due]) },
+            { name: 'due', label: 'most due', dots: true, points: sampled.map((p) => [Date.parse(p.at), p.due]) },
           ]),
           chart('lag', b.behavior, 'Queue lag', 's', from, to, [
             { name: 'lag', label: 'oldest due', dots: true, points: sampled.map((p) => [Date.parse(p.at), p.queue_lag_ms / 1000]) },

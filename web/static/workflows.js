@@ -15,6 +15,12 @@
 // else waiting when one is, else satisfied), data-count (the edges it
 // stands for) and data-satisfied, data-waiting, data-failed (how many of
 // each). The <svg id="wf-graph"> has data-nodes and data-edges, the totals.
+//
+// The finally node depends on every other node: its dependence is drawn
+// once, by edges from the sinks (the nodes that no other node depends on),
+// each waiting until its sink and every node the sink depends on, however
+// far up, ended. Its path has data-finally; the <svg> has
+// data-finally-dependencies, the dependencies those edges stand for.
 'use strict';
 (() => {
   const SVG = 'http://www.w3.org/2000/svg';
@@ -60,7 +66,14 @@
   function layout(wf) {
     const nodes = wf.nodes || [];
     const index = new Map(nodes.map((n, i) => [n.name, i]));
-    const deps = nodes.map((n) => [...new Set((n.depends_on || []).map((d) => index.get(d)).filter((d) => d !== undefined))]);
+    const named = nodes.map((n) => [...new Set((n.depends_on || []).map((d) => index.get(d)).filter((d) => d !== undefined))]);
+    // The finally node's dependencies as drawn: the sinks among them.
+    const fin = nodes.findIndex((n) => n.finally);
+    const deps = named.map((ds, i) => (i === fin ? [] : ds));
+    if (fin >= 0) {
+      const depended = new Set(deps.flat());
+      deps[fin] = named[fin].filter((d) => !depended.has(d));
+    }
     // Longest-path layering in topological order (Kahn's).
     const dependents = nodes.map(() => []);
     const pending = deps.map((d) => d.length);
@@ -77,6 +90,9 @@
     }
     const layers = [];
     for (const i of queue) (layers[layer[i]] ||= []).push(i);
+    // unended: the node, or one it depends on however far up, has not ended.
+    const unended = new Array(nodes.length).fill(false);
+    for (const i of queue) unended[i] = !ended(nodes[i].task) || deps[i].some((d) => unended[d]);
 
     const boxOf = new Array(nodes.length);
     const boxes = [];
@@ -125,13 +141,13 @@
       for (const d of deps[i]) {
         const key = boxOf[d].id + '>' + boxOf[i].id;
         let e = edges.get(key);
-        if (!e) edges.set(key, e = { from: boxOf[d], to: boxOf[i], satisfied: 0, waiting: 0, failed: 0 });
-        e[edgeState(nodes[d].task, n.rule)]++;
+        if (!e) edges.set(key, e = { from: boxOf[d], to: boxOf[i], finally: i === fin, satisfied: 0, waiting: 0, failed: 0 });
+        e[i === fin ? (unended[d] ? 'waiting' : 'satisfied') : edgeState(nodes[d].task, n.rule)]++;
         total++;
       }
     });
     return {
-      boxes, edges: [...edges.values()], total,
+      boxes, edges: [...edges.values()], total, finallyDeps: fin >= 0 ? named[fin].length : 0,
       width: widest + 2 * PAD,
       height: rows.length * (BOX_H + GAP_Y) - GAP_Y + 2 * PAD,
     };
@@ -149,6 +165,7 @@
       viewBox: `0 0 ${g.width} ${Math.max(g.height, BOX_H + 2 * PAD)}`, role: 'img',
       'aria-label': `Graph of workflow ${wf.id}: ${wf.nodes.length} nodes, ${g.total} edges`,
       'data-nodes': wf.nodes.length, 'data-edges': g.total, 'data-boxes': g.boxes.length,
+      'data-finally-dependencies': g.finallyDeps || null,
     });
     const defs = svg('defs', {});
     for (const s of ['satisfied', 'waiting', 'failed']) {
@@ -166,8 +183,9 @@
         class: 'wf-edge', d: `M${x1},${y1} C${x1},${y1 + bend} ${x2},${y2 - bend} ${x2},${y2}`,
         'marker-end': `url(#wf-arrow-${state})`, 'data-state': state, 'data-count': count,
         'data-satisfied': e.satisfied, 'data-waiting': e.waiting, 'data-failed': e.failed,
-        'data-from': e.from.id, 'data-to': e.to.id,
-      }, svg('title', {}, count > 1 ? `${count} edges: ${e.satisfied} satisfied, ${e.waiting} waiting, ${e.failed} failed` : state)));
+        'data-from': e.from.id, 'data-to': e.to.id, 'data-finally': e.finally ? '' : null,
+      }, svg('title', {}, (count > 1 ? `${count} edges: ${e.satisfied} satisfied, ${e.waiting} waiting, ${e.failed} failed` : state)
+        + (e.finally ? '; the finally node runs once every other node ended' : ''))));
       if (count > 1) {
         edgeLayer.append(svg('text', { class: 'wf-edge-count', x: (x1 + x2) / 2 + 6, y: (y1 + y2) / 2 + 4 }, '×' + count));
       }
@@ -181,8 +199,9 @@
         : ctx.listHref({ parent: wf.id, status: first.task.status });
       const label = single ? clip(first.name, 22) : `${b.members.length} nodes`;
       const sub = single ? b.state + (first.finally ? ' · finally' : '') : `${b.state} · e.g. ${clip(first.name, 12)}`;
-      const title = single ? `${first.name}: ${b.state}` + (first.task.waiting && first.task.waiting.dependencies
-        ? ', waits for ' + first.task.waiting.dependencies.join(', ') : '')
+      const waitsFor = first.task.waiting && first.task.waiting.dependencies;
+      const title = single ? `${first.name}: ${b.state}` + (first.finally ? ', runs once every other node ended' : '')
+        + (waitsFor ? ', waits for ' + (waitsFor.length > 10 ? waitsFor.slice(0, 10).join(', ') + ` and ${waitsFor.length - 10} more` : waitsFor.join(', ')) : '')
         : `${b.members.length} nodes, ${b.state}: ${b.members.slice(0, 5).map((i) => wf.nodes[i].name).join(', ')}${b.members.length > 5 ? ', …' : ''}`;
       nodeLayer.append(svg('a', { href, class: 'wf-link' },
         svg('g', {
@@ -299,7 +318,11 @@
           h('div', { class: 'spacer' }),
           admin ? h('div', { class: 'actions-bar', id: 'workflow-actions' },
             wf.state === 'running' ? ctx.actionButton('Cancel', 'cancel-workflow', () => act('cancel'), { confirm: 'Cancel all?', danger: true, done: 'Workflow cancelled' }) : null,
-            wf.state === 'failed' || wf.state === 'cancelled' ? ctx.actionButton('Retry', 'retry-workflow', () => act('retry'), { done: 'Workflow retried' }) : null) : null),
+            wf.state === 'failed' || wf.state === 'cancelled' ? ctx.actionButton('Retry', 'retry-workflow', () => act('retry'), { done: 'Workflow retried' }) : null,
+            ctx.actionButton('Remove', 'remove-workflow', async () => {
+              await api('DELETE', '/tasks/' + encodeURIComponent(id));
+              location.hash = '#/workflows';
+            }, { confirm: `Remove its ${wf.nodes.length} nodes too?`, danger: true, done: 'Removed workflow ' + id })) : null),
         h('section', { class: 'card panel' }, h('div', { class: 'panel-body' },
           h('span', { class: 'chips', id: 'workflow-counts' }, NODE_STATES.filter((s) => counts[s]).map((s) =>
             h('span', { class: 'count-chip', dataset: { status: s } }, s + ' ', h('b', {}, counts[s])))),
@@ -315,28 +338,32 @@
     return { name: 'workflow', el, refresh: load, onEvent: (e) => { if (e.task_id === id || e.parent_id === id) reload(); } };
   }
 
-  // taskLink returns what a task's page shows of the workflow it belongs
-  // to (a link and the workflow's state, filled in once read), or of the
-  // workflow it stands for; null for a task of neither.
-  function taskLink(ctx, t) {
-    const { h, fill, api } = ctx;
+  // mayBeNode reports whether task t may be a node of a workflow, its
+  // parent: its id is the parent's and a name. Only the parent's behavior
+  // tells (an ingest job's id is its batch's and a number).
+  const mayBeNode = (t) => !!t.parent_id && t.id.startsWith(t.parent_id + '/');
+
+  // nodeOf returns the id of the workflow task t is a node of, given its
+  // parent task (null when it has none or it was not read); '' for a task
+  // that is no node.
+  function nodeOf(t, parent) {
+    return mayBeNode(t) && parent && parent.id === t.parent_id && parent.behavior === 'stint.workflow' ? parent.id : '';
+  }
+
+  // taskLink returns what a task's page shows of the workflow it is a node
+  // of (its parent task, read by the page), with the workflow's state, or
+  // of the workflow it stands for; null for a task of neither.
+  function taskLink(ctx, t, parent) {
+    const { h } = ctx;
     if (t.behavior === 'stint.workflow') {
       return h('a', { class: 'btn small', id: 'task-workflow', href: workflowHref(t.id) }, 'Workflow view');
     }
-    if (!t.parent_id || !t.id.startsWith(t.parent_id + '/')) return null;
-    const box = h('span', { class: 'wf-of', id: 'task-workflow', hidden: true });
-    (async () => {
-      let p;
-      try { p = await api('GET', '/tasks/' + encodeURIComponent(t.parent_id)); } catch (_) { return; }
-      if (p.behavior !== 'stint.workflow') return;
-      let state = 'running';
-      if (ended(p)) state = p.status === 'success' ? 'succeeded' : p.error && p.error.code === 'workflow_cancelled' ? 'cancelled' : 'failed';
-      box.hidden = false;
-      fill(box, 'node ', h('b', {}, t.id.slice(t.parent_id.length + 1)), ' of workflow ',
-        h('a', { href: workflowHref(p.id), dataset: { workflow: p.id } }, p.id), ' ', statePill(ctx, state));
-    })();
-    return box;
+    if (!nodeOf(t, parent)) return null;
+    let state = 'running';
+    if (ended(parent)) state = parent.status === 'success' ? 'succeeded' : parent.error && parent.error.code === 'workflow_cancelled' ? 'cancelled' : 'failed';
+    return h('span', { class: 'wf-of', id: 'task-workflow' }, 'node ', h('b', {}, t.id.slice(parent.id.length + 1)), ' of workflow ',
+      h('a', { href: workflowHref(parent.id), dataset: { workflow: parent.id } }, parent.id), ' ', statePill(ctx, state));
   }
 
-  window.stintWorkflows = { listView, view, taskLink, layout };
+  window.stintWorkflows = { listView, view, taskLink, layout, mayBeNode, nodeOf, workflowHref };
 })();
