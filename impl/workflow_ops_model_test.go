@@ -105,6 +105,7 @@ func runOpsSequence(t *testing.T, seed uint64) int {
 	const steps = 60
 	for step := range steps {
 		name, err := s.step()
+		t.Logf("step %d: %s: %v", step, name, err)
 		if err != nil {
 			require.True(t, errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound),
 				"step %d (%s): an operation answers success, ErrConflict or ErrNotFound: %v", step, name, err)
@@ -326,7 +327,8 @@ func (s *opsSeq) step() (string, error) {
 
 // invariantsSQL lists, in one snapshot, what breaks a workflow's rules:
 // a waiting node whose counts are not those of its dependencies'
-// outcomes, and a workflow's own task that disagrees with its nodes (it
+// outcomes, or whose counts already decide it (it should have run or been
+// skipped), and a workflow's own task that disagrees with its nodes (it
 // waits for a number of nodes other than those that have not ended, or
 // it is due, running or ended while one has not).
 const invariantsSQL = `
@@ -345,6 +347,16 @@ SELECT format('node %s counts %s/%s/%s/%s, its dependencies %s/%s/%s/%s', t.id,
 FROM stint_task t JOIN counts c ON c.task_id = t.id
 WHERE t.status = 'waiting' AND t.workflow_node IS NOT NULL
   AND (t.deps_pending, t.deps_succeeded, t.deps_failed, t.deps_skipped) <> (c.pending, c.ok, c.failed, c.skipped)
+UNION ALL
+SELECT format('node %s (%s) waits, but its counts %s/%s/%s/%s decide it', t.id, t.dep_rule,
+    t.deps_pending, t.deps_succeeded, t.deps_failed, t.deps_skipped)
+FROM stint_task t
+WHERE t.status = 'waiting' AND t.workflow_node IS NOT NULL AND CASE t.dep_rule
+    WHEN 'all_ended' THEN t.deps_pending <= 0
+    WHEN 'finally' THEN t.deps_pending <= 0
+    WHEN 'any_succeeded' THEN t.deps_succeeded > 0 OR t.deps_pending <= 0
+    WHEN 'none_failed' THEN t.deps_failed > 0 OR t.deps_pending <= 0
+    ELSE t.deps_failed + t.deps_skipped > 0 OR t.deps_pending <= 0 END
 UNION ALL
 SELECT format('workflow %s is %s waiting for %s nodes (waiting_children %s); %s have not ended', w.id, w.status,
     w.children_pending, w.waiting_children, n.open)
@@ -410,7 +422,10 @@ func (s *opsSeq) finish() {
 			continue // removed
 		}
 		require.NoError(s.t, err, "workflow %s answers AwaitWorkflow once its nodes ended: %s", wf,
-			s.e.dump(`SELECT id, status, schedule_not_before, children_pending, deps_pending FROM stint_task WHERE id = $1 OR parent_id = $1`, string(wf)))
+			s.e.dump(`SELECT id, status, schedule_not_before, error->>'code', children_pending, waiting_children,
+			    deps_pending, deps_succeeded, deps_failed, deps_skipped, dep_rule, attempt, finished_at
+			    FROM stint_task WHERE id = $1 OR parent_id = $1 ORDER BY id`, string(wf))+
+				s.e.dump(invariantsSQL)+s.e.dump(`SELECT task_id, depends_on FROM stint_dependency WHERE task_id LIKE $1 ORDER BY 1, 2`, string(wf)+"/%"))
 		require.NotEqual(s.t, api.WorkflowRunning, w.State, wf)
 		outcome := map[string]api.Task{}
 		for _, n := range w.Nodes {

@@ -288,3 +288,32 @@ func TestASubmitNeverChangesAnotherBehaviorsTask(t *testing.T) {
 	require.Equal(t, api.WorkflowSucceeded, w.State)
 	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_run WHERE task_id = 'wf-sub/a'`), "a ran once")
 }
+
+// TestRetryOfANodeLeavesWhatOthersRuledOut: after a cancel, retrying one
+// cancelled node runs it and the finally node again, but not a dependent
+// that another cancelled node rules out: that one keeps its outcome, and
+// the workflow ends and answers AwaitWorkflow.
+func TestRetryOfANodeLeavesWhatOthersRuledOut(t *testing.T) {
+	t.Parallel()
+	e, c := seamEnv(t)
+	fin := spanNode("fin", 0)
+	fin.Finally = true
+	_, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-ro", Nodes: []api.WorkflowNode{
+		gateNode("p", "ro-p"), gateNode("q", "ro-q"), spanNode("d", 0, "p", "q"), fin,
+	}})
+	require.NoError(t, err)
+	waitFor(t, time.Minute, "p and q run", func() bool {
+		return get(t, c, "wf-ro/p").Status == api.StatusRunning && get(t, c, "wf-ro/q").Status == api.StatusRunning
+	})
+	require.NoError(t, c.CancelWorkflow(e.ctx, "wf-ro"))
+	require.Equal(t, api.WorkflowCancelled, awaitWorkflow(t, c, "wf-ro").State)
+
+	e.openGates("ro-p")
+	require.NoError(t, c.Retry(e.ctx, "wf-ro/p"))
+	require.Equal(t, api.CodeCancelled, get(t, c, "wf-ro/d").Error.Code, "d, ruled out by q, keeps its outcome")
+	w := awaitWorkflow(t, c, "wf-ro")
+	require.Equal(t, api.WorkflowCancelled, w.State, "q and d are still cancelled")
+	require.Equal(t, api.StatusSuccess, get(t, c, "wf-ro/p").Status)
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM test_span WHERE task_id = 'wf-ro/fin'`), "the finally node ran after the retry")
+	e.openGates("ro-q")
+}

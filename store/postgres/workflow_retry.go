@@ -45,18 +45,19 @@ const retryEdgesSQL = `SELECT task_id, depends_on FROM stint_dependency WHERE ta
 
 // retryRunSQL makes the nodes $1 wait again, with the counts $2 to $5 of
 // their dependencies by outcome (pending, succeeded, failed, skipped): a
-// node with none pending is due at once, or held when its workflow is
-// ($6). It adds the claim hints and records the changes.
+// node whose rule lets it run ($6) is due at once, or held when its
+// workflow is ($7). It adds the claim hints and records the changes.
 var retryRunSQL = `
 WITH u AS (
     UPDATE stint_task t SET
-        status = CASE WHEN r.pending > 0 THEN 'waiting' WHEN $6 THEN 'held' ELSE 'scheduled' END,
-        schedule_not_before = CASE WHEN r.pending = 0 AND NOT $6 THEN now() END,
-        held_due = CASE WHEN r.pending = 0 AND $6 THEN now() END,
+        status = CASE WHEN NOT r.ready THEN 'waiting' WHEN $7 THEN 'held' ELSE 'scheduled' END,
+        schedule_not_before = CASE WHEN r.ready AND NOT $7 THEN now() END,
+        held_due = CASE WHEN r.ready AND $7 THEN now() END,
         deps_pending = r.pending, deps_succeeded = r.ok, deps_failed = r.failed, deps_skipped = r.skipped,
         attempt = 0, errors = 0, executed_at = NULL, finished_at = NULL, lost_not_before = NULL,
         resubmit = false, resubmit_due = NULL, updated_at = now()
-    FROM ` + unnestRows("r", "id $1::text[]", "pending $2::int[]", "ok $3::int[]", "failed $4::int[]", "skipped $5::int[]") + `
+    FROM ` + unnestRows("r", "id $1::text[]", "pending $2::int[]", "ok $3::int[]", "failed $4::int[]", "skipped $5::int[]",
+	"ready $6::bool[]") + `
     WHERE t.id = r.id
     RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
 ), due AS (` + dueInsert("u") + `
@@ -127,20 +128,18 @@ func retryNodes(ctx context.Context, tx pgx.Tx, wf api.TaskID, held, whole bool,
 		}
 		roots = []int{i}
 	}
-	again := closure(nodes, roots)
+	again, counts, ready := rerun(nodes, roots)
+	if !whole && !again.has(roots[0]) {
+		return 0, fmt.Errorf("node %s cannot run: a dependency of it did not succeed; retry that one, or the workflow: %w",
+			root, api.ErrConflict)
+	}
 	n := len(again.order)
 	pending, ok, failed, skipped, ids := make(intArray, n), make(intArray, n), make(intArray, n), make(intArray, n), make(textArray, n)
+	starts := make(boolArray, n)
 	for k, i := range again.order {
-		ids[k] = nodes[i].id
-		var c depCounts
-		for _, d := range nodes[i].deps {
-			c.add(nodes[d], again.has(d))
-		}
+		c := counts[i]
+		ids[k], starts[k] = nodes[i].id, ready[i]
 		pending[k], ok[k], failed[k], skipped[k] = int64(c.pending), int64(c.ok), int64(c.failed), int64(c.skipped)
-		if c.pending == 0 && !c.runs(nodes[i].rule) {
-			return 0, fmt.Errorf("node %s cannot run: a dependency of it did not succeed; retry that one, or the workflow: %w",
-				nodes[i].id, api.ErrConflict)
-		}
 	}
 	// The waiting dependents of the nodes that run again forget their
 	// outcomes.
@@ -169,7 +168,7 @@ func retryNodes(ctx context.Context, tx pgx.Tx, wf api.TaskID, held, whole bool,
 		}
 	}
 	b := &pgx.Batch{}
-	b.Queue(retryRunSQL, ids, pending, ok, failed, skipped, held)
+	b.Queue(retryRunSQL, ids, pending, ok, failed, skipped, starts, held)
 	if len(fIDs) > 0 {
 		b.Queue(retryForgetSQL, fIDs, fPending, fFailed, fSkipped)
 	}
@@ -234,31 +233,72 @@ type nodeSet struct {
 
 func (s nodeSet) has(i int) bool { return s.in[i] }
 
-// closure returns the nodes roots and those their failure ended: the
-// failed nodes that depend on them, directly or not, and the finally
-// node once it ended.
-func closure(nodes []retryNode, roots []int) nodeSet {
-	s := nodeSet{in: map[int]bool{}}
-	add := func(i int) {
-		if !s.in[i] {
-			s.in[i] = true
-			s.order = append(s.order, i)
-		}
-	}
+// rerun returns the nodes that run again: roots, and the nodes their
+// failure ended (the failed nodes that depend on them, directly or not,
+// and the finally node once it ended), each with its counts of its
+// dependencies and whether its rule lets it run at once. A candidate
+// whose other dependencies' outcomes already rule it out keeps its
+// outcome, and so do the candidates only it ended: a waiting node is
+// always one that its pending dependencies still decide. The candidates
+// are decided in the graph's order, a node after its dependencies.
+func rerun(nodes []retryNode, roots []int) (nodeSet, map[int]depCounts, map[int]bool) {
+	cand := map[int]bool{}
+	queue := slices.Clone(roots)
 	for _, r := range roots {
-		add(r)
+		cand[r] = true
 	}
-	for k := 0; k < len(s.order); k++ {
-		for _, d := range nodes[s.order[k]].next {
-			if nodes[d].failed() || nodes[d].rule == string(store.RuleFinally) && nodes[d].ended() {
-				add(d)
+	for k := 0; k < len(queue); k++ {
+		for _, d := range nodes[queue[k]].next {
+			if !cand[d] && (nodes[d].failed() || nodes[d].rule == string(store.RuleFinally) && nodes[d].ended()) {
+				cand[d] = true
+				queue = append(queue, d)
 			}
 		}
+	}
+	// Kahn's order of the candidates, by their edges among themselves.
+	indeg := map[int]int{}
+	for i := range cand {
+		for _, d := range nodes[i].deps {
+			if cand[d] {
+				indeg[i]++
+			}
+		}
+	}
+	var order []int
+	for i := range cand {
+		if indeg[i] == 0 {
+			order = append(order, i)
+		}
+	}
+	slices.Sort(order) // a stable order for ties
+	for k := 0; k < len(order); k++ {
+		for _, d := range nodes[order[k]].next {
+			if cand[d] {
+				if indeg[d]--; indeg[d] == 0 {
+					order = append(order, d)
+				}
+			}
+		}
+	}
+	s := nodeSet{in: map[int]bool{}}
+	counts, ready := map[int]depCounts{}, map[int]bool{}
+	for _, i := range order {
+		var c depCounts
+		for _, d := range nodes[i].deps {
+			c.add(nodes[d], s.in[d])
+		}
+		verdict := c.verdict(nodes[i].rule, len(nodes[i].deps))
+		if verdict == "skip" {
+			continue
+		}
+		s.in[i] = true
+		s.order = append(s.order, i)
+		counts[i], ready[i] = c, verdict == "run"
 	}
 	// The rows are updated in id order, as other writers of several nodes
 	// lock them.
 	slices.SortFunc(s.order, func(a, b int) int { return strings.Compare(nodes[a].id, nodes[b].id) })
-	return s
+	return s, counts, ready
 }
 
 // depCounts counts a node's dependencies by outcome.
@@ -278,16 +318,32 @@ func (c *depCounts) add(d retryNode, again bool) {
 	}
 }
 
-// runs says whether a node of rule whose dependencies all ended with the
-// counts c runs (else it is skipped), as depsEndedSQL decides.
-func (c depCounts) runs(rule string) bool {
-	switch rule {
-	case string(api.RuleAllEnded), string(store.RuleFinally):
-		return true
-	case string(api.RuleAnySucceeded):
-		return c.ok > 0 || c.failed+c.skipped == 0
-	case string(api.RuleNoneFailed):
-		return c.failed == 0
+// verdict is what the rule of a node with deps dependencies decides on
+// the counts c, as depsEndedSQL decides it: "run", "skip", or "" (it
+// waits for its pending dependencies).
+func (c depCounts) verdict(rule string, deps int) string {
+	switch {
+	case deps == 0:
+		return "run"
+	case rule == string(api.RuleAllEnded) || rule == string(store.RuleFinally):
+	case rule == string(api.RuleAnySucceeded):
+		if c.ok > 0 {
+			return "run"
+		}
+		if c.pending == 0 {
+			return "skip"
+		}
+	case rule == string(api.RuleNoneFailed):
+		if c.failed > 0 {
+			return "skip"
+		}
+	default:
+		if c.failed+c.skipped > 0 {
+			return "skip"
+		}
 	}
-	return c.failed+c.skipped == 0
+	if c.pending == 0 {
+		return "run"
+	}
+	return ""
 }
