@@ -254,8 +254,9 @@ func shortStatus(t api.Task) string {
 // waitText says what a waiting task waits on: "waiting on rate limit L
 // (key K) until T", "waiting on the concurrency cap of B (key K)",
 // "waiting: B is paused", "waiting: no live node runs B (node-a runs
-// ...)" or "waiting: every node that runs B is full (node-a runs 8 of
-// 8)".
+// ...)", "waiting for a node of a newer release: ..." or "waiting: every
+// node that runs B is full (node-a runs 8 of 8)"; a reason this release
+// does not know is named as it is.
 func waitText(w *api.Wait) string {
 	var b strings.Builder
 	switch w.Reason {
@@ -266,11 +267,16 @@ func waitText(w *api.Wait) string {
 	case api.WaitPaused:
 		fmt.Fprintf(&b, "waiting: %s is paused", w.Limit)
 	case api.WaitNoNode:
+		if w.Version > 0 {
+			return "waiting for a node of a newer release: " + w.Detail
+		}
 		fmt.Fprintf(&b, "waiting: no live node runs %s (%s)", w.Limit, w.Detail)
 	case api.WaitNodesFull:
 		fmt.Fprintf(&b, "waiting: every node that runs %s is full (%s)", w.Limit, w.Detail)
-	default:
+	case api.WaitConcurrency:
 		fmt.Fprintf(&b, "waiting on the concurrency cap of %s", w.Limit)
+	default:
+		fmt.Fprintf(&b, "waiting (%s)", strings.ReplaceAll(w.Reason, "_", " "))
 	}
 	if w.Key != "" {
 		fmt.Fprintf(&b, " (key %s)", w.Key)

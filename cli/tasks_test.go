@@ -258,7 +258,9 @@ func TestATaskWaitingForANewerNodeSaysSo(t *testing.T) {
 	task := api.Task{ID: "task-v", Behavior: "demo.echo", Status: api.StatusScheduled, ScheduleNotBefore: &now, Version: 3,
 		Waiting: &api.Wait{Reason: api.WaitNoNode, Limit: "demo.echo", Version: 3, Detail: "no live node runs demo.echo version 3 (nodes run 2)"}}
 	require.Equal(t, "waiting (a node of version 3)", shortStatus(task))
-	require.Contains(t, c.statusText(task), "no live node runs demo.echo version 3 (nodes run 2)")
+	require.Equal(t, "scheduled, waiting for a node of a newer release: no live node runs demo.echo version 3 (nodes run 2)", c.statusText(task))
+	task.Waiting = &api.Wait{Reason: "group_held", Key: "k"}
+	require.Equal(t, "scheduled, waiting (group held) (key k)", c.statusText(task), "a reason this release does not know")
 }
 
 // TestJSONListsAreObjects: every list command's --json is an object with a
