@@ -77,7 +77,10 @@ func (f *Future[R]) ID() TaskID { return f.submission.ID }
 func (f *Future[R]) Submission() Submission { return f.submission }
 
 // Await waits for the task to finish. It returns the typed result of a
-// success, or the *TaskError of a failure.
+// success, or the *TaskError of a failure. The result is decoded
+// leniently: fields R has no place for (a newer release's) are left out;
+// a result that does not decode says which version of its behavior wrote
+// it.
 func (f *Future[R]) Await(ctx context.Context) (R, error) {
 	var r R
 	t, err := f.tasks.Await(ctx, f.submission.ID)
@@ -91,7 +94,7 @@ func (f *Future[R]) Await(ctx context.Context) (R, error) {
 		return r, t.Error
 	}
 	if err := json.Unmarshal(t.Result, &r); err != nil {
-		return r, fmt.Errorf("decode result of task %s: %w", t.ID, err)
+		return r, fmt.Errorf("decode result of task %s (%s version %d): %w", t.ID, t.Behavior, t.Version, err)
 	}
 	return r, nil
 }

@@ -158,3 +158,81 @@ func TestATaskOfANewerVersionWaitsForANodeThatRunsIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, task.Attempt, "the old node's give-backs counted no attempt")
 }
+
+// Two releases of test.report's result: release 2 added a field.
+type (
+	reportV1 struct {
+		Name string `json:"name"`
+	}
+	reportV2 struct {
+		Name  string `json:"name"`
+		Extra string `json:"extra"`
+	}
+)
+
+var (
+	reportV1Kind = api.Kind[greetV1, reportV1]{ID: "test.report"}
+	reportV2Kind = api.Kind[greetV1, reportV2]{ID: "test.report"}
+	readKind     = api.Kind[struct{}, string]{ID: "test.read"}
+)
+
+// report is test.report of release 2.
+type report struct{}
+
+func (report) Kind() api.Kind[greetV1, reportV2]        { return reportV2Kind }
+func (report) TaskID(ids spi.IDs, _ greetV1) api.TaskID { return ids.Unique() }
+func (report) Policy() spi.Policy                       { return spi.Policy{Version: 2} }
+func (report) Run(_ context.Context, _ spi.RunContext, p greetV1) (reportV2, error) {
+	return reportV2{Name: p.Name, Extra: "only release 2 knows"}, nil
+}
+
+// read is test.read, of the release before: it reads node report's
+// result as release 1 knew it, and then as a number, which it is not.
+type read struct{}
+
+func (read) Kind() api.Kind[struct{}, string]          { return readKind }
+func (read) TaskID(ids spi.IDs, _ struct{}) api.TaskID { return ids.Unique() }
+func (read) Run(ctx context.Context, rc spi.RunContext, _ struct{}) (string, error) {
+	r, err := spi.NodeResult[reportV1](ctx, rc, "report")
+	if err != nil {
+		return "", err
+	}
+	_, err = spi.NodeResult[int](ctx, rc, "report")
+	return r.Name + "; " + err.Error(), nil
+}
+
+// TestResultsOfANewerReleaseDecodeLeniently: a node of an older release
+// reads a dependency's result that a newer release wrote, with a field it
+// does not know, and an awaiter built against the older release awaits
+// one: both decode what they know; a result that does not decode says
+// which version wrote it. The workflow's nodes keep their versions.
+func TestResultsOfANewerReleaseDecodeLeniently(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("n1", 5*time.Second, func(cfg *impl.ServerConfig) {
+		spi.MustRegister[greetV1, reportV2](cfg.Registry, report{})
+		spi.MustRegister[struct{}, string](cfg.Registry, read{})
+	})
+	_, err := srv.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-versions", Nodes: []api.WorkflowNode{
+		{Name: "report", Task: api.SubmitRequest{Behavior: reportV2Kind.ID, Params: mustJSON(greetV1{Name: "ada"})}},
+		{Name: "read", Task: api.SubmitRequest{Behavior: readKind.ID}, DependsOn: []string{"report"}},
+	}})
+	require.NoError(t, err)
+	w, err := srv.AwaitWorkflow(e.ctx, "wf-versions")
+	require.NoError(t, err)
+	require.Equal(t, api.WorkflowSucceeded, w.State)
+	for _, n := range w.Nodes {
+		want := map[string]int{"report": 2, "read": 0}[n.Name]
+		require.Equal(t, want, n.Task.Version, "node %s keeps the version it was submitted with", n.Name)
+		if n.Name == "read" {
+			require.JSONEq(t, `"ada; decode result of workflow node \"report\" (test.report version 2): json: cannot unmarshal object into Go value of type int"`,
+				string(n.Task.Result))
+		}
+	}
+
+	f, err := api.Submit(e.ctx, srv, reportV1Kind, greetV1{Name: "bob"})
+	require.NoError(t, err)
+	got, err := f.Await(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, reportV1{Name: "bob"}, got, "an awaiter of the older release reads what it knows")
+}

@@ -188,7 +188,10 @@ type RunContext interface {
 // NodeResult returns the result of the node name of the running task's
 // workflow, decoded: typically a dependency's. A node that failed (or was
 // skipped or cancelled) returns its *api.TaskError; one that has not
-// ended, an error saying so.
+// ended, an error saying so. The result is decoded leniently: fields R
+// has no place for (a newer release's, see Policy.Version) are left out;
+// a result that does not decode says which version of its behavior wrote
+// it.
 func NodeResult[R any](ctx context.Context, rc RunContext, name string) (R, error) {
 	var r R
 	t, err := rc.WorkflowNode(ctx, name)
@@ -201,7 +204,7 @@ func NodeResult[R any](ctx context.Context, rc RunContext, name string) (R, erro
 		return r, t.Error
 	}
 	if err := json.Unmarshal(t.Result, &r); err != nil {
-		return r, fmt.Errorf("decode result of workflow node %q: %w", name, err)
+		return r, fmt.Errorf("decode result of workflow node %q (%s version %d): %w", name, t.Behavior, t.Version, err)
 	}
 	return r, nil
 }
