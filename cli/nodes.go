@@ -84,6 +84,9 @@ else "ok" and the last incident that ended. A node whose heartbeat is much older
 			behaviors := make([]string, len(n.Behaviors))
 			for i, b := range n.Behaviors {
 				behaviors[i] = string(b)
+				if v := n.BehaviorVersions[b]; v > 0 {
+					behaviors[i] += "@" + strconv.Itoa(v)
+				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
 				n.ID, orDash(n.Version), orDash(n.Host), strconv.Itoa(n.PID), n.MaxWorkers, orDash(strings.Join(behaviors, ",")),

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/store"
 	"github.com/stinthq/stint/store/postgres"
@@ -34,7 +35,8 @@ func TestNodesLsShowsDatabaseIncidents(t *testing.T) {
 			Cause: "read_only", Started: began.Add(-time.Hour), Ended: began.Add(-time.Hour + 90*time.Second), Failures: 9}}},
 		{"node-fine", store.NodeHealth{}},
 	} {
-		require.NoError(t, st.RegisterNode(ctx, store.Node{ID: n.id, Host: "h", PID: 1}))
+		require.NoError(t, st.RegisterNode(ctx, store.Node{ID: n.id, Host: "h", PID: 1, Behaviors: []api.BehaviorID{"demo.echo", "cleanup"},
+			BehaviorVersions: map[api.BehaviorID]int{"demo.echo": 3}}))
 		require.NoError(t, st.HeartbeatNode(ctx, n.id, n.health))
 	}
 
@@ -49,6 +51,7 @@ func TestNodesLsShowsDatabaseIncidents(t *testing.T) {
 	require.Regexp(t, `\s+listener for 1m\d+s \(3 failures\)$`, rows["node-degraded"])
 	require.Regexp(t, `\s+ok · last: read_only for 1m30s, 59m\d+s ago$`, rows["node-recovered"])
 	require.Regexp(t, `\s+ok$`, rows["node-fine"])
+	require.Contains(t, rows["node-fine"], " demo.echo@3,cleanup ", "a behavior's version follows its name")
 
 	r = runCLI(ctx, "nodes", "ls", "--json", "--db", dsn)
 	requireOK(t, r)

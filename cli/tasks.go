@@ -172,6 +172,9 @@ func (c *cli) printTask(t api.Task) error {
 	row := func(name, value string) { fmt.Fprintf(tw, "%s:\t%s\n", name, value) }
 	row("id", string(t.ID))
 	row("behavior", string(t.Behavior))
+	if t.Version > 0 {
+		row("version", strconv.Itoa(t.Version))
+	}
 	row("status", c.statusText(t))
 	row("finished", strconv.FormatBool(t.Finished()))
 	row("priority", strconv.Itoa(t.Priority))

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/impl"
@@ -235,4 +237,34 @@ func TestResultsOfANewerReleaseDecodeLeniently(t *testing.T) {
 	got, err := f.Await(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, reportV1{Name: "bob"}, got, "an awaiter of the older release reads what it knows")
+}
+
+// TestARunSpanNamesItsTasksVersion: the span of a run of a versioned task
+// carries the version as stint.behavior.version.
+func TestARunSpanNamesItsTasksVersion(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	srv := e.server("traced", 5*time.Second, func(cfg *impl.ServerConfig) {
+		cfg.TracerProvider = tp
+		registerGreet(cfg.Registry, 2, e.pool, "traced")
+	})
+	f, err := api.Submit(e.ctx, srv, greetV2Kind, greetV2{Name: "ada"})
+	require.NoError(t, err)
+	_, err = f.Await(e.ctx)
+	require.NoError(t, err)
+	version := func() int64 {
+		for _, s := range spans.GetSpans() {
+			for _, a := range s.Attributes {
+				if s.Name == "stint.run test.greet" && a.Key == "stint.behavior.version" {
+					return a.Value.AsInt64()
+				}
+			}
+		}
+		return 0
+	}
+	waitFor(t, 10*time.Second, "the run span", func() bool { return version() != 0 })
+	require.EqualValues(t, 2, version())
 }

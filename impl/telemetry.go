@@ -328,6 +328,9 @@ func (t *telemetry) runStarted(ctx context.Context, c store.Claimed, node string
 		attribute.String("stint.task_id", string(c.ID)),
 		attribute.Int("stint.attempt", c.Attempt),
 		attribute.String("stint.node", node))
+	if c.Version > 0 {
+		span.SetAttributes(attribute.Int("stint.behavior.version", c.Version))
+	}
 	if c.Trace != "" && len(opts) == len(runSpanOptions) {
 		link := trace.SpanContextFromContext(t.propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": c.Trace}))
 		if link.IsValid() {
