@@ -918,6 +918,7 @@
           admin ? h('div', { class: 'actions-bar', id: 'task-actions' }, taskActions(t, (r) => { if (r) { task = r; render(); } }, false, node)) : null),
         h('section', { class: 'card panel' }, h('dl', { class: 'fields' },
           field('Behavior', h('a', { href: listHref({ behavior: t.behavior }) }, t.behavior), 'behavior'),
+          t.version ? field('Version', t.version, 'version') : null,
           field('State', retrying(t) ? h('span', { class: 'retry-note', id: 'task-retrying' }, retryNote(t))
             : wait ? h('span', {}, t.status + ', ', wait) : t.status, 'status'),
           field('Priority', t.priority, 'priority'),
@@ -1020,7 +1021,10 @@
             h('td', {}, pill(n.health)), h('td', { class: 'db-state' }, dbState(n)), h('td', {}, n.host), h('td', { class: 'num' }, n.pid),
             h('td', { class: 'num' }, h('a', { href: listHref({ status: 'running' }) }, n.running)), h('td', { class: 'num' }, n.max_workers),
             h('td', { class: 'num' + (n.expired_leases ? '' : ' zero') }, n.expired_leases),
-            h('td', {}, (n.behaviors || []).join(', ')), h('td', {}, timeEl(n.started_at)),
+            h('td', { class: 'behaviors' }, (n.behaviors || []).map((b) => {
+              const v = (n.behavior_versions || {})[b];
+              return v ? b + '@' + v : b;
+            }).join(', ')), h('td', {}, timeEl(n.started_at)),
             h('td', {}, fmtDuration(n.heartbeat_age_ms) + ' ago'))))));
     }
     const timer = setInterval(load, 5000);
