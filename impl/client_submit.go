@@ -86,6 +86,12 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	if req.Retention < 0 || req.Retention > maxRetention {
 		return store.NewTask{}, nil, api.Invalid("retention", "%s is outside 0..%s", req.Retention, maxRetention)
 	}
+	// The database keeps times to the microsecond: a positive retention
+	// shorter than that is the shortest it keeps, not none.
+	retention := req.Retention
+	if 0 < retention && retention < time.Microsecond {
+		retention = time.Microsecond
+	}
 	if req.Delay == 0 {
 		// A delay given at submit takes precedence over the behavior's.
 		req.Delay = reg.InitialDelay(p)
@@ -111,7 +117,7 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 		Trace:     req.Trace,
 		Notify:    req.Notify,
 		Share:     reg.Policy.Dedup == spi.DedupShare,
-		Retention: req.Retention,
+		Retention: retention,
 		RateUses:  uses,
 		Unique:    unique,
 		Version:   reg.Policy.Version,

@@ -251,7 +251,7 @@ func (s *Server) execute(r *run) {
 	// behavior than this node's, or whose params name a field this node's
 	// params have no place for, was submitted by a newer release: it is
 	// left for a node that knows it, rather than failed.
-	p, err := r.reg.Decode(r.claimed.Params)
+	p, err := r.reg.DecodeStored(r.claimed.Params)
 	if r.claimed.Version > r.reg.Policy.Version || errors.Is(err, spi.ErrUnknownField) {
 		s.leaveForNewer(r, err)
 		return

@@ -282,7 +282,8 @@ type Outcome struct {
 	Delay time.Duration
 }
 
-// Decode decodes and validates JSON params. Unknown fields are rejected.
+// Decode decodes and validates JSON params, as submitted: their size is
+// checked against Policy.MaxParamsBytes. Unknown fields are rejected.
 // Errors are *api.InvalidError naming the field.
 func (r *Registration) Decode(raw json.RawMessage) (any, error) {
 	if len(raw) > r.Policy.MaxParamsBytes {
@@ -290,6 +291,12 @@ func (r *Registration) Decode(raw json.RawMessage) (any, error) {
 	}
 	return r.decode(raw)
 }
+
+// DecodeStored is Decode for params a submit accepted and the database
+// stored: their size is not checked again, since the stored form (jsonb,
+// which spaces its JSON its own way) may be longer than the submitted one.
+// What a submit accepts, a run accepts.
+func (r *Registration) DecodeStored(raw json.RawMessage) (any, error) { return r.decode(raw) }
 
 // TaskID derives the id of a task with decoded params p.
 func (r *Registration) TaskID(p any) api.TaskID {
