@@ -121,7 +121,7 @@ type ConcurrencyInfo struct {
 // has the field behavior, which Behavior returns.
 type Wait struct {
 	// Reason is WaitRateLimit, WaitConcurrency, WaitPaused, WaitNoNode,
-	// WaitNodesFull or WaitDependencies.
+	// WaitNodesFull, WaitGroupHeld or WaitDependencies.
 	Reason string `json:"reason"`
 	// Limit names the rate limit; for the reasons of a behavior
 	// (WaitConcurrency, WaitPaused, WaitNoNode, WaitNodesFull) it holds the
@@ -174,4 +174,7 @@ const (
 	// WaitNodesFull: every live node that runs the task's behavior runs
 	// as many tasks as its workers allow.
 	WaitNodesFull = "nodes_full"
+	// WaitGroupHeld: the task's group key is held (Operator.HoldGroup);
+	// Wait.Key names it.
+	WaitGroupHeld = "group_held"
 )

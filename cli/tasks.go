@@ -269,6 +269,8 @@ func waitText(w *api.Wait) string {
 		fmt.Fprintf(&b, "waiting on rate limit %s", w.Limit)
 	case api.WaitPaused:
 		fmt.Fprintf(&b, "waiting: %s is paused", w.Limit)
+	case api.WaitGroupHeld:
+		return "waiting: its group " + w.Key + " is held"
 	case api.WaitNoNode:
 		if w.Version > 0 {
 			return "waiting for a node of a newer release: " + w.Detail

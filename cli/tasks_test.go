@@ -259,8 +259,10 @@ func TestATaskWaitingForANewerNodeSaysSo(t *testing.T) {
 		Waiting: &api.Wait{Reason: api.WaitNoNode, Limit: "demo.echo", Version: 3, Detail: "no live node runs demo.echo version 3 (nodes run 2)"}}
 	require.Equal(t, "waiting (a node of version 3)", shortStatus(task))
 	require.Equal(t, "scheduled, waiting for a node of a newer release: no live node runs demo.echo version 3 (nodes run 2)", c.statusText(task))
-	task.Waiting = &api.Wait{Reason: "group_held", Key: "k"}
-	require.Equal(t, "scheduled, waiting (group held) (key k)", c.statusText(task), "a reason this release does not know")
+	task.Waiting = &api.Wait{Reason: api.WaitGroupHeld, Key: "k"}
+	require.Equal(t, "scheduled, waiting: its group k is held", c.statusText(task))
+	task.Waiting = &api.Wait{Reason: "some_new_reason", Key: "k"}
+	require.Equal(t, "scheduled, waiting (some new reason) (key k)", c.statusText(task), "a reason this release does not know")
 }
 
 // TestJSONListsAreObjects: every list command's --json is an object with a

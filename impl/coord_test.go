@@ -524,6 +524,11 @@ func TestHeldGroupIsNotClaimedByAnyNode(t *testing.T) {
 	held, err := c.HeldGroups(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"collection-a"}, held)
+	page, err := c.List(e.ctx, api.Filter{GroupKey: "collection-a", Limit: 1})
+	require.NoError(t, err)
+	task, err := c.Get(e.ctx, page.Tasks[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, &api.Wait{Reason: api.WaitGroupHeld, Key: "collection-a"}, task.Waiting, "a held group's task says why it waits")
 
 	require.NoError(t, c.ReleaseGroup(e.ctx, "collection-a"))
 	waitFor(t, 20*time.Second, "the released tasks", func() bool {

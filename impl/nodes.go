@@ -73,12 +73,14 @@ func (c *Client) checkKnownBehavior(ctx context.Context, b api.BehaviorID) error
 }
 
 // nodeWait fills t.Waiting for a due task that no claim will take as
-// things stand, checked in this order: its behavior is paused
-// (api.WaitPaused), no live node runs it (api.WaitNoNode, saying which
-// nodes run what), or every live node that runs it is running as many
-// tasks as its workers allow (api.WaitNodesFull). A task already waiting
-// on a limit, not due, running, held or finished is left as it is, as is
-// t when the database cannot say.
+// things stand, checked in this order: it waits for a node of a newer
+// release (see versionWait), its behavior is paused (api.WaitPaused), its
+// group key is held (api.WaitGroupHeld), no live node runs it
+// (api.WaitNoNode, saying which nodes run what), or every live node that
+// runs it is running as many tasks as its workers allow
+// (api.WaitNodesFull). A task already waiting on a limit, not due,
+// running, held or finished is left as it is, as is t when the database
+// cannot say.
 func (c *Client) nodeWait(ctx context.Context, t *api.Task) {
 	if t.Waiting == nil && t.Version > 0 && waitsToRun(*t) {
 		nodes, err := c.liveNodes(ctx)
@@ -100,6 +102,16 @@ func (c *Client) nodeWait(ctx context.Context, t *api.Task) {
 	if settings.Paused {
 		t.Waiting = &api.Wait{Reason: api.WaitPaused, Limit: string(t.Behavior)}
 		return
+	}
+	if t.GroupKey != "" {
+		held, err := c.st.HeldGroups(ctx)
+		if err != nil {
+			return
+		}
+		if slices.Contains(held, t.GroupKey) {
+			t.Waiting = &api.Wait{Reason: api.WaitGroupHeld, Key: t.GroupKey}
+			return
+		}
 	}
 	nodes, err := c.liveNodes(ctx)
 	if err != nil {

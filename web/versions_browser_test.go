@@ -1,6 +1,8 @@
 package web_test
 
 import (
+	"encoding/json"
+	"net/http"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -31,5 +33,22 @@ func TestVersionsInBrowser(t *testing.T) {
 	require.Contains(t, p.text(`[data-field="status"] dd`), "no live node runs test.idle version 3 (nodes run 1)")
 	p.run("open the nodes", goHash("#/nodes"), chromedp.WaitVisible(css(`#nodes tr[data-node="node-old"]`)))
 	require.Equal(t, "test.idle@1", p.text(`#nodes tr[data-node="node-old"] td.behaviors`))
+	require.Empty(t, p.jsErrors(), "the page raised errors")
+}
+
+// TestAHeldGroupsTaskSaysWhyInBrowser: a due task whose group key is held
+// says so on its page, linked to the group's tasks.
+func TestAHeldGroupsTaskSaysWhyInBrowser(t *testing.T) {
+	t.Parallel()
+	chromiumPath(t) // installs Chromium, or skips, before the test's deadlines start
+	e := newEnv(t)
+	r := e.do(http.MethodPost, "/api/v1/groups/g-held/hold", adminToken, nil)
+	require.Less(t, r.status, 300, "%s", r.body)
+	id := e.submit(web.SubmitBody{Behavior: "demo.echo", Params: json.RawMessage(`{"text":"held"}`), GroupKey: "g-held"})
+
+	p := openPage(t, e)
+	p.run("open the task", chromedp.Navigate(e.ts.URL+"/#/tasks/"+string(id)+"?token="+adminToken),
+		chromedp.WaitVisible(css(`[data-field="status"]`)))
+	require.Contains(t, p.text(`[data-field="status"] dd`), "waiting: its group g-held is held")
 	require.Empty(t, p.jsErrors(), "the page raised errors")
 }

@@ -1101,6 +1101,7 @@
       case 'rate_limit': return { href: limitsHref, body: ['waiting on rate limit ' + w.limit + key, w.until ? [', admitted ', dueEl(w.until)] : null] };
       case 'concurrency': return { href: limitsHref, body: ['waiting on the concurrency cap of ' + b + key] };
       case 'paused': return { href: '#/', body: ['waiting: ' + b + ' is paused'] };
+      case 'group_held': return { href: listHref({ group: w.key }), body: ['waiting: its group ' + w.key + ' is held'] };
       // A wait for a node of a newer version says all in its detail.
       case 'no_node': return { href: '#/nodes', body: [w.version ? 'waiting: ' + w.detail : 'waiting: no live node runs ' + b + ' (' + w.detail + ')'] };
       case 'nodes_full': return { href: '#/nodes', body: ['waiting: every node that runs ' + b + ' is full (' + w.detail + ')'] };
