@@ -100,6 +100,30 @@ func (r *SubmitRequest) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// MarshalJSON encodes r, its Retention as a duration string.
+func (r WorkflowRequest) MarshalJSON() ([]byte, error) {
+	type plain WorkflowRequest
+	return json.Marshal(struct {
+		plain
+		Retention jsonDuration `json:"retention,omitempty"`
+	}{plain(r), jsonDuration(r.Retention)})
+}
+
+// UnmarshalJSON decodes r, its Retention from a duration string or a
+// number of nanoseconds.
+func (r *WorkflowRequest) UnmarshalJSON(b []byte) error {
+	type plain WorkflowRequest
+	v := struct {
+		*plain
+		Retention jsonDuration `json:"retention,omitempty"`
+	}{plain: (*plain)(r)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	r.Retention = time.Duration(v.Retention)
+	return nil
+}
+
 // rateLimitJSON is RateLimit in JSON.
 type rateLimitJSON struct {
 	Name   string       `json:"name"`

@@ -78,6 +78,14 @@ type WorkflowRequest struct {
 	// Trace is the submitter's W3C traceparent, given to every node
 	// that has none of its own.
 	Trace string `json:"trace,omitempty"`
+	// Retention keeps the workflow, its nodes with it, this long after it
+	// ended, whatever its outcome, instead of the retention of
+	// stint.workflow (7 days, 30 for a workflow that failed). Nodes go
+	// with their workflow, never before it (a node's own Retention does
+	// not apply): its dependents read their results for as long as it
+	// lives. Zero leaves it to stint.workflow. In JSON, a Go duration
+	// string ("24h0m0s").
+	Retention time.Duration `json:"retention,omitempty"`
 }
 
 // WorkflowNode is one task of a workflow.

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -89,6 +90,19 @@ func (c *Client) submitWorkflow(ctx context.Context, tx pgx.Tx, req api.Workflow
 	return sub, nil
 }
 
+// checkRetention checks the retention d of a submit and returns the one
+// to store: the database keeps times to the microsecond, so a positive
+// retention shorter than that is the shortest it keeps, not none.
+func checkRetention(d time.Duration) (time.Duration, error) {
+	if d < 0 || d > maxRetention {
+		return 0, api.Invalid("retention", "%s is outside 0..%s", d, maxRetention)
+	}
+	if 0 < d && d < time.Microsecond {
+		return time.Microsecond, nil
+	}
+	return d, nil
+}
+
 // prepareWorkflow validates a workflow request whole and turns it into
 // what the store keeps. Every error wraps api.ErrInvalid and names the
 // node or the field at fault.
@@ -112,6 +126,10 @@ func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, []
 	if err := spi.CheckTrace(req.Trace); err != nil {
 		return store.NewWorkflow{}, nil, err
 	}
+	retention, err := checkRetention(req.Retention)
+	if err != nil {
+		return store.NewWorkflow{}, nil, err
+	}
 	index := make(map[string]int, len(req.Nodes))
 	finally := -1
 	for i, n := range req.Nodes {
@@ -133,7 +151,8 @@ func (c *Client) prepareWorkflow(req api.WorkflowRequest) (store.NewWorkflow, []
 		}
 	}
 	wf := store.NewWorkflow{
-		Task:      store.NewTask{ID: id, Behavior: api.WorkflowBehavior, Params: json.RawMessage("{}"), Priority: spi.DefaultPriority, Trace: req.Trace},
+		Task: store.NewTask{ID: id, Behavior: api.WorkflowBehavior, Params: json.RawMessage("{}"), Priority: spi.DefaultPriority,
+			Trace: req.Trace, Retention: retention},
 		Nodes:     make([]store.NewTask, len(req.Nodes)),
 		Names:     make([]string, len(req.Nodes)),
 		Rules:     make([]api.Rule, len(req.Nodes)),

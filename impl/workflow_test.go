@@ -486,3 +486,38 @@ func TestAFinishStartsTheNodesItMakesReadyHere(t *testing.T) {
 		})
 	}
 }
+
+// TestAWorkflowCarriesItsOwnRetention: a workflow submitted with a
+// retention leaves with its nodes and edges once that passed after it
+// ended, while another without one stays; a bad retention is refused.
+func TestAWorkflowCarriesItsOwnRetention(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.server("n1", 5*time.Second)
+	c := e.client()
+	for _, req := range []api.WorkflowRequest{
+		{ID: "wf-brief", Retention: time.Nanosecond, Nodes: []api.WorkflowNode{spanNode("a", 0), spanNode("b", 0, "a")}},
+		{ID: "wf-kept", Nodes: []api.WorkflowNode{spanNode("a", 0)}},
+	} {
+		_, err := c.SubmitWorkflow(e.ctx, req)
+		require.NoError(t, err)
+		_, err = c.AwaitWorkflow(e.ctx, req.ID)
+		require.NoError(t, err)
+	}
+	w, err := c.Get(e.ctx, "wf-brief")
+	require.NoError(t, err)
+	require.Equal(t, time.Microsecond, w.Retention)
+	waitFor(t, 30*time.Second, "the brief workflow to expire", func() bool {
+		n, err := e.st.DeleteExpired(e.ctx, 100)
+		require.NoError(t, err)
+		return len(n) > 0
+	})
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_task WHERE id = 'wf-brief' OR parent_id = 'wf-brief'`))
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_dependency WHERE task_id LIKE 'wf-brief/%'`))
+	require.Equal(t, 2, e.count(`SELECT count(*) FROM stint_task WHERE id = 'wf-kept' OR parent_id = 'wf-kept'`))
+
+	_, err = c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-bad", Retention: -time.Second, Nodes: []api.WorkflowNode{spanNode("a", 0)}})
+	require.ErrorIs(t, err, api.ErrInvalid)
+	_, err = c.GetWorkflow(e.ctx, "wf-bad")
+	require.ErrorIs(t, err, api.ErrNotFound)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 	"net/url"
 
 	"github.com/stinthq/stint/api"
@@ -16,6 +17,9 @@ type WorkflowBody struct {
 	ID api.TaskID `json:"id,omitempty"`
 	// Nodes are the workflow's tasks.
 	Nodes []WorkflowNodeBody `json:"nodes"`
+	// Retention keeps the workflow with its nodes this long after it
+	// ended, as a duration such as "24h"; absent for stint.workflow's.
+	Retention string `json:"retention,omitempty"`
 }
 
 // WorkflowNodeBody is a node of a WorkflowBody: api.WorkflowNode with its
@@ -32,6 +36,13 @@ type WorkflowNodeBody struct {
 // parse is an error wrapping api.ErrInvalid that names its field.
 func (b WorkflowBody) Request() (api.WorkflowRequest, error) {
 	req := api.WorkflowRequest{ID: b.ID, Nodes: make([]api.WorkflowNode, len(b.Nodes))}
+	if b.Retention != "" {
+		d, err := time.ParseDuration(b.Retention)
+		if err != nil {
+			return req, invalid("retention", "%q is not a duration such as \"24h\"", b.Retention)
+		}
+		req.Retention = d
+	}
 	for i, n := range b.Nodes {
 		task, err := n.Task.request(fmt.Sprintf("nodes[%d].task.", i))
 		if err != nil {

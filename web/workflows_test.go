@@ -21,7 +21,7 @@ func TestWorkflowsOverHTTP(t *testing.T) {
 	echo := func(text string) web.SubmitBody {
 		return web.SubmitBody{Behavior: "demo.echo", Params: json.RawMessage(`{"text":"` + text + `"}`)}
 	}
-	body := web.WorkflowBody{ID: "wf-http", Nodes: []web.WorkflowNodeBody{
+	body := web.WorkflowBody{ID: "wf-http", Retention: "36h", Nodes: []web.WorkflowNodeBody{
 		{Name: "first", Task: echo("a")},
 		{Name: "second", Task: echo("b"), DependsOn: []string{"first"}},
 	}}
@@ -43,6 +43,9 @@ func TestWorkflowsOverHTTP(t *testing.T) {
 	}
 	require.Equal(t, api.WorkflowSucceeded, wf.State)
 	require.Equal(t, map[api.Status]int{api.StatusSuccess: 2}, wf.Counts)
+	var own api.Task
+	e.json(http.MethodGet, "/api/v1/tasks/wf-http", readToken, nil, http.StatusOK, &own)
+	require.Equal(t, 36*time.Hour, own.Retention, "the workflow's retention")
 
 	bad := []struct {
 		name  string
@@ -52,6 +55,8 @@ func TestWorkflowsOverHTTP(t *testing.T) {
 		{"cycle", web.WorkflowBody{Nodes: []web.WorkflowNodeBody{{Name: "a", Task: echo("a"), DependsOn: []string{"b"}}, {Name: "b", Task: echo("b"), DependsOn: []string{"a"}}}}, "nodes"},
 		{"empty", web.WorkflowBody{}, "nodes"},
 		{"bad delay", web.WorkflowBody{Nodes: []web.WorkflowNodeBody{{Name: "a", Task: web.SubmitBody{Behavior: "demo.echo", Delay: "soon"}}}}, "nodes[0].task.delay"},
+		{"bad retention", web.WorkflowBody{Retention: "soon", Nodes: []web.WorkflowNodeBody{{Name: "a", Task: echo("a")}}}, "retention"},
+		{"negative retention", web.WorkflowBody{Retention: "-1h", Nodes: []web.WorkflowNodeBody{{Name: "a", Task: echo("a")}}}, "retention"},
 		{"unknown field", map[string]any{"nodes": []any{}, "extra": 1}, "extra"},
 		{"bad params", web.WorkflowBody{Nodes: []web.WorkflowNodeBody{{Name: "a", Task: web.SubmitBody{Behavior: "demo.echo", Params: json.RawMessage(`{"text":5}`)}}}}, "nodes[0].task.params.text"},
 	}

@@ -22,7 +22,7 @@ var workflowInsertSQL = `
 WITH s AS (
     INSERT INTO stint_task AS t (id, behavior, params, priority, status, schedule_not_before, trace, awaited, retention_us,
         waiting_children, children_pending, deps_pending)
-    VALUES ($1, $2, $3::jsonb, $4, 'waiting', NULL, nullif($5, ''), $6, nullif($7, 0), true, $8, 0)
+    VALUES ($1, $2, $3::jsonb, $4, 'waiting', NULL, nullif($5, ''), $6, nullif($7::bigint, 0), true, $8, 0)
     ON CONFLICT (id) DO NOTHING
     RETURNING t.id, t.behavior, t.status, t.parent_id
 ), feed AS (` + feedInsert("s", "status", "false") + `)
