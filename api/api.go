@@ -123,6 +123,21 @@ type Task struct {
 	// none, nor a failure recorded by a node of a release before this
 	// field.
 	Attempts []Attempt `json:"attempts,omitempty"`
+	// Steps are, in Get only, the checkpoints the task's behavior kept
+	// (spi.Policy.KeepSteps), oldest first; nil in other reads and for a
+	// behavior that keeps none. Operator.Rewind and Operator.Fork start
+	// from one of them.
+	Steps []Step `json:"steps,omitempty"`
+}
+
+// Step is a checkpoint that a behavior with spi.Policy.KeepSteps kept.
+type Step struct {
+	// N numbers the step among the task's steps, from 1.
+	N int `json:"n"`
+	// Progress is the progress the checkpoint stored.
+	Progress json.RawMessage `json:"progress"`
+	// At is when the checkpoint was stored.
+	At time.Time `json:"at"`
 }
 
 // Attempt is a run of a task that failed.

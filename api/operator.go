@@ -31,6 +31,26 @@ type Operator interface {
 	// writes an outcome, so the
 	// stint_client database role, which may not, gets a permission error.
 	Fail(ctx context.Context, id TaskID, reason string) error
+	// Rewind runs a task that finished for good (succeeded or failed)
+	// again from its step (Task.Steps, kept by a behavior with
+	// spi.Policy.KeepSteps): the task is due at once with that step's
+	// progress, which its run reads with RunContext.Progress, and a fresh
+	// count of attempts; the steps after it are deleted, and the run's
+	// checkpoints number their steps from step+1. A task that runs or
+	// waits to run is refused with an error wrapping ErrConflict, as are a
+	// workflow's node and a workflow's own task (retry the node, whose
+	// workflow's rules decide what runs again); an unknown task or step is
+	// ErrNotFound, a step below 1 ErrInvalid.
+	Rewind(ctx context.Context, id TaskID, step int) error
+	// Fork submits a copy of task id as the new task newID, started from
+	// its step (DBOS's fork): the same behavior, params, priority, group
+	// key, version and retention, the step's progress, and the steps 1 to
+	// step, due at once and top-level (no parent). The source is left as
+	// it is. A newID that exists, a running source, a workflow's node and
+	// a workflow's own task are refused with an error wrapping
+	// ErrConflict; an unknown task or step is ErrNotFound; a bad id or a
+	// step below 1 is ErrInvalid.
+	Fork(ctx context.Context, id TaskID, step int, newID TaskID) (Submission, error)
 	// HoldGroup keeps every task of a group key from being claimed, on all
 	// nodes, until ReleaseGroup. Running tasks run on.
 	HoldGroup(ctx context.Context, key string) error

@@ -203,6 +203,9 @@ func (c *Client) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
 		c.nodeWait(ctx, &t)
 		err = c.attempts(ctx, &t)
 	}
+	if err == nil {
+		err = c.steps(ctx, &t)
+	}
 	return t, err
 }
 

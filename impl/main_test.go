@@ -178,7 +178,8 @@ func (w *work) RescheduleAfterSuccess(p WorkParams, r WorkResult) (time.Duration
 }
 
 // testRegistry holds demo.echo, test.work and test.share (test.work with
-// Polaris dedup).
+// Polaris dedup), and the behaviors of the tests of coordination, flow
+// control and steps.
 func testRegistry(pool *pgxpool.Pool, node string, lease time.Duration) *spi.Registry {
 	reg := spi.NewRegistry()
 	if err := demo.Register(reg); err != nil {
@@ -188,6 +189,7 @@ func testRegistry(pool *pgxpool.Pool, node string, lease time.Duration) *spi.Reg
 	spi.MustRegister[WorkParams, WorkResult](reg, &work{pool: pool, node: node, lease: lease, kind: shareKind, dedup: spi.DedupShare})
 	registerCoordBehaviors(reg, pool, node, lease)
 	registerFlowBehaviors(reg, pool, node)
+	registerKept(reg, pool)
 	return reg
 }
 

@@ -126,6 +126,20 @@ func TestClientRoleDoesEveryVerbAndForgesNothing(t *testing.T) {
 	require.Error(t, err, "the retried task fails again, at its fresh first attempt")
 	require.Equal(t, 2, e.count(`SELECT count(*) FROM test_run WHERE task_id = $1`, string(failed.ID())), "the retry ran it again")
 
+	// Rewind and fork of a task with steps.
+	kept, err := api.Submit(ctx, c, keptKind, KeptParams{Key: "kept", Steps: 2})
+	require.NoError(t, err)
+	_, err = kept.Await(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.Rewind(ctx, kept.ID(), 1))
+	_, err = kept.Await(ctx)
+	require.NoError(t, err)
+	_, err = c.Fork(ctx, kept.ID(), 2, "kept-fork")
+	require.NoError(t, err)
+	_, err = c.Await(ctx, "kept-fork")
+	require.NoError(t, err)
+	require.NoError(t, c.Remove(ctx, "kept-fork"))
+
 	// Groups, behaviors, the feed, schedules.
 	require.NoError(t, c.HoldGroup(ctx, "g"))
 	held, err := c.HeldGroups(ctx)

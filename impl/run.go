@@ -258,6 +258,9 @@ func (s *Server) execute(r *run) {
 	}
 	var out spi.Outcome
 	ctx, span := s.tel.runStarted(r.ctx, r.claimed, s.cfg.Node)
+	if r.reg.Policy.KeepSteps {
+		s.tel.resumedStep(ctx, span, s.st, r.claimed)
+	}
 	if err != nil {
 		out = spi.Outcome{Err: &api.TaskError{Code: "invalid_params", Message: err.Error()}}
 	} else {
@@ -473,7 +476,7 @@ func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) e
 		}
 		defer cancel()
 	}
-	err = rc.s.st.Checkpoint(ctx, tx, rc.r.claimed.LeaseRef, raw)
+	err = rc.s.st.Checkpoint(ctx, tx, rc.r.claimed.LeaseRef, raw, rc.r.reg.Policy.KeepSteps)
 	if errors.Is(err, api.ErrHalt) {
 		rc.r.cancel(err)
 	}

@@ -340,6 +340,19 @@ func (t *telemetry) runStarted(ctx context.Context, c store.Claimed, node string
 	return ctx, span
 }
 
+// resumedStep sets the attribute stint.step on the span of a run c of a
+// behavior that keeps steps (spi.Policy.KeepSteps) and resumes from one:
+// the number of its task's last step, read only when the span records and
+// the run has progress. A read that fails leaves it out.
+func (t *telemetry) resumedStep(ctx context.Context, span trace.Span, st store.Store, c store.Claimed) {
+	if c.Progress == nil || !span.IsRecording() {
+		return
+	}
+	if n, err := st.LastStep(ctx, c.ID); err == nil && n > 0 {
+		span.SetAttributes(attribute.Int("stint.step", n))
+	}
+}
+
 // runEnded records how a run ended on its span.
 func (t *telemetry) runEnded(span trace.Span, c store.Completion) {
 	switch c.Status {

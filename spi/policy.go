@@ -107,6 +107,14 @@ type Policy struct {
 	// task back, without counting an attempt, for a node of the new one.
 	// Zero, the default, is the version of a behavior that never set one.
 	Version int
+	// KeepSteps keeps every checkpoint of the behavior's runs as a
+	// numbered step of its task (api.Task.Steps, with when it was stored),
+	// instead of only the last one, so that an operator may run a finished
+	// task again from a step (api.Operator.Rewind) or start a copy there
+	// (api.Operator.Fork). It costs a row per checkpoint, kept as long as
+	// the task, and a read of the step number as a run that resumes from
+	// one begins (for its span's stint.step attribute). Off by default.
+	KeepSteps bool
 	// Rotation, when set, makes the behavior's tasks preemptible: each node
 	// runs at most Rotation.MaxRunning of them and, while others wait,
 	// stops the longest-running ones in turn (the CouchDB replicator's

@@ -300,8 +300,23 @@ type Store interface {
 	// started. A zero start is Finish.
 	FinishStart(ctx context.Context, cs []Completion, start LocalStart) (held []bool, started []Claimed, err error)
 	// Checkpoint stores a run's progress. With a non-nil tx it runs inside
-	// it. It returns api.ErrHalt when the lease no longer holds.
-	Checkpoint(ctx context.Context, tx pgx.Tx, r LeaseRef, progress json.RawMessage) error
+	// it. With keep (spi.Policy.KeepSteps) the progress is also kept as
+	// the task's next step, in the same statement. It returns api.ErrHalt,
+	// and writes nothing, when the lease no longer holds.
+	Checkpoint(ctx context.Context, tx pgx.Tx, r LeaseRef, progress json.RawMessage, keep bool) error
+	// Steps returns the steps kept of task id, by number; none for a task
+	// that does not exist.
+	Steps(ctx context.Context, id api.TaskID) ([]api.Step, error)
+	// LastStep returns the number of the last step kept of task id: 0
+	// when it has none or does not exist.
+	LastStep(ctx context.Context, id api.TaskID) (int, error)
+	// Rewind makes a task that finished for good due at once with the
+	// progress of its step, a fresh count of attempts, and no steps after
+	// it; see api.Operator.
+	Rewind(ctx context.Context, id api.TaskID, step int) error
+	// Fork stores newID, a copy of task id started from its step; see
+	// api.Operator.
+	Fork(ctx context.Context, id api.TaskID, step int, newID api.TaskID) (api.Submission, error)
 	// SetPriority changes the priority of the running task r, fenced by
 	// its lease: it returns api.ErrHalt when the lease no longer holds.
 	// The priority orders the task's next claim (after a snooze, a wait

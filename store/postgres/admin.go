@@ -92,7 +92,8 @@ func (s *Store) Remove(ctx context.Context, id api.TaskID) (api.Task, error) {
 		if _, err := tx.Exec(ctx, `DELETE FROM stint_task WHERE id = $1`, string(id)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM stint_attempt WHERE task_id = $1`, string(id)); err != nil {
+		if _, err := tx.Exec(ctx, `WITH attempts AS (DELETE FROM stint_attempt WHERE task_id = $1) `+stepsDelete("ARRAY[$1]"),
+			string(id)); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals)
@@ -541,7 +542,7 @@ SELECT count(*) FROM d`
 
 // deleteNodes ends the statements that delete finished tasks d (a CTE
 // with id and behavior): it deletes the nodes and edges of the workflows
-// among them, and the recorded runs of all.
+// among them, and the recorded runs and the steps of all.
 // Both find their rows through an index by an array of ids (= ANY of an
 // ARRAY), never by a join the planner may make a scan of the table.
 const deleteNodes = `, nodes AS (
@@ -552,6 +553,7 @@ const deleteNodes = `, nodes AS (
 ), edges AS (
     DELETE FROM stint_dependency e WHERE e.task_id = ANY(ARRAY(SELECT id FROM nodes))
 ), attempts AS (` + attemptsDelete + `
+), steps AS (` + stepsOfDeleted + `
 )`
 
 // DeleteFinished deletes a batch of old finished tasks; see store.Store.

@@ -382,31 +382,35 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 // the change feed, carrying the progress, unless the task had one less than
 // a second ago: a fast checkpointer costs the feed at most one row per task
 // and second. The event is the first of a burst; a reader that wants the
-// latest progress reads the task.
+// latest progress reads the task. With $4 it keeps the progress as the
+// task's next step (see stepKept): the task row's step counts them, so that
+// checkpoints that wait for each other's row lock number theirs in turn.
 const checkpointSQL = `
 WITH u AS (
     UPDATE stint_task SET progress = $3::jsonb, updated_at = now(),
         progress_event_at = CASE WHEN progress_event_at > statement_timestamp() - interval '1 second'
-            THEN progress_event_at ELSE statement_timestamp() END
+            THEN progress_event_at ELSE statement_timestamp() END,
+        step = CASE WHEN $4::boolean THEN coalesce(step, 0) + 1 ELSE step END
     WHERE id = $1 AND lease = $2 AND status = 'running'
-    RETURNING id, behavior, parent_id, progress, progress_event_at = statement_timestamp() AS announce
+    RETURNING id, behavior, parent_id, progress, progress_event_at = statement_timestamp() AS announce, step
 ), feed AS (
     INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals, progresses)
     SELECT ARRAY[id], ARRAY[behavior], ARRAY['running'], ARRAY[parent_id], ARRAY[false], ARRAY[progress]
     FROM u WHERE announce
+), kept AS (` + stepKept + `
 )
 SELECT count(*) FROM u`
 
 // Checkpoint stores progress; see store.Store. It leaves the lease row
 // alone: inside a caller's transaction a write to it would hold up the
 // renewals of every run of the same claim until that transaction ends.
-func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.LeaseRef, progress json.RawMessage) error {
+func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.LeaseRef, progress json.RawMessage, keep bool) error {
 	var q batcher = s.pool
 	if tx != nil {
 		q = tx
 	}
 	var n int
-	if err := indexedRow(ctx, q, checkpointSQL, string(r.ID), uuid(r.Lease), string(progress)).Scan(&n); err != nil {
+	if err := indexedRow(ctx, q, checkpointSQL, string(r.ID), uuid(r.Lease), string(progress), keep).Scan(&n); err != nil {
 		return fmt.Errorf("checkpoint task %s: %w", r.ID, err)
 	}
 	if n == 0 {

@@ -103,7 +103,8 @@ func hotStatements() []hotStatement {
 			args: []any{node, behaviors, leaseUS, hints, int64(0)}},
 		{name: "rate limit changed: free its waiting tasks", sql: freeRateWaitersSQL, settings: seqscanSaveOffSQL, args: []any{"plan.limit", "stint_due"}},
 		{name: "renew", sql: renewSQL, args: []any{ids, leases, durs}},
-		{name: "checkpoint", sql: checkpointSQL, args: []any{"run-000001", planLease, `{"done":1}`}},
+		{name: "checkpoint", sql: checkpointSQL, args: []any{"run-000001", planLease, `{"done":1}`, false}},
+		{name: "checkpoint keeping a step", sql: checkpointSQL, args: []any{"run-000001", planLease, `{"done":1}`, true}},
 		{name: "finish: success", sql: finishSQL, args: []any{ids, leases, success, results, nulls, noAgain, noWaits}},
 		{name: "finish: failure, retried", sql: finishSQL, args: []any{ids, leases, failure, nulls, errs, again, noWaits}},
 		{name: "finish: snooze", sql: finishSQL, args: []any{ids, leases, snooze, nulls, nulls, again, noWaits}},
@@ -192,6 +193,7 @@ var planTables = map[string][]string{
 	"stint_change":     {"stint_change_xid"},
 	"stint_dependency": {"stint_dependency_pkey", "stint_dependency_task"},
 	"stint_attempt":    {"stint_attempt_pkey"},
+	"stint_step":       {"stint_step_pkey"},
 }
 
 // planSmallCTEs are the CTEs of hot statements that a nested loop may read

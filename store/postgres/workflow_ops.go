@@ -73,6 +73,7 @@ WITH w AS (
     SELECT * FROM w UNION ALL SELECT * FROM n
 ), attempts AS (
     DELETE FROM stint_attempt a WHERE a.task_id = ANY(ARRAY(SELECT id FROM gone))
+), steps AS (` + stepsDelete("ARRAY(SELECT id FROM gone)") + `
 ), feed AS (` + feedInsert("gone", "'removed'::text", "true") + `
 ), told AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', id)) FILTER (WHERE awaited) +

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS stint_step;
+ALTER TABLE stint_task DROP COLUMN IF EXISTS step;
