@@ -15,7 +15,7 @@ import (
 // most MaxChurn, and the claimer starts as many waiting tasks in their
 // place as soon as their slots are given back. Stops are paired with
 // starts, so the node keeps MaxRunning tasks running: free slots (and
-// stops whose replacement has not started yet) count against the budget,
+// stops whose replacement has not begun yet) count against the budget,
 // so that the node never has more than MaxChurn slots in transition.
 func (s *Server) rotateLoop(ctx context.Context, b *spi.Registration) {
 	rot := *b.Policy.Rotation
@@ -34,12 +34,12 @@ func (s *Server) rotateLoop(ctx context.Context, b *spi.Registration) {
 		s.mu.Lock()
 		free, _ := s.slots.left(b.ID, b.Policy, s.slots.free())
 		var old []*run
-		stopping := 0 // cancelled, slot not given back yet
+		stopping := 0 // cancelled, slot not given back yet; or claimed, not begun yet
 		now := time.Now()
 		for _, r := range s.running {
 			switch {
 			case r.reg != b:
-			case r.ctx.Err() != nil:
+			case r.ctx.Err() != nil || !r.begun.Load():
 				stopping++
 			case now.Sub(r.started) >= rot.MinRunTime:
 				old = append(old, r)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,6 +36,11 @@ type run struct {
 	returned bool            // the behavior returned; its end may not be recorded yet
 	freedCap bool            // its return woke the claimers: it freed a slot of a cap across nodes found full lately
 	at       int             // the run's index in Server.running, -1 once out of it
+
+	// begun is set once a worker begins the run, after the checks that
+	// may give its task back unrun: until then the run holds a slot but
+	// runs nothing (see rotateLoop).
+	begun atomic.Bool
 }
 
 // tooLate reports whether the run, not begun yet, is past its first
@@ -256,6 +262,7 @@ func (s *Server) execute(r *run) {
 		s.leaveForNewer(r, err)
 		return
 	}
+	r.begun.Store(true)
 	var out spi.Outcome
 	ctx, span := s.tel.runStarted(r.ctx, r.claimed, s.cfg.Node)
 	if r.reg.Policy.KeepSteps {
