@@ -130,6 +130,8 @@ func TestOpenAPISchemasHoldEveryFieldSent(t *testing.T) {
 		{"GET /changes", answer("get", "/changes"), web.ChangesResponse{}},
 		{"the body of POST /workflows", component("WorkflowBody"), web.WorkflowBody{}},
 		{"the body of POST /tasks", component("SubmitBody"), web.SubmitBody{}},
+		{"the body of POST /tasks/{id}/rewind", component("RewindBody"), web.RewindBody{}},
+		{"the body of POST /tasks/{id}/fork", component("ForkBody"), web.ForkBody{}},
 	}
 	var problems []string
 	for _, c := range cases {

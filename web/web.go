@@ -22,6 +22,8 @@
 //	POST   /api/v1/tasks                    submit  {"behavior", "params", "id", "priority", "delay": "30s", "group_key"}: 201 created, 200 merged;
 //	                                                or an array of them (at most MaxBatchSubmit): 200, one SubmitAnswer per element, in order
 //	POST   /api/v1/tasks/{id}/hold          admin   also release, retry, fail (body: reason)
+//	POST   /api/v1/tasks/{id}/rewind        admin   {"step": 2}: a finished task runs again from its step 2
+//	POST   /api/v1/tasks/{id}/fork          admin   {"step": 2, "id": "new"}: 201, a copy of the task from its step 2
 //	DELETE /api/v1/tasks/{id}               admin   204
 //	GET    /api/v1/nodes                    read    with heartbeat age and health
 //	GET    /api/v1/schedules                read    the periodic schedules with their next tick
@@ -223,6 +225,8 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /tasks/{id}/release", RoleAdmin, h.taskAction("release", cfg.Client.Release)},
 		{"POST /tasks/{id}/retry", RoleAdmin, h.taskAction("retry", cfg.Client.Retry)},
 		{"POST /tasks/{id}/fail", RoleAdmin, h.failTask},
+		{"POST /tasks/{id}/rewind", RoleAdmin, h.rewindTask},
+		{"POST /tasks/{id}/fork", RoleAdmin, h.forkTask},
 		{"GET /nodes", RoleRead, h.nodes},
 		{"GET /schedules", RoleRead, h.schedules},
 		{"GET /stats", RoleRead, h.stats},
