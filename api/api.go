@@ -200,6 +200,9 @@ type SubmitRequest struct {
 	// Await anywhere wakes at once. Await sets it itself when needed; set it
 	// at submit to save that write when the result will be awaited.
 	Notify bool `json:"notify,omitempty"`
+	// Debounce, when set, debounces the submit with the other debounced
+	// submits of its id (see Debounce); nil submits as usual.
+	Debounce *Debounce `json:"debounce,omitempty"`
 }
 
 // Submission is what a submit did.

@@ -22,8 +22,13 @@ import (
 
 // Limits on the free-form fields of a submit.
 
-// prepare validates a request and turns it into a task to store.
+// prepare validates a request and turns it into a task to store. It
+// refuses a debounced request: only Submit and SubmitMany debounce (see
+// prepareSubmit).
 func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registration, error) {
+	if req.Debounce != nil {
+		return store.NewTask{}, nil, api.Invalid("debounce", "only a submit of a task debounces, not a workflow's node nor a run's child")
+	}
 	if err := spi.CheckBehaviorID(req.Behavior); err != nil {
 		return store.NewTask{}, nil, err
 	}
@@ -83,14 +88,9 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	if req.Delay < 0 {
 		return store.NewTask{}, nil, api.Invalid("delay", "%s is negative", req.Delay)
 	}
-	if req.Retention < 0 || req.Retention > maxRetention {
-		return store.NewTask{}, nil, api.Invalid("retention", "%s is outside 0..%s", req.Retention, maxRetention)
-	}
-	// The database keeps times to the microsecond: a positive retention
-	// shorter than that is the shortest it keeps, not none.
-	retention := req.Retention
-	if 0 < retention && retention < time.Microsecond {
-		retention = time.Microsecond
+	retention, err := checkRetention(req.Retention)
+	if err != nil {
+		return store.NewTask{}, nil, err
 	}
 	if req.Delay == 0 {
 		// A delay given at submit takes precedence over the behavior's.
@@ -124,6 +124,38 @@ func (c *Client) prepare(req api.SubmitRequest) (store.NewTask, *spi.Registratio
 	}, reg, nil
 }
 
+// prepareSubmit is prepare for Submit and SubmitMany, which also take a
+// debounced request (api.Debounce): its Window becomes the task's Delay.
+func (c *Client) prepareSubmit(req api.SubmitRequest) (store.NewTask, *spi.Registration, error) {
+	d := req.Debounce
+	if d == nil {
+		return c.prepare(req)
+	}
+	switch {
+	case d.Window < time.Millisecond:
+		return store.NewTask{}, nil, api.Invalid("debounce.window", "%s is under 1ms", d.Window)
+	case d.MaxWait < d.Window:
+		return store.NewTask{}, nil, api.Invalid("debounce.max_wait", "%s is under the window, %s", d.MaxWait, d.Window)
+	case d.MaxWait > api.MaxDebounceWait:
+		return store.NewTask{}, nil, api.Invalid("debounce.max_wait", "%s is over the limit of %s", d.MaxWait, api.MaxDebounceWait)
+	case req.Delay != 0:
+		return store.NewTask{}, nil, api.Invalid("delay", "a debounced submit is due after its window; give a delay or a debounce, not both")
+	}
+	req.Debounce = nil
+	t, reg, err := c.prepare(req)
+	if err != nil {
+		return store.NewTask{}, nil, err
+	}
+	switch {
+	case t.Share:
+		return store.NewTask{}, nil, api.Invalid("debounce", "%s shares its tasks (DedupShare): a submit never changes a stored one", reg.ID)
+	case t.Unique:
+		return store.NewTask{}, nil, api.Invalid("debounce", "%s gives every task a new id, which no later submit repeats: give the id (SubmitRequest.ID)", reg.ID)
+	}
+	t.Delay, t.Debounce = d.Window, d
+	return t, reg, nil
+}
+
 // maxRetention caps SubmitRequest.Retention: a task kept longer is kept
 // for good in all but name, and the database's timestamps end.
 const maxRetention = 100 * 365 * 24 * time.Hour
@@ -148,7 +180,7 @@ const maxRetention = 100 * 365 * 24 * time.Hour
 // ends meanwhile, so that an error wrapping ctx's always means that the
 // task was not stored. A
 // behavior with a Combiner (unless it shares its tasks) is submitted on
-// its own.
+// its own, as is a debounced submit (SubmitRequest.Debounce).
 func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Submission, error) {
 	sub, err := c.submit(ctx, nil, req)
 	return sub, c.written(ctx, "submit", err)
@@ -174,7 +206,7 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 	if req.Trace == "" {
 		req.Trace = c.tel.traceparent(ctx)
 	}
-	t, reg, err := c.prepare(req)
+	t, reg, err := c.prepareSubmit(req)
 	if err != nil {
 		return api.Submission{}, fmt.Errorf("submit %s: %w", req.Behavior, err)
 	}
@@ -184,24 +216,19 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 		}
 	}
 	span.SetAttributes(attribute.String("stint.task_id", string(t.ID)))
-	if tx == nil && (!reg.Combines() || t.Share) {
+	if tx == nil && !alone(t, reg) {
 		// The batch counts the task and wakes the claimers.
 		return c.submitCoalesced(ctx, t)
 	}
 	led, due := false, false
-	if reg.Combines() && !t.Share {
+	if alone(t, reg) {
 		// In a caller's transaction the statement always notifies: the
 		// notification goes out at the commit, which the coalescing of
 		// notifications across submits cannot see.
 		due = t.Delay == 0
 		t.WakeClaimers = due && (tx != nil || c.kick.lead())
 		led = t.WakeClaimers
-		combine := func(persisted json.RawMessage) (json.RawMessage, error) { return reg.Combine(persisted, t.Params) }
-		if tx != nil {
-			sub, err = c.st.SubmitCombinedTx(ctx, tx, t, combine)
-		} else {
-			sub, err = c.st.SubmitCombined(ctx, t, combine)
-		}
+		sub, err = c.storeAlone(ctx, tx, t, reg)
 	} else {
 		var subs []api.Submission
 		subs, led, due, err = c.storePlain(ctx, tx, []store.NewTask{t}, false)
@@ -217,6 +244,29 @@ func (c *Client) submit(ctx context.Context, tx pgx.Tx, req api.SubmitRequest) (
 		c.kick.stored(due, led, t.Delay)
 	}
 	return sub, nil
+}
+
+// alone reports whether task t of reg is stored on its own, not in a
+// statement of many: a debounced task, or one whose params the behavior
+// combines (unless it shares its tasks).
+func alone(t store.NewTask, reg *spi.Registration) bool {
+	return t.Debounce != nil || (reg.Combines() && !t.Share)
+}
+
+// storeAlone stores a task that alone says is stored on its own, in tx
+// or, when tx is nil, on its own.
+func (c *Client) storeAlone(ctx context.Context, tx pgx.Tx, t store.NewTask, reg *spi.Registration) (api.Submission, error) {
+	var combine func(json.RawMessage) (json.RawMessage, error)
+	if reg.Combines() {
+		// The closure captures a copy of the params, not t: capturing t
+		// would move every task of SubmitMany's loop to the heap.
+		params := t.Params
+		combine = func(persisted json.RawMessage) (json.RawMessage, error) { return reg.Combine(persisted, params) }
+	}
+	if tx != nil {
+		return c.st.SubmitCombinedTx(ctx, tx, t, combine)
+	}
+	return c.st.SubmitCombined(ctx, t, combine)
 }
 
 // countSubmitted counts tasks in the submitted metric, per behavior.
@@ -286,7 +336,7 @@ func (c *Client) storePlain(ctx context.Context, tx pgx.Tx, tasks []store.NewTas
 
 // SubmitMany validates all requests, then stores them in one statement. If
 // any request is invalid, none is stored. Behaviors with a Combiner are
-// merged one by one after the statement.
+// merged, and debounced requests stored, one by one after the statement.
 func (c *Client) SubmitMany(ctx context.Context, reqs []api.SubmitRequest) ([]api.Submission, error) {
 	subs, err := c.submitMany(ctx, nil, reqs)
 	return subs, c.written(ctx, "submit", err)
@@ -318,7 +368,7 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 		if req.Trace == "" {
 			req.Trace = trace
 		}
-		t, reg, err := c.prepare(req)
+		t, reg, err := c.prepareSubmit(req)
 		if err != nil {
 			return nil, fmt.Errorf("submit many: request %d (%s): %w", i, req.Behavior, err)
 		}
@@ -341,10 +391,14 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 	// The tasks stored in one statement, and where each is in tasks; most
 	// often all of them, which are not copied then.
 	plain, plainAt := tasks, []int(nil)
-	if slices.ContainsFunc(regs, (*spi.Registration).Combines) {
+	someAlone := false
+	for i, t := range tasks {
+		someAlone = someAlone || alone(t, regs[i])
+	}
+	if someAlone {
 		plain = nil
 		for i, t := range tasks {
-			if !regs[i].Combines() || t.Share {
+			if !alone(t, regs[i]) {
 				plain = append(plain, t)
 				plainAt = append(plainAt, i)
 			}
@@ -355,7 +409,7 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 	// and those started at once need no claim.
 	combinedDue := false
 	for i, t := range tasks {
-		combinedDue = combinedDue || (regs[i].Combines() && !t.Share && t.Delay == 0)
+		combinedDue = combinedDue || (alone(t, regs[i]) && t.Delay == 0)
 	}
 	led, due := false, combinedDue
 	if len(plain) > 0 {
@@ -372,22 +426,10 @@ func (c *Client) submitMany(ctx context.Context, tx pgx.Tx, reqs []api.SubmitReq
 		}
 	}
 	for i, t := range tasks {
-		if regs[i].Combines() && !t.Share {
-			// The closure captures copies made here, not the loop's t:
-			// capturing t would move every task of the loop to the heap,
-			// one allocation per task.
-			reg, params := regs[i], t.Params
-			combine := func(persisted json.RawMessage) (json.RawMessage, error) { return reg.Combine(persisted, params) }
-			var sub api.Submission
-			if tx != nil {
-				sub, err = c.st.SubmitCombinedTx(ctx, tx, t, combine)
-			} else {
-				sub, err = c.st.SubmitCombined(ctx, t, combine)
-			}
-			if err != nil {
+		if alone(t, regs[i]) {
+			if subs[i], err = c.storeAlone(ctx, tx, t, regs[i]); err != nil {
 				return nil, err
 			}
-			subs[i] = sub
 		}
 	}
 	c.countSubmitted(ctx, tasks)

@@ -116,6 +116,13 @@ func TestClientRoleDoesEveryVerbAndForgesNothing(t *testing.T) {
 	_, err = c.Get(ctx, later.ID)
 	require.ErrorIs(t, err, api.ErrNotFound)
 
+	// A debounced submit, and another that moves its due time.
+	for range 2 {
+		_, err = c.Submit(ctx, api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"debounced"}`),
+			Debounce: &api.Debounce{Window: time.Hour, MaxWait: 2 * time.Hour}})
+		require.NoError(t, err)
+	}
+
 	// Retry of a task that failed for good.
 	failed, err := api.Submit(ctx, c, workKind, WorkParams{Key: "failed", FailUntil: 1, Permanent: true})
 	require.NoError(t, err)

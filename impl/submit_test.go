@@ -130,14 +130,22 @@ func (merge) Run(_ context.Context, _ spi.RunContext, p MergeParams) ([]string, 
 	return p.Items, nil
 }
 
-func TestCombineMergesParamsOfScheduledTask(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
+// mergeClient returns a client on e's store whose registry, also
+// returned, holds test.merge alone.
+func (e *env) mergeClient() (*impl.Client, *spi.Registry) {
+	e.t.Helper()
 	reg := spi.NewRegistry()
 	spi.MustRegister[MergeParams, []string](reg, merge{})
 	c, err := impl.NewClient(e.st, impl.ClientConfig{Registry: reg})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	require.NoError(e.t, err)
+	e.t.Cleanup(c.Close)
+	return c, reg
+}
+
+func TestCombineMergesParamsOfScheduledTask(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c, reg := e.mergeClient()
 
 	var id api.TaskID
 	for _, items := range [][]string{{"a", "b"}, {"b", "c"}, {"d"}} {

@@ -83,6 +83,10 @@ type NewTask struct {
 	// looking for one to merge with. Should one exist after all, the
 	// submit still merges with it.
 	Unique bool
+	// Debounce, when set, debounces the submit (api.Debounce): Delay is
+	// then its Window. Only SubmitCombined and SubmitCombinedTx store
+	// such a task.
+	Debounce *api.Debounce
 }
 
 // LeaseRef names a run: the task and the lease its claim issued.
@@ -237,7 +241,10 @@ type Store interface {
 	// Every other task is stored as Submit stores it.
 	SubmitStart(ctx context.Context, node string, tasks []NewTask) (subs []api.Submission, started []Claimed, err error)
 	// SubmitCombined submits t, merging its params into those of a still
-	// scheduled task of the same id with combine, under a row lock.
+	// scheduled task of the same id with combine, under a row lock. A
+	// debounced t (NewTask.Debounce) is stored as api.Debounce says, its
+	// params merged with combine into those of a task waiting for its next
+	// run, or replacing them when combine is nil.
 	SubmitCombined(ctx context.Context, t NewTask, combine func(persisted json.RawMessage) (json.RawMessage, error)) (api.Submission, error)
 	// SubmitTx is Submit in the caller's transaction: the tasks exist, and
 	// the claimers are notified, only once tx commits.

@@ -36,7 +36,7 @@ type hotStatement struct {
 var planLease = pgtype.UUID{Bytes: [16]byte{15: 0}, Valid: true}
 
 // hotStatements lists every statement of the hot path: submits (plain,
-// sharing, of new ids, starting on the submitting node; SubmitTx runs the same ones
+// sharing, of new ids, starting on the submitting node, debounced; SubmitTx runs the same ones
 // in the caller's transaction), claims (plain and capped per group),
 // claims under flow control, renewals, checkpoints, finishes of each outcome, takeovers, lease
 // releases, an await's poll and a subscription's poll.
@@ -51,6 +51,8 @@ func hotStatements() []hotStatement {
 		t.StartLease = time.Minute
 		started.add(t, true)
 	}
+	debouncedOne := newSubmitColumns(1, false)
+	debouncedOne.add(store.NewTask{ID: "due-000001", Behavior: "bench.noop", Priority: 5, Delay: time.Minute}, false)
 	ids, leases := make(textArray, 1000), make(uuidArray, 1000)
 	durs, again, noAgain := make(intArray, 1000), make(intArray, 1000), make(intArray, 1000)
 	results, errs, nulls := make(nullTextArray, 1000), make(nullTextArray, 1000), make(nullTextArray, 1000)
@@ -71,6 +73,7 @@ func hotStatements() []hotStatement {
 		{name: "submit sharing", sql: shareSQL, args: append(submitted.args(), true, submitted.rateUses, submitted.versions)},
 		{name: "submit sharing: the tasks left as they were", sql: sharedSQL, args: []any{ids}},
 		{name: "submit combining: lock", sql: combineLockSQL, args: []any{"due-000001", "b1"}},
+		{name: "submit debounced", sql: debounceSQL, args: append(debouncedOne.args(), true, debouncedOne.rateUses, debouncedOne.versions, intArray{time.Hour.Microseconds()})},
 		{name: "submit starting", sql: submitStartSQL, settings: genericSettingsSQL, args: append(started.args(), false, true, started.startLeases, node, started.rateUses, started.versions)},
 		{name: "submit sharing starting", sql: shareStartSQL, settings: genericSettingsSQL, args: append(started.args(), true, started.startLeases, node, started.rateUses, started.versions)},
 		{name: "submit with new ids", sql: newSQL, args: append(submitted.args(), true, submitted.rateUses, submitted.versions)},

@@ -30,25 +30,36 @@ import (
 var submitSQL = submitStatement(resubmitConflict, 12, false)
 
 // resubmitConflict is the conflict clause of submitSQL.
-const resubmitConflict = `ON CONFLICT (id) DO UPDATE SET
+var resubmitConflict = resubmitClause(`(t.status = 'scheduled' AND $11)`, `excluded.schedule_not_before`, "")
+
+// resubmitClause returns the conflict clause of a resubmitting submit (see
+// submitSQL): replace is the condition, besides a task finished for good,
+// under which the submit's params (its rate uses and version with them)
+// replace the task's; due is the due time the submit asks for, taken by a
+// waiting task and kept for the run again of a running one; set, when not
+// empty, assigns further columns (each line ending with a comma).
+func resubmitClause(replace, due, set string) string {
+	replaced := `CASE WHEN ` + finishedForGood + ` OR ` + replace + ` THEN excluded.`
+	return `ON CONFLICT (id) DO UPDATE SET
     status = CASE WHEN ` + resubmitRefused + ` THEN ` + refuseSubmit + `
         WHEN ` + finishedForGood + ` THEN 'scheduled' ELSE t.status END,
-    params = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $11) THEN excluded.params ELSE t.params END,
-    rate_uses = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $11) THEN excluded.rate_uses ELSE t.rate_uses END,
-    version = CASE WHEN ` + finishedForGood + ` OR (t.status = 'scheduled' AND $11) THEN excluded.version ELSE t.version END,
+    params = ` + replaced + `params ELSE t.params END,
+    rate_uses = ` + replaced + `rate_uses ELSE t.rate_uses END,
+    version = ` + replaced + `version ELSE t.version END,
     priority = CASE WHEN t.status = 'running' THEN t.priority ELSE excluded.priority END,
     schedule_not_before = CASE WHEN t.status IN ('running', 'held') THEN t.schedule_not_before
-        WHEN t.status = 'failure' AND t.schedule_not_before IS NOT NULL THEN greatest(t.schedule_not_before, excluded.schedule_not_before)
-        ELSE excluded.schedule_not_before END,
+        WHEN t.status = 'failure' AND t.schedule_not_before IS NOT NULL THEN greatest(t.schedule_not_before, ` + due + `)
+        ELSE ` + due + ` END,
     resubmit = t.resubmit OR t.status = 'running',
-    resubmit_due = CASE WHEN t.status = 'running' THEN excluded.schedule_not_before ELSE t.resubmit_due END,
+    resubmit_due = CASE WHEN t.status = 'running' THEN ` + due + ` ELSE t.resubmit_due END,
     awaited = t.awaited OR excluded.awaited,
     attempt = CASE WHEN ` + finishedForGood + ` THEN 0 ELSE t.attempt END,
     errors = CASE WHEN ` + finishedForGood + ` THEN 0 ELSE t.errors END,
     executed_at = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.executed_at END,
     finished_at = CASE WHEN ` + finishedForGood + ` THEN NULL ELSE t.finished_at END,
-    updated_at = now()
+` + set + `    updated_at = now()
 RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.lease`
+}
 
 // A submit never changes what a task of another behavior runs, nor a
 // workflow's own task, nor (unless it shares the task) a workflow's node,
@@ -138,25 +149,18 @@ const newConflict = `RETURNING t.id, t.status, true AS created, t.behavior, t.pa
 // task that exists, so only a created task starts. Its lease row is
 // written for the created running tasks alone.
 func submitStatement(conflict string, wake int, start bool) string {
-	const columns = `id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited, retention_us, rate_uses,
-    version`
-	const values = `r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
-       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0),
-       nullif(r.rate_uses, '')::jsonb, nullif(r.version, 0)`
 	// The rate uses and the versions are the statement's last parameters.
 	uses := wake + 1
 	if start {
 		uses = wake + 3
 	}
-	cols := []string{"id $1::text[]", "behavior $2::text[]", "params $3::text[]", "priority $4::smallint[]", "delay_us $5::bigint[]",
-		"group_key $6::text[]", "parent_id $7::text[]", "trace $8::text[]", "awaited $9::bool[]", "retention_us $10::bigint[]",
-		fmt.Sprintf("rate_uses $%d::text[]", uses), fmt.Sprintf("version $%d::int[]", uses+1)}
+	cols := insertArrays(uses)
 	w := fmt.Sprintf("$%d", wake)
 	if !start {
 		return `
 WITH s AS (
-INSERT INTO stint_task AS t (` + columns + `)
-SELECT ` + values + `
+INSERT INTO stint_task AS t (` + insertColumns + `)
+SELECT ` + insertValues + `
 FROM ` + unnestRows("r", cols...) + `
 ` + conflict + `
 )` + recordSubmitChanges(w, false)
@@ -178,8 +182,8 @@ WITH w AS MATERIALIZED (
     LEFT JOIN stint_behavior b ON b.behavior = w.behavior
     WHERE b.paused IS NOT TRUE AND ` + uncapped("w.behavior") + `
 ), s AS (
-INSERT INTO stint_task AS t (` + columns + `, status, lease, node, attempt, executed_at, lost_not_before)
-SELECT ` + values + `,
+INSERT INTO stint_task AS t (` + insertColumns + `, status, lease, node, attempt, executed_at, lost_not_before)
+SELECT ` + insertValues + `,
        CASE WHEN g.lease IS NULL THEN 'scheduled' ELSE 'running' END, g.lease,
        CASE WHEN g.lease IS NOT NULL THEN ` + node + ` END, CASE WHEN g.lease IS NULL THEN 0 ELSE 1 END,
        CASE WHEN g.lease IS NOT NULL THEN now() END, now() + g.lease_us * interval '1 microsecond'
@@ -197,6 +201,25 @@ LEFT JOIN cfg g ON g.behavior = r.behavior AND r.start_us > 0 AND r.delay_us = 0
     INSERT INTO stint_lease (lease, node, expires_at, task_ids, task_count, behavior)
     SELECT lease, ` + node + `, now() + max(lease_us) * interval '1 microsecond', array_agg(id), count(*), min(behavior) FROM started GROUP BY lease
 )` + recordSubmitChanges(w, true)
+}
+
+// insertColumns are the columns of stint_task a submit statement inserts,
+// insertValues their values from the row r of insertArrays.
+const (
+	insertColumns = `id, behavior, params, priority, schedule_not_before, group_key, parent_id, trace, awaited, retention_us, rate_uses,
+    version`
+	insertValues = `r.id, r.behavior, r.params::jsonb, r.priority, now() + r.delay_us * interval '1 microsecond',
+       nullif(r.group_key, ''), nullif(r.parent_id, ''), nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0),
+       nullif(r.rate_uses, '')::jsonb, nullif(r.version, 0)`
+)
+
+// insertArrays are the arrays a submit statement unnests into its rows
+// (see unnestRows): submitColumns.args as $1 to $10, and the rate uses
+// and versions as the parameters uses and uses+1.
+func insertArrays(uses int) []string {
+	return []string{"id $1::text[]", "behavior $2::text[]", "params $3::text[]", "priority $4::smallint[]", "delay_us $5::bigint[]",
+		"group_key $6::text[]", "parent_id $7::text[]", "trace $8::text[]", "awaited $9::bool[]", "retention_us $10::bigint[]",
+		fmt.Sprintf("rate_uses $%d::text[]", uses), fmt.Sprintf("version $%d::int[]", uses+1)}
 }
 
 // submitEvents are the change feed's events of a submit statement s: a
@@ -406,9 +429,11 @@ func submit(ctx context.Context, tx querier, tasks []store.NewTask, replaceParam
 const sharedSQL = `SELECT id, status, false FROM stint_task WHERE id = ANY($1)`
 
 // combineLockSQL locks the task $1 for a combining submit and reads it:
-// its status, its params, and whether a submit of behavior $2 may combine
-// with it (else the submit is refused: see resubmitRefused).
-const combineLockSQL = `SELECT status, params, behavior = $2 AND workflow_node IS NULL FROM stint_task WHERE id = $1 FOR UPDATE`
+// its status, its params, whether a submit of behavior $2 may combine
+// with it (else the submit is refused: see resubmitRefused), and whether
+// it has a due time.
+const combineLockSQL = `SELECT status, params, behavior = $2 AND workflow_node IS NULL, schedule_not_before IS NOT NULL
+FROM stint_task WHERE id = $1 FOR UPDATE`
 
 // startLease is the lease a submit started a task under, and its duration
 // in microseconds.
@@ -515,27 +540,38 @@ func (s *Store) SubmitCombinedTx(ctx context.Context, tx pgx.Tx, t store.NewTask
 	return submitCombinedOn(ctx, tx, t, combine)
 }
 
+// submitCombinedOn is SubmitCombined on db: the pool or a caller's
+// transaction. A debounced task without combine takes one statement.
 func submitCombinedOn(ctx context.Context, db database, t store.NewTask, combine func(json.RawMessage) (json.RawMessage, error)) (api.Submission, error) {
 	var out []api.Submission
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var status string
-		var persisted []byte
-		var same bool
-		err := indexedRow(ctx, tx, combineLockSQL, t.ID, string(t.Behavior)).Scan(&status, &persisted, &same)
-		replace := false
-		switch {
-		case isNoRows(err):
-		case err != nil:
-			return err
-		case status == string(api.StatusScheduled) && same:
-			if t.Params, err = combine(persisted); err != nil {
+	var err error
+	if t.Debounce != nil && combine == nil {
+		out, err = debounce(ctx, db, t)
+	} else {
+		err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			var status string
+			var persisted []byte
+			var same, due bool
+			err := indexedRow(ctx, tx, combineLockSQL, t.ID, string(t.Behavior)).Scan(&status, &persisted, &same, &due)
+			replace := false
+			switch {
+			case isNoRows(err):
+			case err != nil:
 				return err
+			case same && (status == string(api.StatusScheduled) || (t.Debounce != nil && combinesDebounced(status, due))):
+				if t.Params, err = combine(persisted); err != nil {
+					return err
+				}
+				replace = true
 			}
-			replace = true
-		}
-		out, _, err = submit(ctx, tx, []store.NewTask{t}, replace, "", false)
-		return err
-	})
+			if t.Debounce != nil {
+				out, err = debounce(ctx, tx, t)
+			} else {
+				out, _, err = submit(ctx, tx, []store.NewTask{t}, replace, "", false)
+			}
+			return err
+		})
+	}
 	if err != nil {
 		return api.Submission{}, fmt.Errorf("submit %s: %w", t.ID, submitRefused(err))
 	}

@@ -1,0 +1,1 @@
+ALTER TABLE stint_task DROP COLUMN debounce_since, DROP COLUMN debounce_deadline;
