@@ -245,6 +245,18 @@ type SubmitBody struct {
 	Retention string `json:"retention,omitempty"`
 	// GroupKey scopes holds and limits.
 	GroupKey string `json:"group_key,omitempty"`
+	// Debounce debounces the submit with the other debounced submits of
+	// its id (api.Debounce); absent submits as usual.
+	Debounce *DebounceBody `json:"debounce,omitempty"`
+}
+
+// DebounceBody is api.Debounce in a submit's body, its durations as Go
+// duration strings such as "5s".
+type DebounceBody struct {
+	// Window is how long the task waits after the last submit.
+	Window string `json:"window"`
+	// MaxWait bounds how long a cycle of submits postpones the task.
+	MaxWait string `json:"max_wait"`
 }
 
 // request returns the submit request of b; field prefixes the names of
@@ -264,6 +276,19 @@ func (b SubmitBody) request(field string) (api.SubmitRequest, error) {
 			return req, invalid(field+"retention", "%q is not a duration such as \"24h\"", b.Retention)
 		}
 		req.Retention = d
+	}
+	if b.Debounce != nil {
+		req.Debounce = &api.Debounce{}
+		for _, d := range []struct {
+			name, text string
+			to         *time.Duration
+		}{{"window", b.Debounce.Window, &req.Debounce.Window}, {"max_wait", b.Debounce.MaxWait, &req.Debounce.MaxWait}} {
+			v, err := time.ParseDuration(d.text)
+			if err != nil {
+				return req, invalid(field+"debounce."+d.name, "%q is not a duration such as \"5s\" or \"1m\"", d.text)
+			}
+			*d.to = v
+		}
 	}
 	return req, nil
 }
