@@ -30,6 +30,7 @@ func (c *cli) newTasksCmd() *cobra.Command {
 	}
 	cmd.AddCommand(c.newTasksLsCmd(), c.newTasksShowCmd())
 	cmd.AddCommand(c.newTaskActionCmds()...)
+	cmd.AddCommand(c.newTaskStepCmds()...)
 	cmd.AddCommand(c.newTasksWaitCmd())
 	return cmd
 }
@@ -214,7 +215,7 @@ func (c *cli) printTask(t api.Task) error {
 	} {
 		fmt.Fprintf(c.stdout, "%s: %s\n", f.name, prettyJSON(f.raw, ""))
 	}
-	return nil
+	return c.printSteps(t.Steps)
 }
 
 // orList lists words for a message: "a, b or c".
