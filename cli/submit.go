@@ -24,6 +24,8 @@ type submitOptions struct {
 	priority int
 	delay    time.Duration
 	keep     time.Duration
+	debounce time.Duration
+	maxWait  time.Duration
 	group    string
 	wait     bool
 	timeout  time.Duration
@@ -44,12 +46,18 @@ to read them from standard input. Bad input (malformed JSON, an unknown
 behavior, params the behavior rejects, a bad id) is reported naming the
 offending field, stores nothing, and exits with code 2.
 
+With --debounce WINDOW --debounce-max MAXWAIT, submits of the same id within
+the window make one run, due a window after the last of them (its params win),
+but never later than MAXWAIT after the first: see docs/debounce.md. The id
+must repeat: give --id, or a behavior that derives it from the params.
+
 With --wait, stint waits until the task has finished, showing its progress on
 standard error, and prints its result or error; it exits with code 1 if the
 task failed. Ctrl-C stops waiting (exit code 130); the task runs on. With --json, the submission is printed as one line of JSON and,
 with --wait, the finished task as a second line.`,
 		Example: `  stint submit demo.echo --params '{"text":"hi"}' --wait
-  stint submit demo.echo --params @params.json --id greeting-1 --delay 1m`,
+  stint submit demo.echo --params @params.json --id greeting-1 --delay 1m
+  stint submit demo.echo --params '{"text":"hi"}' --id greeting-2 --debounce 5s --debounce-max 1m`,
 		Args: exactArgs(1, "BEHAVIOR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return c.runSubmit(cmd, o, args[0])
@@ -64,6 +72,8 @@ with --wait, the finished task as a second line.`,
 	f.DurationVar(&o.delay, "delay", 0, "postpone the first run by this long, e.g. 30s or 5m")
 	f.DurationVar(&o.keep, "retention", 0, "keep the task this long after it finished for good, e.g. 24h (default: the behavior's retention)")
 	f.StringVar(&o.group, "group", "", "group key, the scope of holds and limits")
+	f.DurationVar(&o.debounce, "debounce", 0, "debounce with the other submits of the id: run a window this long after the last one, e.g. 5s (needs --debounce-max)")
+	f.DurationVar(&o.maxWait, "debounce-max", 0, "with --debounce, run at most this long after the first submit of a stream, e.g. 1m")
 	f.BoolVar(&o.wait, "wait", false, "wait for the task to finish and print its result")
 	f.DurationVar(&o.timeout, "timeout", 0, "with --wait, give up waiting after this long (0 waits until interrupted)")
 	f.BoolVar(&o.json, "json", false, "print JSON")
@@ -99,6 +109,14 @@ func (c *cli) runSubmit(cmd *cobra.Command, o *submitOptions, behavior string) e
 	}
 	if o.timeout > 0 && !o.wait {
 		return usageErrorf("--timeout needs --wait")
+	}
+	switch debounce, maxWait := cmd.Flags().Changed("debounce"), cmd.Flags().Changed("debounce-max"); {
+	case debounce && !maxWait:
+		return usageErrorf("--debounce needs --debounce-max, the longest a stream of submits may postpone the task")
+	case maxWait && !debounce:
+		return usageErrorf("--debounce-max needs --debounce")
+	case debounce:
+		req.Debounce = &api.Debounce{Window: o.debounce, MaxWait: o.maxWait}
 	}
 	params, err := readParams(o.params, cmd.InOrStdin())
 	if err != nil {

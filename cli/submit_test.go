@@ -119,6 +119,12 @@ func TestSubmitBadInputStoresNothing(t *testing.T) {
 		{"priority out of range", []string{"demo.echo", "--params", `{"text":"x"}`, "--priority", "40000"}, "--priority 40000 is outside 0..32767"},
 		{"malformed priority", []string{"demo.echo", "--params", `{"text":"x"}`, "--priority", "high"}, `invalid argument "high" for "--priority"`},
 		{"timeout without wait", []string{"demo.echo", "--params", `{"text":"x"}`, "--timeout", "1s"}, "--timeout needs --wait"},
+		{"debounce without a maximum", []string{"demo.echo", "--params", `{"text":"x"}`, "--id", "deb", "--debounce", "5s"}, "--debounce needs --debounce-max"},
+		{"a maximum without debounce", []string{"demo.echo", "--params", `{"text":"x"}`, "--id", "deb", "--debounce-max", "5s"}, "--debounce-max needs --debounce"},
+		{"debounce over its maximum", []string{"demo.echo", "--params", `{"text":"x"}`, "--id", "deb", "--debounce", "5s", "--debounce-max", "1s"},
+			"submit demo.echo: invalid debounce.max_wait: 1s is under the window, 5s"},
+		{"debounce without an id that repeats", []string{"demo.echo", "--params", `{"text":"x"}`, "--debounce", "5s", "--debounce-max", "1m"},
+			"submit demo.echo: invalid debounce: demo.echo gives every task a new id"},
 		{"two behaviors", []string{"demo.echo", "demo.echo"}, `stint submit takes one argument, BEHAVIOR, not 2: "demo.echo" "demo.echo"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,6 +135,25 @@ func TestSubmitBadInputStoresNothing(t *testing.T) {
 			require.Zero(t, countTasks(t, ctx, dsn), "a bad submit must store nothing")
 		})
 	}
+}
+
+// Debounced submits of one id store one task, due a window after the
+// last of them, with the last params.
+func TestSubmitDebounced(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, time.Minute)
+	dsn := pgtest.New(t)
+	for _, text := range []string{"first", "last"} {
+		requireOK(t, runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"`+text+`"}`, "--id", "deb-cli",
+			"--debounce", "1h", "--debounce-max", "2h", "--db", dsn))
+	}
+	r := runCLI(ctx, "tasks", "show", "deb-cli", "--json", "--db", dsn)
+	requireOK(t, r)
+	var task api.Task
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &task))
+	require.JSONEq(t, `{"text":"last"}`, string(task.Params))
+	require.WithinDuration(t, time.Now().Add(time.Hour), *task.ScheduleNotBefore, time.Minute)
+	require.Equal(t, 1, countTasks(t, ctx, dsn))
 }
 
 func TestSubmitWithRetention(t *testing.T) {
