@@ -862,10 +862,47 @@
       return h('div', { dataset: key ? { field: key } : {} }, h('dt', {}, label), h('dd', {}, value == null || value === '' ? h('span', { class: 'faint' }, '—') : value));
     }
 
+    // stepActions are an admin's actions on step s of task t: Rewind, for
+    // a task that finished for good, runs it again from there. A
+    // workflow's node (retried as a node) and a running task have none.
+    function stepActions(t, s, node) {
+      const final = (t.status === 'success' || t.status === 'failure') && !t.schedule_not_before;
+      if (!can('admin') || node || !final) return null;
+      return actionButton('Rewind', 'rewind', async () => {
+        const r = await api('POST', taskPath(t.id) + '/rewind', { step: s.n });
+        if (r) { task = r; render(); }
+      }, { confirm: 'Click again to run it from step ' + s.n, done: 'Running ' + t.id + ' again from step ' + s.n });
+    }
+
+    // forkForm copies task t from one of its steps to a new task, with the
+    // step and the new id typed next to the button, and opens the copy.
+    function forkForm(t, node) {
+      if (!can('admin') || node || !(t.steps || []).length || t.status === 'running') return null;
+      const steps = t.steps.map((s) => s.n);
+      const step = h('select', { id: 'fork-step', 'aria-label': 'Step to fork from' },
+        steps.map((n) => h('option', { value: String(n), selected: n === steps[steps.length - 1] }, 'step ' + n)));
+      const input = h('input', { id: 'fork-id', placeholder: 'new task id', 'aria-label': 'Id of the new task', spellcheck: 'false' });
+      const btn = actionButton('Fork', 'fork', async () => {
+        const id = input.value.trim();
+        if (!id) throw new Error('give the new task an id');
+        const sub = await api('POST', taskPath(t.id) + '/fork', { step: Number(step.value), id });
+        location.hash = taskHref(sub.id);
+      }, { done: 'Forked ' + t.id });
+      return h('div', { class: 'panel-body inline-form', id: 'task-fork' }, 'Copy from ', step, ' as ', input, btn);
+    }
+
+    // stepLabel is a step's line of the timeline: its number and its
+    // progress on one line, cut short.
+    function stepLabel(s) {
+      const p = JSON.stringify(s.progress);
+      return 'Step ' + s.n + ': ' + (p.length > 120 ? p.slice(0, 119) + '…' : p);
+    }
+
     // timeline lists the task's submit, every attempt that failed (from
-    // t.attempts, each with its error), its current or last run, and the
-    // events seen while the page is open.
-    function timeline(t) {
+    // t.attempts, each with its error), its current or last run, its steps
+    // (t.steps, each with the admin's actions on it), and the events seen
+    // while the page is open.
+    function timeline(t, node) {
       // A workflow's task, and its node with dependencies, begin waiting.
       const first = t.status === 'waiting' || t.behavior === WORKFLOW ? 'waiting' : 'scheduled';
       const items = [{ at: t.created_at, status: first, label: 'Submitted' }];
@@ -886,6 +923,7 @@
           : { at: t.finished_at, status: t.status, label: t.status === 'success' ? 'Succeeded' : 'Failed' });
       }
       if (retrying(t)) items.push({ at: t.schedule_not_before, status: 'retrying', label: 'Retry due' });
+      for (const s of t.steps || []) items.push({ at: s.at, status: 'step', step: s.n, label: stepLabel(s), actions: stepActions(t, s, node) });
       for (const e of seen) {
         // The row's times and its events' times come from the same
         // transaction: equal times are the same change.
@@ -894,8 +932,9 @@
         if (!dup) items.push({ at: e.at, status, label: '→ ' + (status === 'retrying' ? 'failure, retrying' : e.status) + (e.final ? ' (final)' : '') });
       }
       items.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
-      return h('ol', { class: 'timeline', id: 'timeline' }, items.map((i) => h('li', { dataset: i.attempt ? { status: i.status, attempt: i.attempt } : { status: i.status } },
-        h('span', { class: 'when' }, timeEl(i.at)), h('span', {}, i.label))));
+      const data = (i) => i.attempt ? { status: i.status, attempt: i.attempt } : i.step ? { status: i.status, step: i.step } : { status: i.status };
+      return h('ol', { class: 'timeline', id: 'timeline' }, items.map((i) => h('li', { dataset: data(i) },
+        h('span', { class: 'when' }, timeEl(i.at)), h('span', {}, i.label, i.actions ? [' ', i.actions] : null))));
     }
 
     let groupHeldShown = false;
@@ -951,7 +990,7 @@
             t.result != null ? panel('Result', null, h('div', { class: 'panel-body', id: 'task-result' }, pretty(t.result))) : null,
             t.progress != null ? panel('Progress', 'the last checkpoint', h('div', { class: 'panel-body', id: 'task-progress' }, pretty(t.progress))) : null,
             panel('Params', null, h('div', { class: 'panel-body', id: 'task-params' }, pretty(t.params)))),
-          panel('Timeline', 'from the task and the live events', timeline(t))));
+          panel('Timeline', 'from the task and the live events', timeline(t, node), forkForm(t, node))));
     }
 
     const reload = throttle(load, 300);
