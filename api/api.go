@@ -128,6 +128,9 @@ type Task struct {
 	// behavior that keeps none. Operator.Rewind and Operator.Fork start
 	// from one of them.
 	Steps []Step `json:"steps,omitempty"`
+	// Events are, in Get only, the events the task published
+	// (spi.RunContext.SetEvent), in key order; nil in other reads.
+	Events []TaskEvent `json:"events,omitempty"`
 }
 
 // Step is a checkpoint that a behavior with spi.Policy.KeepSteps kept.

@@ -206,6 +206,11 @@ func (c *Client) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
 	if err == nil {
 		err = c.steps(ctx, &t)
 	}
+	if err == nil {
+		if t.Events, err = c.st.Events(ctx, id, ""); err != nil {
+			err = unavailable(err)
+		}
+	}
 	return t, err
 }
 

@@ -143,6 +143,17 @@ type RunContext interface {
 	// all. It returns api.ErrHalt, and the caller must roll back, when the
 	// lease is lost.
 	CheckpointTx(ctx context.Context, tx pgx.Tx, progress any) error
+	// SetEvent publishes value (encoded as JSON, at most
+	// api.MaxEventBytes) under key, for any process to read or await
+	// (api.Events) while the task runs on: "preview ready", "50% done".
+	// A later value of the key replaces it. It is fenced as a checkpoint
+	// is: a run that lost its lease publishes nothing and gets
+	// api.ErrHalt. Keys are 1 to 128 characters from A-Z a-z 0-9 . _ : / -.
+	// Events outlive the task's retries and go with the task.
+	SetEvent(ctx context.Context, key string, value any) error
+	// SetEventTx is SetEvent inside the caller's transaction, which must
+	// roll back on api.ErrHalt.
+	SetEventTx(ctx context.Context, tx pgx.Tx, key string, value any) error
 	// SetPriority changes the priority of this task (0 to 32767, lower
 	// first; an *api.InvalidError otherwise, changing nothing), e.g. to let
 	// a large job yield to small ones once it knows its size. The running

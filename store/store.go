@@ -329,6 +329,13 @@ type Store interface {
 	// The priority orders the task's next claim (after a snooze, a wait
 	// or a retry).
 	SetPriority(ctx context.Context, r LeaseRef, priority int) error
+	// SetEvent sets the event key of the running task r to value, fenced
+	// by its lease (api.ErrHalt when it no longer holds), in tx when tx is
+	// not nil, and notifies ChannelFinished with the task's id.
+	SetEvent(ctx context.Context, tx pgx.Tx, r LeaseRef, key string, value json.RawMessage) error
+	// Events returns the events of task id, in key order; only the one of
+	// key when key is not empty.
+	Events(ctx context.Context, id api.TaskID, key string) ([]api.TaskEvent, error)
 	// Unclaim gives running tasks back, due at once, without counting the
 	// attempt (a graceful stop, a run its node cut off). A task given back
 	// keeps its place in the queue: it is due when it was due as claimed,

@@ -24,6 +24,7 @@
 //	POST   /api/v1/tasks/{id}/hold          admin   also release, retry, fail (body: reason)
 //	POST   /api/v1/tasks/{id}/rewind        admin   {"step": 2}: a finished task runs again from its step 2
 //	POST   /api/v1/tasks/{id}/fork          admin   {"step": 2, "id": "new"}: 201, a copy of the task from its step 2
+//	GET    /api/v1/tasks/{id}/events        read    the events the task published; ?key=K one; ?key=K&wait=30s answers once it is set (Stint-Wait: set, finished or timeout)
 //	DELETE /api/v1/tasks/{id}               admin   204
 //	GET    /api/v1/nodes                    read    with heartbeat age and health
 //	GET    /api/v1/schedules                read    the periodic schedules with their next tick
@@ -220,6 +221,7 @@ func New(cfg Config) (*Handler, error) {
 		{"GET /tasks", RoleRead, h.listTasks},
 		{"POST /tasks", RoleSubmit, h.submitTask},
 		{"GET /tasks/{id}", RoleRead, h.getTask},
+		{"GET /tasks/{id}/events", RoleRead, h.taskEvents},
 		{"DELETE /tasks/{id}", RoleAdmin, h.removeTask},
 		{"POST /tasks/{id}/hold", RoleAdmin, h.taskAction("hold", cfg.Client.Hold)},
 		{"POST /tasks/{id}/release", RoleAdmin, h.taskAction("release", cfg.Client.Release)},

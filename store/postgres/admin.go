@@ -92,7 +92,8 @@ func (s *Store) Remove(ctx context.Context, id api.TaskID) (api.Task, error) {
 		if _, err := tx.Exec(ctx, `DELETE FROM stint_task WHERE id = $1`, string(id)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `WITH attempts AS (DELETE FROM stint_attempt WHERE task_id = $1) `+stepsDelete("ARRAY[$1]"),
+		if _, err := tx.Exec(ctx, `WITH attempts AS (DELETE FROM stint_attempt WHERE task_id = $1),
+			events AS (`+eventsDelete("ARRAY[$1]")+`) `+stepsDelete("ARRAY[$1]"),
 			string(id)); err != nil {
 			return err
 		}
@@ -542,7 +543,7 @@ SELECT count(*) FROM d`
 
 // deleteNodes ends the statements that delete finished tasks d (a CTE
 // with id and behavior): it deletes the nodes and edges of the workflows
-// among them, and the recorded runs and the steps of all.
+// among them, and the recorded runs, the steps and the events of all.
 // Both find their rows through an index by an array of ids (= ANY of an
 // ARRAY), never by a join the planner may make a scan of the table.
 const deleteNodes = `, nodes AS (
@@ -554,6 +555,7 @@ const deleteNodes = `, nodes AS (
     DELETE FROM stint_dependency e WHERE e.task_id = ANY(ARRAY(SELECT id FROM nodes))
 ), attempts AS (` + attemptsDelete + `
 ), steps AS (` + stepsOfDeleted + `
+), events AS (` + eventsOfDeleted + `
 )`
 
 // DeleteFinished deletes a batch of old finished tasks; see store.Store.

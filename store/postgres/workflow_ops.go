@@ -74,6 +74,7 @@ WITH w AS (
 ), attempts AS (
     DELETE FROM stint_attempt a WHERE a.task_id = ANY(ARRAY(SELECT id FROM gone))
 ), steps AS (` + stepsDelete("ARRAY(SELECT id FROM gone)") + `
+), events AS (` + eventsDelete("ARRAY(SELECT id FROM gone)") + `
 ), feed AS (` + feedInsert("gone", "'removed'::text", "true") + `
 ), told AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', id)) FILTER (WHERE awaited) +
