@@ -1,9 +1,9 @@
 // Package modeltest holds stint's model-based test: a reference model of
 // the task state machine in plain Go, and random, seeded sequences of
-// operations (submits with colliding ids, holds of tasks and groups,
-// pauses, removes, retries, resubmits during runs, run outcomes, children,
-// node stops) applied both to the model and to real server nodes on a
-// real PostgreSQL. After every step the stored state must agree with the
+// operations (submits with colliding ids, debounced or not, holds of
+// tasks and groups, pauses, removes, retries, resubmits during runs, run
+// outcomes, children, node stops) applied both to the model and to real
+// server nodes on a real PostgreSQL. After every step the stored state must agree with the
 // model, the caps must hold in the run log, and every task that may run
 // must be running within a bound set by the lease and poll interval.
 //

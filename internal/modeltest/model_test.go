@@ -143,6 +143,19 @@ func (m *model) submit(b api.BehaviorID, id api.TaskID, group string, d due) (cr
 	return false
 }
 
+// debounce applies a debounced submit due at d (see debounceWindow). A
+// behavior that shares its tasks refuses it; otherwise it is a submit at
+// d, except that a held task keeps its due time.
+func (m *model) debounce(b api.BehaviorID, id api.TaskID, group string, d due) (created bool, _ outcome) {
+	if spec(b).share {
+		return false, api.ErrInvalid
+	}
+	if t := m.tasks[id]; t != nil && t.phase == phaseHeld {
+		return false, nil
+	}
+	return m.submit(b, id, group, d), nil
+}
+
 func (m *model) hold(id api.TaskID) outcome {
 	t := m.tasks[id]
 	if t == nil {

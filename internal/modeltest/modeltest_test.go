@@ -290,6 +290,19 @@ func (s *sequence) step(o op) {
 		if created := m.submit(o.behavior, o.id, o.group, d); created != sub.Created {
 			s.fail("%s: created %v, model %v", o, sub.Created, created)
 		}
+	case opDebounce:
+		window, maxWait := debounceWindow(o.id)
+		d := dueNow
+		if window > time.Minute {
+			d = dueFuture
+		}
+		sub, err := h.client.Submit(ctx, api.SubmitRequest{Behavior: o.behavior, ID: o.id, GroupKey: o.group,
+			Debounce: &api.Debounce{Window: window, MaxWait: maxWait}})
+		created, want := m.debounce(o.behavior, o.id, o.group, d)
+		s.expect(o, err, want)
+		if err == nil && created != sub.Created {
+			s.fail("%s: created %v, model %v", o, sub.Created, created)
+		}
 	case opHold:
 		s.expect(o, h.client.Hold(ctx, o.id), m.hold(o.id))
 	case opRelease:

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stinthq/stint/api"
 )
@@ -15,6 +16,7 @@ type opKind string
 
 const (
 	opSubmit       opKind = "submit"
+	opDebounce     opKind = "debounce" // a debounced submit (its window: debounceWindow)
 	opHold         opKind = "hold"
 	opRelease      opKind = "release"
 	opHoldGroup    opKind = "holdgroup"
@@ -171,6 +173,18 @@ var pool = map[api.BehaviorID][]api.TaskID{
 
 var groupKeys = []string{"g1", "g2"}
 
+// debounceWindow returns the window and maximum wait of the debounced
+// submits of a pool id: an hour and two for an even number (the task is
+// due far in the future), a millisecond for an odd one (due now). One
+// length per id keeps the model exact: a cycle of short submits is due
+// now whether it ended or not, one of long submits an hour away.
+func debounceWindow(id api.TaskID) (window, maxWait time.Duration) {
+	if n, _ := strconv.Atoi(string(id[len(id)-1:])); n%2 == 0 {
+		return time.Hour, 2 * time.Hour
+	}
+	return time.Millisecond, time.Millisecond
+}
+
 func poolGroup(id api.TaskID) string {
 	n, _ := strconv.Atoi(string(id[len(id)-1:]))
 	return []string{"", "g1", "g2"}[n%3]
@@ -195,7 +209,7 @@ func (g *generator) pick(n int) int { return g.rng.IntN(n) }
 func (g *generator) next(m *model) op {
 	for {
 		o, ok := g.try(m)
-		makesDue := o.kind == opSubmit || o.kind == opRelease || o.kind == opReleaseGroup || o.kind == opResume || o.kind == opRetry
+		makesDue := o.kind == opSubmit || o.kind == opDebounce || o.kind == opRelease || o.kind == opReleaseGroup || o.kind == opResume || o.kind == opRetry
 		if ok && makesDue && g.last == opStopNode && g.exclude(defectClaimLostAfterStop) {
 			continue
 		}
@@ -255,6 +269,10 @@ func (g *generator) try(m *model) (op, bool) {
 			if t.phase == phaseWaiting && t.errors > 0 && g.exclude(defectResubmitRetryWait) {
 				return op{}, false
 			}
+		}
+		if g.pick(4) == 0 {
+			// A debounced submit, a fourth of them.
+			return op{kind: opDebounce, behavior: s.id, id: id, group: poolGroup(id)}, true
 		}
 		o := op{kind: opSubmit, behavior: s.id, id: id, group: poolGroup(id), delay: g.pick(5) == 0}
 		// Half the submits go through an in-process node, whose own
