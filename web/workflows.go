@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
 	"net/url"
+	"time"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/spi"
