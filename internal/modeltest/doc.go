@@ -3,9 +3,10 @@
 // operations (submits with colliding ids, debounced or not, holds of
 // tasks and groups, pauses, removes, retries, resubmits during runs, run
 // outcomes, children, node stops) applied both to the model and to real
-// server nodes on a real PostgreSQL. After every step the stored state must agree with the
-// model, the caps must hold in the run log, and every task that may run
-// must be running within a bound set by the lease and poll interval.
+// server nodes on a real PostgreSQL. After every step the stored state
+// must agree with the model, the caps must hold in the run log, and every
+// task that may run must be running within a bound set by the lease and
+// poll interval.
 //
 // The package has no API; it is all tests. A failing sequence prints its
 // seed and its operations, to replay with
