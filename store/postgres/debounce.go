@@ -26,8 +26,11 @@ import (
 // executed_at: the cycle holds then, being the one begun during the run
 // or one whose run did not end.) Otherwise the submit begins another
 // cycle, from clock_timestamp(): read once the statement holds the row,
-// so later than the start of any run it sees. A held task keeps its
-// cycle as it keeps its due time.
+// so later than the start of any run it sees. (A claim whose clock was
+// read before a cycle began and that took the task after it, a race of
+// microseconds, leaves the cycle holding through the run: the run again
+// is due at that cycle's deadline at the latest, never later.) A held
+// task keeps its cycle as it keeps its due time.
 var debounceSQL = `
 WITH s AS (
 INSERT INTO stint_task AS t (` + insertColumns + `, debounce_since, debounce_deadline)
