@@ -229,6 +229,9 @@ func TestRewindAndForkRefusals(t *testing.T) {
 	require.NoError(t, err)
 	waiting, err := c.Submit(e.ctx, api.SubmitRequest{Behavior: keptKind.ID, Params: []byte(`{"key":"waiting","steps":1}`), Delay: time.Hour})
 	require.NoError(t, err)
+	held, err := c.Submit(e.ctx, api.SubmitRequest{Behavior: keptKind.ID, Params: []byte(`{"key":"held","steps":1}`), Delay: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, c.Hold(e.ctx, held.ID))
 	g := newGate(t)
 	running, err := c.Submit(e.ctx, keptReq(KeptParams{Key: "running", Steps: 2, Gate: g}))
 	require.NoError(t, err)
@@ -256,6 +259,7 @@ func TestRewindAndForkRefusals(t *testing.T) {
 		{"rewind a running task", func() error { return c.Rewind(e.ctx, running.ID, 1) }, api.ErrConflict},
 		{"fork a running task", func() error { _, err := c.Fork(e.ctx, running.ID, 1, "new-1"); return err }, api.ErrConflict},
 		{"rewind a task that waits to run", func() error { return c.Rewind(e.ctx, waiting.ID, 1) }, api.ErrConflict},
+		{"rewind a held task", func() error { return c.Rewind(e.ctx, held.ID, 1) }, api.ErrConflict},
 		{"fork a task without steps", func() error { _, err := c.Fork(e.ctx, waiting.ID, 1, "new-2"); return err }, api.ErrNotFound},
 		{"rewind to an unknown step", func() error { return c.Rewind(e.ctx, done.ID(), 3) }, api.ErrNotFound},
 		{"fork from an unknown step", func() error { _, err := c.Fork(e.ctx, done.ID(), 9, "new-3"); return err }, api.ErrNotFound},

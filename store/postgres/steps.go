@@ -73,7 +73,7 @@ func (s *Store) LastStep(ctx context.Context, id api.TaskID) (int, error) {
 // stepSourceSQL locks task $1 (FOR UPDATE or FOR SHARE, appended) and
 // reads what a rewind or a fork from its step $2 must check: its state,
 // its kind, and whether the step is one of its steps.
-const stepSourceSQL = `SELECT status, schedule_not_before IS NULL, behavior = '` + string(api.WorkflowBehavior) + `',
+const stepSourceSQL = `SELECT status, status IN ('success', 'failure') AND schedule_not_before IS NULL, behavior = '` + string(api.WorkflowBehavior) + `',
     CASE WHEN workflow_node IS NOT NULL THEN coalesce(parent_id, '') END, coalesce(step, 0),
     EXISTS (SELECT 1 FROM stint_step s WHERE s.task_id = $1 AND s.step = $2)
 FROM stint_task WHERE id = $1 `
