@@ -233,6 +233,10 @@ type Filter struct {
 	After TaskID `json:"after,omitempty"`
 	// Limit caps the page size. Defaults to 100; at most 1000.
 	Limit int `json:"limit,omitempty"`
+	// Brief leaves each task's params, result and progress out of a List
+	// (nil), unread: a page of tasks of a megabyte each would read and
+	// carry a hundred of them for a list that shows none. Get reads them.
+	Brief bool `json:"brief,omitempty"`
 }
 
 // Page is one page of a List.

@@ -99,6 +99,9 @@ func (c *cli) runTasksLs(cmd *cobra.Command, o *tasksLsOptions) error {
 		GroupKey: o.group,
 		After:    api.TaskID(o.after),
 		Limit:    o.limit,
+		// The table prints no params, result nor progress: they are not
+		// read. --json prints the tasks whole.
+		Brief: !o.json,
 	})
 	if err != nil {
 		return fmt.Errorf("list tasks: %w", c.schemaHint(err))

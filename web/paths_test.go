@@ -45,7 +45,7 @@ func TestPathIDsWithSlashes(t *testing.T) {
 	e.json(http.MethodPost, "/api/v1/tasks/x%2Fhold/hold", adminToken, nil, http.StatusOK, nil)
 	require.Equal(t, api.StatusHeld, e.task("x/hold").Status)
 	ae := e.requireError(http.MethodPost, "/api/v1/tasks/x%2Fhold", adminToken, nil, http.StatusMethodNotAllowed, web.CodeMethodNotAllowed, "")
-	require.Contains(t, ae.Error.Message, "fail, hold, release, retry", "the 405 lists the actions")
+	require.Contains(t, ae.Error.Message, "fail, fork, hold, release, retry, rewind", "the 405 lists the actions")
 	e.json(http.MethodPost, "/api/v1/tasks/x/hold/fail", adminToken, web.FailBody{Reason: "by hand"}, http.StatusOK, nil)
 	require.Equal(t, api.StatusFailure, e.task("x/hold").Status)
 
@@ -67,7 +67,7 @@ func TestPathIDsWithSlashes(t *testing.T) {
 
 	// A path under a known prefix that ends in no action of its method.
 	ae = e.requireError(http.MethodPost, "/api/v1/tasks/nightly/merge/bogus", adminToken, nil, http.StatusMethodNotAllowed, web.CodeMethodNotAllowed, "")
-	require.True(t, strings.Contains(ae.Error.Message, "POST /api/v1/tasks/{id}/ACTION takes the actions fail, hold, release, retry"), "%s", ae.Error.Message)
+	require.True(t, strings.Contains(ae.Error.Message, "POST /api/v1/tasks/{id}/ACTION takes the actions fail, fork, hold, release, retry, rewind"), "%s", ae.Error.Message)
 	ae = e.requireError(http.MethodPost, "/api/v1/workflows/w/bogus", adminToken, nil, http.StatusMethodNotAllowed, web.CodeMethodNotAllowed, "")
 	require.Contains(t, ae.Error.Message, "cancel, hold, release, retry")
 }

@@ -99,13 +99,22 @@ func filterFromQuery(q url.Values) (api.Filter, error) {
 }
 
 func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) error {
-	q, err := Query(r, "behavior", "status", "parent", "group", "after", "limit")
+	q, err := Query(r, "behavior", "status", "parent", "group", "after", "limit", "fields")
 	if err != nil {
 		return err
 	}
 	f, err := filterFromQuery(q)
 	if err != nil {
 		return err
+	}
+	// A list leaves out the tasks' params, result and progress unless
+	// asked: a page of big tasks would carry them all.
+	switch q.Get("fields") {
+	case "":
+		f.Brief = true
+	case "payloads":
+	default:
+		return invalid("fields", "%q is not a set of fields: payloads (params, result and progress) or none", q.Get("fields"))
 	}
 	page, err := h.cfg.Client.List(r.Context(), f)
 	if err != nil {

@@ -13,8 +13,15 @@ import (
 	"github.com/stinthq/stint/api"
 )
 
-// taskColumns is the column list scanned by scanTask.
-var taskColumns = taskColumnsBase + `
+// taskColumns is the column list scanned by scanTask, and briefColumns
+// the same without the params, result and progress (NULL in their place).
+var (
+	taskColumns  = taskColumnsBase + taskColumnsEnd
+	briefColumns = `id, behavior, status, priority, NULL::jsonb, NULL::jsonb, error, NULL::jsonb, ` + taskColumnsRest + taskColumnsEnd
+)
+
+// taskColumnsEnd ends taskColumnsBase's last CASE for one task read alone.
+var taskColumnsEnd = `
 	    WHEN status = 'waiting' AND workflow_node IS NOT NULL THEN ` + waitingOnDependencies + ` END`
 
 // nodeColumns are taskColumns for the nodes of one workflow read together:
@@ -24,7 +31,10 @@ var taskColumns = taskColumnsBase + `
 var nodeColumns = taskColumnsBase + ` END`
 
 // taskColumnsBase is taskColumns up to its last CASE, which it leaves open.
-var taskColumnsBase = `id, behavior, status, priority, params, result, error, progress,
+var taskColumnsBase = `id, behavior, status, priority, params, result, error, progress, ` + taskColumnsRest
+
+// taskColumnsRest is taskColumnsBase after the payloads.
+var taskColumnsRest = `
 	` + leaseExpiry("schedule_not_before") + `, ` + leaseExpiry("lost_not_before") + `,
 	lease, coalesce(node, ''), attempt, errors, resubmit,
 	coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''),
@@ -150,12 +160,27 @@ func pageLimit(limit int) int {
 	return min(limit, 1000)
 }
 
-// listTasks reads a page of at most limit tasks on db.
-func listTasks(ctx context.Context, db *pgxpool.Pool, f api.Filter, limit int) (api.Page, error) {
-	page, err := readPage(ctx, db, limit, `SELECT `+taskColumns+` FROM stint_task
+// listTasksSQL reads a page of tasks, and listBriefSQL one without their
+// params, result and progress (api.Filter.Brief): the statements differ
+// in their column lists alone.
+var (
+	listTasksSQL = `SELECT ` + taskColumns + listTasksFrom
+	listBriefSQL = `SELECT ` + briefColumns + listTasksFrom
+)
+
+// listTasksFrom is the rest of listTasksSQL after its columns.
+const listTasksFrom = ` FROM stint_task
 		WHERE ($1 = '' OR behavior = $1) AND ($2 = '' OR status = $2)
 		  AND ($3 = '' OR parent_id = $3) AND ($4 = '' OR group_key = $4) AND id > $5
-		ORDER BY id LIMIT $6`,
+		ORDER BY id LIMIT $6`
+
+// listTasks reads a page of at most limit tasks on db.
+func listTasks(ctx context.Context, db *pgxpool.Pool, f api.Filter, limit int) (api.Page, error) {
+	query := listTasksSQL
+	if f.Brief {
+		query = listBriefSQL
+	}
+	page, err := readPage(ctx, db, limit, query,
 		string(f.Behavior), string(f.Status), string(f.ParentID), f.GroupKey, string(f.After), limit+1)
 	if err != nil {
 		return page, fmt.Errorf("list tasks: %w", err)
