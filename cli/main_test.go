@@ -194,7 +194,7 @@ func TestBadInputReadsWell(t *testing.T) {
 		{[]string{"migrate", "ls", "--db", db}, "stint: error: unknown command \"ls\" for \"stint migrate\" (its commands: down, status, up)\n" +
 			"Run 'stint migrate --help' for usage.\n"},
 		{[]string{"tasks", "lss", "--db", db}, "stint: error: unknown command \"lss\" for \"stint tasks\" " +
-			"(its commands: fail, hold, ls, release, retry, rm, show, wait); did you mean ls?\nRun 'stint tasks --help' for usage.\n"},
+			"(its commands: fail, fork, hold, ls, release, retry, rewind, rm, show, wait); did you mean ls?\nRun 'stint tasks --help' for usage.\n"},
 		{[]string{"limits", "set", "conc", "demo.echo", "--max", "3"}, "stint: error: unknown command \"conc\" for \"stint limits set\" " +
 			"(its commands: concurrency, rate); did you mean concurrency?\nRun 'stint limits set --help' for usage.\n"},
 		{[]string{"migrat", "up"}, "stint: error: unknown command \"migrat\" for \"stint\"; did you mean migrate?\nRun 'stint --help' for usage.\n"},

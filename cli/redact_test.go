@@ -65,7 +65,7 @@ func TestPasswordsAreNeverShown(t *testing.T) {
 	dashboard := regexp.MustCompile(`dashboard: (http://\S+)/`)
 	waitFor(t, time.Minute, "the HTTP server", func() bool { return dashboard.MatchString(stdout.String()) })
 	base := dashboard.FindStringSubmatch(stdout.String())[1]
-	for _, path := range []string{"/api/v1/tasks/repl-secret", "/api/v1/tasks?behavior=replication"} {
+	for _, path := range []string{"/api/v1/tasks/repl-secret", "/api/v1/tasks?behavior=replication&fields=payloads"} {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 		require.NoError(t, err)
 		resp, err := http.DefaultClient.Do(req)
