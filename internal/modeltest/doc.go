@@ -1,12 +1,13 @@
 // Package modeltest holds stint's model-based test: a reference model of
 // the task state machine in plain Go, and random, seeded sequences of
 // operations (submits with colliding ids, debounced or not, holds of
-// tasks and groups, pauses, removes, retries, resubmits during runs, run
-// outcomes, children, node stops) applied both to the model and to real
-// server nodes on a real PostgreSQL. After every step the stored state
-// must agree with the model, the caps must hold in the run log, and every
-// task that may run must be running within a bound set by the lease and
-// poll interval.
+// tasks and groups, pauses, removes, retries, rewinds and forks from a
+// step, resubmits during runs, run outcomes, children, node stops)
+// applied both to the model and to real server nodes on a real
+// PostgreSQL. After every step the stored state (steps included) must
+// agree with the model, the caps must hold in the run log, and every task
+// that may run must be running within a bound set by the lease and poll
+// interval.
 //
 // The package has no API; it is all tests. A failing sequence prints its
 // seed and its operations, to replay with

@@ -48,9 +48,10 @@ type Result struct {
 }
 
 // behavior is one of the test behaviors on one node. Its runs log their
-// start in model_run in the run's own transaction, fenced by CheckpointTx,
-// then poll model_instruction for the test's word on how they end: the
-// test controls runs in child processes the same way as in its own.
+// start in model_run in the run's own transaction, fenced by CheckpointTx
+// (which keeps the attempt as the task's next step), then poll
+// model_instruction for the test's word on how they end: the test
+// controls runs in child processes the same way as in its own.
 type behavior struct {
 	spec   behaviorSpec
 	node   string
@@ -64,7 +65,7 @@ func (b *behavior) TaskID(ids spi.IDs, _ Params) api.TaskID { return ids.Unique(
 
 func (b *behavior) Policy() spi.Policy {
 	p := spi.Policy{Lease: lease, MaxAttempts: b.spec.maxAttempts, BackoffMin: shortBackoff, BackoffMax: shortBackoff,
-		GroupConcurrency: b.spec.groupCap, MaxConcurrency: b.spec.nodeCap}
+		GroupConcurrency: b.spec.groupCap, MaxConcurrency: b.spec.nodeCap, KeepSteps: true}
 	if b.spec.longBackoff {
 		p.BackoffMin, p.BackoffMax = time.Hour, time.Hour
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/stinthq/stint/api"
@@ -91,6 +92,9 @@ type mtask struct {
 	// heldChildrenEnded is set when the last child of a held waiting
 	// parent ended: released, it is due at once.
 	heldChildrenEnded bool
+	// steps are the progress of the task's steps (spi.Policy.KeepSteps),
+	// by number: each run checkpoints its attempt as it starts.
+	steps []int
 }
 
 // model is the reference state machine.
@@ -201,6 +205,49 @@ func (m *model) retry(id api.TaskID) outcome {
 		// for its children again, it waits for this one too.
 		p.pending++
 	}
+	return nil
+}
+
+// rewind runs the task id that finished for good again from its step k
+// (Operator.Rewind): as a retry, with its steps after k dropped.
+func (m *model) rewind(id api.TaskID, k int) outcome {
+	t := m.tasks[id]
+	switch {
+	case k < 1:
+		return api.ErrInvalid
+	case t == nil:
+		return api.ErrNotFound
+	case t.phase != phaseSuccess && t.phase != phaseFailure:
+		return api.ErrConflict
+	case k > len(t.steps):
+		return api.ErrNotFound
+	}
+	t.phase, t.due, t.attempt, t.errors, t.steps = phaseWaiting, dueNow, 0, 0, t.steps[:k]
+	if p := m.tasks[t.parent]; p != nil && p.life == t.parentLife {
+		p.pending++ // as for a retried child
+	}
+	return nil
+}
+
+// fork stores newID, a copy of task id from its step k (Operator.Fork):
+// its behavior and group, its steps up to k, due now, top-level.
+func (m *model) fork(id api.TaskID, k int, newID api.TaskID) outcome {
+	t := m.tasks[id]
+	switch {
+	case k < 1:
+		return api.ErrInvalid
+	case t == nil:
+		return api.ErrNotFound
+	case t.phase == phaseRunning:
+		return api.ErrConflict
+	case k > len(t.steps):
+		return api.ErrNotFound
+	case m.tasks[newID] != nil:
+		return api.ErrConflict
+	}
+	m.lives++
+	m.tasks[newID] = &mtask{id: newID, behavior: t.behavior, group: t.group, phase: phaseWaiting, due: dueNow, life: m.lives,
+		steps: slices.Clone(t.steps[:k])}
 	return nil
 }
 
@@ -435,6 +482,14 @@ func (t *mtask) compare(s api.Task, now time.Time) []string {
 	if s.ChildrenPending != t.pending {
 		add("children pending %d, model %d", s.ChildrenPending, t.pending)
 	}
+	// The progress is the last step's: every checkpoint keeps a step.
+	want := ""
+	if len(t.steps) > 0 {
+		want = strconv.Itoa(t.steps[len(t.steps)-1])
+	}
+	if string(s.Progress) != want {
+		add("progress %s, model %q", s.Progress, want)
+	}
 	return diffs
 }
 
@@ -457,6 +512,9 @@ func (t *mtask) String() string {
 	}
 	if t.pending > 0 || t.waiting {
 		s += fmt.Sprintf(" pending=%d waiting=%v", t.pending, t.waiting)
+	}
+	if len(t.steps) > 0 {
+		s += fmt.Sprintf(" steps=%v", t.steps)
 	}
 	return s + "]"
 }

@@ -309,6 +309,15 @@ func (s *sequence) step(o op) {
 		s.expect(o, h.client.Release(ctx, o.id), m.release(o.id))
 	case opRetry:
 		s.expect(o, h.client.Retry(ctx, o.id), m.retry(o.id))
+	case opRewind:
+		s.expect(o, h.client.Rewind(ctx, o.id, o.step), m.rewind(o.id, o.step))
+	case opFork:
+		sub, err := h.client.Fork(ctx, o.id, o.step, o.newID)
+		want := m.fork(o.id, o.step, o.newID)
+		s.expect(o, err, want)
+		if err == nil && !sub.Created {
+			s.fail("%s: not created", o)
+		}
 	case opRemove:
 		if t := m.tasks[o.id]; t != nil && t.phase == phaseRunning {
 			// A removed run is fenced out at its next write; until it sees
@@ -490,6 +499,7 @@ func (s *sequence) settled() (bool, string) {
 		// A run ends any wait for children: the run decides again.
 		mt.phase, mt.node, mt.dueAlt, mt.waiting = phaseRunning, st.Node, nil, false
 		mt.attempt++
+		mt.steps = append(mt.steps, mt.attempt) // the run's checkpoint, with its log
 		m.starts[id]++
 	}
 	for _, id := range m.sortedIDs() {
@@ -541,6 +551,7 @@ func (s *sequence) check(o op) {
 	if len(diffs) > 0 {
 		s.fail("after %s the stored state differs from the model:\n  %s", o, strings.Join(diffs, "\n  "))
 	}
+	s.checkSteps(o)
 	held, err := s.h.client.HeldGroups(s.ctx)
 	if err != nil {
 		s.fail("held groups: %v", err)
@@ -549,6 +560,50 @@ func (s *sequence) check(o op) {
 		s.fail("after %s: held groups %v, model %v", o, held, want)
 	}
 	s.checkRunLog(o)
+}
+
+// checkSteps checks the steps kept of each task against the model's: as
+// many as it counts, numbered from 1 without a gap, each with its
+// progress; and no step of a task that is gone.
+func (s *sequence) checkSteps(o op) {
+	s.t.Helper()
+	rows, err := s.h.pool.Query(s.ctx, `SELECT t.id, coalesce(t.step, 0),
+		coalesce(array_agg(s.progress::text::int ORDER BY s.step) FILTER (WHERE s.step IS NOT NULL), '{}'),
+		coalesce(array_agg(s.step ORDER BY s.step) FILTER (WHERE s.step IS NOT NULL), '{}')
+		FROM stint_task t LEFT JOIN stint_step s ON s.task_id = t.id AND s.step <= coalesce(t.step, 0)
+		GROUP BY t.id`)
+	if err != nil {
+		s.fail("read steps: %v", err)
+	}
+	var id string
+	var last int
+	var progress, numbers []int
+	kept := 0
+	_, err = pgx.ForEachRow(rows, []any{&id, &last, &progress, &numbers}, func() error {
+		mt := s.m.tasks[api.TaskID(id)]
+		if mt == nil {
+			return nil // check reports it
+		}
+		want := make([]int, len(mt.steps))
+		for i := range want {
+			want[i] = i + 1
+		}
+		if last != len(mt.steps) || !slices.Equal(numbers, want) || !slices.Equal(progress, mt.steps) {
+			s.fail("after %s: %s has steps %v (last %d) of progress %v, the model %v", o, id, numbers, last, progress, mt.steps)
+		}
+		kept += len(mt.steps)
+		return nil
+	})
+	if err != nil {
+		s.fail("read steps: %v", err)
+	}
+	var all int
+	if err := s.h.pool.QueryRow(s.ctx, `SELECT count(*) FROM stint_step`).Scan(&all); err != nil {
+		s.fail("count steps: %v", err)
+	}
+	if all != kept {
+		s.fail("after %s: %d steps are stored, the tasks have %d: steps outlived their tasks", o, all, kept)
+	}
 }
 
 // checkRunLog checks the run log: as many runs per task as the model

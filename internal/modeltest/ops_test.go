@@ -25,6 +25,8 @@ const (
 	opResume       opKind = "resume"
 	opRemove       opKind = "remove"
 	opRetry        opKind = "retry"
+	opRewind       opKind = "rewind"     // run a finished task again from a step
+	opFork         opKind = "fork"       // copy a task from a step to a new id
 	opFinish       opKind = "finish"     // end a waiting run
 	opStopNode     opKind = "stopnode"   // abandon a node (its runs are cancelled and given back)
 	opStartNode    opKind = "startnode"  // start one more node
@@ -43,6 +45,8 @@ type op struct {
 	run      runKind
 	children int
 	node     string
+	step     int        // of a rewind or a fork
+	newID    api.TaskID // of a fork
 }
 
 func (o op) String() string {
@@ -67,6 +71,12 @@ func (o op) String() string {
 	}
 	if o.node != "" {
 		parts = append(parts, "node="+o.node)
+	}
+	if o.kind == opRewind || o.kind == opFork {
+		parts = append(parts, "step="+strconv.Itoa(o.step))
+	}
+	if o.newID != "" {
+		parts = append(parts, "new="+string(o.newID))
 	}
 	return strings.Join(parts, " ")
 }
@@ -108,6 +118,14 @@ func parseOps(s string) ([]op, error) {
 				o.children = n
 			case "node":
 				o.node = v
+			case "step":
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return nil, fmt.Errorf("op %q: %w", line, err)
+				}
+				o.step = n
+			case "new":
+				o.newID = api.TaskID(v)
 			default:
 				return nil, fmt.Errorf("op %q: unknown key %q", line, k)
 			}
@@ -173,6 +191,11 @@ var pool = map[api.BehaviorID][]api.TaskID{
 
 var groupKeys = []string{"g1", "g2"}
 
+// forkIDs are the new ids forks draw from, besides the ids that hold
+// tasks: a fork copies its source's behavior and group key, so that no
+// submit goes to them.
+var forkIDs = []api.TaskID{"fk-1", "fk-2", "fk-3"}
+
 // debounceWindow returns the window and maximum wait of the debounced
 // submits of a pool id: an hour and two for an even number (the task is
 // due far in the future), a millisecond for an odd one (due now). One
@@ -209,7 +232,8 @@ func (g *generator) pick(n int) int { return g.rng.IntN(n) }
 func (g *generator) next(m *model) op {
 	for {
 		o, ok := g.try(m)
-		makesDue := o.kind == opSubmit || o.kind == opDebounce || o.kind == opRelease || o.kind == opReleaseGroup || o.kind == opResume || o.kind == opRetry
+		makesDue := o.kind == opSubmit || o.kind == opDebounce || o.kind == opRelease || o.kind == opReleaseGroup || o.kind == opResume ||
+			o.kind == opRetry || o.kind == opRewind || o.kind == opFork
 		if ok && makesDue && g.last == opStopNode && g.exclude(defectClaimLostAfterStop) {
 			continue
 		}
@@ -316,6 +340,25 @@ func (g *generator) try(m *model) (op, bool) {
 			return op{}, false
 		}
 		return op{kind: opRetry, id: id}, true
+	case w < 66:
+		id := g.someID(m)
+		if t := g.anyTask(m, func(t *mtask) bool { return t.phase == phaseSuccess || t.phase == phaseFailure }); t != nil && g.pick(4) > 0 {
+			id = t.id
+		}
+		if t := m.tasks[id]; t != nil && m.tasks[t.parent] != nil && g.exclude(defectRetriedChildNotPending) {
+			return op{}, false
+		}
+		return op{kind: opRewind, id: id, step: g.step(m, id)}, true
+	case w < 68:
+		id := g.someID(m)
+		if t := g.anyTask(m, func(t *mtask) bool { return t.phase != phaseRunning && len(t.steps) > 0 }); t != nil && g.pick(4) > 0 {
+			id = t.id
+		}
+		newID := forkIDs[g.pick(len(forkIDs))]
+		if t := g.anyTask(m, func(*mtask) bool { return true }); t != nil && g.pick(5) == 0 {
+			newID = t.id // taken: refused
+		}
+		return op{kind: opFork, id: id, step: g.step(m, id), newID: newID}, true
 	case w < 94:
 		t := g.anyTask(m, func(t *mtask) bool { return t.phase == phaseRunning })
 		if t == nil {
@@ -366,6 +409,19 @@ func (g *generator) try(m *model) (op, bool) {
 		}
 		return op{kind: opStopNode, node: n}, true
 	}
+}
+
+// step draws a step of task id for a rewind or a fork: mostly one it has,
+// now and then the one after its last or 0.
+func (g *generator) step(m *model, id api.TaskID) int {
+	n := 0
+	if t := m.tasks[id]; t != nil {
+		n = len(t.steps)
+	}
+	if n == 0 || g.pick(6) == 0 {
+		return []int{0, n + 1}[g.pick(2)]
+	}
+	return 1 + g.pick(n)
 }
 
 // inProcess returns the live nodes of m that run in the test's process,
