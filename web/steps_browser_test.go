@@ -18,6 +18,14 @@ func waitText(sel, want string) chromedp.Action[chromedp.Void] {
 		return !!el && el.innerText.includes(`+jsString(want)+`) })()`, chromedp.WithPollingTimeout(time.Minute)))
 }
 
+// confirmOn clicks the element sel selects twice in one script, once
+// there is one: an action that asks to be confirmed runs, and no redraw
+// of the page (on an event) comes between the clicks to undo the first.
+func confirmOn(sel string) chromedp.Action[chromedp.Void] {
+	return void(chromedp.Poll[bool](`(() => { const el = document.querySelector(`+jsString(sel)+`);
+		if (!el) return false; el.click(); el.click(); return true })()`, chromedp.WithPollingTimeout(time.Minute)))
+}
+
 // TestStepsInBrowser: a task's page lists its steps in its timeline with
 // their times; an admin rewinds the finished task to step 2 from there
 // (it runs again from step 2), and forks it from step 1 to a new task,
@@ -38,15 +46,18 @@ func TestStepsInBrowser(t *testing.T) {
 	require.Equal(t, 1, p.count(`#timeline li[data-step="2"] time`), "the step shows when it was stored")
 	requireOneTimeFormat(t, p, "the task's page")
 
-	p.run("rewind to step 2", clickOn(`#timeline li[data-step="2"] [data-action="rewind"]`),
-		waitText(`#timeline li[data-step="2"] [data-action="rewind"]`, "Click again"),
-		clickOn(`#timeline li[data-step="2"] [data-action="rewind"]`),
+	p.run("see Rewind ask to be confirmed", clickOn(`#timeline li[data-step="2"] [data-action="rewind"]`),
+		waitText(`#timeline li[data-step="2"] [data-action="rewind"]`, "Click again to run it from step 2"))
+	p.run("rewind to step 2", confirmOn(`#timeline li[data-step="2"] [data-action="rewind"]:not(.armed)`),
 		waitText(`#task-result`, `"from": 2`))
 	require.Equal(t, 3, p.count(`#timeline li[data-status="step"]`), "the run from step 2 kept its step 3")
 
-	p.run("fork from step 1", void(chromedp.Evaluate[string](`document.getElementById('fork-step').value = '1'`)),
-		chromedp.SendKeys(chromedp.ID("fork-id"), "echo-copy"),
-		clickOn(`#task-fork [data-action="fork"]`),
+	// The form is filled and sent in one script: a redraw of the page (on
+	// an event of the rewound run) would empty it.
+	p.run("fork from step 1", void(chromedp.Poll[bool](`(() => { const f = document.getElementById('task-fork');
+		if (!f) return false;
+		f.querySelector('#fork-step').value = '1'; f.querySelector('#fork-id').value = 'echo-copy';
+		f.querySelector('[data-action="fork"]').click(); return true })()`, chromedp.WithPollingTimeout(time.Minute))),
 		waitText(`#task-id`, "echo-copy"),
 		waitText(`#task-result`, `"from": 1`),
 		chromedp.WaitVisible(css(`#timeline li[data-step="3"]`)))
