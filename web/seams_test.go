@@ -50,6 +50,9 @@ func TestSubmitsCannotTakeOverAnotherTask(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the workflow did not end")
 		time.Sleep(50 * time.Millisecond) // polling the API, as a user would; the deadline bounds it
 	}
+	// The workflow's own task records the outcome after its nodes ended.
+	_, err := e.srv.Await(e.ctx, "wf-seam")
+	require.NoError(t, err)
 	snapshot := func() map[api.TaskID]api.Task {
 		var page api.Page
 		e.json(http.MethodGet, "/api/v1/tasks?limit=100&fields=payloads", readToken, nil, http.StatusOK, &page)
