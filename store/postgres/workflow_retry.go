@@ -14,12 +14,13 @@ import (
 
 // A retry runs failed nodes of a workflow again, with the nodes their
 // failure ended: the failed, skipped and cancelled nodes that depend on
-// them, directly or not, and the finally node. Every other node keeps its
-// state. Each node that runs again counts its dependencies afresh (those
-// that run again, or have not ended, are pending), and each node that
-// still waits for a dependency that runs again forgets that dependency's
-// outcome: every dependency's outcome is counted once by each dependent.
-// A dependent that started, or was made ready, keeps its run.
+// them, directly or not, and the finally node; a node that its other
+// dependencies rule out anyway keeps its outcome (see rerun). Every other
+// node keeps its state. Each node that runs again counts its dependencies
+// afresh (those that run again, or have not ended, are pending), and each
+// node that still waits for a dependency that runs again forgets that
+// dependency's outcome: every dependency's outcome is counted once by each
+// dependent. A dependent that started, or was made ready, keeps its run.
 
 // retryNode is a node as a retry reads it.
 type retryNode struct {
@@ -30,10 +31,10 @@ type retryNode struct {
 	deps, next []int // the nodes it depends on, and its dependents
 }
 
-func (n *retryNode) ended() bool { return (n.status == "success" || n.status == "failure") && !n.due }
-func (n *retryNode) failed() bool {
-	return n.status == "failure" && !n.due
-}
+// ended says the node ended for good; failed, that it failed for good
+// (skipped and cancelled included).
+func (n *retryNode) ended() bool  { return (n.status == "success" || n.status == "failure") && !n.due }
+func (n *retryNode) failed() bool { return n.status == "failure" && !n.due }
 
 // retryNodesSQL reads the nodes of workflow $1 for a retry.
 const retryNodesSQL = `SELECT id, status, schedule_not_before IS NOT NULL, coalesce(error->>'code', ''), coalesce(dep_rule, '')
