@@ -401,11 +401,42 @@ func (s *Server) reserve(g claimGroup) (_ claimGroup, ok bool, held <-chan struc
 // that fills its half finds a backlog, and the next one asks for every
 // free slot. Claims under flow control never share their behaviors with
 // local starts. Server.mu is held.
+//
+// A claim also reads no more than about maxClaimBytes of params and
+// progress, by the size of the tasks its group's last claim read: one
+// statement that reads a hundred tasks of a megabyte each may outrun its
+// deadline after it committed, and leave its tasks claimed and not run
+// until their leases expire.
 func (s *Server) claimRoom(g claimGroup) int {
-	if g.flow != nil || s.backlog[g.key()] || s.localAt.IsZero() || time.Since(s.localAt) >= s.cfg.PollInterval {
-		return g.limit
+	room := g.limit
+	if g.flow == nil && !s.backlog[g.key()] && !s.localAt.IsZero() && time.Since(s.localAt) < s.cfg.PollInterval {
+		room = (g.limit + 1) / 2
 	}
-	return (g.limit + 1) / 2
+	if b := s.taskBytes[g.key()]; b > 0 {
+		room = min(room, max(1, maxClaimBytes/b))
+	}
+	return room
+}
+
+// maxClaimBytes bounds the params and progress one claim reads (see
+// claimRoom): 16 MiB, a few hundred milliseconds of a claim's deadline of
+// at least 5 s on a slow link.
+const maxClaimBytes = 16 << 20
+
+// noteTaskBytes records the bytes per task of the tasks a claim of g read.
+// Server.mu is held.
+func (s *Server) noteTaskBytes(g claimGroup, claimed []store.Claimed) {
+	if len(claimed) == 0 {
+		return
+	}
+	total := 0
+	for _, c := range claimed {
+		total += len(c.Params) + len(c.Progress)
+	}
+	if s.taskBytes == nil {
+		s.taskBytes = map[string]int{}
+	}
+	s.taskBytes[g.key()] = total / len(claimed)
 }
 
 // policy returns the policy of a registered behavior.
@@ -431,6 +462,7 @@ func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok, drained bo
 			s.backlog = map[string]bool{}
 		}
 		s.backlog[g.key()] = len(claimed) >= g.limit
+		s.noteTaskBytes(g, claimed)
 	}
 	s.claiming--
 	switch {

@@ -151,9 +151,12 @@ type Server struct {
 	claiming      int
 	claimReturned chan struct{}
 	backlog       map[string]bool
-	localAt       time.Time
-	startWait     time.Duration
-	startWaiting  int
+	// taskBytes holds, by claim group, the bytes of params and progress
+	// per task that the group's last claim read (see claimRoom).
+	taskBytes    map[string]int
+	localAt      time.Time
+	startWait    time.Duration
+	startWaiting int
 
 	// flowClaiming holds the behaviors with a claim under flow control in
 	// flight: such claims take turns across the cluster, so a second one
