@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/stinthq/stint/api"
 )
@@ -61,11 +60,7 @@ func (h *Handler) taskEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return fmt.Errorf("await event of task %s: %w", id, err)
-	}
-	if err := rc.SetWriteDeadline(time.Now().Add(wait + WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	if err := longPoll(w, wait); err != nil {
 		return fmt.Errorf("await event of task %s: %w", id, err)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), wait)

@@ -183,17 +183,25 @@ func parseWait(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// awaitTask waits up to wait for task id to finish for good, and returns
-// its state then, finished or not. The wait may outlast the server's read
-// and write timeouts: it lifts the read deadline (a client that goes away
-// still ends the request's context, and with it the wait) and moves the
-// write deadline past the wait.
-func (h *Handler) awaitTask(w http.ResponseWriter, r *http.Request, id api.TaskID, wait time.Duration) (api.Task, error) {
+// longPoll readies w for an answer that may come wait from now, past the
+// server's read and write timeouts: it lifts the read deadline (a client
+// that goes away still ends the request's context, and with it the wait)
+// and moves the write deadline past the wait.
+func longPoll(w http.ResponseWriter, wait time.Duration) error {
 	rc := http.NewResponseController(w)
 	if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return api.Task{}, fmt.Errorf("await task %s: %w", id, err)
+		return err
 	}
 	if err := rc.SetWriteDeadline(time.Now().Add(wait + WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// awaitTask waits up to wait for task id to finish for good (see
+// longPoll), and returns its state then, finished or not.
+func (h *Handler) awaitTask(w http.ResponseWriter, r *http.Request, id api.TaskID, wait time.Duration) (api.Task, error) {
+	if err := longPoll(w, wait); err != nil {
 		return api.Task{}, fmt.Errorf("await task %s: %w", id, err)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
