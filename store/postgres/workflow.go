@@ -170,8 +170,7 @@ func (s *Store) WorkflowNodes(ctx context.Context, id api.TaskID) ([]store.Workf
 	b.Queue(`SELECT `+nodeColumns+`, workflow_node, coalesce(dep_rule, '')
 		FROM stint_task WHERE parent_id = $1 AND workflow_node IS NOT NULL ORDER BY workflow_node`, string(id))
 	// '0' follows '/' in bytes: the range holds exactly the ids id + "/" + name.
-	b.Queue(`SELECT task_id, depends_on FROM stint_dependency WHERE task_id >= $1 AND task_id < $2 ORDER BY task_id, depends_on`,
-		string(id)+"/", string(id)+"0")
+	b.Queue(workflowEdgesOfSQL, string(id)+"/", string(id)+"0")
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	nodes, err := readNodes(br)
@@ -202,6 +201,10 @@ func (s *Store) WorkflowNodes(ctx context.Context, id api.TaskID) ([]store.Workf
 	}
 	return nodes, nil
 }
+
+// workflowEdgesOfSQL reads the edges of a workflow, by the range [$1, $2)
+// of its nodes' ids in stint_dependency's task index (see WorkflowNodes).
+const workflowEdgesOfSQL = `SELECT task_id, depends_on FROM stint_dependency WHERE task_id >= $1 AND task_id < $2 ORDER BY task_id, depends_on`
 
 // readNodes reads WorkflowNodes' nodes, in name order.
 func readNodes(br pgx.BatchResults) ([]store.WorkflowNode, error) {

@@ -40,10 +40,6 @@ func (n *retryNode) failed() bool { return n.status == "failure" && !n.due }
 const retryNodesSQL = `SELECT id, status, schedule_not_before IS NOT NULL, coalesce(error->>'code', ''), coalesce(dep_rule, '')
 FROM stint_task WHERE parent_id = $1 AND workflow_node IS NOT NULL`
 
-// retryEdgesSQL reads the edges of the workflow whose node ids are in the
-// range [$1, $2) (see WorkflowNodes).
-const retryEdgesSQL = `SELECT task_id, depends_on FROM stint_dependency WHERE task_id >= $1 AND task_id < $2`
-
 // retryRunSQL makes the nodes $1 wait again, with the counts $2 to $5 of
 // their dependencies by outcome (pending, succeeded, failed, skipped): a
 // node whose rule lets it run ($6) is due at once, or held when its
@@ -207,7 +203,7 @@ func readRetryNodes(ctx context.Context, tx pgx.Tx, wf api.TaskID) ([]retryNode,
 	for i, n := range nodes {
 		at[n.id] = i
 	}
-	rows, err = tx.Query(ctx, retryEdgesSQL, string(wf)+"/", string(wf)+"0")
+	rows, err = tx.Query(ctx, workflowEdgesOfSQL, string(wf)+"/", string(wf)+"0")
 	if err != nil {
 		return nil, nil, err
 	}
