@@ -160,6 +160,19 @@ func (c *Client) prepareSubmit(req api.SubmitRequest) (store.NewTask, *spi.Regis
 // for good in all but name, and the database's timestamps end.
 const maxRetention = 100 * 365 * 24 * time.Hour
 
+// checkRetention checks the retention d of a submit and returns the one
+// to store: the database keeps times to the microsecond, so a positive
+// retention shorter than that is the shortest it keeps, not none.
+func checkRetention(d time.Duration) (time.Duration, error) {
+	if d < 0 || d > maxRetention {
+		return 0, api.Invalid("retention", "%s is outside 0..%s", d, maxRetention)
+	}
+	if 0 < d && d < time.Microsecond {
+		return time.Microsecond, nil
+	}
+	return d, nil
+}
+
 // Submit validates and stores one task; see api.Tasks.
 // A submit the database cannot serve (down, in recovery, refusing writes)
 // fails with an error wrapping api.ErrUnavailable that names the cause,

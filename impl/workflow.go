@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -88,19 +87,6 @@ func (c *Client) submitWorkflow(ctx context.Context, tx pgx.Tx, req api.Workflow
 		}
 	}
 	return sub, nil
-}
-
-// checkRetention checks the retention d of a submit and returns the one
-// to store: the database keeps times to the microsecond, so a positive
-// retention shorter than that is the shortest it keeps, not none.
-func checkRetention(d time.Duration) (time.Duration, error) {
-	if d < 0 || d > maxRetention {
-		return 0, api.Invalid("retention", "%s is outside 0..%s", d, maxRetention)
-	}
-	if 0 < d && d < time.Microsecond {
-		return time.Microsecond, nil
-	}
-	return d, nil
 }
 
 // prepareWorkflow validates a workflow request whole and turns it into
