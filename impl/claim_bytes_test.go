@@ -29,12 +29,7 @@ func (bulky) Kind() api.Kind[bulkyParams, struct{}]        { return bulkyKind }
 func (bulky) TaskID(ids spi.IDs, _ bulkyParams) api.TaskID { return ids.Unique() }
 func (bulky) Policy() spi.Policy                           { return spi.Policy{MaxParamsBytes: 2 << 20} }
 func (bulky) Run(ctx context.Context, _ spi.RunContext, p bulkyParams) (struct{}, error) {
-	select {
-	case <-ctx.Done():
-		return struct{}{}, context.Cause(ctx)
-	case <-gate(p.Gate):
-	}
-	return struct{}{}, nil
+	return struct{}{}, passGate(ctx, p.Gate)
 }
 
 // TestAClaimReadsABoundedNumberOfBytes: once a claim read tasks of a
@@ -63,7 +58,9 @@ func TestAClaimReadsABoundedNumberOfBytes(t *testing.T) {
 		require.NoError(t, err)
 	}
 	running := func(n int) func() bool {
-		return func() bool { return e.count(`SELECT count(*) FROM stint_task WHERE behavior = 'test.bulky' AND status = 'running'`) == n }
+		return func() bool {
+			return e.count(`SELECT count(*) FROM stint_task WHERE behavior = 'test.bulky' AND status = 'running'`) == n
+		}
 	}
 	submit(2)
 	waitFor(t, time.Minute, "the first two run", running(2))

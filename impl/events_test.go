@@ -55,10 +55,8 @@ func (publish) Run(ctx context.Context, rc spi.RunContext, p publishParams) (str
 		return struct{}{}, api.Permanent("unchecked", "a bad key was taken")
 	}
 	if p.Gate != "" {
-		select {
-		case <-ctx.Done():
-			return struct{}{}, context.Cause(ctx)
-		case <-gate(p.Gate):
+		if err := passGate(ctx, p.Gate); err != nil {
+			return struct{}{}, err
 		}
 	}
 	return struct{}{}, nil

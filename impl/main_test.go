@@ -107,6 +107,17 @@ func gate(name string) chan struct{} {
 // and later ones do not wait.
 func openGate(name string) { close(gate(name)) }
 
+// passGate waits until the gate called name opens, or ctx ends: then it
+// returns ctx's cause.
+func passGate(ctx context.Context, name string) error {
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-gate(name):
+		return nil
+	}
+}
+
 // WorkResult is the result of test.work.
 type WorkResult struct {
 	Key     string `json:"key"`
@@ -143,10 +154,8 @@ func (w *work) Run(ctx context.Context, rc spi.RunContext, p WorkParams) (WorkRe
 		return WorkResult{}, err
 	}
 	if p.Gate != "" {
-		select {
-		case <-ctx.Done():
-			return WorkResult{}, context.Cause(ctx)
-		case <-gate(p.Gate):
+		if err := passGate(ctx, p.Gate); err != nil {
+			return WorkResult{}, err
 		}
 	}
 	if p.BlockFirst && rc.Attempt() == 1 {

@@ -72,10 +72,8 @@ func (k kept) Run(ctx context.Context, rc spi.RunContext, p KeptParams) (KeptRes
 			return KeptResult{}, err
 		}
 		if p.Gate != "" && i == from+1 {
-			select {
-			case <-ctx.Done():
-				return KeptResult{}, context.Cause(ctx)
-			case <-gate(p.Gate):
+			if err := passGate(ctx, p.Gate); err != nil {
+				return KeptResult{}, err
 			}
 		}
 	}
