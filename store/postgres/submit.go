@@ -61,32 +61,6 @@ func resubmitClause(replace, due, set string) string {
 RETURNING t.id, t.status, t.xmax = 0 AS created, t.behavior, t.parent_id, t.priority, t.schedule_not_before, t.group_key, t.lease`
 }
 
-// A submit never changes what a task of another behavior runs, nor a
-// workflow's own task, nor (unless it shares the task) a workflow's node,
-// whose runs its workflow decides: resubmitRefused and shareRefused are
-// the conditions under which the existing task t refuses a resubmitting
-// or a sharing submit, and refuseSubmit fails the statement, whole, with
-// SQLSTATE SX409 (submitRefusedCode) and a message that names the stored
-// task.
-const (
-	resubmitRefused = `(t.behavior <> excluded.behavior OR t.workflow_node IS NOT NULL OR t.behavior = '` + string(api.WorkflowBehavior) + `')`
-	shareRefused    = `(t.behavior <> excluded.behavior OR t.behavior = '` + string(api.WorkflowBehavior) + `')`
-	refuseSubmit    = `stint_submit_refused(t.id, t.behavior, excluded.behavior, t.workflow_node, t.parent_id)`
-)
-
-// submitRefusedCode is the SQLSTATE of stint_submit_refused.
-const submitRefusedCode = "SX409"
-
-// submitRefused returns err as an api.ErrConflict when it is a refusal of
-// stint_submit_refused, and err otherwise.
-func submitRefused(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == submitRefusedCode {
-		return fmt.Errorf("%s: %w", pgErr.Message, api.ErrConflict)
-	}
-	return err
-}
-
 // finishedForGood is the condition under which the existing task t of a
 // submit finished for good: it has an outcome and waits for no next run.
 const finishedForGood = `(t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL)`
