@@ -7,39 +7,17 @@ import (
 
 // Debounce makes the submits of one task id within a window run once,
 // after the stream of submits pauses, but at least once per MaxWait while
-// it does not (SubmitRequest.Debounce, WithDebounce).
-//
-// The debounced submits of an id form cycles. The first one (of a new
-// task, of one that finished for good, or the first since the task's
-// last run started) begins a cycle, whose deadline is that submit's time
-// plus MaxWait. A debounced submit then:
-//
-//   - of a task that waits for its next run (scheduled, or waiting to
-//     retry or to recur), moves its due time to the earlier of now plus
-//     Window and the cycle's deadline (a retry's backoff, if later, is
-//     kept), and replaces its params by the submit's (or, when the
-//     behavior is an spi.Combiner, merges them), so that the last params
-//     win;
-//   - of a new task or of one that finished for good, stores it due in
-//     Window, as a plain submit would with that delay;
-//   - of a running task, flags it to run again, as any submit does (the
-//     run's params are kept), due at the earlier of now plus Window and
-//     the cycle's deadline, or at the run's end if that is later: the
-//     cycle begun during a run counts from its first submit, not from the
-//     run's end;
-//   - of a held task, changes nothing, as any submit.
-//
-// A cycle ends when the run it scheduled starts. A plain submit of the id
-// sets the due time as it always does, and neither begins nor ends a
-// cycle. The deadline holds however long the stream goes on, so that a
-// task submitted every Window/2 still runs at least every MaxWait (given
-// a free worker).
-//
-// A debounced submit needs an id that repeats: an explicit
-// SubmitRequest.ID, or a behavior that derives deterministic ids. It is
-// refused (ErrInvalid) for a behavior that gives each task a new id or
-// shares its tasks (spi.DedupShare), with a Delay (the window is the
-// delay), and for workflow nodes and children spawned by a run.
+// it does not (SubmitRequest.Debounce, WithDebounce). The first debounced
+// submit of a cycle (of a new task, of one that finished for good, or the
+// first since its last run started) sets the cycle's deadline, its time
+// plus MaxWait; each submit of the cycle moves the task's due time to the
+// earlier of now plus Window and that deadline, and the last params win
+// (or a behavior's spi.Combiner merges them). A running task is flagged to
+// run again, a held one is left as it is; docs/debounce.md says what each
+// state of the task does. It needs an id that repeats (an explicit
+// SubmitRequest.ID, or deterministic ids): it is refused (ErrInvalid) for
+// a behavior that gives each task a new id or shares its tasks, with a
+// Delay, and for workflow nodes and a run's children.
 type Debounce struct {
 	// Window is how long the task waits after the last submit: from 1 ms
 	// to MaxWait.

@@ -24,24 +24,14 @@ var (
 	flagWorkflowOpsSeed = flag.Uint64("workflow.ops.seed", 0, "TestWorkflowOperationsKeepTheRules: the first sequence's seed (0: from the clock)")
 )
 
-// TestWorkflowOperationsKeepTheRules draws random workflows (every rule,
-// finally nodes, nodes that succeed, fail for good, fail once, wait at a
-// gate, add nodes at run time, with group keys) beside plain tasks, and
-// applies random operations to random workflows, nodes, workflows' own
-// tasks and plain tasks while nodes run, retry, wait, are held or are
-// cancelled: every operation of the table in docs/workflows.md, from
-// submits of taken ids to group holds, pauses and concurrency caps. After each operation it
-// checks the operation's answer against the table (what must be refused
-// is refused, and nothing answers but success, ErrConflict or
-// ErrNotFound) and, in one snapshot, the invariants: every waiting node's
-// counts are those of its dependencies' outcomes (each counted once) and
-// every workflow's own task agrees with its nodes. At the end it lets
-// everything run and checks that every workflow ends, that AwaitWorkflow
-// answers, and that every skipped node's rule rejects its dependencies'
-// outcomes.
-//
-// The sequences' seeds are logged; -workflow.ops.seed replays one, and
-// -workflow.ops.duration runs sequences for as long as it says.
+// TestWorkflowOperationsKeepTheRules applies every operation of the table
+// in docs/workflows.md, at random, to random workflows, their nodes and
+// own tasks and to plain tasks while nodes run, retry, wait or are held.
+// Each answer must be the table's (nil, ErrConflict or ErrNotFound), and
+// after each the invariants must hold in one snapshot (invariantsSQL); at
+// the end every workflow ends and its skipped nodes are those their rules
+// skip. -workflow.ops.seed replays a logged seed; -workflow.ops.duration
+// runs sequences for that long.
 func TestWorkflowOperationsKeepTheRules(t *testing.T) {
 	t.Parallel()
 	seed := *flagWorkflowOpsSeed
