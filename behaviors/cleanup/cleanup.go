@@ -13,9 +13,10 @@
 // longer ago than its Policy.FailureRetention (defaults: 7 and 30 days), in
 // small batches (store.DeleteFinished, which skips locked rows and never
 // waits), each its own short statement, until a batch comes back short. A
-// successful run is
-// due again Config.Interval later (5 minutes by default); a failed one is
-// retried with backoff, never given up.
+// successful run is due again Config.Interval after it began (5 minutes by
+// default; at once when it took longer), so that a finished task is kept
+// at most about an interval past its retention however long the runs take
+// under the load; a failed one is retried with backoff, never given up.
 //
 // A task submitted with a retention of its own (api.SubmitRequest.Retention)
 // is kept that long after it finished for good, whatever its outcome, in
@@ -66,7 +67,8 @@ type Result struct {
 
 // Config configures the cleanup behavior. Zero fields take the defaults.
 type Config struct {
-	// Interval is the time between runs. Defaults to 5 minutes.
+	// Interval is the time from the start of a run to the start of the
+	// next. Defaults to 5 minutes.
 	Interval time.Duration
 	// BatchSize caps the tasks one delete statement removes. Defaults to
 	// 1,000: small enough that no statement holds its row locks long.
@@ -169,9 +171,10 @@ func (c *Cleanup) Start(ctx context.Context, tasks api.Tasks) error {
 	return nil
 }
 
-// RescheduleAfterSuccess runs the cleanup again after the interval.
-func (c *Cleanup) RescheduleAfterSuccess(Params, Result) (time.Duration, bool) {
-	return c.cfg.Interval, true
+// RescheduleAfterSuccess runs the cleanup again an interval after the run
+// r began, or at once when it took longer.
+func (c *Cleanup) RescheduleAfterSuccess(_ Params, r Result) (time.Duration, bool) {
+	return max(c.cfg.Interval-r.Took, 0), true
 }
 
 // RescheduleAfterFailure retries after a backoff up to the interval: the
