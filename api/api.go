@@ -131,6 +131,10 @@ type Task struct {
 	// Events are, in Get only, the events the task published
 	// (spi.RunContext.SetEvent), in key order; nil in other reads.
 	Events []TaskEvent `json:"events,omitempty"`
+	// Signals are, in Get only, the messages sent to the task
+	// (Signals.Signal) that no run has consumed yet, oldest first; nil in
+	// other reads.
+	Signals []Signal `json:"signals,omitempty"`
 }
 
 // Step is a checkpoint that a behavior with spi.Policy.KeepSteps kept.

@@ -121,14 +121,14 @@ type ConcurrencyInfo struct {
 // has the field behavior, which Behavior returns.
 type Wait struct {
 	// Reason is WaitRateLimit, WaitConcurrency, WaitPaused, WaitNoNode,
-	// WaitNodesFull, WaitGroupHeld or WaitDependencies.
+	// WaitNodesFull, WaitGroupHeld, WaitDependencies or WaitSignal.
 	Reason string `json:"reason"`
 	// Limit names the rate limit; for the reasons of a behavior
 	// (WaitConcurrency, WaitPaused, WaitNoNode, WaitNodesFull) it holds the
 	// behavior, which Behavior returns; empty for WaitDependencies.
 	Limit string `json:"limit"`
-	// Key is the limit's key or the group key; empty for a cap of the
-	// behavior as a whole.
+	// Key is the limit's key, the group key or the signal's topic; empty
+	// for a cap of the behavior as a whole.
 	Key string `json:"key,omitempty"`
 	// Until is when the rate limit next admits the task; nil for a cap,
 	// which frees when a running task ends.
@@ -177,4 +177,8 @@ const (
 	// WaitGroupHeld: the task's group key is held (Operator.HoldGroup);
 	// Wait.Key names it.
 	WaitGroupHeld = "group_held"
+	// WaitSignal: the task sleeps until a signal of a topic comes
+	// (spi.WaitForSignal), or its longest wait passes; Wait.Key names the
+	// topic and Wait.Detail reads "signal <topic>".
+	WaitSignal = "signal"
 )

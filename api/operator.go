@@ -18,6 +18,7 @@ type Operator interface {
 	Limits
 	Workflows
 	Events
+	Signals
 	// Fail ends a task that waits to run (scheduled, held, or due again
 	// after a run: a retry or a recurrence) as failed for good, by hand.
 	// Its error has the code FailedByHand and a message that says it was

@@ -211,6 +211,11 @@ func (c *Client) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
 			err = unavailable(err)
 		}
 	}
+	if err == nil {
+		if t.Signals, err = c.st.Signals(ctx, id); err != nil {
+			err = unavailable(err)
+		}
+	}
 	return t, err
 }
 

@@ -13,18 +13,34 @@ import (
 	"github.com/stinthq/stint/spi"
 )
 
-// checkEventKey checks an event's key: 1 to 128 characters from A-Z a-z
-// 0-9 . _ : / -.
-func checkEventKey(key string) error {
-	ok := len(key) >= 1 && len(key) <= 128
-	for i := 0; ok && i < len(key); i++ {
-		c := key[i]
+// checkName checks a name of field (an event's key, a signal's topic or
+// idempotency key): 1 to 128 characters from A-Z a-z 0-9 . _ : / -.
+func checkName(field, name string) error {
+	ok := len(name) >= 1 && len(name) <= 128
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
 		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '/' || c == '-'
 	}
 	if !ok {
-		return api.Invalid("key", "%q must be 1 to 128 characters from A-Z a-z 0-9 . _ : / -", key)
+		return api.Invalid(field, "%q must be 1 to 128 characters from A-Z a-z 0-9 . _ : / -", name)
 	}
 	return nil
+}
+
+// encodeValue encodes v, the value of field, as JSON of at most max
+// bytes that PostgreSQL stores as jsonb; an *api.InvalidError otherwise.
+func encodeValue(field string, v any, max int) (json.RawMessage, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, api.Invalid(field, "does not encode as JSON: %v", err)
+	}
+	if len(raw) > max {
+		return nil, api.Invalid(field, "%d bytes is over the limit of %d", len(raw), max)
+	}
+	if err := spi.CheckJSONB(field, raw); err != nil {
+		return nil, err
+	}
+	return raw, nil
 }
 
 func (rc *runContext) SetEvent(ctx context.Context, key string, value any) error {
@@ -42,17 +58,11 @@ func (rc *runContext) SetEventTx(ctx context.Context, tx pgx.Tx, key string, val
 // write not in the caller's transaction is not abandoned when ctx ends.
 func (rc *runContext) setEvent(ctx context.Context, tx pgx.Tx, key string, value any) error {
 	id := rc.r.claimed.ID
-	if err := checkEventKey(key); err != nil {
+	if err := checkName("key", key); err != nil {
 		return fmt.Errorf("set event of task %s: %w", id, err)
 	}
-	raw, err := json.Marshal(value)
+	raw, err := encodeValue("value", value, api.MaxEventBytes)
 	if err != nil {
-		return fmt.Errorf("set event %q of task %s: %w", key, id, api.Invalid("value", "does not encode as JSON: %v", err))
-	}
-	if len(raw) > api.MaxEventBytes {
-		return fmt.Errorf("set event %q of task %s: %w", key, id, api.Invalid("value", "%d bytes is over the limit of %d", len(raw), api.MaxEventBytes))
-	}
-	if err := spi.CheckJSONB("value", raw); err != nil {
 		return fmt.Errorf("set event %q of task %s: %w", key, id, err)
 	}
 	if tx == nil {
@@ -74,7 +84,7 @@ func (c *Client) GetEvent(ctx context.Context, id api.TaskID, key string) (api.T
 	if err := spi.CheckTaskID("id", id); err != nil {
 		return api.TaskEvent{}, err
 	}
-	if err := checkEventKey(key); err != nil {
+	if err := checkName("key", key); err != nil {
 		return api.TaskEvent{}, err
 	}
 	events, err := c.st.Events(ctx, id, key)
@@ -95,7 +105,7 @@ func (c *Client) AwaitEvent(ctx context.Context, id api.TaskID, key string) (api
 	if err := spi.CheckTaskID("id", id); err != nil {
 		return api.TaskEvent{}, err
 	}
-	if err := checkEventKey(key); err != nil {
+	if err := checkName("key", key); err != nil {
 		return api.TaskEvent{}, err
 	}
 	wake, stop := c.hub.wait(id)

@@ -188,7 +188,7 @@ func (w *work) RescheduleAfterSuccess(p WorkParams, r WorkResult) (time.Duration
 
 // testRegistry holds demo.echo, test.work and test.share (test.work with
 // Polaris dedup), and the behaviors of the tests of coordination, flow
-// control and steps.
+// control, steps and signals.
 func testRegistry(pool *pgxpool.Pool, node string, lease time.Duration) *spi.Registry {
 	reg := spi.NewRegistry()
 	if err := demo.Register(reg); err != nil {
@@ -199,6 +199,7 @@ func testRegistry(pool *pgxpool.Pool, node string, lease time.Duration) *spi.Reg
 	registerCoordBehaviors(reg, pool, node, lease)
 	registerFlowBehaviors(reg, pool, node)
 	registerKept(reg, pool)
+	spi.MustRegister[collectParams, []json.RawMessage](reg, collect{})
 	return reg
 }
 

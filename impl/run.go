@@ -30,12 +30,14 @@ type run struct {
 	tel     *behaviorTelemetry // counts its start and its end
 
 	// Guarded by Server.mu.
-	deadline time.Time       // local lease expiry: the send time of the last renewal + lease
-	progress json.RawMessage // the last checkpoint
-	active   time.Time       // the run's start or its last checkpoint or heartbeat
-	returned bool            // the behavior returned; its end may not be recorded yet
-	freedCap bool            // its return woke the claimers: it freed a slot of a cap across nodes found full lately
-	at       int             // the run's index in Server.running, -1 once out of it
+	deadline time.Time        // local lease expiry: the send time of the last renewal + lease
+	progress json.RawMessage  // the last checkpoint
+	active   time.Time        // the run's start or its last checkpoint or heartbeat
+	returned bool             // the behavior returned; its end may not be recorded yet
+	freedCap bool             // its return woke the claimers: it freed a slot of a cap across nodes found full lately
+	received []int64          // the seq of the messages it received that no checkpoint consumed
+	lastSeq  map[string]int64 // by topic, the seq of the last message it received
+	at       int              // the run's index in Server.running, -1 once out of it
 
 	// begun is set once a worker begins the run, after the checks that
 	// may give its task back unrun: until then the run holds a slot but
@@ -297,8 +299,13 @@ func (s *Server) execute(r *run) {
 		s.giveBack(errors.Is(cause, spi.ErrPreempted) || errors.Is(cause, spi.ErrInactive), r)
 		return
 	}
+	if out.WaitSignal != "" {
+		if err := checkName("topic", out.WaitSignal); err != nil {
+			out = r.reg.Fail(p, &api.TaskError{Code: "invalid_wait", Message: "wait for signal: " + err.Error()}, &r.rc, r.claimed.Errors)
+		}
+	}
 	c := store.Completion{LeaseRef: r.claimed.LeaseRef, Again: out.Again, Delay: out.Delay,
-		WaitChildren: out.WaitChildren, HasParent: r.claimed.ParentID != ""}
+		WaitChildren: out.WaitChildren, WaitSignal: out.WaitSignal, HasParent: r.claimed.ParentID != ""}
 	switch {
 	case out.Snoozed:
 		c.Status = api.StatusScheduled
@@ -306,6 +313,10 @@ func (s *Server) execute(r *run) {
 		c.Status, c.Error = api.StatusFailure, out.Err
 	default:
 		c.Status, c.Result = api.StatusSuccess, out.Result
+	}
+	// A failure consumes nothing: its retry receives what it received.
+	if c.Status != api.StatusFailure {
+		c.Consumed = r.unconsumed(s)
 	}
 	s.tel.runEnded(span, c)
 	r.end = c
@@ -422,13 +433,15 @@ func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) e
 		}
 		defer cancel()
 	}
-	err = rc.s.st.Checkpoint(ctx, tx, rc.r.claimed.LeaseRef, raw, rc.r.reg.Policy.KeepSteps)
+	received := rc.r.unconsumed(rc.s)
+	err = rc.s.st.Checkpoint(ctx, tx, rc.r.claimed.LeaseRef, raw, rc.r.reg.Policy.KeepSteps, received)
 	if errors.Is(err, api.ErrHalt) {
 		rc.r.cancel(err)
 	}
 	if err != nil {
 		return err
 	}
+	rc.r.consumed(rc.s, len(received))
 	rc.s.mu.Lock()
 	rc.r.progress = raw
 	rc.r.active = time.Now()

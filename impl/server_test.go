@@ -168,7 +168,7 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 	held, err := e.st.Renew(e.ctx, []store.Renewal{{LeaseRef: old.LeaseRef, Duration: time.Minute}})
 	require.NoError(t, err)
 	require.False(t, held[sub.ID])
-	require.ErrorIs(t, e.st.Checkpoint(e.ctx, nil, old.LeaseRef, []byte(`{"step":1}`), false), api.ErrHalt)
+	require.ErrorIs(t, e.st.Checkpoint(e.ctx, nil, old.LeaseRef, []byte(`{"step":1}`), false, nil), api.ErrHalt)
 	ok, err := e.st.Finish(e.ctx, []store.Completion{{LeaseRef: old.LeaseRef, Status: api.StatusSuccess, Result: []byte(`{"key":"old"}`)}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{false}, ok)

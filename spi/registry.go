@@ -103,6 +103,10 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 		if errors.As(err, &wait) {
 			return Outcome{Snoozed: true, WaitChildren: true, Delay: wait.Max}
 		}
+		var signal *WaitSignalError
+		if errors.As(err, &signal) {
+			return Outcome{Snoozed: true, Again: true, Delay: signal.Max, WaitSignal: signal.Topic}
+		}
 		return reg.failure(p, AsTaskError(err), rc, failures)
 	}
 	reg.retry = func(p any, te *api.TaskError, failures int) (time.Duration, bool) {
@@ -277,6 +281,9 @@ type Outcome struct {
 	// WaitChildren is set (with Snoozed) when the run waits for its
 	// children, at most Delay.
 	WaitChildren bool
+	// WaitSignal is the topic (with Snoozed and Again) the run sleeps on
+	// until a message of it comes, at most Delay.
+	WaitSignal string
 	// Again says the task runs again after Delay.
 	Again bool
 	Delay time.Duration

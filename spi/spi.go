@@ -154,6 +154,15 @@ type RunContext interface {
 	// SetEventTx is SetEvent inside the caller's transaction, which must
 	// roll back on api.ErrHalt.
 	SetEventTx(ctx context.Context, tx pgx.Tx, key string, value any) error
+	// Receive returns the oldest message sent to this task under topic
+	// (api.Signals.Signal) that this run has not received yet and no run
+	// consumed, and false when there is none. A message is consumed by
+	// this run's next checkpoint or its finish, unless the run fails:
+	// until then a run that lost its lease, or failed, consumed nothing,
+	// and the next run receives the same message. So each message is
+	// consumed once, by a run whose end was recorded. To sleep until one
+	// comes, return WaitForSignal.
+	Receive(ctx context.Context, topic string) (api.Signal, bool, error)
 	// SetPriority changes the priority of this task (0 to 32767, lower
 	// first; an *api.InvalidError otherwise, changing nothing), e.g. to let
 	// a large job yield to small ones once it knows its size. The running
@@ -248,3 +257,27 @@ func (e *WaitChildrenError) Error() string {
 // is neither a failure nor an attempt. A parent is woken exactly once, by
 // the finish of its last child.
 func WaitForChildren(max time.Duration) error { return &WaitChildrenError{Max: max} }
+
+// WaitSignalError is returned by Run (via WaitForSignal) to release its
+// worker until a message of Topic comes.
+type WaitSignalError struct {
+	Topic string
+	// Max is the longest wait: the task runs again after it even if no
+	// message came.
+	Max time.Duration
+}
+
+func (e *WaitSignalError) Error() string {
+	return "wait for signal " + e.Topic + " (at most " + e.Max.String() + ")"
+}
+
+// WaitForSignal returns the error a run returns to sleep, holding neither
+// worker nor lease, until a message of topic is sent to the task
+// (api.Signals.Signal), or max passes: the transaction that stores the
+// message makes the task due, and the next run receives it
+// (RunContext.Receive). A message of topic not yet received when the run
+// returns makes the task due at once. Like a snooze, the wait is neither a
+// failure nor an attempt; what the run received is consumed.
+func WaitForSignal(topic string, max time.Duration) error {
+	return &WaitSignalError{Topic: topic, Max: max}
+}

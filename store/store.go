@@ -206,6 +206,13 @@ type Completion struct {
 	// WaitChildren parks the task until its last pending child finishes,
 	// or Delay passes; Status is then StatusScheduled.
 	WaitChildren bool
+	// WaitSignal parks the task (Again, Status StatusScheduled) until a
+	// message of this topic is sent to it, or Delay passes; at once when
+	// one is waiting already.
+	WaitSignal string
+	// Consumed are the Seq of the messages the run received
+	// (api.Signal): recorded as consumed with the completion.
+	Consumed []int64
 }
 
 // Store is what the engine needs from its database. Implementations are
@@ -308,9 +315,11 @@ type Store interface {
 	FinishStart(ctx context.Context, cs []Completion, start LocalStart) (held []bool, started []Claimed, err error)
 	// Checkpoint stores a run's progress. With a non-nil tx it runs inside
 	// it. With keep (spi.Policy.KeepSteps) the progress is also kept as
-	// the task's next step, in the same statement. It returns api.ErrHalt,
-	// and writes nothing, when the lease no longer holds.
-	Checkpoint(ctx context.Context, tx pgx.Tx, r LeaseRef, progress json.RawMessage, keep bool) error
+	// the task's next step, in the same statement. The messages of the
+	// task whose Seq consumed holds are recorded as consumed with it. It
+	// returns api.ErrHalt, and writes nothing, when the lease no longer
+	// holds.
+	Checkpoint(ctx context.Context, tx pgx.Tx, r LeaseRef, progress json.RawMessage, keep bool, consumed []int64) error
 	// Steps returns the steps kept of task id, by number; none for a task
 	// that does not exist.
 	Steps(ctx context.Context, id api.TaskID) ([]api.Step, error)
@@ -336,6 +345,18 @@ type Store interface {
 	// Events returns the events of task id, in key order; only the one of
 	// key when key is not empty.
 	Events(ctx context.Context, id api.TaskID, key string) ([]api.TaskEvent, error)
+	// Signal stores a message for task id under topic (see
+	// api.Signals.Signal), in tx when tx is not nil, and makes the task
+	// due when it sleeps on the topic. It reports whether it stored the
+	// message: false when the task has one with the same key. A missing
+	// task is api.ErrNotFound, one finished for good api.ErrConflict.
+	Signal(ctx context.Context, tx pgx.Tx, id api.TaskID, topic string, payload json.RawMessage, key string) (bool, error)
+	// Receive returns the oldest message of topic for task id that no run
+	// consumed and whose Seq is over after; false when there is none.
+	Receive(ctx context.Context, id api.TaskID, topic string, after int64) (api.Signal, bool, error)
+	// Signals returns the messages of task id that no run consumed,
+	// oldest first.
+	Signals(ctx context.Context, id api.TaskID) ([]api.Signal, error)
 	// Unclaim gives running tasks back, due at once, without counting the
 	// attempt (a graceful stop, a run its node cut off). A task given back
 	// keeps its place in the queue: it is due when it was due as claimed,

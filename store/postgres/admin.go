@@ -92,7 +92,7 @@ func (s *Store) Remove(ctx context.Context, id api.TaskID) (api.Task, error) {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `WITH attempts AS (DELETE FROM stint_attempt WHERE task_id = $1),
-			events AS (`+eventsDelete("ARRAY[$1]")+`) `+stepsDelete("ARRAY[$1]"),
+			events AS (`+eventsDelete("ARRAY[$1]")+`), signals AS (`+signalsDelete("ARRAY[$1]")+`) `+stepsDelete("ARRAY[$1]"),
 			string(id)); err != nil {
 			return err
 		}
@@ -357,7 +357,8 @@ SELECT count(*) FROM d`
 
 // deleteNodes ends the statements that delete finished tasks d (a CTE
 // with id and behavior): it deletes the nodes and edges of the workflows
-// among them, and the recorded runs, the steps and the events of all.
+// among them, and the recorded runs, the steps, the events and the
+// signals of all.
 // Both find their rows through an index by an array of ids (= ANY of an
 // ARRAY), never by a join the planner may make a scan of the table.
 const deleteNodes = `, nodes AS (
@@ -370,6 +371,7 @@ const deleteNodes = `, nodes AS (
 ), attempts AS (` + attemptsDelete + `
 ), steps AS (` + stepsOfDeleted + `
 ), events AS (` + eventsOfDeleted + `
+), signals AS (` + signalsOfDeleted + `
 )`
 
 // DeleteFinished deletes a batch of old finished tasks; see store.Store.

@@ -37,7 +37,7 @@ import (
 var finishSQL = `
 WITH c AS (
     SELECT * FROM ` + unnestRows("c", "id $1::text[]", "lease $2::uuid[]", "status $3::text[]", "result $4::text[]",
-	"error $5::text[]", "again_us $6::bigint[]", "wait_children $7::bool[]", "ord ordinality") + `
+	"error $5::text[]", "again_us $6::bigint[]", "wait_children $7::bool[]", "signal_wait $10::text[]", "ord ordinality") + `
 ), done AS (
     UPDATE stint_task t SET
         status = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN 'scheduled' ELSE c.status END,
@@ -50,6 +50,7 @@ WITH c AS (
             WHEN c.wait_children AND t.children_pending <= 0 THEN now()
             WHEN c.again_us >= 0 THEN now() + c.again_us * interval '1 microsecond' END,
         waiting_children = c.wait_children AND t.children_pending > 0,
+        signal_wait = nullif(c.signal_wait, ''),
         lost_not_before = NULL,
         executed_at = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN NULL ELSE t.executed_at END,
         finished_at = CASE WHEN c.status = 'scheduled' THEN t.finished_at ELSE now() END,
@@ -64,6 +65,7 @@ WITH c AS (
 ), due AS (` + dueInsert("done") + `
 ), ` + leasesEnded + `
 ), attempts AS (` + attemptsInsert + `
+), consumed AS (` + signalsConsumed + `
 ), feed AS (` + feedInsert("done", "status", "final") + `), notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', ids)) AS n FROM (
         SELECT string_agg(id, ',') AS ids FROM (
@@ -199,7 +201,8 @@ func rowError(err error) bool {
 }
 
 // finishFamily records the n completions of a batch in which some tasks
-// have parents (args are finishSQL's) in one transaction that also counts
+// have parents or sleep on a signal's topic (sleeping: see signalWakeSQL;
+// args are finishSQL's) in one transaction that also counts
 // the tasks that ended for good off their parents and wakes the workflow
 // nodes' dependents (nodesEnded), in two round trips: BEGIN, the settings
 // and the finish statement in the first, the rest and the COMMIT in the
@@ -208,7 +211,7 @@ func rowError(err error) bool {
 // round trip, where a transaction of a round trip per statement held them
 // for three. It returns the completions not recorded and the workflow
 // nodes it started on st's node.
-func (s *Store) finishFamily(ctx context.Context, settings string, args []any, n int, failed bool, st *starts) ([]int64, []store.Claimed, error) {
+func (s *Store) finishFamily(ctx context.Context, settings string, args []any, n int, failed bool, sleeping []string, st *starts) ([]int64, []store.Claimed, error) {
 	var lost []int64
 	var started []store.Claimed
 	err := s.connTx(ctx, func(c *pgx.Conn) error {
@@ -218,6 +221,9 @@ func (s *Store) finishFamily(ctx context.Context, settings string, args []any, n
 		b.Queue("BEGIN")
 		b.Queue(settings)
 		b.Queue(finishSQL, args...).QueryRow(func(r pgx.Row) error { return r.Scan(&lost, &parents, &nodes, &hasDependents) })
+		if len(sleeping) > 0 {
+			b.Queue(signalWakeSQL, textArray(sleeping))
+		}
 		if err := c.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -317,12 +323,21 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 	leases := make(uuidArray, n)
 	results, errs := make(nullTextArray, n), make(nullTextArray, n)
 	again := make(intArray, n)
-	waits := make(boolArray, n)
+	waits, topics := make(boolArray, n), make(textArray, n)
+	var consumedIDs textArray
+	var consumed intArray
+	var sleeping []string
 	hasParent, failed := false, false
 	for i, c := range cs {
 		failed = failed || c.Status == api.StatusFailure
 		ids[i], leases[i], statuses[i], waits[i] = string(c.ID), uuid(c.Lease), string(c.Status), c.WaitChildren
 		hasParent = hasParent || c.HasParent
+		if topics[i] = c.WaitSignal; c.WaitSignal != "" {
+			sleeping = append(sleeping, string(c.ID))
+		}
+		for _, seq := range c.Consumed {
+			consumedIDs, consumed = append(consumedIDs, string(c.ID)), append(consumed, seq)
+		}
 		results[i] = jsonText(c.Result)
 		if c.Error != nil {
 			b, err := json.Marshal(c.Error)
@@ -345,14 +360,15 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 	if n <= genericFinishMax {
 		settings = genericSettingsSQL
 	}
-	args := []any{lead(ids, ids, leases, statuses, results, errs, again, waits), leases, statuses, results, errs, again, waits}
+	args := []any{lead(ids, ids, leases, statuses, results, errs, again, waits, consumedIDs, consumed, topics),
+		leases, statuses, results, errs, again, waits, consumedIDs, consumed, topics}
 	// The completions not recorded; the others are set in ok only once
 	// the transaction committed: a transaction that fails records none.
 	var lost []int64
 	var woken []store.Claimed
 	var err error
-	if hasParent {
-		lost, woken, err = s.finishFamily(ctx, settings, args, n, failed, st)
+	if hasParent || len(sleeping) > 0 {
+		lost, woken, err = s.finishFamily(ctx, settings, args, n, failed, sleeping, st)
 	} else {
 		// A batch without children is one statement.
 		var parents, nodes []string
@@ -385,6 +401,7 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 // latest progress reads the task. With $4 it keeps the progress as the
 // task's next step (see stepKept): the task row's step counts them, so that
 // checkpoints that wait for each other's row lock number theirs in turn.
+// The messages whose seq $5 holds, which the run received, are consumed.
 const checkpointSQL = `
 WITH u AS (
     UPDATE stint_task SET progress = $3::jsonb, updated_at = now(),
@@ -398,19 +415,22 @@ WITH u AS (
     SELECT ARRAY[id], ARRAY[behavior], ARRAY['running'], ARRAY[parent_id], ARRAY[false], ARRAY[progress]
     FROM u WHERE announce
 ), kept AS (` + stepKept + `
+), consumed AS (
+    UPDATE stint_signal s SET consumed_at = now()
+    WHERE s.task_id = $1 AND s.seq = ANY($5::bigint[]) AND s.consumed_at IS NULL AND EXISTS (SELECT 1 FROM u)
 )
 SELECT count(*) FROM u`
 
 // Checkpoint stores progress; see store.Store. It leaves the lease row
 // alone: inside a caller's transaction a write to it would hold up the
 // renewals of every run of the same claim until that transaction ends.
-func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.LeaseRef, progress json.RawMessage, keep bool) error {
+func (s *Store) Checkpoint(ctx context.Context, tx pgx.Tx, r store.LeaseRef, progress json.RawMessage, keep bool, consumed []int64) error {
 	var q batcher = s.pool
 	if tx != nil {
 		q = tx
 	}
 	var n int
-	if err := indexedRow(ctx, q, checkpointSQL, string(r.ID), uuid(r.Lease), string(progress), keep).Scan(&n); err != nil {
+	if err := indexedRow(ctx, q, checkpointSQL, string(r.ID), uuid(r.Lease), string(progress), keep, intArray(consumed)).Scan(&n); err != nil {
 		return fmt.Errorf("checkpoint task %s: %w", r.ID, err)
 	}
 	if n == 0 {

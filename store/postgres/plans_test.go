@@ -59,7 +59,9 @@ func hotStatements() []hotStatement {
 	waits, noWaits := make(boolArray, 1000), make(boolArray, 1000)
 	success, failure, snooze := make(textArray, 1000), make(textArray, 1000), make(textArray, 1000)
 	hints := make([]pgtype.TID, 1000)
+	noTopics, topics, seqs := make(textArray, 1000), make(textArray, 1000), make(intArray, 1000)
 	for i := range ids {
+		topics[i], seqs[i] = "approval", int64(i+1)
 		ids[i], leases[i], durs[i] = fmt.Sprintf("run-%06d", i), planLease, time.Minute.Microseconds()
 		success[i], failure[i], snooze[i] = "success", "failure", "scheduled"
 		results[i], errs[i] = jsonText([]byte(`{}`)), jsonText([]byte(`{"message":"x"}`))
@@ -106,12 +108,17 @@ func hotStatements() []hotStatement {
 			args: []any{node, behaviors, leaseUS, hints, int64(0)}},
 		{name: "rate limit changed: free its waiting tasks", sql: freeRateWaitersSQL, settings: seqscanSaveOffSQL, args: []any{"plan.limit", "stint_due"}},
 		{name: "renew", sql: renewSQL, args: []any{ids, leases, durs}},
-		{name: "checkpoint", sql: checkpointSQL, args: []any{"run-000001", planLease, `{"done":1}`, false}},
-		{name: "checkpoint keeping a step", sql: checkpointSQL, args: []any{"run-000001", planLease, `{"done":1}`, true}},
-		{name: "finish: success", sql: finishSQL, args: []any{ids, leases, success, results, nulls, noAgain, noWaits}},
-		{name: "finish: failure, retried", sql: finishSQL, args: []any{ids, leases, failure, nulls, errs, again, noWaits}},
-		{name: "finish: snooze", sql: finishSQL, args: []any{ids, leases, snooze, nulls, nulls, again, noWaits}},
-		{name: "finish: wait for children", sql: finishSQL, args: []any{ids, leases, success, results, nulls, again, waits}},
+		{name: "checkpoint", sql: checkpointSQL, args: []any{"run-000001", planLease, `{"done":1}`, false, []int64{}}},
+		{name: "checkpoint keeping a step", sql: checkpointSQL, args: []any{"run-000001", planLease, `{"done":1}`, true, []int64{1, 2}}},
+		{name: "finish: success", sql: finishSQL, args: []any{ids, leases, success, results, nulls, noAgain, noWaits, textArray{}, intArray{}, noTopics}},
+		{name: "finish: failure, retried", sql: finishSQL, args: []any{ids, leases, failure, nulls, errs, again, noWaits, textArray{}, intArray{}, noTopics}},
+		{name: "finish: snooze", sql: finishSQL, args: []any{ids, leases, snooze, nulls, nulls, again, noWaits, textArray{}, intArray{}, noTopics}},
+		{name: "finish: wait for children", sql: finishSQL, args: []any{ids, leases, success, results, nulls, again, waits, textArray{}, intArray{}, noTopics}},
+		{name: "finish: sleep on a signal", sql: finishSQL, args: []any{ids, leases, snooze, nulls, nulls, again, noWaits, ids, seqs, topics}},
+		{name: "finish: wake who slept on a signal that came", sql: signalWakeSQL, args: []any{ids}},
+		{name: "signal: lock", sql: signalLockSQL, args: []any{"run-000001"}},
+		{name: "signal", sql: signalSQL, args: []any{"run-000001", "approval", `{}`, "key-1"}},
+		{name: "receive", sql: receiveSQL, args: []any{"run-000001", "approval", int64(0)}},
 		{name: "finish: children ended", sql: childrenEndedSQL, args: []any{ids}},
 		{name: "finish: dependents woken or skipped", sql: depsEndedSQL, settings: probesSaveOffSQL, args: []any{ids, node, []string{}, []int64{}, 0, ids}},
 		{name: "finish: dependents woken, started here", sql: depsEndedSQL, settings: probesSaveOffSQL, args: []any{ids, node, behaviors, leaseUS, 100, []string{}}},

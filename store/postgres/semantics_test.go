@@ -346,7 +346,7 @@ func TestCheckpointSendsCoalescedProgressEvents(t *testing.T) {
 	require.Len(t, cl, 1)
 	head, err := st.FeedHead(ctx)
 	require.NoError(t, err)
-	require.NoError(t, st.Checkpoint(ctx, nil, cl[0].LeaseRef, json.RawMessage(`{"done":1}`), false))
+	require.NoError(t, st.Checkpoint(ctx, nil, cl[0].LeaseRef, json.RawMessage(`{"done":1}`), false, nil))
 	events, cursor, err := st.Changes(ctx, store.ChangeFilter{Since: head, TaskID: "prog"})
 	require.NoError(t, err)
 	require.Len(t, events, 1)
@@ -354,7 +354,7 @@ func TestCheckpointSendsCoalescedProgressEvents(t *testing.T) {
 	require.JSONEq(t, `{"done":1}`, string(events[0].Progress))
 
 	for i := range 1000 {
-		require.NoError(t, st.Checkpoint(ctx, nil, cl[0].LeaseRef, json.RawMessage(fmt.Sprintf(`{"done":%d}`, i+2)), false))
+		require.NoError(t, st.Checkpoint(ctx, nil, cl[0].LeaseRef, json.RawMessage(fmt.Sprintf(`{"done":%d}`, i+2)), false, nil))
 	}
 	events, _, err = st.Changes(ctx, store.ChangeFilter{Since: cursor, TaskID: "prog", Limit: 100000})
 	require.NoError(t, err)

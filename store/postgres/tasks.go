@@ -39,7 +39,9 @@ var taskColumnsRest = `
 	lease, coalesce(node, ''), attempt, errors, resubmit,
 	coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''),
 	created_at, updated_at, executed_at, finished_at, awaited, children_pending, coalesce(retention_us, 0), coalesce(version, 0),
-	CASE WHEN status IN ` + waitingStatuses + ` AND schedule_not_before IS NOT NULL THEN waiting`
+	CASE WHEN signal_wait IS NOT NULL AND status = 'scheduled' THEN jsonb_build_object('reason', '` + api.WaitSignal + `',
+	        'limit', '', 'key', signal_wait, 'detail', 'signal ' || signal_wait)
+	    WHEN status IN ` + waitingStatuses + ` AND schedule_not_before IS NOT NULL THEN waiting`
 
 // waitingOnDependencies is the api.Wait of a waiting workflow node of
 // stint_task: the names of its dependencies that have not ended.

@@ -75,6 +75,7 @@ WITH w AS (
     DELETE FROM stint_attempt a WHERE a.task_id = ANY(ARRAY(SELECT id FROM gone))
 ), steps AS (` + stepsDelete("ARRAY(SELECT id FROM gone)") + `
 ), events AS (` + eventsDelete("ARRAY(SELECT id FROM gone)") + `
+), signals AS (` + signalsDelete("ARRAY(SELECT id FROM gone)") + `
 ), feed AS (` + feedInsert("gone", "'removed'::text", "true") + `
 ), told AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', id)) FILTER (WHERE awaited) +

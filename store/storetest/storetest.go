@@ -215,7 +215,7 @@ func testFencing(s *suite) {
 	forged := c.LeaseRef
 	forged.Lease[0] ^= 0xff
 	require.False(s.t, s.finish(success(forged, `"forged"`)))
-	require.ErrorIs(s.t, s.st.Checkpoint(s.ctx, nil, forged, json.RawMessage(`{"forged":true}`), true), api.ErrHalt)
+	require.ErrorIs(s.t, s.st.Checkpoint(s.ctx, nil, forged, json.RawMessage(`{"forged":true}`), true, nil), api.ErrHalt)
 	renewed, err := s.st.Renew(s.ctx, []store.Renewal{{LeaseRef: forged, Duration: time.Minute}})
 	require.NoError(s.t, err)
 	require.False(s.t, renewed["t-a"])
@@ -226,7 +226,7 @@ func testFencing(s *suite) {
 	require.NoError(s.t, err)
 	require.Empty(s.t, steps, "a checkpoint under a lost lease keeps no step")
 
-	require.NoError(s.t, s.st.Checkpoint(s.ctx, nil, c.LeaseRef, json.RawMessage(`{"step":1}`), true))
+	require.NoError(s.t, s.st.Checkpoint(s.ctx, nil, c.LeaseRef, json.RawMessage(`{"step":1}`), true, nil))
 	steps, err = s.st.Steps(s.ctx, "t-a")
 	require.NoError(s.t, err)
 	require.Len(s.t, steps, 1)

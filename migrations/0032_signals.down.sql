@@ -1,0 +1,2 @@
+ALTER TABLE stint_task DROP COLUMN signal_wait;
+DROP TABLE stint_signal;
