@@ -5,19 +5,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,8 +30,10 @@ import (
 	"github.com/stinthq/stint/store/postgres"
 )
 
+// Flags of the fault suite, shared by its packages.
 var (
-	long     = flag.Bool("chaos.long", false, "run longer workloads and faults")
+	// Long runs longer workloads and faults (-chaos.long; off by default).
+	Long     = flag.Bool("chaos.long", false, "run longer workloads and faults")
 	keepLogs = flag.String("chaos.logs", "", "keep the node processes' logs under this directory, a subdirectory per test")
 )
 
@@ -47,24 +46,30 @@ const (
 	// pool's (behind PgBouncer).
 	envListen = "STINT_CHAOS_LISTEN_DSN"
 	// envLease is the lease of the node's behaviors (a Go duration), if
-	// not lease.
+	// not Lease.
 	envLease = "STINT_CHAOS_LEASE"
 )
 
-// lease is the lease of chaos.work and the flow behaviors: short, so that
-// takeovers are quick. A node process started with envLease uses that
-// instead.
-var lease = time.Second
+// Lease is the lease of chaos.work and the flow behaviors: short, so that
+// takeovers are quick. A node process started with a lease of its own
+// (Node.Lease) uses that instead.
+var Lease = time.Second
 
-func TestMain(m *testing.M) {
-	if os.Getenv(envMigrate) != "" {
-		runMigrator()
-		return
-	}
-	if os.Getenv(envSetRate) != "" {
-		runRateSetter()
-		return
-	}
+// Register adds a test package's own behaviors to a registry of its node
+// processes and clients; pool is the store's pool and node the process's
+// name ("client" for a cluster's client).
+type Register func(reg *spi.Registry, pool *pgxpool.Pool, node string)
+
+// registers are the Register functions Main was given.
+var registers []Register
+
+// Main is the TestMain of a package of the fault suite: in a node process
+// (a child that Cluster.Start runs) it serves until killed; otherwise it
+// runs the tests against the test binary's own PostgreSQL cluster (see
+// pgtest.Main). Each of extra adds behaviors to every registry, the nodes'
+// and the clients'.
+func Main(m *testing.M, extra ...Register) {
+	registers = extra
 	if os.Getenv(envDSN) != "" {
 		runNode()
 		return
@@ -78,38 +83,47 @@ type WorkParams struct {
 	SleepMS int `json:"sleep_ms" validate:"gte=0,lte=1000"`
 }
 
-var workKind = api.Kind[WorkParams, string]{ID: "chaos.work"}
+// WorkKind is chaos.work (see Work).
+var WorkKind = api.Kind[WorkParams, string]{ID: "chaos.work"}
 
-// work is chaos.work. Each run records its start and end in chaos_run
+// Work is chaos.work. Each run records its start and end in chaos_run
 // under a run id of its own, and writes its result row in chaos_result in
 // the same transaction as a fenced checkpoint: a run whose lease is gone
-// cannot write a result.
-type work struct {
-	pool  *pgxpool.Pool
-	node  string
-	lease time.Duration // if not lease
+// cannot write a result. It retries up to 1,000 times, 10 to 200 ms
+// apart.
+type Work struct {
+	// Pool is where the runs record themselves; Node names the process in
+	// the record.
+	Pool *pgxpool.Pool
+	Node string
+	// Lease is the behavior's lease; zero means Lease.
+	Lease time.Duration
 }
 
-func (work) Kind() api.Kind[WorkParams, string]          { return workKind }
-func (work) TaskID(ids spi.IDs, p WorkParams) api.TaskID { return ids.Deterministic(p.N) }
-func (w work) Policy() spi.Policy {
-	return spi.Policy{Lease: cmp.Or(w.lease, lease), MaxAttempts: 1000, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
+// Kind returns WorkKind.
+
+func (Work) Kind() api.Kind[WorkParams, string] { return WorkKind }
+
+// TaskID derives the task's id from p.N.
+func (Work) TaskID(ids spi.IDs, p WorkParams) api.TaskID { return ids.Deterministic(p.N) }
+
+// Policy is a lease of w.Lease and quick retries.
+func (w Work) Policy() spi.Policy {
+	return spi.Policy{Lease: cmp.Or(w.Lease, Lease), MaxAttempts: 1000, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
 }
 
-func (w work) Run(ctx context.Context, rc spi.RunContext, p WorkParams) (string, error) {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	run := hex.EncodeToString(b)
-	if _, err := w.pool.Exec(ctx, `INSERT INTO chaos_run (run_id, task_id, node, started) VALUES ($1, $2, $3, clock_timestamp())`,
-		run, string(rc.TaskID()), w.node); err != nil {
-		return "", api.Retryable("record", "record start: %v", err)
+// Run records the run, sleeps p.SleepMS and writes the result.
+func (w Work) Run(ctx context.Context, rc spi.RunContext, p WorkParams) (string, error) {
+	run, err := RecordRun(ctx, w.Pool, rc, w.Node)
+	if err != nil {
+		return "", err
 	}
 	select {
 	case <-ctx.Done():
 		return "", context.Cause(ctx)
 	case <-time.After(time.Duration(p.SleepMS) * time.Millisecond):
 	}
-	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO chaos_result (run_id, task_id, at) VALUES ($1, $2, clock_timestamp())`, run, string(rc.TaskID())); err != nil {
 			return err
 		}
@@ -118,19 +132,38 @@ func (w work) Run(ctx context.Context, rc spi.RunContext, p WorkParams) (string,
 	if err != nil {
 		return "", api.Retryable("result", "write result: %v", err)
 	}
-	if _, err := w.pool.Exec(ctx, `UPDATE chaos_run SET ended = clock_timestamp() WHERE run_id = $1`, run); err != nil {
+	if _, err := w.Pool.Exec(ctx, `UPDATE chaos_run SET ended = clock_timestamp() WHERE run_id = $1`, run); err != nil {
 		return "", api.Retryable("record", "record end: %v", err)
 	}
 	return run, nil
 }
 
-func registry(pool *pgxpool.Pool, node string) *spi.Registry {
+// RecordRun records the start of rc's run on node in chaos_run, under a
+// run id of its own, which it returns; a failure is a retryable error.
+func RecordRun(ctx context.Context, pool *pgxpool.Pool, rc spi.RunContext, node string) (string, error) {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	run := hex.EncodeToString(b)
+	if _, err := pool.Exec(ctx, `INSERT INTO chaos_run (run_id, task_id, node, started) VALUES ($1, $2, $3, clock_timestamp())`,
+		run, string(rc.TaskID()), node); err != nil {
+		return "", api.Retryable("record", "record start: %v", err)
+	}
+	return run, nil
+}
+
+// Registry returns the behaviors of the suite's nodes and clients:
+// chaos.work, chaos.limited, chaos.loose, chaos.node and those the
+// package's Main added; pool is where their runs record themselves and
+// node the name they record.
+func Registry(pool *pgxpool.Pool, node string) *spi.Registry {
 	reg := spi.NewRegistry()
-	spi.MustRegister[WorkParams, string](reg, work{pool: pool, node: node})
+	spi.MustRegister[WorkParams, string](reg, Work{Pool: pool, Node: node})
 	spi.MustRegister[FlowParams, struct{}](reg, limited{pool: pool, node: node})
 	spi.MustRegister[FlowParams, struct{}](reg, loose{limited{pool: pool, node: node}})
-	spi.MustRegister[WorkParams, string](reg, locked{pool: pool})
-	spi.MustRegister[WorkParams, string](reg, wfNode{work{pool: pool, node: node}})
+	spi.MustRegister[WorkParams, string](reg, wfNode{Work{Pool: pool, Node: node}})
+	for _, r := range registers {
+		r(reg, pool, node)
+	}
 	return reg
 }
 
@@ -142,7 +175,7 @@ func runNode() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		lease = d
+		Lease = d
 	}
 	if point := os.Getenv(envFreezeAt); point != "" {
 		freezeOnSignal(point)
@@ -161,35 +194,46 @@ func runNode() {
 			}
 			out = f // open until the process ends
 		}
-		return impl.NewServer(st, impl.ServerConfig{Node: node, Registry: registry(st.Pool(), node), MaxWorkers: 50,
+		return impl.NewServer(st, impl.ServerConfig{Node: node, Registry: Registry(st.Pool(), node), MaxWorkers: 50,
 			PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(out, nil))})
 	}, opts...)
 }
 
-// cluster is one scenario: a database, three node processes and a client.
-type cluster struct {
-	t      *testing.T
-	ctx    context.Context
-	dsn    string
-	pool   *pgxpool.Pool
-	client *impl.Client
-	nodes  []*node
-	kills  []kill
-	// extra are tasks a fault acknowledged, checked with the workload's.
-	extra []api.TaskID
+// Cluster is one scenario: a database, three node processes and a client.
+type Cluster struct {
+	// T is the scenario's test; Ctx ends with it, or after 10 minutes.
+	T   *testing.T
+	Ctx context.Context
+	// DSN is the database's URL, and Pool the client's pool on it.
+	DSN    string
+	Pool   *pgxpool.Pool
+	Client *impl.Client
+	// Nodes are the node processes, not started until Start; a test may
+	// change them (fewer, other URLs) before it starts them.
+	Nodes []*Node
+	kills []kill
+	// Extra are tasks a fault acknowledged, checked with the workload's.
+	Extra []api.TaskID
 }
 
-type node struct {
-	name   string
-	dsn    string
-	listen string        // the URL of its LISTEN connection, if not dsn
-	log    string        // the node's log file, JSON lines (see nodeLog)
-	lease  time.Duration // its behaviors' lease, if not lease
-	cmd    *exec.Cmd
-	child  *childtest.Child
-	// freezeAt, if set, is the fault point (see internal/faultpoint) at
+// Node is a node process: a server of the test binary run again (see
+// package childtest).
+type Node struct {
+	// Name is the server's node name; DSN the URL it opens its store on.
+	Name string
+	DSN  string
+	// Listen is the URL of its LISTEN connection, if not DSN.
+	Listen string
+	// Log is the node's log file, JSON lines.
+	Log string
+	// Lease is its behaviors' lease; zero means Lease.
+	Lease time.Duration
+	// Cmd and Child are the running process; Cmd is nil while it is not.
+	Cmd   *exec.Cmd
+	Child *childtest.Child
+	// FreezeAt, if set, is the fault point (see internal/faultpoint) at
 	// which the node process stops itself once armed (see freeze).
-	freezeAt string
+	FreezeAt string
 }
 
 type kill struct {
@@ -197,23 +241,27 @@ type kill struct {
 	at   time.Time // database clock
 }
 
-func newCluster(t *testing.T) *cluster { return newClusterAt(t, pgtest.New(t)) }
+// NewCluster is a scenario on a fresh database of the test binary's
+// cluster (see pgtest.New).
+func NewCluster(t *testing.T) *Cluster { return NewClusterAt(t, pgtest.New(t)) }
 
-// newClusterAt is newCluster on the database at dsn.
-func newClusterAt(t *testing.T, dsn string) *cluster {
+// NewClusterAt is NewCluster on the database at dsn, migrated; the
+// tables of the suite's behaviors are created there unless they exist (a
+// database restored from a backup of a scenario's has them).
+func NewClusterAt(t *testing.T, dsn string) *Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	st, err := postgres.Open(ctx, dsn)
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	_, err = st.Pool().Exec(ctx, `
-		CREATE TABLE chaos_run (run_id text PRIMARY KEY, task_id text NOT NULL, node text NOT NULL, started timestamptz NOT NULL, ended timestamptz);
-		CREATE TABLE chaos_result (run_id text PRIMARY KEY, task_id text NOT NULL, at timestamptz NOT NULL)`)
+		CREATE TABLE IF NOT EXISTS chaos_run (run_id text PRIMARY KEY, task_id text NOT NULL, node text NOT NULL, started timestamptz NOT NULL, ended timestamptz);
+		CREATE TABLE IF NOT EXISTS chaos_result (run_id text PRIMARY KEY, task_id text NOT NULL, at timestamptz NOT NULL)`)
 	require.NoError(t, err)
-	client, err := impl.NewClient(st, impl.ClientConfig{Registry: registry(st.Pool(), "client"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	client, err := impl.NewClient(st, impl.ClientConfig{Registry: Registry(st.Pool(), "client"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
-	c := &cluster{t: t, ctx: ctx, dsn: dsn, pool: st.Pool(), client: client}
+	c := &Cluster{T: t, Ctx: ctx, DSN: dsn, Pool: st.Pool(), Client: client}
 	logs := t.TempDir()
 	if *keepLogs != "" {
 		logs = filepath.Join(*keepLogs, strings.ReplaceAll(t.Name(), "/", "_"))
@@ -221,106 +269,112 @@ func newClusterAt(t *testing.T, dsn string) *cluster {
 	}
 	for i := range 3 {
 		name := fmt.Sprint("node-", i)
-		c.nodes = append(c.nodes, &node{name: name, dsn: dsn, log: filepath.Join(logs, name+".log")})
+		c.Nodes = append(c.Nodes, &Node{Name: name, DSN: dsn, Log: filepath.Join(logs, name+".log")})
 	}
 	t.Cleanup(func() {
-		for _, n := range c.nodes {
-			if n.cmd != nil {
-				_ = n.cmd.Process.Kill()
-				_ = n.cmd.Wait()
+		for _, n := range c.Nodes {
+			if n.Cmd != nil {
+				_ = n.Cmd.Process.Kill()
+				_ = n.Cmd.Wait()
 			}
 		}
 	})
 	return c
 }
 
-// start starts a node process and waits until it is ready.
-func (c *cluster) start(n *node) {
-	env := []string{envDSN + "=" + n.dsn, envNode + "=" + n.name, envLog + "=" + n.log, envListen + "=" + n.listen}
-	if n.lease > 0 {
-		env = append(env, envLease+"="+n.lease.String())
+// Start starts a node process and waits until it is ready.
+func (c *Cluster) Start(n *Node) {
+	env := []string{envDSN + "=" + n.DSN, envNode + "=" + n.Name, envLog + "=" + n.Log, envListen + "=" + n.Listen}
+	if n.Lease > 0 {
+		env = append(env, envLease+"="+n.Lease.String())
 	}
-	if n.freezeAt != "" {
-		env = append(env, envFreezeAt+"="+n.freezeAt)
+	if n.FreezeAt != "" {
+		env = append(env, envFreezeAt+"="+n.FreezeAt)
 	}
-	n.child = childtest.Start(c.t, env...)
-	n.cmd = n.child.Cmd
+	n.Child = childtest.Start(c.T, env...)
+	n.Cmd = n.Child.Cmd
 }
 
-func (c *cluster) startAll() {
-	for _, n := range c.nodes {
-		c.start(n)
+// StartAll starts every node.
+func (c *Cluster) StartAll() {
+	for _, n := range c.Nodes {
+		c.Start(n)
 	}
 }
 
-// sigkill kills a node and records when, by the database clock.
-func (c *cluster) sigkill(n *node) {
-	var at time.Time
-	require.NoError(c.t, c.pool.QueryRow(c.ctx, `SELECT clock_timestamp()`).Scan(&at))
-	require.NoError(c.t, n.cmd.Process.Kill())
-	_ = n.cmd.Wait()
-	n.cmd = nil
-	c.kills = append(c.kills, kill{node: n.name, at: at})
+// Sigkill kills a node and records when, by the database clock.
+func (c *Cluster) Sigkill(n *Node) {
+	at := c.Clock()
+	require.NoError(c.T, n.Cmd.Process.Kill())
+	_ = n.Cmd.Wait()
+	n.Cmd = nil
+	c.kills = append(c.kills, kill{node: n.Name, at: at})
 }
 
-// submit submits tasks 0..count-1 in batches, retrying each batch until
+// Submit submits tasks 0..count-1 in batches, retrying each batch until
 // it is acknowledged (a fault may fail a submit; it must then have stored
 // all of the batch or none). It returns the acknowledged ids.
-func (c *cluster) submit(count int) []api.TaskID { return c.submitFrom(0, count) }
+func (c *Cluster) Submit(count int) []api.TaskID { return c.SubmitFrom(0, count) }
 
-// submitFrom is submit of tasks first..first+count-1.
-func (c *cluster) submitFrom(first, count int) []api.TaskID {
+// SubmitFrom is Submit of tasks first..first+count-1.
+func (c *Cluster) SubmitFrom(first, count int) []api.TaskID {
 	var ids []api.TaskID
 	for start := first; start < first+count; start += 100 {
 		reqs := make([]api.SubmitRequest, 0, 100)
 		for n := start; n < min(start+100, first+count); n++ {
-			reqs = append(reqs, api.SubmitRequest{Behavior: workKind.ID, Params: fmt.Appendf(nil, `{"n":%d,"sleep_ms":%d}`, n, mrand.IntN(150))})
+			reqs = append(reqs, api.SubmitRequest{Behavior: WorkKind.ID, Params: fmt.Appendf(nil, `{"n":%d,"sleep_ms":%d}`, n, mrand.IntN(150))})
 		}
 		for {
-			subs, err := c.client.SubmitMany(c.ctx, reqs)
+			subs, err := c.Client.SubmitMany(c.Ctx, reqs)
 			if err == nil {
 				for _, s := range subs {
 					ids = append(ids, s.ID)
 				}
 				break
 			}
-			require.NoError(c.t, c.ctx.Err(), "gave up submitting: %v", err)
+			require.NoError(c.T, c.Ctx.Err(), "gave up submitting: %v", err)
 			time.Sleep(50 * time.Millisecond) // backoff between retries of a failed submit
 		}
 	}
 	return ids
 }
 
-// report is the checker's verdict.
-type report struct {
-	tasks, ok, lost, duplicated, recovered, unexpected int
-	recoveryMax, recoveryMean                          time.Duration
-	// slowestTakeover tells the story of the task whose takeover took
-	// recoveryMax.
-	slowestTakeover string
-	// slowestQuery is the longest a trivial query took while the fault
+// Report is the checker's verdict.
+type Report struct {
+	// Tasks were checked: OK finished, Lost did not, Duplicated had two
+	// lease holders write a result, Recovered ran more than once, and
+	// Unexpected results belong to no task checked.
+	Tasks, OK, Lost, Duplicated, Recovered, Unexpected int
+	// RecoveryMax and RecoveryMean are how long after a kill the tasks
+	// it cut started again.
+	RecoveryMax, RecoveryMean time.Duration
+	// SlowestTakeover tells the story of the task whose takeover took
+	// RecoveryMax.
+	SlowestTakeover string
+	// SlowestQuery is the longest a trivial query took while the fault
 	// ran: how slow the machine was for the nodes and the database.
-	slowestQuery time.Duration
+	SlowestQuery time.Duration
 }
 
-func (r report) String() string {
+// String is the report on a line.
+func (r Report) String() string {
 	return fmt.Sprintf("tasks=%d ok=%d lost=%d duplicated=%d recovered=%d unexpected=%d recovery(max=%s mean=%s)",
-		r.tasks, r.ok, r.lost, r.duplicated, r.recovered, r.unexpected, r.recoveryMax.Round(time.Millisecond), r.recoveryMean.Round(time.Millisecond))
+		r.Tasks, r.OK, r.Lost, r.Duplicated, r.Recovered, r.Unexpected, r.RecoveryMax.Round(time.Millisecond), r.RecoveryMean.Round(time.Millisecond))
 }
 
-// check waits for every acknowledged task to finish and classifies them.
+// Check waits for every acknowledged task to finish and classifies them.
 // It waits while the tasks make progress: a task is lost when a minute
 // (many leases) passes with no task finishing and it is still not done,
 // so that a loaded machine, which only slows the work, does not count as
 // losing it.
-func (c *cluster) check(ids []api.TaskID) report {
+func (c *Cluster) Check(ids []api.TaskID) Report {
 	want := make([]string, len(ids))
 	for i, id := range ids {
 		want[i] = string(id)
 	}
 	count := func(q string, args ...any) int {
 		var n int
-		require.NoError(c.t, c.pool.QueryRow(c.ctx, q, args...).Scan(&n))
+		require.NoError(c.T, c.Pool.QueryRow(c.Ctx, q, args...).Scan(&n))
 		return n
 	}
 	done, progressed := 0, time.Now()
@@ -330,17 +384,17 @@ func (c *cluster) check(ids []api.TaskID) report {
 			done, progressed = n, time.Now()
 		}
 	}
-	r := report{tasks: len(ids)}
-	r.ok = count(`SELECT count(*) FROM stint_task WHERE id = ANY($1) AND status = 'success'`, want)
-	r.lost = r.tasks - r.ok
+	r := Report{Tasks: len(ids)}
+	r.OK = count(`SELECT count(*) FROM stint_task WHERE id = ANY($1) AND status = 'success'`, want)
+	r.Lost = r.Tasks - r.OK
 	// Two results for one task where the second run started before the
 	// first result was written: two lease holders both wrote.
-	r.duplicated = count(`SELECT count(DISTINCT r1.task_id) FROM chaos_result r1
+	r.Duplicated = count(`SELECT count(DISTINCT r1.task_id) FROM chaos_result r1
 		JOIN chaos_result r2 ON r2.task_id = r1.task_id AND r2.run_id <> r1.run_id
 		JOIN chaos_run run2 ON run2.run_id = r2.run_id
 		WHERE run2.started < r1.at AND r1.at <= r2.at`)
-	r.recovered = count(`SELECT count(*) FROM (SELECT task_id FROM chaos_run GROUP BY task_id HAVING count(*) > 1) x`)
-	r.unexpected = count(`SELECT count(*) FROM chaos_result WHERE NOT (task_id = ANY($1))`, want)
+	r.Recovered = count(`SELECT count(*) FROM (SELECT task_id FROM chaos_run GROUP BY task_id HAVING count(*) > 1) x`)
+	r.Unexpected = count(`SELECT count(*) FROM chaos_result WHERE NOT (task_id = ANY($1))`, want)
 	var total time.Duration
 	var n int
 	var slowest struct {
@@ -359,22 +413,22 @@ func (c *cluster) check(ids []api.TaskID) report {
 				since = p.at
 			}
 		}
-		rows, err := c.pool.Query(c.ctx, `
+		rows, err := c.Pool.Query(c.Ctx, `
 			SELECT cut.task_id, min(next.started) - $2 FROM chaos_run cut
 			JOIN chaos_run next ON next.task_id = cut.task_id AND next.started > $2
 			WHERE cut.node = $1 AND cut.started > $3 AND cut.started < $2 AND cut.ended IS NULL
 			AND NOT EXISTS (SELECT 1 FROM chaos_run o WHERE o.task_id = cut.task_id AND o.started > cut.started AND o.started <= $2)
 			GROUP BY cut.run_id, cut.task_id`, k.node, k.at, since)
-		require.NoError(c.t, err)
+		require.NoError(c.T, err)
 		type takeover struct {
 			Task string
 			D    time.Duration
 		}
 		ds, err := pgx.CollectRows(rows, pgx.RowToStructByPos[takeover])
-		require.NoError(c.t, err)
+		require.NoError(c.T, err)
 		for _, d := range ds {
-			if d.D > r.recoveryMax {
-				r.recoveryMax = d.D
+			if d.D > r.RecoveryMax {
+				r.RecoveryMax = d.D
 				slowest.task, slowest.kill = d.Task, k
 			}
 			total += d.D
@@ -384,66 +438,69 @@ func (c *cluster) check(ids []api.TaskID) report {
 	if slowest.task != "" {
 		// What the slowest takeover's task went through, for a failure's
 		// reader: its runs and its changes of status.
-		rows, err := c.pool.Query(c.ctx, `
+		rows, err := c.Pool.Query(c.Ctx, `
 			SELECT format('run %s on %s %s-%s', run_id, node, to_char(started, 'HH24:MI:SS.MS'), coalesce(to_char(ended, 'HH24:MI:SS.MS'), '')), started
 			FROM chaos_run WHERE task_id = $1
 			UNION ALL
 			SELECT format('%s at %s', statuses[i], to_char(at, 'HH24:MI:SS.MS')), at
 			FROM stint_change, generate_subscripts(task_ids, 1) i WHERE task_ids[i] = $1
 			ORDER BY 2`, slowest.task)
-		require.NoError(c.t, err)
+		require.NoError(c.T, err)
 		steps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
 			var s string
 			var at time.Time
 			return s, row.Scan(&s, &at)
 		})
-		require.NoError(c.t, err)
-		r.slowestTakeover = fmt.Sprintf("%s killed at %s; task %s: %s", slowest.kill.node, slowest.kill.at.Format("15:04:05.000"),
+		require.NoError(c.T, err)
+		r.SlowestTakeover = fmt.Sprintf("%s killed at %s; task %s: %s", slowest.kill.node, slowest.kill.at.Format("15:04:05.000"),
 			slowest.task, strings.Join(steps, ", "))
 	}
 	if n > 0 {
-		r.recoveryMean = total / time.Duration(n)
+		r.RecoveryMean = total / time.Duration(n)
 	}
 	return r
 }
 
-// scenario runs the workload with a fault going on until the workload is
+// Scenario runs the workload with a fault going on until the workload is
 // submitted and faultFor has passed, then checks.
-func scenario(t *testing.T, tasks int, faultFor time.Duration, fault func(c *cluster, stop <-chan struct{})) report {
-	c := newCluster(t)
-	c.startAll()
-	return c.scenario(tasks, faultFor, fault)
+func Scenario(t *testing.T, tasks int, faultFor time.Duration, fault func(c *Cluster, stop <-chan struct{})) Report {
+	c := NewCluster(t)
+	c.StartAll()
+	return c.Scenario(tasks, faultFor, fault)
 }
 
-// scenario is the package's scenario on c, whose nodes run.
-func (c *cluster) scenario(tasks int, faultFor time.Duration, fault func(c *cluster, stop <-chan struct{})) report {
-	t := c.t
+// Scenario is the package's Scenario on c, whose nodes run.
+func (c *Cluster) Scenario(tasks int, faultFor time.Duration, fault func(c *Cluster, stop <-chan struct{})) Report {
+	t := c.T
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { fault(c, stop) })
 	var slowest time.Duration
 	wg.Go(func() { slowest = c.slowestQuery(stop) })
-	ids := c.submit(tasks)
+	ids := c.Submit(tasks)
 	time.Sleep(faultFor) // let the fault run over the workload: the duration is the test's parameter
 	close(stop)
 	wg.Wait()
-	ids = append(ids, c.extra...)
-	for _, n := range c.nodes {
-		if n.cmd == nil {
-			c.start(n)
+	ids = append(ids, c.Extra...)
+	for _, n := range c.Nodes {
+		if n.Cmd == nil {
+			c.Start(n)
 		}
 	}
-	r := c.check(ids)
-	r.slowestQuery = slowest
+	r := c.Check(ids)
+	r.SlowestQuery = slowest
 	t.Logf("%s: %s; slowest trivial query during the fault %s", t.Name(), r, slowest.Round(time.Millisecond))
-	require.Zero(t, r.lost, "lost tasks")
-	require.Zero(t, r.duplicated, "duplicated tasks")
-	require.Zero(t, r.unexpected, "unexpected results")
+	require.Zero(t, r.Lost, "lost tasks")
+	require.Zero(t, r.Duplicated, "duplicated tasks")
+	require.Zero(t, r.Unexpected, "unexpected results")
 	return r
 }
 
-func size() (tasks int, faultFor time.Duration) {
-	if *long {
+// Size is the workload of a scenario: how many tasks, and how long the
+// fault lasts after they are submitted (ten times the tasks and a minute
+// with -chaos.long).
+func Size() (tasks int, faultFor time.Duration) {
+	if *Long {
 		return 20000, time.Minute
 	}
 	return 2000, 5 * time.Second
@@ -451,19 +508,19 @@ func size() (tasks int, faultFor time.Duration) {
 
 // slowestQuery runs a trivial query every 50 ms until stop and returns the
 // longest one took.
-func (c *cluster) slowestQuery(stop <-chan struct{}) time.Duration {
+func (c *Cluster) slowestQuery(stop <-chan struct{}) time.Duration {
 	var slowest time.Duration
-	every(stop, 0, 50*time.Millisecond, func() {
+	Every(stop, 0, 50*time.Millisecond, func() {
 		start := time.Now()
-		if _, err := c.pool.Exec(c.ctx, `SELECT 1`); err == nil {
+		if _, err := c.Pool.Exec(c.Ctx, `SELECT 1`); err == nil {
 			slowest = max(slowest, time.Since(start))
 		}
 	})
 	return slowest
 }
 
-// every calls fn after first, then every d, until stop.
-func every(stop <-chan struct{}, first, d time.Duration, fn func()) {
+// Every calls fn after first, then every d, until stop.
+func Every(stop <-chan struct{}, first, d time.Duration, fn func()) {
 	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
@@ -477,111 +534,9 @@ func every(stop <-chan struct{}, first, d time.Duration, fn func()) {
 	}
 }
 
-func TestSIGKILL(t *testing.T) {
-	tasks, faultFor := size()
-	r := scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
-		every(stop, 700*time.Millisecond, 700*time.Millisecond, func() {
-			n := c.nodes[mrand.IntN(len(c.nodes))]
-			if n.cmd != nil {
-				c.sigkill(n)
-				c.start(n)
-			}
-		})
-	})
-	require.Positive(t, r.recovered, "the kills should have hit running tasks")
-	// About a lease after the kill, with room for the statements between
-	// the lease's expiry and the next run (takeover, claim, the run's own
-	// writes) on a machine as slow as this run saw it.
-	require.Less(t, r.recoveryMax, 10*lease+20*r.slowestQuery, "takeover should come about a lease after the kill; the slowest: %s", r.slowestTakeover)
-}
-
-func TestSIGSTOPPastTheLease(t *testing.T) {
-	tasks, faultFor := size()
-	r := scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
-		n := c.nodes[0]
-		// The first freeze comes while the workload runs (it takes about a
-		// second in the short mode).
-		every(stop, 300*time.Millisecond, 3*time.Second, func() {
-			require.NoError(t, n.cmd.Process.Signal(syscall.SIGSTOP))
-			time.Sleep(2500 * time.Millisecond) // the fault: frozen for longer than the lease
-			require.NoError(t, n.cmd.Process.Signal(syscall.SIGCONT))
-		})
-	})
-	require.Positive(t, r.recovered, "the frozen node's tasks should have been taken over")
-}
-
-func TestPostgresRestart(t *testing.T) {
-	cl := pgtest.Cluster()
-	if cl == nil {
-		t.Skip("the cluster is not this test binary's (STINT_TEST_DATABASE_URL is set)")
-	}
-	tasks, faultFor := size()
-	scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
-		select {
-		case <-stop:
-			return
-		case <-time.After(time.Second):
-		}
-		require.NoError(t, cl.Restart(c.ctx))
-	})
-}
-
-func TestProxyCutsAndDelays(t *testing.T) {
-	tasks, faultFor := size()
-	scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
-		u, err := url.Parse(c.dsn)
-		require.NoError(t, err)
-		p, err := newProxy(u.Host)
-		require.NoError(t, err)
-		defer p.close()
-		// Move node 0 behind the proxy.
-		n := c.nodes[0]
-		c.sigkill(n)
-		u.Host = p.addr()
-		n.dsn = u.String()
-		c.start(n)
-		every(stop, 400*time.Millisecond, 400*time.Millisecond, func() {
-			switch mrand.IntN(3) {
-			case 0:
-				p.cut()
-			case 1:
-				p.delay.Store(int64(30 * time.Millisecond))
-			default:
-				p.delay.Store(0)
-			}
-		})
-		p.delay.Store(0)
-	})
-}
-
-func TestTerminatedBackends(t *testing.T) {
-	tasks, faultFor := size()
-	scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
-		every(stop, 300*time.Millisecond, 300*time.Millisecond, func() {
-			_, err := c.pool.Exec(c.ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-				WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
-				ORDER BY random() LIMIT 3`)
-			if err != nil && !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "terminat") {
-				t.Logf("terminate backends: %v", err)
-			}
-		})
-	})
-}
-
-func TestXminPinnedByALongTransaction(t *testing.T) {
-	tasks, faultFor := size()
-	if !*long {
-		faultFor = 15 * time.Second
-	}
-	scenario(t, tasks, faultFor, func(c *cluster, stop <-chan struct{}) {
-		conn, err := pgx.Connect(c.ctx, c.dsn)
-		require.NoError(t, err)
-		defer conn.Close(context.Background())
-		tx, err := conn.Begin(c.ctx)
-		require.NoError(t, err)
-		var xid int64
-		require.NoError(t, tx.QueryRow(c.ctx, `SELECT txid_current()`).Scan(&xid))
-		<-stop
-		require.NoError(t, tx.Rollback(c.ctx))
-	})
+// Clock reads the database's clock.
+func (c *Cluster) Clock() time.Time {
+	var at time.Time
+	require.NoError(c.T, c.Pool.QueryRow(c.Ctx, `SELECT clock_timestamp()`).Scan(&at))
+	return at
 }

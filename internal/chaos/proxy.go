@@ -10,13 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// proxy forwards TCP connections to a target and can cut them all, delay
+// Proxy forwards TCP connections to a target and can cut them all, delay
 // their traffic, or stop forwarding without closing anything (a
 // blackhole: a firewall or NAT table that drops packets, where no FIN or
 // RST tells either end): the network between nodes and PostgreSQL.
-type proxy struct {
-	ln    net.Listener
-	delay atomic.Int64 // nanoseconds added before each forwarded read
+type Proxy struct {
+	ln net.Listener
+	// Delay is added before each forwarded read, in nanoseconds.
+	Delay atomic.Int64
 
 	mu     sync.Mutex
 	target string
@@ -33,19 +34,21 @@ type proxy struct {
 	servers map[net.Conn]int
 }
 
-func newProxy(target string) (*proxy, error) {
+// NewProxy starts a proxy to target on a free port of 127.0.0.1.
+func NewProxy(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, servers: map[net.Conn]int{}, cutting: make(chan struct{})}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, servers: map[net.Conn]int{}, cutting: make(chan struct{})}
 	go p.serve()
 	return p, nil
 }
 
-func (p *proxy) addr() string { return p.ln.Addr().String() }
+// Addr is the proxy's address, host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-func (p *proxy) serve() {
+func (p *Proxy) serve() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
@@ -55,7 +58,7 @@ func (p *proxy) serve() {
 	}
 }
 
-func (p *proxy) handle(client net.Conn) {
+func (p *Proxy) handle(client net.Conn) {
 	// A connection made during a blackhole is accepted (by the kernel,
 	// as a SYN that gets no answer would leave the client waiting) and
 	// goes nowhere until it ends.
@@ -95,7 +98,7 @@ func (p *proxy) handle(client net.Conn) {
 				if !p.pass(born) {
 					break
 				}
-				if d := time.Duration(p.delay.Load()); d > 0 {
+				if d := time.Duration(p.Delay.Load()); d > 0 {
 					time.Sleep(d) // the fault being injected, not synchronization
 				}
 				if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -116,7 +119,7 @@ func (p *proxy) handle(client net.Conn) {
 	<-done
 }
 
-func (p *proxy) track(cs ...net.Conn) {
+func (p *Proxy) track(cs ...net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range cs {
@@ -124,7 +127,7 @@ func (p *proxy) track(cs ...net.Conn) {
 	}
 }
 
-func (p *proxy) untrack(cs ...net.Conn) {
+func (p *Proxy) untrack(cs ...net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range cs {
@@ -135,7 +138,7 @@ func (p *proxy) untrack(cs ...net.Conn) {
 // pass waits while a blackhole lasts, and reports whether the traffic of
 // a connection accepted at gen born may pass: false once cut ended a
 // forgotten one.
-func (p *proxy) pass(born int) bool {
+func (p *Proxy) pass(born int) bool {
 	for {
 		p.mu.Lock()
 		held, dead, cutting := p.held, born < p.forgotten, p.cutting
@@ -155,9 +158,9 @@ func (p *proxy) pass(born int) bool {
 	}
 }
 
-// blackhole stops forwarding in both directions, on the open connections
+// Blackhole stops forwarding in both directions, on the open connections
 // and on new ones, without closing any, until restore.
-func (p *proxy) blackhole() {
+func (p *Proxy) Blackhole() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.held == nil {
@@ -166,12 +169,12 @@ func (p *proxy) blackhole() {
 	}
 }
 
-// restore ends a blackhole. With forget, the connections opened before it
+// Restore ends a blackhole. With forget, the connections opened before it
 // stay silent for good, never closed (as when a NAT table forgot them:
 // only keepalives, timeouts or checks of their own tell their ends);
 // without, what was held back is forwarded, as TCP retransmits it when a
 // path comes back. Connections made during the blackhole go through.
-func (p *proxy) restore(forget bool) {
+func (p *Proxy) Restore(forget bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.held != nil {
@@ -183,13 +186,13 @@ func (p *proxy) restore(forget bool) {
 	}
 }
 
-// vanish drops the proxy's end of the forgotten connections to the target
+// Vanish drops the proxy's end of the forgotten connections to the target
 // without a word (no FIN, no RST: the socket is put in TCP repair mode
 // before it is closed), as when the path's NAT state is lost: the target
 // hears nothing more from them, and its packets to them are answered with
 // a reset, as by a host that has no such connection. It needs
 // CAP_NET_ADMIN; without, it returns the error.
-func (p *proxy) vanish() error {
+func (p *Proxy) Vanish() error {
 	p.mu.Lock()
 	var gone []net.Conn
 	for c, born := range p.servers {
@@ -217,15 +220,15 @@ func (p *proxy) vanish() error {
 	return nil
 }
 
-// retarget sends the connections made from now on to target.
-func (p *proxy) retarget(target string) {
+// Retarget sends the connections made from now on to target.
+func (p *Proxy) Retarget(target string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.target = target
 }
 
-// cut closes every open connection.
-func (p *proxy) cut() {
+// Cut closes every open connection.
+func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.conns {
@@ -235,8 +238,9 @@ func (p *proxy) cut() {
 	p.cutting = make(chan struct{})
 }
 
-func (p *proxy) close() {
+// Close stops accepting connections and cuts the open ones.
+func (p *Proxy) Close() {
 	p.ln.Close()
-	p.restore(false)
-	p.cut()
+	p.Restore(false)
+	p.Cut()
 }

@@ -1,9 +1,10 @@
-package chaos
+package database
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/stinthq/stint/internal/chaos"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,7 +24,7 @@ import (
 // database with the workload's tasks takes about 30 MB in the short mode,
 // and the long mode's 20,000 tasks need more room once the disk is freed.
 func smallDisk() int {
-	if *long {
+	if *chaos.Long {
 		return 512 << 20
 	}
 	return 64 << 20
@@ -114,37 +115,37 @@ func TestFullDisk(t *testing.T) {
 	// connects to it.
 	dsn := pgtest.New(t)
 	_, err = admin.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %s SET TABLESPACE %s`,
-		pgx.Identifier{filepath.Base(mustURL(t, dsn).Path)}.Sanitize(), space))
+		pgx.Identifier{filepath.Base(chaos.MustURL(t, dsn).Path)}.Sanitize(), space))
 	require.NoError(t, err)
 
-	c := newClusterAt(t, dsn)
-	c.startAll()
+	c := chaos.NewClusterAt(t, dsn)
+	c.StartAll()
 	filler := filepath.Join(dir, "filler")
 	var refused error
-	c.incident("full disk", incidentFor(5*time.Second), func() {
+	c.Incident("full disk", chaos.IncidentFor(5*time.Second), func() {
 		// Tasks that fall due while the disk is full: every node's claims
 		// write (the claimed tasks, their leases, the change feed).
 		var reqs []api.SubmitRequest
 		for n := range 1000 {
-			reqs = append(reqs, api.SubmitRequest{Behavior: workKind.ID, Params: fmt.Appendf(nil, `{"n":%d}`, 3_000_000+n), Delay: 1500 * time.Millisecond})
+			reqs = append(reqs, api.SubmitRequest{Behavior: chaos.WorkKind.ID, Params: fmt.Appendf(nil, `{"n":%d}`, 3_000_000+n), Delay: 1500 * time.Millisecond})
 		}
-		subs, err := c.client.SubmitMany(c.ctx, reqs)
+		subs, err := c.Client.SubmitMany(c.Ctx, reqs)
 		require.NoError(t, err)
 		for _, s := range subs {
-			c.extra = append(c.extra, s.ID)
+			c.Extra = append(c.Extra, s.ID)
 		}
 		fill(t, filler)
 		require.Eventually(t, func() bool {
 			var sub api.Submission
-			sub, refused = c.client.Submit(c.ctx, api.SubmitRequest{Behavior: workKind.ID, Params: fmt.Appendf(nil, `{"n":%d}`, 2_000_000+len(c.extra))})
-			if refused == nil && !slices.Contains(c.extra, sub.ID) {
-				c.extra = append(c.extra, sub.ID) // stored in a page with room left
+			sub, refused = c.Client.Submit(c.Ctx, api.SubmitRequest{Behavior: chaos.WorkKind.ID, Params: fmt.Appendf(nil, `{"n":%d}`, 2_000_000+len(c.Extra))})
+			if refused == nil && !slices.Contains(c.Extra, sub.ID) {
+				c.Extra = append(c.Extra, sub.ID) // stored in a page with room left
 			}
 			return refused != nil
 		}, time.Minute, 20*time.Millisecond, "a submit should be refused")
 	}, func() { require.NoError(t, os.Remove(filler)) }, impl.CauseDiskFull)
 	var used int64
-	require.NoError(t, admin.QueryRow(c.ctx, `SELECT pg_tablespace_size($1)`, space).Scan(&used))
+	require.NoError(t, admin.QueryRow(c.Ctx, `SELECT pg_tablespace_size($1)`, space).Scan(&used))
 	t.Logf("the database took %d MB of the %d MB file system", used>>20, smallDisk()>>20)
 	require.ErrorIs(t, refused, api.ErrUnavailable)
 	require.ErrorContains(t, refused, "disk_full")

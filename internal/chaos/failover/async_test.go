@@ -1,7 +1,8 @@
-package chaos
+package failover
 
 import (
 	"context"
+	"github.com/stinthq/stint/internal/chaos"
 	"testing"
 	"time"
 
@@ -35,17 +36,17 @@ func execOn(t *testing.T, dsn string, stmts ...string) {
 func TestAsyncFailoverLosesOnlyWhatFollowedTheReplay(t *testing.T) {
 	t.Parallel() // on clusters of its own: beside the other failover tests, once the shared cluster's are done
 	primary, standby, dsn := replicated(t, false)
-	c := newClusterAt(t, dsn)
-	c.startAll()
-	l := newLedger()
+	c := chaos.NewClusterAt(t, dsn)
+	c.StartAll()
+	l := chaos.NewLedger()
 	stop := make(chan struct{})
 	waited := make(chan func(), 1)
-	go func() { waited <- c.load(l, 0, stop) }()
+	go func() { waited <- c.Load(l, 0, stop) }()
 
 	// The workload runs, replicated; then the standby stops receiving.
-	time.Sleep(incidentFor(2 * time.Second)) // the load's duration before the fault
+	time.Sleep(chaos.IncidentFor(2 * time.Second)) // the load's duration before the fault
 	execOn(t, standby.DSN("postgres"), `ALTER SYSTEM SET primary_conninfo = ''`, `SELECT pg_reload_conf()`)
-	ctx := c.ctx
+	ctx := c.Ctx
 	sconn, err := pgx.Connect(ctx, standby.DSN("postgres"))
 	require.NoError(t, err)
 	defer sconn.Close(context.Background())
@@ -53,9 +54,9 @@ func TestAsyncFailoverLosesOnlyWhatFollowedTheReplay(t *testing.T) {
 		var n int
 		return sconn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_wal_receiver`).Scan(&n) == nil && n == 0
 	}, time.Minute, 50*time.Millisecond, "the standby's WAL receiver should stop")
-	before := len(l.acked())
+	before := len(l.Acked())
 	// The primary acknowledges what the standby never gets.
-	require.Eventually(t, func() bool { return len(l.acked()) >= before+100 }, time.Minute, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return len(l.Acked()) >= before+100 }, time.Minute, 20*time.Millisecond,
 		"the primary should go on acknowledging submits")
 
 	// The standby has replayed all it received: the position below is
@@ -71,7 +72,7 @@ func TestAsyncFailoverLosesOnlyWhatFollowedTheReplay(t *testing.T) {
 			pg_last_wal_replay_lsn()::text`).Scan(&done, &replayed)
 		return err == nil && done
 	}, time.Minute, 20*time.Millisecond, "the standby should replay what it received")
-	replay, err := parseLSN(replayed)
+	replay, err := chaos.ParseLSN(replayed)
 	require.NoError(t, err)
 	killed := time.Now()
 	require.NoError(t, primary.Kill())
@@ -79,29 +80,29 @@ func TestAsyncFailoverLosesOnlyWhatFollowedTheReplay(t *testing.T) {
 	require.NoError(t, standby.Promote(ctx))
 	promoted := time.Now()
 	// Submits go on against the promoted database.
-	require.Eventually(t, func() bool { return len(l.acked()) >= before+300 }, 2*time.Minute, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return len(l.Acked()) >= before+300 }, 2*time.Minute, 50*time.Millisecond,
 		"submits should be acknowledged again after the promotion")
 	close(stop)
 	wait := <-waited
 
-	stored := c.stored()
+	stored := c.Stored()
 	var lost []api.TaskID
-	for _, id := range l.acked() {
+	for _, id := range l.Acked() {
 		if !stored[id] {
 			lost = append(lost, id)
-			require.Greater(t, l.lsn[id], replay,
+			require.Greater(t, l.LSN[id], replay,
 				"task %s was acknowledged before the standby's replayed position %s, and is lost", id, replayed)
 		}
 	}
 	require.NotEmpty(t, lost, "the submits acknowledged after the standby stopped receiving should be lost")
-	r := c.check(keys(stored))
+	r := c.Check(chaos.Keys(stored))
 	wait()
-	told := c.toldThenLost(l)
+	told := c.ToldThenLost(l)
 	t.Logf("measured: asynchronous failover: acknowledged=%d lost=%d (all after the replayed position %s) stored=%d %s; "+
 		"awaited=%d of which told a result then lost=%d; first run %s after the promotion (%s after the kill)",
-		len(l.acked()), len(lost), replayed, len(stored), r, len(l.awaited), len(told),
-		c.firstRunAfter(promoted).Round(time.Millisecond), promoted.Sub(killed).Round(time.Millisecond))
-	require.Zero(t, r.lost, "stored tasks that did not finish")
-	require.Zero(t, r.duplicated, "duplicated effects")
-	require.Zero(t, r.unexpected, "unexpected results")
+		len(l.Acked()), len(lost), replayed, len(stored), r, len(l.Awaited), len(told),
+		c.FirstRunAfter(promoted).Round(time.Millisecond), promoted.Sub(killed).Round(time.Millisecond))
+	require.Zero(t, r.Lost, "stored tasks that did not finish")
+	require.Zero(t, r.Duplicated, "duplicated effects")
+	require.Zero(t, r.Unexpected, "unexpected results")
 }

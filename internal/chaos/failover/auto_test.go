@@ -1,19 +1,18 @@
-package chaos
+package failover
 
 import (
 	"context"
 	"errors"
+	"github.com/stinthq/stint/internal/chaos"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/internal/pgcluster"
 	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/internal/provision"
-	"github.com/stinthq/stint/store/postgres"
 )
 
 // Failover by pg_auto_failover, the tool operators run: a monitor and two
@@ -62,14 +61,7 @@ func formation(t *testing.T) *pgcluster.Formation {
 		}
 	})
 	require.NoError(t, err)
-	conn, err := pgx.Connect(ctx, f.Nodes[0].DSN("postgres"))
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, `CREATE DATABASE stint`)
-	require.NoError(t, err)
-	st, err := postgres.Open(ctx, f.URI("stint"), postgres.Migrate())
-	require.NoError(t, err)
-	st.Close()
+	chaos.CreateDatabase(t, ctx, f.Nodes[0].DSN("postgres"), f.URI("stint"))
 	return f
 }
 
@@ -120,10 +112,10 @@ func promotedOtherThan(t *testing.T, ctx context.Context, f *pgcluster.Formation
 
 // firstFinishAfter returns how long after at (this machine's clock, which
 // is the database's in these tests) the first result was written.
-func (c *cluster) firstFinishAfter(at time.Time) time.Duration {
+func firstFinishAfter(c *chaos.Cluster, at time.Time) time.Duration {
 	var first time.Time
-	require.Eventually(c.t, func() bool {
-		err := c.pool.QueryRow(c.ctx, `SELECT min(at) FROM chaos_result WHERE at > $1`, at).Scan(&first)
+	require.Eventually(c.T, func() bool {
+		err := c.Pool.QueryRow(c.Ctx, `SELECT min(at) FROM chaos_result WHERE at > $1`, at).Scan(&first)
 		return err == nil && !first.IsZero()
 	}, 3*time.Minute, 50*time.Millisecond, "no result written after %s", at)
 	return first.Sub(at)
@@ -131,9 +123,9 @@ func (c *cluster) firstFinishAfter(at time.Time) time.Duration {
 
 // nodesFinishingAfter returns how many of the stint nodes ended a run
 // after at.
-func (c *cluster) nodesFinishingAfter(at time.Time) int {
+func nodesFinishingAfter(c *chaos.Cluster, at time.Time) int {
 	var n int
-	require.NoError(c.t, c.pool.QueryRow(c.ctx, `SELECT count(DISTINCT node) FROM chaos_run WHERE ended > $1`, at).Scan(&n))
+	require.NoError(c.T, c.Pool.QueryRow(c.Ctx, `SELECT count(DISTINCT node) FROM chaos_run WHERE ended > $1`, at).Scan(&n))
 	return n
 }
 
@@ -151,19 +143,19 @@ func TestPgAutoFailover(t *testing.T) {
 	began := time.Now()
 	f := formation(t)
 	t.Logf("the formation started in %s", time.Since(began).Round(time.Millisecond))
-	c := newClusterAt(t, f.URI("stint"))
-	for _, n := range c.nodes {
+	c := chaos.NewClusterAt(t, f.URI("stint"))
+	for _, n := range c.Nodes {
 		// The issue's lease: at the suite's 1 s, a machine loaded past
 		// its cores lost most leases to slow statements, and the
 		// backlog then took longer than the test to burn down.
-		n.lease = 3 * time.Second
+		n.Lease = 3 * time.Second
 	}
-	c.startAll()
-	ctx := c.ctx
-	l := newLedger()
+	c.StartAll()
+	ctx := c.Ctx
+	l := chaos.NewLedger()
 	stop := make(chan struct{})
 	waited := make(chan func(), 1)
-	go func() { waited <- c.load(l, 0, stop) }()
+	go func() { waited <- c.Load(l, 0, stop) }()
 	defer func() {
 		select {
 		case <-stop:
@@ -172,8 +164,8 @@ func TestPgAutoFailover(t *testing.T) {
 		}
 	}()
 	acks := func(more int) {
-		before := len(l.acked())
-		require.Eventually(t, func() bool { return len(l.acked()) >= before+more }, 3*time.Minute, 50*time.Millisecond,
+		before := len(l.Acked())
+		require.Eventually(t, func() bool { return len(l.Acked()) >= before+more }, 3*time.Minute, 50*time.Millisecond,
 			"submits should be acknowledged")
 	}
 	acks(200)
@@ -188,7 +180,7 @@ func TestPgAutoFailover(t *testing.T) {
 		require.NotEqual(t, old.Name, p.Name, "the switchover should move the primary")
 		t.Logf("measured: switchover %s -> %s: the monitor took it in %s, the old primary was a secondary %s after; first finish %s after it began",
 			old.Name, p.Name, done.Sub(at).Round(time.Millisecond), time.Since(done).Round(time.Millisecond),
-			c.firstFinishAfter(at).Round(time.Millisecond))
+			firstFinishAfter(c, at).Round(time.Millisecond))
 		acks(100)
 	}
 	// The primary's node killed whole: the monitor promotes the other
@@ -203,15 +195,15 @@ func TestPgAutoFailover(t *testing.T) {
 		// server's last commits may have reached the standby with times
 		// after the kill (its processes die as the kernel gets to them).
 		t.Logf("measured: %s (%s killed whole): %s seen promoted %s after the kill; first finish %s after the kill",
-			what, old.Name, p.Name, promoted.Sub(at).Round(time.Millisecond), (promoted.Sub(at) + c.firstFinishAfter(promoted)).Round(time.Millisecond))
+			what, old.Name, p.Name, promoted.Sub(at).Round(time.Millisecond), (promoted.Sub(at) + firstFinishAfter(c, promoted)).Round(time.Millisecond))
 		acks(100)
 		return old
 	}
-	if *long {
+	if *chaos.Long {
 		switchover()
 	}
 	killed := failover("failover")
-	if *long {
+	if *chaos.Long {
 		// Back as a secondary, then the new primary's node killed: two
 		// failovers in a row.
 		require.NoError(t, killed.Start(ctx))
@@ -223,7 +215,7 @@ func TestPgAutoFailover(t *testing.T) {
 		require.NoError(t, old.KillServer())
 		time.Sleep(30 * time.Second) // the keeper's restart, and the monitor's failover if it comes
 		t.Logf("measured: the primary's server killed alone (%s): first finish %s after the kill", old.Name,
-			c.firstFinishAfter(at).Round(time.Millisecond))
+			firstFinishAfter(c, at).Round(time.Millisecond))
 		settled(t, ctx, f, 3*time.Minute)
 	}
 	// Every node resumes: the load goes on until each has finished a run
@@ -231,36 +223,36 @@ func TestPgAutoFailover(t *testing.T) {
 	// first hundred tasks taken by the others), or 3 minutes pass.
 	last := time.Now()
 	acks(100)
-	for deadline := time.Now().Add(3 * time.Minute); c.nodesFinishingAfter(last) < len(c.nodes) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(3 * time.Minute); nodesFinishingAfter(c, last) < len(c.Nodes) && time.Now().Before(deadline); {
 		acks(20)
 	}
 	close(stop)
 	wait := <-waited
 
-	stored := c.stored()
+	stored := c.Stored()
 	var lost []api.TaskID
-	for _, id := range l.acked() {
+	for _, id := range l.Acked() {
 		if !stored[id] {
 			lost = append(lost, id)
 		}
 	}
 	checked := time.Now()
-	r := c.check(keys(stored))
+	r := c.Check(chaos.Keys(stored))
 	wait()
 	t.Logf("the check took %s", time.Since(checked).Round(time.Millisecond))
-	told := c.toldThenLost(l)
-	resumed := c.nodesFinishingAfter(last)
+	told := c.ToldThenLost(l)
+	resumed := nodesFinishingAfter(c, last)
 	t.Logf("measured: pg_auto_failover: acknowledged=%d lost=%d stored=%d %s; awaited=%d told a result then lost=%d; nodes finishing after the last failover=%d",
-		len(l.acked()), len(lost), len(stored), r, len(l.awaited), len(told), resumed)
+		len(l.Acked()), len(lost), len(stored), r, len(l.Awaited), len(told), resumed)
 	require.Empty(t, lost, "acknowledged tasks lost")
-	require.Zero(t, r.lost, "stored tasks that did not finish")
-	require.Zero(t, r.duplicated, "duplicated effects")
-	require.Zero(t, r.unexpected, "unexpected results")
-	if !*long {
+	require.Zero(t, r.Lost, "stored tasks that did not finish")
+	require.Zero(t, r.Duplicated, "duplicated effects")
+	require.Zero(t, r.Unexpected, "unexpected results")
+	if !*chaos.Long {
 		// The server killed alone may show an awaiter a finish that the
 		// failover then drops (see the database page): only the nodes
 		// killed whole are held to it.
 		require.Empty(t, told, "awaiters told of results then lost")
 	}
-	require.Equal(t, len(c.nodes), resumed, "every node should finish runs after the last failover")
+	require.Equal(t, len(c.Nodes), resumed, "every node should finish runs after the last failover")
 }

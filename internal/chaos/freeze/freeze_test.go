@@ -1,12 +1,10 @@
-package chaos
+package freeze
 
 import (
 	"context"
-	"fmt"
+	"github.com/stinthq/stint/internal/chaos"
 	"net/url"
 	"os"
-	"os/signal"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -31,9 +29,6 @@ import (
 
 // Environment of the processes that freeze.
 const (
-	// envFreezeAt names the fault point at which a node process stops
-	// itself, once, the first time it reaches it after a SIGUSR1.
-	envFreezeAt = "STINT_CHAOS_FREEZE_AT"
 	// envMigrate is the URL of a database that the process migrates,
 	// stopping itself inside the first migration.
 	envMigrate = "STINT_CHAOS_MIGRATE_DSN"
@@ -41,10 +36,6 @@ const (
 	// flowRate, stopping itself while it holds the limit's row.
 	envSetRate = "STINT_CHAOS_SET_RATE_DSN"
 )
-
-// frozenLine is what a process prints on stdout right before it stops
-// itself.
-const frozenLine = "frozen"
 
 // freezeBound is how long, in these tests, the other nodes may go without
 // a start while one process is frozen: the bound the README states (the
@@ -54,57 +45,10 @@ const frozenLine = "frozen"
 // stands between the others and a wait as long as the freeze.
 const freezeBound = 15 * time.Second
 
-// freezeOnSignal makes the process stop itself at point the first time it
-// reaches it after a SIGUSR1.
-func freezeOnSignal(point string) {
-	var armed atomic.Bool
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGUSR1)
-	go func() {
-		for range sig {
-			armed.Store(true)
-		}
-	}()
-	faultpoint.Set(func(p string) {
-		if p == point && armed.CompareAndSwap(true, false) {
-			freezeSelf()
-		}
-	})
-}
-
-// freezeAtOnce makes the process stop itself at point the first time it
-// reaches it.
-func freezeAtOnce(point string) {
-	var done atomic.Bool
-	faultpoint.Set(func(p string) {
-		if p == point && done.CompareAndSwap(false, true) {
-			freezeSelf()
-		}
-	})
-}
-
-// freezeSelf prints frozenLine and stops the process until a SIGCONT.
-func freezeSelf() {
-	fmt.Println(frozenLine)
-	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-}
-
-// runFreezing is a process that runs work, stopping itself the first
-// time it reaches point; it prints childtest.Ready before. Once let go,
-// its transaction was ended by the server, and work fails.
-func runFreezing(point string, work func(ctx context.Context) error) {
-	freezeAtOnce(point)
-	fmt.Println(childtest.Ready)
-	if err := work(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(0)
-}
-
 // runMigrator is a process that migrates the database at envMigrate and
 // stops itself inside the first migration.
 func runMigrator() {
-	runFreezing(faultpoint.Migrate, func(ctx context.Context) error {
+	chaos.RunFreezing(faultpoint.Migrate, func(ctx context.Context) error {
 		conn, err := pgx.Connect(ctx, os.Getenv(envMigrate))
 		if err != nil {
 			return err
@@ -116,12 +60,12 @@ func runMigrator() {
 // runRateSetter is a process that sets flowRate on the database at
 // envSetRate and stops itself while it holds the limit's row.
 func runRateSetter() {
-	runFreezing(faultpoint.RateLimitSet, func(ctx context.Context) error {
+	chaos.RunFreezing(faultpoint.RateLimitSet, func(ctx context.Context) error {
 		st, err := postgres.Open(ctx, os.Getenv(envSetRate))
 		if err != nil {
 			return err
 		}
-		return st.SetRateLimit(ctx, flowRate)
+		return st.SetRateLimit(ctx, chaos.FlowRate)
 	})
 }
 
@@ -139,50 +83,43 @@ func withoutIdleTimeout(t *testing.T, dsn string) string {
 // frozenCluster is a cluster of two nodes whose sessions have no
 // idle_in_transaction_session_timeout, node-0 set to stop at point once
 // armed (see freeze).
-func frozenCluster(t *testing.T, point string) *cluster {
-	c := newCluster(t)
-	c.nodes = c.nodes[:2]
-	for _, n := range c.nodes {
-		n.dsn = withoutIdleTimeout(t, n.dsn)
+func frozenCluster(t *testing.T, point string) *chaos.Cluster {
+	c := chaos.NewCluster(t)
+	c.Nodes = c.Nodes[:2]
+	for _, n := range c.Nodes {
+		n.DSN = withoutIdleTimeout(t, n.DSN)
 	}
-	c.nodes[0].freezeAt = point
+	c.Nodes[0].FreezeAt = point
 	return c
 }
 
 // freeze arms n to stop at its fault point, waits until it stopped there,
 // and returns the database's clock then. n is let go when the test ends,
 // if not before (see thaw).
-func (c *cluster) freeze(n *node) time.Time {
-	require.NoError(c.t, n.cmd.Process.Signal(syscall.SIGUSR1))
-	n.child.Expect(c.t, frozenLine)
-	c.t.Cleanup(func() { thaw(n.child) })
-	return c.clock()
+func freeze(c *chaos.Cluster, n *chaos.Node) time.Time {
+	require.NoError(c.T, n.Cmd.Process.Signal(syscall.SIGUSR1))
+	n.Child.Expect(c.T, chaos.FrozenLine)
+	c.T.Cleanup(func() { thaw(n.Child) })
+	return c.Clock()
 }
 
 // thaw lets a frozen process go.
 func thaw(ch *childtest.Child) { _ = ch.Cmd.Process.Signal(syscall.SIGCONT) }
 
-// clock reads the database's clock.
-func (c *cluster) clock() time.Time {
-	var at time.Time
-	require.NoError(c.t, c.pool.QueryRow(c.ctx, `SELECT clock_timestamp()`).Scan(&at))
-	return at
-}
-
 // stall waits up to a minute for the query q, the earliest start after
 // $1 that the frozen process did not make (NULL while there is none), to
 // find one after from, and returns how long after from it came.
-func (c *cluster) stall(from time.Time, q string) time.Duration {
+func stall(c *chaos.Cluster, from time.Time, q string) time.Duration {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var first *time.Time
-		require.NoError(c.t, c.pool.QueryRow(c.ctx, q, from).Scan(&first))
+		require.NoError(c.T, c.Pool.QueryRow(c.Ctx, q, from).Scan(&first))
 		if first != nil {
 			d := first.Sub(from)
-			c.t.Logf("%s: the first start after the freeze came %s after it", c.t.Name(), d.Round(time.Millisecond))
+			c.T.Logf("%s: the first start after the freeze came %s after it", c.T.Name(), d.Round(time.Millisecond))
 			return d
 		}
-		require.True(c.t, time.Now().Before(deadline), "nothing started within a minute of the freeze")
+		require.True(c.T, time.Now().Before(deadline), "nothing started within a minute of the freeze")
 		time.Sleep(50 * time.Millisecond) // polling the database for the first start, bounded by the deadline
 	}
 }
@@ -192,78 +129,78 @@ func TestAFrozenNodeStallsNoOther(t *testing.T) {
 		// node-0 stops inside a claim of chaos.limited (capped across the
 		// cluster) while it holds the behavior's turn.
 		c := frozenCluster(t, faultpoint.FlowClaim)
-		c.flowLog()
-		c.startAll()
-		ids := c.submitFlow(limitedKind, 600)
-		from := c.freeze(c.nodes[0])
-		d := c.stall(from, `SELECT min(executed_at) FROM chaos_flow_run WHERE node <> 'node-0' AND executed_at > $1`)
+		c.FlowLog()
+		c.StartAll()
+		ids := c.SubmitFlow(chaos.LimitedKind, 600)
+		from := freeze(c, c.Nodes[0])
+		d := stall(c, from, `SELECT min(executed_at) FROM chaos_flow_run WHERE node <> 'node-0' AND executed_at > $1`)
 		require.Less(t, d, freezeBound, "the other node's claims waited on the frozen one")
-		thaw(c.nodes[0].child)
-		c.awaitSuccess(ids)
+		thaw(c.Nodes[0].Child)
+		c.AwaitSuccess(ids)
 	})
 	t.Run("plain claim", func(t *testing.T) {
 		// node-0 stops right after sending a claim of chaos.work: the
 		// claim is one round trip, so the server runs it to its commit
 		// and the frozen node holds nothing.
 		c := frozenCluster(t, faultpoint.PlainClaim)
-		c.startAll()
-		ids := c.submit(600)
-		from := c.freeze(c.nodes[0])
-		d := c.stall(from, `SELECT min(started) FROM chaos_run WHERE node <> 'node-0' AND started > $1`)
+		c.StartAll()
+		ids := c.Submit(600)
+		from := freeze(c, c.Nodes[0])
+		d := stall(c, from, `SELECT min(started) FROM chaos_run WHERE node <> 'node-0' AND started > $1`)
 		require.Less(t, d, freezeBound, "the other node's claims waited on the frozen one")
-		thaw(c.nodes[0].child)
-		r := c.check(ids)
-		require.Zero(t, r.lost, "lost tasks")
-		require.Zero(t, r.duplicated, "duplicated tasks")
+		thaw(c.Nodes[0].Child)
+		r := c.Check(ids)
+		require.Zero(t, r.Lost, "lost tasks")
+		require.Zero(t, r.Duplicated, "duplicated tasks")
 	})
 	t.Run("schedule's row", func(t *testing.T) {
 		// node-0 stops inside the firing of a tick, holding the
 		// schedule's row: the other node fires the next ticks.
 		c := frozenCluster(t, faultpoint.ScheduleFire)
-		require.NoError(t, c.client.AddSchedule(c.ctx, api.Schedule{Name: "every-second", Behavior: workKind.ID,
+		require.NoError(t, c.Client.AddSchedule(c.Ctx, api.Schedule{Name: "every-second", Behavior: chaos.WorkKind.ID,
 			Spec: "@every 1s", Params: []byte(`{"n":1,"sleep_ms":0}`)}))
-		c.startAll()
-		from := c.freeze(c.nodes[0])
-		d := c.stall(from, `SELECT min(created_at) FROM stint_task WHERE behavior = 'chaos.work' AND created_at > $1`)
+		c.StartAll()
+		from := freeze(c, c.Nodes[0])
+		d := stall(c, from, `SELECT min(created_at) FROM stint_task WHERE behavior = 'chaos.work' AND created_at > $1`)
 		// The next tick is due up to a second after the freeze.
 		require.Less(t, d, freezeBound+time.Second, "the other node's ticks waited on the frozen one")
 	})
 	t.Run("rate limit's row", func(t *testing.T) {
 		// A process stops while it sets chaos.limited's rate limit,
 		// holding the limit's row, which the claims share-lock.
-		c := newCluster(t)
-		c.nodes = c.nodes[:2]
-		c.flowLog()
-		c.startAll()
-		ids := c.submitFlow(limitedKind, 600)
-		setter := childtest.Start(t, envSetRate+"="+withoutIdleTimeout(t, c.dsn))
-		setter.Expect(t, frozenLine)
-		from := c.clock()
-		d := c.stall(from, `SELECT min(executed_at) FROM chaos_flow_run WHERE executed_at > $1`)
+		c := chaos.NewCluster(t)
+		c.Nodes = c.Nodes[:2]
+		c.FlowLog()
+		c.StartAll()
+		ids := c.SubmitFlow(chaos.LimitedKind, 600)
+		setter := childtest.Start(t, envSetRate+"="+withoutIdleTimeout(t, c.DSN))
+		setter.Expect(t, chaos.FrozenLine)
+		from := c.Clock()
+		d := stall(c, from, `SELECT min(executed_at) FROM chaos_flow_run WHERE executed_at > $1`)
 		require.Less(t, d, freezeBound, "the nodes' claims waited on the frozen process")
 		thaw(setter)
-		c.awaitSuccess(ids)
+		c.AwaitSuccess(ids)
 	})
 	t.Run("migration", func(t *testing.T) {
 		// A migrator stops inside the first migration of an empty
 		// database, holding the migration lock and the locks of the
 		// migration's statements: another migrates it.
-		c := newCluster(t)
-		_, err := c.pool.Exec(c.ctx, `CREATE DATABASE chaos_migrate`)
+		c := chaos.NewCluster(t)
+		_, err := c.Pool.Exec(c.Ctx, `CREATE DATABASE chaos_migrate`)
 		require.NoError(t, err)
 		t.Cleanup(func() {
-			_, _ = c.pool.Exec(context.Background(), `DROP DATABASE chaos_migrate WITH (FORCE)`)
+			_, _ = c.Pool.Exec(context.Background(), `DROP DATABASE chaos_migrate WITH (FORCE)`)
 		})
-		u, err := url.Parse(withoutIdleTimeout(t, c.dsn))
+		u, err := url.Parse(withoutIdleTimeout(t, c.DSN))
 		require.NoError(t, err)
 		u.Path = "/chaos_migrate"
 		migrator := childtest.Start(t, envMigrate+"="+u.String())
-		migrator.Expect(t, frozenLine)
+		migrator.Expect(t, chaos.FrozenLine)
 		start := time.Now()
-		conn, err := pgx.Connect(c.ctx, u.String())
+		conn, err := pgx.Connect(c.Ctx, u.String())
 		require.NoError(t, err)
 		defer conn.Close(context.Background())
-		ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
+		ctx, cancel := context.WithTimeout(c.Ctx, time.Minute)
 		defer cancel()
 		require.NoError(t, migrations.Up(ctx, conn))
 		d := time.Since(start)

@@ -1,8 +1,9 @@
-package chaos
+package network
 
 import (
 	"flag"
 	"fmt"
+	"github.com/stinthq/stint/internal/chaos"
 	"sync"
 	"syscall"
 	"testing"
@@ -38,24 +39,24 @@ func TestEveryNodeResumesAfterASilentLoss(t *testing.T) {
 }
 
 func silentLossOnce(t *testing.T) {
-	c := newCluster(t)
-	c.nodes = c.nodes[:2]
-	p := c.behindProxy()
-	for _, n := range c.nodes {
-		n.lease = spi.DefaultLease // the lease the bound is stated for
+	c := chaos.NewCluster(t)
+	c.Nodes = c.Nodes[:2]
+	p := c.BehindProxy()
+	for _, n := range c.Nodes {
+		n.Lease = spi.DefaultLease // the lease the bound is stated for
 	}
-	c.startAll()
+	c.StartAll()
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
 		// What each node was doing: the goroutine dump goes to the
 		// test's stderr.
-		for _, n := range c.nodes {
-			if n.cmd != nil {
-				_ = n.cmd.Process.Signal(syscall.SIGQUIT)
-				_ = n.cmd.Wait()
-				n.cmd = nil
+		for _, n := range c.Nodes {
+			if n.Cmd != nil {
+				_ = n.Cmd.Process.Signal(syscall.SIGQUIT)
+				_ = n.Cmd.Wait()
+				n.Cmd = nil
 			}
 		}
 	})
@@ -67,42 +68,42 @@ func silentLossOnce(t *testing.T) {
 	var ids []api.TaskID
 	wg.Go(func() {
 		next := 0
-		every(stop, 0, 100*time.Millisecond, func() {
-			ids = append(ids, c.submitFrom(next, 10)...)
+		chaos.Every(stop, 0, 100*time.Millisecond, func() {
+			ids = append(ids, c.SubmitFrom(next, 10)...)
 			next += 10
 		})
 	})
 	waitRuns := func(node string, after time.Time, bound time.Duration) time.Duration {
 		var first time.Time
 		require.Eventually(t, func() bool {
-			err := c.pool.QueryRow(c.ctx, `SELECT min(ended) FROM chaos_run WHERE node = $1 AND started > $2 AND ended IS NOT NULL`,
+			err := c.Pool.QueryRow(c.Ctx, `SELECT min(ended) FROM chaos_run WHERE node = $1 AND started > $2 AND ended IS NOT NULL`,
 				node, after).Scan(&first)
 			return err == nil && !first.IsZero()
 		}, bound, 50*time.Millisecond, "%s finished no run within %s of %s", node, bound, after.Format("15:04:05.000"))
 		return first.Sub(after)
 	}
-	for _, n := range c.nodes {
-		waitRuns(n.name, time.Now().Add(-time.Minute), time.Minute)
+	for _, n := range c.Nodes {
+		waitRuns(n.Name, time.Now().Add(-time.Minute), time.Minute)
 	}
 
 	began := time.Now()
-	p.blackhole()
-	time.Sleep(incidentFor(20 * time.Second)) // the fault's duration
-	p.restore(true)                           // the connections of before stay dead, never closed
+	p.Blackhole()
+	time.Sleep(chaos.IncidentFor(20 * time.Second)) // the fault's duration
+	p.Restore(true)                                 // the connections of before stay dead, never closed
 	ended := time.Now()
 
 	// The bound is a correctness bound; a slow machine stretches every
 	// statement, so it gets room for a few slow round trips.
-	for _, n := range c.nodes {
-		d := waitRuns(n.name, ended, resumeBound+5*time.Second)
-		t.Logf("%s finished its first run %s after the path returned", n.name, d.Round(time.Millisecond))
+	for _, n := range c.Nodes {
+		d := waitRuns(n.Name, ended, resumeBound+5*time.Second)
+		t.Logf("%s finished its first run %s after the path returned", n.Name, d.Round(time.Millisecond))
 	}
 	close(stop)
 	wg.Wait()
-	r := c.check(ids)
+	r := c.Check(ids)
 	t.Logf("ledger: %s", r)
-	if r.lost > 0 {
-		rows, err := c.pool.Query(c.ctx, `SELECT status || coalesce(' on ' || node, ''), count(*) FROM stint_task GROUP BY 1`)
+	if r.Lost > 0 {
+		rows, err := c.Pool.Query(c.Ctx, `SELECT status || coalesce(' on ' || node, ''), count(*) FROM stint_task GROUP BY 1`)
 		require.NoError(t, err)
 		counts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
 			Status string
@@ -110,7 +111,7 @@ func silentLossOnce(t *testing.T) {
 		}])
 		require.NoError(t, err)
 		t.Logf("tasks by status: %v", counts)
-		rows, err = c.pool.Query(c.ctx, `SELECT format('%s %s %s/%s xact=%s %s', pid, state, wait_event_type, wait_event,
+		rows, err = c.Pool.Query(c.Ctx, `SELECT format('%s %s %s/%s xact=%s %s', pid, state, wait_event_type, wait_event,
 			now() - xact_start, left(regexp_replace(query, '\s+', ' ', 'g'), 100))
 			FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() ORDER BY xact_start`)
 		require.NoError(t, err)
@@ -120,13 +121,13 @@ func silentLossOnce(t *testing.T) {
 			t.Logf("session: %s", s)
 		}
 	}
-	require.Zero(t, r.lost, "lost tasks")
-	require.Zero(t, r.duplicated, "duplicated tasks")
-	require.Zero(t, r.unexpected, "unexpected results")
-	rep := c.checkIncidents(began, ended)
+	require.Zero(t, r.Lost, "lost tasks")
+	require.Zero(t, r.Duplicated, "duplicated tasks")
+	require.Zero(t, r.Unexpected, "unexpected results")
+	rep := c.CheckIncidents(began, ended)
 	t.Logf("measured: silent loss for %s:%s", ended.Sub(began).Round(time.Millisecond), rep)
-	for _, n := range c.nodes {
-		require.Less(t, rep.resume[n.name], resumeBound, "%s: its incidents ended too late or started again after the path returned", n.name)
+	for _, n := range c.Nodes {
+		require.Less(t, rep.Resume[n.Name], resumeBound, "%s: its incidents ended too late or started again after the path returned", n.Name)
 	}
 }
 
@@ -142,16 +143,16 @@ const serverDropBound = 25*time.Second + 10*time.Second
 // serverDropBound rather than after its default TCP keepalive time (two
 // hours on Linux).
 func TestServerDropsTheSessionsOfAVanishedNode(t *testing.T) {
-	c := newCluster(t)
-	p := c.behindProxy()
-	st, err := postgres.Open(c.ctx, c.nodes[0].dsn)
+	c := chaos.NewCluster(t)
+	p := c.BehindProxy()
+	st, err := postgres.Open(c.Ctx, c.Nodes[0].DSN)
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	// A few sessions, idle in the pool.
 	var pids []int64
 	var conns []*pgxpool.Conn
 	for range 5 {
-		conn, err := st.Pool().Acquire(c.ctx)
+		conn, err := st.Pool().Acquire(c.Ctx)
 		require.NoError(t, err)
 		conns = append(conns, conn)
 		pids = append(pids, int64(conn.Conn().PgConn().PID()))
@@ -161,13 +162,13 @@ func TestServerDropsTheSessionsOfAVanishedNode(t *testing.T) {
 	}
 	sessions := func() int {
 		var n int
-		require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&n))
+		require.NoError(t, c.Pool.QueryRow(c.Ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&n))
 		return n
 	}
 	require.Equal(t, len(pids), sessions())
-	p.blackhole()
-	p.restore(true)
-	if err := p.vanish(); err != nil {
+	p.Blackhole()
+	p.Restore(true)
+	if err := p.Vanish(); err != nil {
 		t.Skipf("the proxy cannot drop a connection silently (it needs CAP_NET_ADMIN): %v", err)
 	}
 	began := time.Now()

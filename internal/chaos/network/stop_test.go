@@ -1,7 +1,8 @@
-package chaos
+package network
 
 import (
 	"context"
+	"github.com/stinthq/stint/internal/chaos"
 	"io"
 	"log/slog"
 	"sync"
@@ -20,15 +21,15 @@ import (
 // lockedKind's runs wait for the advisory lock lockedKey ignoring their
 // cancellation, as a run blocked in a statement that does not heed its
 // context.
-var lockedKind = api.Kind[WorkParams, string]{ID: "chaos.locked"}
+var lockedKind = api.Kind[chaos.WorkParams, string]{ID: "chaos.locked"}
 
 const lockedKey = 7_340_034
 
 type locked struct{ pool *pgxpool.Pool }
 
-func (locked) Kind() api.Kind[WorkParams, string]          { return lockedKind }
-func (locked) TaskID(ids spi.IDs, p WorkParams) api.TaskID { return ids.Deterministic(p.N) }
-func (l locked) Run(ctx context.Context, rc spi.RunContext, p WorkParams) (string, error) {
+func (locked) Kind() api.Kind[chaos.WorkParams, string]          { return lockedKind }
+func (locked) TaskID(ids spi.IDs, p chaos.WorkParams) api.TaskID { return ids.Deterministic(p.N) }
+func (l locked) Run(ctx context.Context, rc spi.RunContext, p chaos.WorkParams) (string, error) {
 	_, err := l.pool.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_xact_lock($1)`, lockedKey)
 	return "", err
 }
@@ -41,47 +42,47 @@ func (l locked) Run(ctx context.Context, rc spi.RunContext, p WorkParams) (strin
 func TestStopAndCloseEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		fault func(p *proxy, st *postgres.Store, c *cluster)
+		fault func(p *chaos.Proxy, st *postgres.Store, c *chaos.Cluster)
 	}{
-		{"dead", func(p *proxy, _ *postgres.Store, _ *cluster) { p.blackhole() }},
-		{"half-open", func(p *proxy, _ *postgres.Store, _ *cluster) { p.blackhole(); p.restore(true) }},
-		{"locked", func(_ *proxy, _ *postgres.Store, c *cluster) {
-			tx, err := c.pool.Begin(c.ctx)
+		{"dead", func(p *chaos.Proxy, _ *postgres.Store, _ *chaos.Cluster) { p.Blackhole() }},
+		{"half-open", func(p *chaos.Proxy, _ *postgres.Store, _ *chaos.Cluster) { p.Blackhole(); p.Restore(true) }},
+		{"locked", func(_ *chaos.Proxy, _ *postgres.Store, c *chaos.Cluster) {
+			tx, err := c.Pool.Begin(c.Ctx)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-			_, err = tx.Exec(c.ctx, `SELECT pg_advisory_xact_lock($1)`, lockedKey)
+			_, err = tx.Exec(c.Ctx, `SELECT pg_advisory_xact_lock($1)`, lockedKey)
 			require.NoError(t, err)
-			_, err = c.client.Submit(c.ctx, api.SubmitRequest{Behavior: lockedKind.ID, Params: []byte(`{"n":1}`)})
+			_, err = c.Client.Submit(c.Ctx, api.SubmitRequest{Behavior: lockedKind.ID, Params: []byte(`{"n":1}`)})
 			require.NoError(t, err)
 			require.Eventually(t, func() bool {
 				var waiting bool
-				err := c.pool.QueryRow(c.ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting)
+				err := c.Pool.QueryRow(c.Ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting)
 				return err == nil && waiting
 			}, time.Minute, 20*time.Millisecond, "the run should wait for the lock")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t)
-			p := c.behindProxy()
-			st, err := postgres.Open(c.ctx, c.nodes[0].dsn)
+			c := chaos.NewCluster(t)
+			p := c.BehindProxy()
+			st, err := postgres.Open(c.Ctx, c.Nodes[0].DSN)
 			require.NoError(t, err)
 			reg := spi.NewRegistry()
-			spi.MustRegister[WorkParams, string](reg, work{pool: st.Pool(), node: "stopping", lease: spi.DefaultLease})
-			spi.MustRegister[WorkParams, string](reg, locked{pool: st.Pool()})
+			spi.MustRegister[chaos.WorkParams, string](reg, chaos.Work{Pool: st.Pool(), Node: "stopping", Lease: spi.DefaultLease})
+			spi.MustRegister[chaos.WorkParams, string](reg, locked{pool: st.Pool()})
 			srv, err := impl.NewServer(st, impl.ServerConfig{Node: "stopping", Registry: reg, MaxWorkers: 20,
 				PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			require.NoError(t, err)
-			require.NoError(t, srv.Start(c.ctx))
+			require.NoError(t, srv.Start(c.Ctx))
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			wg.Go(func() {
 				next := 0
-				every(stop, 0, 50*time.Millisecond, func() { c.submitFrom(next, 10); next += 10 })
+				chaos.Every(stop, 0, 50*time.Millisecond, func() { c.SubmitFrom(next, 10); next += 10 })
 			})
 			defer func() { close(stop); wg.Wait() }()
 			require.Eventually(t, func() bool {
 				var n int
-				err := c.pool.QueryRow(c.ctx, `SELECT count(*) FROM chaos_run WHERE node = 'stopping' AND ended IS NOT NULL`).Scan(&n)
+				err := c.Pool.QueryRow(c.Ctx, `SELECT count(*) FROM chaos_run WHERE node = 'stopping' AND ended IS NOT NULL`).Scan(&n)
 				return err == nil && n > 0
 			}, time.Minute, 20*time.Millisecond, "the server should run tasks")
 			tc.fault(p, st, c)

@@ -1,0 +1,9 @@
+package failover
+
+import (
+	"testing"
+
+	"github.com/stinthq/stint/internal/chaos"
+)
+
+func TestMain(m *testing.M) { chaos.Main(m) }
