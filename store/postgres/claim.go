@@ -62,7 +62,8 @@ var claimHintsSQL = claimCTEs(`
 // fencing token of each run. A running task keeps the due time it was
 // claimed at in schedule_not_before, for a takeover to put it back in its
 // place. The claim updates only columns no index of stint_task covers, so it
-// is a HOT update. It records the running state in the change feed and
+// is a HOT update. It clears the count of a wait on tasks (tasks_pending,
+// see waitTasksSQL), which only the run that registers one sets. It records the running state in the change feed and
 // returns the claimed tasks.
 //
 // Each hint's task is found by a probe of the primary key (see
@@ -111,6 +112,7 @@ WITH cfg AS MATERIALIZED (
         executed_at = cfg.at,
         lost_not_before = cfg.at + cfg.lease_us * interval '1 microsecond',
         waiting_children = false,
+        tasks_pending = NULL,
         resubmitted = t.resubmit,
         resubmit = false,
         updated_at = now()

@@ -27,7 +27,7 @@ WITH u AS (
       AND behavior <> '` + string(api.WorkflowBehavior) + `'
     RETURNING id, behavior, parent_id
 ), feed AS (` + feedInsert("u", "'failure'::text", "true") + `
-), history AS (
+), ` + waitsEnded("SELECT id FROM u") + `, history AS (
     INSERT INTO stint_history (bucket, behavior, failed)
     SELECT ` + historyBucket("now()") + `, behavior, 1 FROM u
     ON CONFLICT (bucket, behavior) DO UPDATE SET failed = stint_history.failed + 1

@@ -300,7 +300,7 @@ WITH u AS (
     WHERE ` + isWorkflow + ` AND status = 'held' AND EXISTS (SELECT 1 FROM u)
     RETURNING id, behavior, status, parent_id
 ), feed AS (` + feedInsert("(SELECT id, behavior, status, parent_id, true AS final FROM u UNION ALL SELECT id, behavior, status, parent_id, false FROM released) x", "status", "final") + `
-), notified AS (
+), ` + waitsEnded("SELECT id FROM u") + `, notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', id)) AS n FROM u WHERE awaited
 )
 SELECT ARRAY(SELECT id FROM u) FROM notified`

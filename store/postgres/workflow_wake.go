@@ -146,7 +146,7 @@ WITH d AS MATERIALIZED (
         CASE WHEN t.status = 'running' THEN t.progress END AS progress,
         CASE WHEN t.status = 'running' THEN t.trace END AS trace, t.version
 ), due AS (` + dueInsert("u") + `
-), leases AS (
+), ` + waitsEnded("SELECT id FROM u WHERE verdict = 'skip'") + `, leases AS (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids, task_count, behavior)
     SELECT started, $2, statement_timestamp() + max(lease_us) * interval '1 microsecond', array_agg(id), count(*), min(behavior)
     FROM u WHERE started IS NOT NULL GROUP BY started
