@@ -213,6 +213,11 @@ type Completion struct {
 	// Consumed are the Seq of the messages the run received
 	// (api.Signal): recorded as consumed with the completion.
 	Consumed []int64
+	// WaitTasks tells that the run registered a wait on tasks
+	// (TaskWaits.WaitTasks): the task sleeps (Again, Status
+	// StatusScheduled) until they all ended, or Delay passes; at once
+	// when they all ended before the completion is recorded.
+	WaitTasks bool
 }
 
 // Store is what the engine needs from its database. Implementations are
@@ -220,6 +225,7 @@ type Completion struct {
 type Store interface {
 	Limits
 	Workflows
+	TaskWaits
 
 	// Warm opens connections until the pool holds at least n (no more
 	// than its size), in parallel, so that a starting server's first

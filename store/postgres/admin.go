@@ -96,6 +96,10 @@ func (s *Store) Remove(ctx context.Context, id api.TaskID) (api.Task, error) {
 			string(id)); err != nil {
 			return err
 		}
+		// Runs that wait on it count it as ended, as a parent its child.
+		if _, err := tx.Exec(ctx, waitsGoneSQL, textArray{string(id)}); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO stint_change (task_ids, behaviors, statuses, parent_ids, finals)
 			VALUES (ARRAY[$1], ARRAY[$2], ARRAY['removed'], ARRAY[nullif($3, '')], ARRAY[true])`,
 			string(t.ID), string(t.Behavior), string(t.ParentID)); err != nil {
@@ -371,6 +375,7 @@ const deleteNodes = `, nodes AS (
 ), attempts AS (` + attemptsDelete + `
 ), steps AS (` + stepsOfDeleted + `
 ), events AS (` + eventsOfDeleted + `
+), waits AS (` + waitsOfDeleted + `
 ), signals AS (` + signalsOfDeleted + `
 )`
 

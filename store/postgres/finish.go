@@ -19,7 +19,10 @@ import (
 // for (at once if it passed), flagged so that its next claim reports a
 // resubmitted run; a snooze ($3 =
 // 'scheduled') does not count as an attempt; a parent waiting for children
-// ($7) is due at once if none is pending, else after the fallback delay.
+// ($7) is due at once if none is pending, else after the fallback delay;
+// so is a run that waits on tasks when they all ended since it registered
+// (tasks_pending, see waitTasksSQL). The tasks it ends for good that runs
+// wait on are counted off their waiters' waits (waitsEnded).
 // A task the batch makes due at once (resubmitted while it ran, snoozed or
 // retried without a delay, a parent with no child left) wakes the
 // claimers, which would otherwise find it only at their next poll.
@@ -48,8 +51,10 @@ WITH c AS (
         schedule_not_before = CASE
             WHEN t.resubmit THEN greatest(t.resubmit_due, now())
             WHEN c.wait_children AND t.children_pending <= 0 THEN now()
+            WHEN c.again_us >= 0 AND t.tasks_pending <= 0 THEN now()
             WHEN c.again_us >= 0 THEN now() + c.again_us * interval '1 microsecond' END,
         waiting_children = c.wait_children AND t.children_pending > 0,
+        tasks_pending = CASE WHEN t.tasks_pending > 0 THEN t.tasks_pending END,
         signal_wait = nullif(c.signal_wait, ''),
         lost_not_before = NULL,
         executed_at = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN NULL ELSE t.executed_at END,
@@ -61,9 +66,10 @@ WITH c AS (
     WHERE t.id = ANY(ARRAY[c.id]) AND t.lease = c.lease AND t.status = 'running'
     RETURNING t.id, c.ord, t.behavior, t.status, t.parent_id, t.awaited, t.priority, t.schedule_not_before, t.group_key,
         t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AS final, t.workflow_node IS NOT NULL AS node,
-        c.status = 'failure' AS run_failed, t.attempt, t.node AS run_node, t.executed_at, c.error AS run_error, t.lease
+        c.status = 'failure' AS run_failed, t.attempt, t.node AS run_node, t.executed_at, c.error AS run_error, t.lease,
+        t.waited_on
 ), due AS (` + dueInsert("done") + `
-), ` + leasesEnded + `
+), ` + waitsEnded("SELECT id FROM done WHERE final AND waited_on") + `, ` + leasesEnded + `
 ), attempts AS (` + attemptsInsert + `
 ), consumed AS (` + signalsConsumed + `
 ), feed AS (` + feedInsert("done", "status", "final") + `), notified AS (
@@ -156,7 +162,7 @@ func (s *Store) Finish(ctx context.Context, cs []store.Completion) ([]bool, erro
 func (s *Store) FinishStart(ctx context.Context, cs []store.Completion, start store.LocalStart) ([]bool, []store.Claimed, error) {
 	ok := make([]bool, len(cs))
 	st := newStarts(start)
-	if err := s.finishIsolating(ctx, cs, ok, st); err != nil {
+	if err := s.finishWaitsApart(ctx, cs, ok, st); err != nil {
 		// A part of a split batch may have committed and started
 		// tasks before another failed: they run under their leases
 		// all the same.

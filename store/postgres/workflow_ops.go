@@ -75,6 +75,7 @@ WITH w AS (
     DELETE FROM stint_attempt a WHERE a.task_id = ANY(ARRAY(SELECT id FROM gone))
 ), steps AS (` + stepsDelete("ARRAY(SELECT id FROM gone)") + `
 ), events AS (` + eventsDelete("ARRAY(SELECT id FROM gone)") + `
+), ` + waitsEnded("SELECT id FROM gone") + `, waits_left AS (` + waitsLeft("SELECT id FROM gone") + `
 ), signals AS (` + signalsDelete("ARRAY(SELECT id FROM gone)") + `
 ), feed AS (` + feedInsert("gone", "'removed'::text", "true") + `
 ), told AS (
