@@ -120,7 +120,8 @@ func (s *Server) claimOnce(ctx context.Context, woken bool) (n int, full bool, b
 		// for the claimers, so the runs of a claim that completes start
 		// and are stopped as every other run.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.minLease, 5*time.Second))
-		req := store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: g.limit, LookAhead: s.cfg.LookAhead}
+		req := store.ClaimRequest{Node: s.cfg.Node, Behaviors: g.behaviors, Limit: g.limit, LookAhead: s.cfg.LookAhead,
+			Leases: drawLeases(len(g.behaviors))}
 		var claimed []store.Claimed
 		var flow store.FlowHeld
 		leased := sent // when the claimed runs' leases began, at the latest
@@ -144,6 +145,9 @@ func (s *Server) claimOnce(ctx context.Context, woken bool) (n int, full bool, b
 		cancel()
 		s.unreserve(g, claimed, err == nil, flow.Drained)
 		if err != nil {
+			// The claim may have committed all the same: its answer
+			// outran the deadline, or the connection broke on the way.
+			go s.releaseClaim(req)
 			return n, false, nil, err
 		}
 		s.inc.ok(false)
@@ -309,6 +313,7 @@ type claimGroup struct {
 	capped    []api.BehaviorID // behaviors with a per-node cap, reserved against it too
 	main      bool             // the claim of every behavior without a tighter cap of its own
 	sent      time.Time        // when its slots were reserved, just before its claim went out
+	maxParams int              // the largest params its behaviors accept (spi.Policy.MaxParamsBytes)
 }
 
 // claimGroups splits the behaviors with free capacity into claims: one
@@ -328,6 +333,7 @@ func (s *Server) claimGroups(runtime map[api.BehaviorID]bool) []claimGroup {
 	main := claimGroup{limit: free, main: true}
 	for _, b := range s.behaviors {
 		bl := store.BehaviorLease{Behavior: b.ID, Lease: b.Policy.Lease}
+		maxParams := cmp.Or(b.Policy.MaxParamsBytes, spi.DefaultMaxParamsBytes)
 		left, capped := s.slots.left(b.ID, b.Policy, free)
 		switch {
 		case left <= 0:
@@ -338,12 +344,13 @@ func (s *Server) claimGroups(runtime map[api.BehaviorID]bool) []claimGroup {
 		case flowControlled(b) || runtime[b.ID]:
 			p := b.Policy
 			groups = append(groups, claimGroup{behaviors: []store.BehaviorLease{bl}, limit: min(left, free),
-				flow: &p, capped: []api.BehaviorID{b.ID}})
+				flow: &p, capped: []api.BehaviorID{b.ID}, maxParams: maxParams})
 		case left < free:
 			groups = append(groups, claimGroup{behaviors: []store.BehaviorLease{bl}, limit: min(left, free),
-				capped: []api.BehaviorID{b.ID}})
+				capped: []api.BehaviorID{b.ID}, maxParams: maxParams})
 		default:
 			main.behaviors = append(main.behaviors, bl)
+			main.maxParams = max(main.maxParams, maxParams)
 			if capped {
 				main.capped = append(main.capped, b.ID)
 			}
@@ -403,19 +410,23 @@ func (s *Server) reserve(g claimGroup) (_ claimGroup, ok bool, held <-chan struc
 // local starts. Server.mu is held.
 //
 // A claim also reads no more than about maxClaimBytes of params and
-// progress, by the size of the tasks its group's last claim read: one
-// statement that reads a hundred tasks of a megabyte each may outrun its
-// deadline after it committed, and leave its tasks claimed and not run
-// until their leases expire.
+// progress, by the size of the tasks its group's last claim read, and
+// before any did, by the largest params its behaviors accept
+// (spi.Policy.MaxParamsBytes): one statement that reads a hundred tasks
+// of a megabyte each may outrun its deadline after it committed (its
+// tasks are then given back: see releaseClaim). A claim that failed
+// makes the next one of its group ask for half as many tasks, down to
+// one, until one succeeds.
 func (s *Server) claimRoom(g claimGroup) int {
 	room := g.limit
 	if g.flow == nil && !s.backlog[g.key()] && !s.localAt.IsZero() && time.Since(s.localAt) < s.cfg.PollInterval {
 		room = (g.limit + 1) / 2
 	}
-	if b := s.taskBytes[g.key()]; b > 0 {
-		room = min(room, max(1, maxClaimBytes/b))
+	b, ok := s.taskBytes[g.key()]
+	if !ok {
+		b = g.maxParams
 	}
-	return room
+	return min(room, max(1, maxClaimBytes/max(b, 1)))
 }
 
 // maxClaimBytes bounds the params and progress one claim reads (see
@@ -423,18 +434,23 @@ func (s *Server) claimRoom(g claimGroup) int {
 // at least 5 s on a slow link.
 const maxClaimBytes = 16 << 20
 
-// noteTaskBytes records the bytes per task of the tasks a claim of g read.
-// Server.mu is held.
-func (s *Server) noteTaskBytes(g claimGroup, claimed []store.Claimed) {
-	if len(claimed) == 0 {
+// noteTaskBytes records the bytes per task of the tasks a claim of g read,
+// or, for a claim that failed (ok unset), as many as would let the next
+// claim ask for half its tasks; see claimRoom. Server.mu is held.
+func (s *Server) noteTaskBytes(g claimGroup, claimed []store.Claimed, ok bool) {
+	if ok && len(claimed) == 0 {
+		return
+	}
+	if s.taskBytes == nil {
+		s.taskBytes = map[string]int{}
+	}
+	if !ok {
+		s.taskBytes[g.key()] = max(s.taskBytes[g.key()], maxClaimBytes/max(1, g.limit/2))
 		return
 	}
 	total := 0
 	for _, c := range claimed {
 		total += len(c.Params) + len(c.Progress)
-	}
-	if s.taskBytes == nil {
-		s.taskBytes = map[string]int{}
 	}
 	s.taskBytes[g.key()] = total / len(claimed)
 }
@@ -457,12 +473,12 @@ func (s *Server) unreserve(g claimGroup, claimed []store.Claimed, ok, drained bo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.slots.unreserve(g.limit, g.capped, claimed)
+	s.noteTaskBytes(g, claimed, ok)
 	if ok {
 		if s.backlog == nil {
 			s.backlog = map[string]bool{}
 		}
 		s.backlog[g.key()] = len(claimed) >= g.limit
-		s.noteTaskBytes(g, claimed)
 	}
 	s.claiming--
 	switch {

@@ -32,15 +32,15 @@ func (bulky) Run(ctx context.Context, _ spi.RunContext, p bulkyParams) (struct{}
 	return struct{}{}, passGate(ctx, p.Gate)
 }
 
-// TestAClaimReadsABoundedNumberOfBytes: once a claim read tasks of a
-// megabyte, the next claims of their behavior take no more than about
-// 16 MiB of them each, where one claim took as many as there were free
-// slots.
+// TestAClaimReadsABoundedNumberOfBytes: a claim of tasks of a megabyte
+// takes no more than about 16 MiB of them, where one claim took as many
+// as there were free slots: the first claims of a node by the largest
+// params their behavior accepts (2 MiB here), the next ones by the size
+// of the tasks the last one read.
 func TestAClaimReadsABoundedNumberOfBytes(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	register := func(reg *spi.Registry) { spi.MustRegister[bulkyParams, struct{}](reg, bulky{}) }
-	e.server("n1", 30*time.Second, func(cfg *impl.ServerConfig) { register(cfg.Registry); cfg.MaxWorkers = 100 })
 	reg := testRegistry(e.pool, "client", time.Second)
 	register(reg)
 	c, err := impl.NewClient(e.st, impl.ClientConfig{Registry: reg})
@@ -62,10 +62,15 @@ func TestAClaimReadsABoundedNumberOfBytes(t *testing.T) {
 			return e.count(`SELECT count(*) FROM stint_task WHERE behavior = 'test.bulky' AND status = 'running'`) == n
 		}
 	}
-	submit(2)
-	waitFor(t, time.Minute, "the first two run", running(2))
+	biggest := func() int { return e.count(`SELECT max(task_count) FROM stint_lease WHERE behavior = 'test.bulky'`) }
 	submit(40)
-	waitFor(t, time.Minute, "all of them run", running(42))
-	require.LessOrEqual(t, e.count(`SELECT max(task_count) FROM stint_lease WHERE behavior = 'test.bulky'`), 16,
-		"no claim took more than 16 tasks of a megabyte")
+	e.server("n1", 30*time.Second, func(cfg *impl.ServerConfig) { register(cfg.Registry); cfg.MaxWorkers = 100 })
+	waitFor(t, time.Minute, "the first ones run", running(40))
+	require.LessOrEqual(t, e.count(`SELECT count(*) FROM stint_task WHERE behavior = 'test.bulky'
+		AND executed_at = (SELECT min(executed_at) FROM stint_task WHERE behavior = 'test.bulky')`), 8,
+		"the first claim took no more than 8 tasks of up to 2 MiB")
+	require.LessOrEqual(t, biggest(), 16, "no claim took more than 16 tasks of a megabyte")
+	submit(40)
+	waitFor(t, time.Minute, "all of them run", running(80))
+	require.LessOrEqual(t, biggest(), 16, "no claim took more than 16 tasks of a megabyte")
 }

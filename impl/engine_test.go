@@ -414,7 +414,7 @@ func TestAClaimBackAfterItsLeaseRunsNothing(t *testing.T) {
 	waitFor(t, 10*time.Second, "the claim to wait three leases", func() bool {
 		var past bool
 		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT coalesce(bool_or(clock_timestamp() > xact_start + $1 * interval '3 millisecond'), false)
-			FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%gen_random_uuid() AS lease%'`, lease.Milliseconds()).Scan(&past))
+			FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%coalesce(w.lease, gen_random_uuid()) AS lease%'`, lease.Milliseconds()).Scan(&past))
 		return past
 	})
 	require.NoError(t, tx.Commit(e.ctx))

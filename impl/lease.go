@@ -2,6 +2,7 @@ package impl
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"time"
@@ -260,4 +261,32 @@ func (s *Server) unclaim(refs []store.LeaseRef) {
 	if err := s.st.Unclaim(ctx, refs, true); err != nil {
 		s.log.Warn("stint: unclaim failed; the tasks are taken over after their lease", "tasks", len(refs), "err", err)
 	}
+}
+
+// drawLeases draws n leases for a claim (see store.ClaimRequest.Leases).
+func drawLeases(n int) [][16]byte {
+	out := make([][16]byte, n)
+	for i := range out {
+		_, _ = rand.Read(out[i][:])
+		out[i][6] = out[i][6]&0x0f | 0x40 // a version 4 UUID
+		out[i][8] = out[i][8]&0x3f | 0x80
+	}
+	return out
+}
+
+// releaseClaim gives back what a failed claim of req may have committed:
+// a claim whose answer was lost or outran its deadline would otherwise
+// leave its tasks running on no node until their leases expired. The
+// claimers are woken once they are due. On failure the leases expire and
+// a takeover finds the tasks.
+func (s *Server) releaseClaim(req store.ClaimRequest) {
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	defer cancel()
+	if err := s.st.ReleaseClaim(ctx, req); err != nil {
+		if !s.inc.failed("release", err) {
+			s.log.Warn("stint: releasing a failed claim failed; its tasks, if it took any, are taken over after their lease", "err", err)
+		}
+		return
+	}
+	s.wakeClaimer()
 }

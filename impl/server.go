@@ -152,7 +152,8 @@ type Server struct {
 	claimReturned chan struct{}
 	backlog       map[string]bool
 	// taskBytes holds, by claim group, the bytes of params and progress
-	// per task that the group's last claim read (see claimRoom).
+	// per task that the group's last claim read, or that a failed claim
+	// made its next one assume (see claimRoom).
 	taskBytes    map[string]int
 	localAt      time.Time
 	startWait    time.Duration

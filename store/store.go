@@ -133,6 +133,11 @@ type ClaimRequest struct {
 	// a node starts its next task when its run returns, not when the
 	// completion batch commits.
 	Returned []LeaseRef
+	// Leases, when set, are the leases the claim issues, one per behavior
+	// of Behaviors and in their order, each new: the node draws them, so
+	// that it can give back what the claim took (ReleaseClaim) when it
+	// fails to read the claim's answer. Unset, the store draws them.
+	Leases [][16]byte
 }
 
 // Limited reports whether the claim takes the flow-controlled path.
@@ -289,6 +294,14 @@ type Store interface {
 	// node recorded) is kept, so that it expires and the task is taken
 	// over.
 	ReleaseLeases(ctx context.Context, leases [][16]byte) error
+	// ReleaseClaim gives back what a claim of req took under req.Leases,
+	// due at once in its place in the queue, without counting the
+	// attempt, and spends those leases: a claim with them that has not
+	// committed yet never does. The node calls it when a claim failed
+	// and may have committed all the same (its answer was lost, or
+	// outran its deadline), so that its tasks do not wait for the leases
+	// to expire.
+	ReleaseClaim(ctx context.Context, req ClaimRequest) error
 	// Takeover drops up to limit expired leases and makes their tasks
 	// that still run under them due again. It returns how many leases and
 	// tasks it took over. It never waits for a lock: a task whose row

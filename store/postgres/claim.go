@@ -28,7 +28,8 @@ import (
 // behaviors and held group keys are skipped: their hints are parked, out of
 // the claim index, but one added while the pause or hold committed may
 // have stayed in it. $5 is the look-ahead
-// (couch_jobs' max_sched_time): tasks due that soon are taken early.
+// (couch_jobs' max_sched_time): tasks due that soon are taken early. $6
+// are the leases the node drew, if it did (see claimCTEs).
 var claimSQL = claimCTEs(walkHints, false, "")
 
 // walkHints is the hints of claimSQL and flowTakeSQL.
@@ -47,7 +48,7 @@ const walkHints = `
 
 // claimHintsSQL claims the tasks of the hints $4 (their ctids), already
 // locked by the caller's transaction ($5 is unused, to keep the parameters
-// of claimSQL).
+// of claimSQL; $6 the leases, as in claimSQL).
 var claimHintsSQL = claimCTEs(`
     DELETE FROM stint_due d WHERE d.ctid = ANY($4::tid[]) AND $5::bigint IS NOT NULL
     RETURNING d.id, d.priority, d.due`, true, "")
@@ -57,14 +58,16 @@ var claimHintsSQL = claimCTEs(`
 // the settings of the behaviors $2 (lease $3 unless an operator set one;
 // paused ones left out, and, unless the claim counted what it claims
 // (counted: a claim under flow control), those capped at runtime: see
-// uncapped) and a fresh lease token for each: all tasks of a
+// uncapped) and a lease token for each, new: the node's ($6, one per
+// behavior of $2; see store.ClaimRequest.Leases) or else drawn here. All tasks of a
 // behavior that one statement claims share a lease row in stint_lease, the
 // fencing token of each run. A running task keeps the due time it was
 // claimed at in schedule_not_before, for a takeover to put it back in its
 // place. The claim updates only columns no index of stint_task covers, so it
 // is a HOT update. It clears the count of a wait on tasks (tasks_pending,
 // see waitTasksSQL), which only the run that registers one sets. It records the running state in the change feed and
-// returns the claimed tasks.
+// returns the claimed tasks. Its lease rows go in in lease order, as
+// ReleaseClaim's do, so that the two never wait on each other in a cycle.
 //
 // Each hint's task is found by a probe of the primary key (see
 // seqscanOffSQL), whatever the statistics say: with t.id = h.id, a plan made
@@ -98,8 +101,8 @@ func claimCTEs(hints string, counted bool, guard string) string {
 	}
 	return `
 WITH cfg AS MATERIALIZED (
-    SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, gen_random_uuid() AS lease, ` + flowNow + ` AS at
-    FROM unnest($2::text[], $3::bigint[]) AS w(behavior, lease_us)
+    SELECT w.behavior, coalesce(b.lease_ms * 1000, w.lease_us) AS lease_us, coalesce(w.lease, gen_random_uuid()) AS lease, ` + flowNow + ` AS at
+    FROM unnest($2::text[], $3::bigint[], $6::uuid[]) AS w(behavior, lease_us, lease)
     LEFT JOIN stint_behavior b ON b.behavior = w.behavior
     WHERE b.paused IS NOT TRUE` + plain + guard + `
 ), hint AS (` + hints + `
@@ -123,6 +126,7 @@ WITH cfg AS MATERIALIZED (
 ), leases AS (
     INSERT INTO stint_lease (lease, node, expires_at, task_ids, task_count, behavior)
     SELECT lease, $1, max(at) + max(lease_us) * interval '1 microsecond', array_agg(id), count(*), min(behavior) FROM claimed GROUP BY lease
+    ORDER BY lease
 ), feed AS (` + feedInsert("claimed", "'running'::text", "false") + `)
 SELECT id, lease, behavior, params, progress, attempt, errors, priority,
     coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''), lease_us, resubmitted, coalesce(version, 0)` + extra + `
@@ -140,6 +144,28 @@ func behaviorLeases(bs []store.BehaviorLease) ([]string, []int64) {
 	return behaviors, leases
 }
 
+// checkLeases refuses a claim whose node drew leases (see
+// store.ClaimRequest.Leases) for other than each of its behaviors.
+func checkLeases(req store.ClaimRequest) error {
+	if len(req.Leases) != 0 && len(req.Leases) != len(req.Behaviors) {
+		return fmt.Errorf("claim tasks: %d leases for %d behaviors: %w", len(req.Leases), len(req.Behaviors), api.ErrInvalid)
+	}
+	return nil
+}
+
+// claimLeases returns the leases the node drew for a claim of req as a
+// statement parameter, NULL when it drew none.
+func claimLeases(req store.ClaimRequest) uuidArray {
+	if len(req.Leases) == 0 {
+		return nil
+	}
+	out := make(uuidArray, len(req.Leases))
+	for i, l := range req.Leases {
+		out[i] = uuid(l)
+	}
+	return out
+}
+
 // dropHintsSQL deletes the claim hints $1 (their ctids).
 const dropHintsSQL = `DELETE FROM stint_due WHERE ctid = ANY($1)`
 
@@ -150,6 +176,9 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 		out, _, err := s.ClaimFlow(ctx, req)
 		return out, err
 	}
+	if err := checkLeases(req); err != nil {
+		return nil, err
+	}
 	// One round trip, one implicit transaction: the claim commits without
 	// waiting for its WAL flush, and walks the claim index (see
 	// claimSettingsSQL) once the claims of its behaviors in flight
@@ -157,7 +186,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Clai
 	batch := &pgx.Batch{}
 	batch.Queue(claimSettingsSQL)
 	batch.Queue(claimTurnSQL, behaviors)
-	batch.Queue(claimSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds())
+	batch.Queue(claimSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds(), claimLeases(req))
 	br := s.pool.SendBatch(ctx, batch)
 	defer br.Close()
 	faultpoint.Reach(faultpoint.PlainClaim)

@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 	"testing"
 	"time"
 
@@ -139,5 +141,69 @@ func TestClaimWaitsForClaimsOfItsBehaviors(t *testing.T) {
 		require.NoError(t, r.err)
 		require.Len(t, r.claimed, 1)
 		require.Equal(t, api.TaskID("turn-"+mode), r.claimed[0].ID)
+	})
+}
+
+// TestReleaseClaimGivesBackAndSpendsItsLeases: a claim whose node drew its
+// leases can be released: its tasks are due again at once, their attempt
+// not counted, and a claim that carries a released lease claims nothing,
+// whether it commits before the release or would after it.
+func TestReleaseClaimGivesBackAndSpendsItsLeases(t *testing.T) {
+	t.Parallel()
+	inEachQueryMode(t, func(t *testing.T, ctx context.Context, st *postgres.Store, mode string) {
+		behavior := api.BehaviorID("sem.release." + mode)
+		bl := []store.BehaviorLease{{Behavior: behavior, Lease: time.Minute}}
+		var ids []api.TaskID
+		for i := range 3 {
+			id := api.TaskID(fmt.Sprintf("release-%d-%s", i, mode))
+			_, err := st.Submit(ctx, []store.NewTask{{ID: id, Behavior: behavior, Params: []byte(`{}`)}})
+			require.NoError(t, err)
+			ids = append(ids, id)
+		}
+		req := func() store.ClaimRequest {
+			var l [16]byte
+			_, err := rand.Read(l[:])
+			require.NoError(t, err)
+			return store.ClaimRequest{Node: "n1", Behaviors: bl, Limit: 10, Leases: [][16]byte{l}}
+		}
+		states := func() (running, attempts int) {
+			for _, id := range ids {
+				task, err := st.Get(ctx, id)
+				require.NoError(t, err)
+				if task.Status == api.StatusRunning {
+					running++
+				}
+				attempts += task.Attempt
+			}
+			return running, attempts
+		}
+
+		first := req()
+		cl, err := st.Claim(ctx, first)
+		require.NoError(t, err)
+		require.Len(t, cl, 3)
+		for _, c := range cl {
+			require.Equal(t, first.Leases[0], c.Lease, "the claim issues the lease its node drew")
+		}
+		require.NoError(t, st.ReleaseClaim(ctx, first))
+		running, attempts := states()
+		require.Equal(t, [2]int{0, 0}, [2]int{running, attempts}, "released: due again, the attempt not counted")
+
+		spent := req()
+		require.NoError(t, st.ReleaseClaim(ctx, spent), "a claim that never ran")
+		_, err = st.Claim(ctx, spent)
+		require.Error(t, err, "a claim with a spent lease")
+		running, _ = states()
+		require.Zero(t, running, "a claim with a spent lease claims nothing")
+
+		again := req()
+		cl, err = st.Claim(ctx, again)
+		require.NoError(t, err)
+		require.Len(t, cl, 3, "the released tasks are due at once")
+		for _, c := range cl {
+			require.Equal(t, 1, c.Attempt)
+		}
+		_, err = st.Claim(ctx, store.ClaimRequest{Node: "n1", Behaviors: bl, Limit: 10, Leases: [][16]byte{{1}, {2}}})
+		require.ErrorIs(t, err, api.ErrInvalid, "two leases for one behavior")
 	})
 }

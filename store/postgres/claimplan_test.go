@@ -33,7 +33,7 @@ func TestClaimWalksTheIndexWithoutStatistics(t *testing.T) {
 			_, err = tx.Exec(ctx, claimSettingsSQL)
 			require.NoError(t, err)
 		}
-		return plan(t, ctx, tx, "COSTS OFF", claimSQL, "n", []string{"bench.noop"}, []int64{30e6}, 1000, int64(0))
+		return plan(t, ctx, tx, "COSTS OFF", claimSQL, "n", []string{"bench.noop"}, []int64{30e6}, 1000, int64(0), uuidArray(nil))
 	}
 	require.NotContains(t, claimPlan(false), "Index Scan using stint_due_order on stint_due c",
 		"without the settings the planner reads every due hint: this test no longer shows what the settings are for")

@@ -36,7 +36,7 @@ func TestExplainHotPath(t *testing.T) {
 	submitNoop(t, ctx, st, 100000)
 	st.pool.Exec(ctx, "ANALYZE")
 	explain := func(q string, args ...any) { printPlan(t, ctx, st, "ANALYZE, BUFFERS", q, args...) }
-	explain(claimSQL, "n", []string{"bench.noop"}, []int64{30e6}, 1000, int64(0))
+	explain(claimSQL, "n", []string{"bench.noop"}, []int64{30e6}, 1000, int64(0), uuidArray(nil))
 	var cols submitColumns
 	for j := range 1000 {
 		cols.add(store.NewTask{ID: api.TaskID(fmt.Sprintf("new-%09d", j)), Behavior: "bench.noop", Params: []byte(`{}`), Priority: 5}, false)

@@ -82,6 +82,9 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 	if len(req.Behaviors) != 1 {
 		return nil, store.FlowHeld{}, fmt.Errorf("claim tasks: a claim under flow control must name one behavior, not %d", len(req.Behaviors))
 	}
+	if err := checkLeases(req); err != nil {
+		return nil, store.FlowHeld{}, err
+	}
 	if s.flowLoose(req) {
 		out, held, err := s.takeFlow(ctx, req)
 		if !errors.Is(err, errFlowBinds) {
@@ -133,7 +136,7 @@ func (s *Store) claimFlowOn(ctx context.Context, f *flowClaim) ([]store.Claimed,
 	f.queueWrite(b)
 	writes := b.Len()
 	if len(f.hints) > 0 {
-		b.Queue(claimHintsSQL, f.req.Node, behaviors, []int64{f.req.Behaviors[0].Lease.Microseconds()}, f.hints, int64(0))
+		b.Queue(claimHintsSQL, f.req.Node, behaviors, []int64{f.req.Behaviors[0].Lease.Microseconds()}, f.hints, int64(0), claimLeases(f.req))
 	}
 	// The claimed tasks that waited on a rate limit are known once the
 	// claim returned: their waiting is cleared before the commit.

@@ -41,7 +41,7 @@ var errFlowBinds = errors.New("a flow limit binds the claim")
 // flowTakeSQL claims as claimSQL does, for a claim that counted what it
 // claims, returning the tasks' rate uses; flowTakeGuardedSQL does so only
 // when, in the same statement, no cap per key is set at runtime and the
-// cluster cap in force (stored at runtime, else the policy's $6; 0: none)
+// cluster cap in force (stored at runtime, else the policy's $7; 0: none)
 // leaves room for the whole claim by the bound of leaseBoundSQL: it goes
 // out in the batch that takes the behavior's turn and reads the caps, and
 // claims when the caps it reads would let it.
@@ -50,7 +50,7 @@ var (
 	flowTakeGuardedSQL = claimCTEs(walkHints, true, `
       AND NOT EXISTS (SELECT 1 FROM stint_concurrency cc WHERE cc.behavior = w.behavior AND cc.key <> '' AND cc.max > 0)
       AND (SELECT g.cap <= 0 OR g.bound + $4 <= g.cap FROM (SELECT
-              coalesce((SELECT cc.max FROM stint_concurrency cc WHERE cc.behavior = w.behavior AND cc.key = ''), $6::int) AS cap,
+              coalesce((SELECT cc.max FROM stint_concurrency cc WHERE cc.behavior = w.behavior AND cc.key = ''), $7::int) AS cap,
               (SELECT `+leaseBound("l")+` FROM stint_lease l WHERE l.behavior = w.behavior) AS bound) g)`)
 )
 
@@ -120,7 +120,7 @@ func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimR
 	b.Queue("BEGIN")
 	f.queueConfigure(b, !req.Busy)
 	q := f.queueRates(b, predicted, true)
-	b.Queue(flowTakeGuardedSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds(), req.Cluster)
+	b.Queue(flowTakeGuardedSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds(), claimLeases(req), req.Cluster)
 	var out []store.Claimed
 	var uses []taskUses
 	err := func() error {
@@ -169,7 +169,7 @@ func (s *Store) takeFlowOn(ctx context.Context, conn *pgx.Conn, req store.ClaimR
 				return nil, err
 			}
 			if f.limit > 0 {
-				rows, err := conn.Query(ctx, flowTakeSQL, req.Node, behaviors, leases, f.limit, req.LookAhead.Microseconds())
+				rows, err := conn.Query(ctx, flowTakeSQL, req.Node, behaviors, leases, f.limit, req.LookAhead.Microseconds(), claimLeases(req))
 				if err != nil {
 					return nil, err
 				}

@@ -3,8 +3,10 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/store"
@@ -137,3 +139,71 @@ func (s *Store) Takeover(ctx context.Context, limit int) (leases, tasks int, err
 	}
 	return leases, tasks, nil
 }
+
+// ReleaseClaim gives back what a claim took under the leases its node
+// drew, and spends them; see store.Store. One transaction: the leases are
+// spent first (releaseSpendSQL), which waits for a claim with them still
+// in flight to end, so that the statements after it see what that claim
+// committed; a claim that has not written its lease rows yet finds them
+// spent and fails. Then the tasks still running under them are given
+// back as Unclaim gives back a run (unclaimSQL), keeping their place in
+// the queue, and the leases' rows keep no task.
+func (s *Store) ReleaseClaim(ctx context.Context, req store.ClaimRequest) error {
+	if len(req.Leases) == 0 {
+		return nil
+	}
+	if err := checkLeases(req); err != nil {
+		return err
+	}
+	behaviors, _ := behaviorLeases(req.Behaviors)
+	leases := claimLeases(req)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, releaseSpendSQL, leases, req.Node, behaviors, releasedLeaseKeep.Microseconds()); err != nil {
+			return err
+		}
+		var ids []string
+		var owners []pgtype.UUID
+		if err := tx.QueryRow(ctx, releaseRunsSQL, leases).Scan(&ids, &owners); err != nil {
+			return err
+		}
+		if len(ids) > 0 {
+			if _, err := indexed(ctx, tx, nil, unclaimSQL, textArray(ids), uuidArray(owners), false, int64(0)); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, releaseEmptySQL, leases, releasedLeaseKeep.Microseconds())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("release a claim: %w", err)
+	}
+	return nil
+}
+
+// releasedLeaseKeep is how long a lease ReleaseClaim spent keeps its row,
+// with no task, before a takeover drops it: longer than a claim that
+// carries it could still wait in the database to run.
+const releasedLeaseKeep = 10 * time.Minute
+
+// releaseSpendSQL writes a row with no task for each lease $1 (of node $2,
+// for the behaviors $3, kept $4 microseconds) that has none: it waits for
+// a claim in flight that wrote one, and a claim that writes one after it
+// fails. The rows go in in lease order, as a claim's do.
+const releaseSpendSQL = `
+INSERT INTO stint_lease (lease, node, expires_at, task_ids, task_count, behavior)
+SELECT u.lease, $2, now() + $4 * interval '1 microsecond', '{}', 0, u.behavior
+FROM unnest($1::uuid[], $3::text[]) AS u(lease, behavior)
+ORDER BY u.lease
+ON CONFLICT (lease) DO NOTHING`
+
+// releaseRunsSQL returns the tasks the lease rows $1 name, with their
+// leases, as arrays.
+const releaseRunsSQL = `
+SELECT coalesce(array_agg(x.id), '{}'), coalesce(array_agg(l.lease), '{}')
+FROM stint_lease l, unnest(l.task_ids) AS x(id) WHERE l.lease = ANY($1)`
+
+// releaseEmptySQL leaves the lease rows $1 with no task, kept $2
+// microseconds from now.
+const releaseEmptySQL = `
+UPDATE stint_lease SET task_ids = '{}', task_count = 0, expires_at = now() + $2 * interval '1 microsecond'
+WHERE lease = ANY($1)`
