@@ -124,6 +124,28 @@ func (r *WorkflowRequest) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// gateJSON is Gate in JSON.
+type gateJSON struct {
+	Topic   string       `json:"topic"`
+	Timeout jsonDuration `json:"timeout"`
+}
+
+// MarshalJSON encodes g, its Timeout as a duration string.
+func (g Gate) MarshalJSON() ([]byte, error) {
+	return json.Marshal(gateJSON{g.Topic, jsonDuration(g.Timeout)})
+}
+
+// UnmarshalJSON decodes g, its Timeout from a duration string or a
+// number of nanoseconds.
+func (g *Gate) UnmarshalJSON(b []byte) error {
+	var v gateJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*g = Gate{v.Topic, time.Duration(v.Timeout)}
+	return nil
+}
+
 // rateLimitJSON is RateLimit in JSON.
 type rateLimitJSON struct {
 	Name   string       `json:"name"`

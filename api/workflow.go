@@ -64,6 +64,21 @@ const MaxWorkflowNodes = 100_000
 // none failed. Every server runs it.
 const WorkflowBehavior BehaviorID = "stint.workflow"
 
+// GateBehavior is the behavior of a workflow's gate nodes
+// (WorkflowNode.Gate). Every server runs it.
+const GateBehavior BehaviorID = "stint.gate"
+
+// Gate is a workflow node that waits for a signal.
+type Gate struct {
+	// Topic is the signal's topic: 1 to 128 characters from A-Z a-z 0-9
+	// . _ : / -.
+	Topic string `json:"topic"`
+	// Timeout is the longest the gate waits, from its start (once its
+	// dependencies let it run). Required; at most 100 years. In JSON, a
+	// Go duration string ("72h0m0s").
+	Timeout time.Duration `json:"timeout"`
+}
+
 // WorkflowRequest asks for a workflow: a graph of tasks stored at once, or
 // not at all.
 type WorkflowRequest struct {
@@ -106,6 +121,15 @@ type WorkflowNode struct {
 	// whatever happened (RuleAllEnded on all of them). At most one node
 	// of a workflow; it may not name DependsOn nor have dependents.
 	Finally bool `json:"finally,omitempty"`
+	// Gate makes the node wait for a signal instead of running a
+	// behavior (leave Task's behavior and params empty): an approval, a
+	// webhook. Once its dependencies let it run, it succeeds with the
+	// first message of the gate's topic sent to its task id (the
+	// workflow's id, "/", its name; see Signals.Signal), sent before or
+	// after it started, as its result, or fails with the code "timeout"
+	// when none came within the gate's Timeout; its dependents decide by
+	// their rules as for any node.
+	Gate *Gate `json:"gate,omitempty"`
 }
 
 // WorkflowGrowth is what a running node adds to its own workflow (see

@@ -98,6 +98,7 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 	if cfg.Registry == nil {
 		return nil, errors.New("new client: ClientConfig.Registry is required")
 	}
+	registerBuiltins(cfg.Registry)
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 500 * time.Millisecond
 	}

@@ -249,8 +249,9 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	if cfg.Maintenance.NodeTimeout <= 0 {
 		cfg.Maintenance.NodeTimeout = 10 * cfg.NodeHeartbeat
 	}
-	// Every server runs the tasks that stand for workflows, whatever its
-	// behaviors: a workflow ends wherever a slot is free.
+	// Every server runs the tasks that stand for workflows and their gate
+	// nodes (registered by NewClient), whatever its behaviors: a workflow
+	// ends wherever a slot is free.
 	if _, ok := cfg.Registry.Lookup(api.WorkflowBehavior); !ok {
 		// A server made at the same time on the same registry may have
 		// registered it first; Lookup below finds either one.
@@ -259,8 +260,12 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	ids := slices.Clone(cfg.Behaviors)
 	if len(ids) == 0 {
 		ids = cfg.Registry.IDs()
-	} else if !slices.Contains(ids, api.WorkflowBehavior) {
-		ids = append(ids, api.WorkflowBehavior)
+	} else {
+		for _, b := range []api.BehaviorID{api.WorkflowBehavior, api.GateBehavior} {
+			if !slices.Contains(ids, b) {
+				ids = append(ids, b)
+			}
+		}
 	}
 	s := &Server{
 		Client:        client,

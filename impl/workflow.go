@@ -204,6 +204,12 @@ func (c *Client) prepareNode(id api.TaskID, i int, n api.WorkflowNode, trace str
 		return store.NewTask{}, nil, api.Invalid("nodes", "node %q: task.id must be empty: a node's id is its workflow's and its name", n.Name)
 	}
 	t := n.Task
+	if n.Gate != nil {
+		var err error
+		if t, err = gateTask(n); err != nil {
+			return store.NewTask{}, nil, err
+		}
+	}
 	t.ID = id + "/" + api.TaskID(n.Name)
 	if t.Trace == "" {
 		t.Trace = trace
