@@ -304,6 +304,7 @@ func (s *Server) execute(r *run) {
 			out = r.reg.Fail(p, &api.TaskError{Code: "invalid_wait", Message: "wait for signal: " + err.Error()}, &r.rc, r.claimed.Errors)
 		}
 	}
+	out, waits := s.waitTasks(r, p, out)
 	c := store.Completion{LeaseRef: r.claimed.LeaseRef, Again: out.Again, Delay: out.Delay,
 		WaitChildren: out.WaitChildren, WaitSignal: out.WaitSignal, HasParent: r.claimed.ParentID != ""}
 	switch {
@@ -314,6 +315,7 @@ func (s *Server) execute(r *run) {
 	default:
 		c.Status, c.Result = api.StatusSuccess, out.Result
 	}
+	c.WaitTasks = waits
 	// A failure consumes nothing: its retry receives what it received.
 	if c.Status != api.StatusFailure {
 		c.Consumed = r.unconsumed(s)

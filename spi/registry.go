@@ -107,6 +107,13 @@ func Register[P, R any](r *Registry, b Behavior[P, R]) error {
 		if errors.As(err, &signal) {
 			return Outcome{Snoozed: true, Again: true, Delay: signal.Max, WaitSignal: signal.Topic}
 		}
+		var tasks *WaitTasksError
+		if errors.As(err, &tasks) {
+			if len(tasks.IDs) == 0 {
+				return Outcome{Snoozed: true, Again: true} // nothing to wait for
+			}
+			return Outcome{Snoozed: true, Again: true, Delay: tasks.Max, WaitTasks: tasks.IDs}
+		}
 		return reg.failure(p, AsTaskError(err), rc, failures)
 	}
 	reg.retry = func(p any, te *api.TaskError, failures int) (time.Duration, bool) {
@@ -284,6 +291,9 @@ type Outcome struct {
 	// WaitSignal is the topic (with Snoozed and Again) the run sleeps on
 	// until a message of it comes, at most Delay.
 	WaitSignal string
+	// WaitTasks are the tasks (with Snoozed and Again) the run sleeps on
+	// until they all ended for good, at most Delay.
+	WaitTasks []api.TaskID
 	// Again says the task runs again after Delay.
 	Again bool
 	Delay time.Duration
