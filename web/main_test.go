@@ -50,8 +50,9 @@ type noteParams struct {
 
 // testBehavior is test.fail or test.idle: each submit is its own task, and
 // a run fails permanently; with the note "retry" it fails and is retried,
-// and with the note "progress" it first checkpoints a progress holding a
-// zero time (a time never set).
+// with the note "progress" it first checkpoints a progress holding a zero
+// time (a time never set), and with the note "approve" it sleeps until a
+// signal of the topic "approval" comes, and then succeeds.
 type testBehavior struct {
 	kind api.Kind[noteParams, struct{}]
 }
@@ -72,6 +73,15 @@ func (testBehavior) Run(ctx context.Context, rc spi.RunContext, p noteParams) (s
 		if err := rc.Checkpoint(ctx, progress); err != nil {
 			return struct{}{}, err
 		}
+	case "approve":
+		_, ok, err := rc.Receive(ctx, "approval")
+		switch {
+		case err != nil:
+			return struct{}{}, err
+		case !ok:
+			return struct{}{}, spi.WaitForSignal("approval", time.Hour)
+		}
+		return struct{}{}, nil
 	}
 	return struct{}{}, api.Permanent("boom", "failed on purpose")
 }
@@ -163,6 +173,13 @@ type apiError struct {
 // (JSON-encoded unless it is a string or []byte).
 func (e *testEnv) do(method, path, token string, body any) response {
 	e.t.Helper()
+	return e.doWith(method, path, token, nil, body)
+}
+
+// doWith is do with the headers of header besides, which replace those do
+// sets.
+func (e *testEnv) doWith(method, path, token string, header http.Header, body any) response {
+	e.t.Helper()
 	var r io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -182,6 +199,9 @@ func (e *testEnv) do(method, path, token string, body any) response {
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	resp, err := e.ts.Client().Do(req)
 	require.NoError(e.t, err)

@@ -110,6 +110,7 @@ func TestOpenAPISchemasHoldEveryFieldSent(t *testing.T) {
 		{"TaskError", component("TaskError"), api.TaskError{}},
 		{"Wait", component("Wait"), api.Wait{}},
 		{"Submission", component("Submission"), api.Submission{}},
+		{"SignalResponse", component("SignalResponse"), web.SignalResponse{}},
 		{"SubmitAnswer", component("SubmitAnswer"), web.SubmitAnswer{Submission: &api.Submission{}}},
 		{"SubmitAnswer with an error", component("SubmitAnswer"), web.SubmitAnswer{Error: &web.Error{}}},
 		{"Event", component("Event"), api.Event{}},

@@ -104,7 +104,7 @@ func TestOpenAPIDeclaresEveryStatus(t *testing.T) {
 			seen = map[int]string{} // served from memory, to anyone
 		}
 		for _, id := range []string{"unknown-id", strings.Repeat("x", 200)} {
-			p := strings.NewReplacer("{id}", id, "{key}", id).Replace(path)
+			p := strings.NewReplacer("{id}", id, "{key}", id, "{name}", "node", "{topic}", "topic").Replace(path)
 			see(send(method, p, "", "", ""), "no token")
 			see(send(method, p, readToken, "", ""), "a read token")
 			for _, query := range []string{"", "?bogus=1"} {

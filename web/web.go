@@ -25,6 +25,7 @@
 //	POST   /api/v1/tasks/{id}/rewind        admin   {"step": 2}: a finished task runs again from its step 2
 //	POST   /api/v1/tasks/{id}/fork          admin   {"step": 2, "id": "new"}: 201, a copy of the task from its step 2
 //	GET    /api/v1/tasks/{id}/events        read    the events the task published; ?key=K one; ?key=K&wait=30s answers once it is set (Stint-Wait: set, finished or timeout)
+//	POST   /api/v1/tasks/{id}/signals/{topic}  submit  the body (JSON, none for null) is the payload; key=K or Idempotency-Key: K; 202
 //	DELETE /api/v1/tasks/{id}               admin   204
 //	GET    /api/v1/nodes                    read    with heartbeat age and health
 //	GET    /api/v1/schedules                read    the periodic schedules with their next tick
@@ -41,17 +42,21 @@
 //	GET    /api/v1/workflows                read    filter state; keyset paging after, limit
 //	GET    /api/v1/workflows/{id}           read    its state, counts, and nodes with their tasks
 //	POST   /api/v1/workflows/{id}/cancel    admin   204; also retry (its failed nodes run again; 409 unless it ended with one)
+//	POST   /api/v1/workflows/{id}/nodes/{name}/signals/{topic}  submit  a signal to the workflow's node, as to its task
 //
 // With Config.Metrics, GET /metrics (read role) serves the process's
 // metrics in the Prometheus text format.
 //
-// A path's {id}, {key} or {name} is written as it is, slashes included:
-// GET /api/v1/tasks/nightly/merge reads the workflow node nightly/merge,
-// and POST /api/v1/tasks/nightly/merge/retry retries it. The literal end
-// of the path (an action such as /retry, or none) chooses the endpoint, so
-// an id that ends in an action's name is read whole (POST
-// /api/v1/tasks/x/hold/release releases the task x/hold); a slash may also
-// be sent as %2F, which is never taken for the one before an action.
+// A path's {id}, {key}, {name} or {topic} is written as it is, slashes
+// included: GET /api/v1/tasks/nightly/merge reads the workflow node
+// nightly/merge, and POST /api/v1/tasks/nightly/merge/retry retries it. The
+// literal end of the path (an action such as /retry, or none) chooses the
+// endpoint, so an id that ends in an action's name is read whole (POST
+// /api/v1/tasks/x/hold/release releases the task x/hold); a POST whose path
+// has a segment signals after the id signals the task before it, under the
+// topic after it (POST /api/v1/tasks/a/b/signals/bank/paid signals a/b under
+// bank/paid). A slash may also be sent as %2F, which is never taken for the
+// one before an action or before signals.
 //
 // Endpoints of other parts are added as Config.Routes; ingest.Routes is one
 // of the ingest batches (GET /api/v1/batches, /batches/{id}, /jobs/{id}, and
@@ -222,6 +227,7 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /tasks", RoleSubmit, h.submitTask},
 		{"GET /tasks/{id}", RoleRead, h.getTask},
 		{"GET /tasks/{id}/events", RoleRead, h.taskEvents},
+		{"POST /tasks/{id}/signals/{topic}", RoleSubmit, h.signalTask},
 		{"DELETE /tasks/{id}", RoleAdmin, h.removeTask},
 		{"POST /tasks/{id}/hold", RoleAdmin, h.taskAction("hold", cfg.Client.Hold)},
 		{"POST /tasks/{id}/release", RoleAdmin, h.taskAction("release", cfg.Client.Release)},
@@ -252,6 +258,7 @@ func New(cfg Config) (*Handler, error) {
 		{"POST /workflows/{id}/hold", RoleAdmin, h.holdWorkflow},
 		{"POST /workflows/{id}/release", RoleAdmin, h.releaseWorkflow},
 		{"DELETE /workflows/{id}", RoleAdmin, h.removeWorkflow},
+		{"POST /workflows/{id}/nodes/{name}/signals/{topic}", RoleSubmit, h.signalNode},
 	}
 	for _, rt := range append(routes, cfg.Routes...) {
 		method, path, ok := strings.Cut(rt.Pattern, " ")
