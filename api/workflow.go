@@ -95,11 +95,14 @@ type WorkflowRequest struct {
 	Trace string `json:"trace,omitempty"`
 	// Retention keeps the workflow, its nodes with it, this long after it
 	// ended, whatever its outcome, instead of the retention of
-	// stint.workflow (7 days, 30 for a workflow that failed). Nodes go
-	// with their workflow, never before it (a node's own Retention does
-	// not apply): its dependents read their results for as long as it
-	// lives. Zero leaves it to stint.workflow. In JSON, a Go duration
-	// string ("24h0m0s").
+	// stint.workflow (7 days, 30 for a workflow that failed). Zero leaves
+	// it to stint.workflow. A node leaves with its workflow at the latest;
+	// one with a retention of its own (its Task.Retention) leaves once
+	// that passed after the workflow ended, never while it runs (its
+	// dependents' rules and NodeResult read it). The nodes that stay
+	// still name it among their DependsOn, and a workflow that lost a
+	// node another depends on cannot be retried (ErrConflict). In
+	// JSON, a Go duration string ("24h0m0s").
 	Retention time.Duration `json:"retention,omitempty"`
 }
 

@@ -391,17 +391,43 @@ func (s *Store) DeleteFinished(ctx context.Context, p store.DeleteFinishedParams
 
 // deleteExpiredSQL selects a batch of finished tasks past their own
 // retention through the index stint_task_expiry, whose key (created_at
-// plus the retention) is at most the time the task may go.
+// plus the retention) is at most the time the task may go. A workflow's
+// node with a retention of its own goes once that passed after its
+// workflow ended, never before: while the workflow runs, its dependents'
+// rules and their runs' NodeResult read it, and a retry of the workflow
+// counts it. The workflow's row is share-locked (and the node skipped
+// when it is locked), so that a retry, which locks it to run nodes again,
+// reads the nodes either before or after they went. The workflow is found
+// per candidate node (a subplan: a locking subquery is not made a join),
+// so that the nodes are found through stint_task_expiry alone, never by
+// a walk of every child in stint_task_parent; they are looked for only
+// when the other tasks do not fill the batch, as the expired tasks past
+// those of the batch would be read again for every batch of a backlog.
+// A node goes with its own edges (those to its dependencies); its
+// dependents keep theirs, naming it.
 const deleteExpiredSQL = `
-WITH d AS (
-    DELETE FROM stint_task WHERE id = ANY(ARRAY(
+WITH tasks AS (
+    SELECT ARRAY(
         SELECT id FROM stint_task
         WHERE retention_us IS NOT NULL AND stint_expiry(created_at, retention_us) < now()
           AND status IN ('success', 'failure') AND schedule_not_before IS NULL
           AND stint_expiry(finished_at, retention_us) < now() AND workflow_node IS NULL
         LIMIT $1
+        FOR UPDATE SKIP LOCKED) AS ids
+), d AS (
+    DELETE FROM stint_task WHERE id = ANY((SELECT ids FROM tasks) || ARRAY(
+        SELECT n.id FROM stint_task n
+        WHERE n.retention_us IS NOT NULL AND stint_expiry(n.created_at, n.retention_us) < now()
+          AND n.status IN ('success', 'failure') AND n.schedule_not_before IS NULL AND n.workflow_node IS NOT NULL
+          AND EXISTS (SELECT 1 FROM stint_task w WHERE w.id = n.parent_id
+              AND w.status IN ('success', 'failure') AND w.schedule_not_before IS NULL
+              AND stint_expiry(w.finished_at, n.retention_us) < now()
+              FOR SHARE SKIP LOCKED)
+        LIMIT $1 - cardinality((SELECT ids FROM tasks))
         FOR UPDATE SKIP LOCKED))
-    RETURNING id, behavior, status)` + deleteNodes + `
+    RETURNING id, behavior, status, workflow_node IS NOT NULL AS node)` + deleteNodes + `, own_edges AS (
+    DELETE FROM stint_dependency e WHERE e.task_id = ANY(ARRAY(SELECT id FROM d WHERE node))
+)
 SELECT behavior || '/' || status, count(*) FROM d GROUP BY 1`
 
 // DeleteExpired deletes a batch of finished tasks past their own

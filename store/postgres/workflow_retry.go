@@ -185,7 +185,9 @@ func retryState(n retryNode) string {
 }
 
 // readRetryNodes reads the nodes of workflow wf with their edges, and
-// indexes them by id.
+// indexes them by id. A workflow that lost a node its other nodes depend
+// on (it left once its own retention passed after the workflow ended)
+// cannot run again: api.ErrConflict.
 func readRetryNodes(ctx context.Context, tx pgx.Tx, wf api.TaskID) ([]retryNode, map[string]int, error) {
 	rows, err := tx.Query(ctx, retryNodesSQL, string(wf))
 	if err != nil {
@@ -207,17 +209,22 @@ func readRetryNodes(ctx context.Context, tx pgx.Tx, wf api.TaskID) ([]retryNode,
 	if err != nil {
 		return nil, nil, err
 	}
-	var task, dep string
+	var task, dep, gone string
 	if _, err := pgx.ForEachRow(rows, []any{&task, &dep}, func() error {
 		i, ok := at[task]
 		j, ok2 := at[dep]
 		if ok && ok2 {
 			nodes[i].deps = append(nodes[i].deps, j)
 			nodes[j].next = append(nodes[j].next, i)
+		} else if ok && gone == "" {
+			gone = dep
 		}
 		return nil
 	}); err != nil {
 		return nil, nil, err
+	}
+	if gone != "" {
+		return nil, nil, fmt.Errorf("workflow %s cannot run again: its node %s left once its retention passed: %w", wf, gone, api.ErrConflict)
 	}
 	return nodes, at, nil
 }
