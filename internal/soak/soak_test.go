@@ -126,6 +126,7 @@ func TestSoak(t *testing.T) {
 		require.NoError(t, f.Close())
 	}
 
+	logFeed(ctx, t, st.Pool())
 	r := ledger(ctx, t, st.Pool(), l)
 	t.Logf("ledger: %s", r)
 	failed := false
@@ -237,4 +238,20 @@ func ledger(ctx context.Context, t *testing.T, pool *pgxpool.Pool, l *load) repo
 		t.Logf("lost (the first): %s", strings.Join(missing, ", "))
 	}
 	return r
+}
+
+// logFeed logs what the change feed holds: its rows by the status of
+// their first change, with the changes a row carries and its size.
+func logFeed(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
+	rows, err := pool.Query(ctx, `SELECT statuses[1], count(*), avg(cardinality(task_ids)), avg(pg_column_size(c.*))
+		FROM stint_change c GROUP BY 1 ORDER BY 2 DESC`)
+	require.NoError(t, err)
+	var status string
+	var n int64
+	var changes, bytes float64
+	_, err = pgx.ForEachRow(rows, []any{&status, &n, &changes, &bytes}, func() error {
+		t.Logf("feed: %-10s %8d rows of %5.1f changes, %4.0f bytes", status, n, changes, bytes)
+		return nil
+	})
+	require.NoError(t, err)
 }
