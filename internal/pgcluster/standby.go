@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -25,49 +26,16 @@ import (
 // replication slot of its own on c, which its Stop drops. The
 // wait is bounded by ctx and by DefaultStartTimeout.
 func (c *Cluster) StartStandby(ctx context.Context, dataDir string) (*Cluster, error) {
-	dataDir, err := filepath.Abs(dataDir)
-	if err != nil {
-		return nil, fmt.Errorf("pgcluster: resolve standby data directory %q: %w", dataDir, err)
-	}
-	if entries, err := os.ReadDir(dataDir); err == nil && len(entries) > 0 {
-		return nil, fmt.Errorf("pgcluster: standby data directory %s is not empty", dataDir)
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("pgcluster: inspect standby data directory: %w", err)
-	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("pgcluster: create standby data directory: %w", err)
-	}
-	if c.user != nil {
-		if err := checkSearchable(filepath.Dir(dataDir), c.user); err != nil {
-			return nil, fmt.Errorf("pgcluster: %w", err)
-		}
-		if err := os.Chown(dataDir, int(c.user.uid), int(c.user.gid)); err != nil {
-			return nil, fmt.Errorf("pgcluster: give standby data directory %s to user %s: %w", dataDir, c.user.name, err)
-		}
-	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	slot, err := c.createSlot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
-	cmd := c.command(ctx, "pg_basebackup",
-		"--pgdata="+dataDir,
-		"--host=127.0.0.1",
-		"--port="+strconv.Itoa(c.port),
-		"--username=postgres",
-		"--no-password",
-		"--write-recovery-conf",
-		"--wal-method=stream",
-		"--slot="+slot,
-		"--checkpoint=fast",
-		"--no-sync",
-	)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
+	dataDir, err = c.baseBackup(ctx, dataDir, "--write-recovery-conf", "--slot="+slot)
+	if err != nil {
 		_ = c.dropSlot(slot)
-		return nil, fmt.Errorf("pgcluster: pg_basebackup of 127.0.0.1:%d into %s failed: %w\n%s", c.port, dataDir, err, tail(out.Bytes(), 4096))
+		return nil, err
 	}
 	standby, err := Start(ctx, Options{DataDir: dataDir, Fast: c.fast, Log: c.log})
 	if err != nil {
@@ -76,6 +44,83 @@ func (c *Cluster) StartStandby(ctx context.Context, dataDir string) (*Cluster, e
 	}
 	standby.primary, standby.slot = c, slot
 	return standby, nil
+}
+
+// BaseBackup takes a physical base backup of c into dir with
+// pg_basebackup while c runs, as an operator takes one to restore from:
+// the data files, and the WAL written while they were copied, streamed
+// through a temporary replication slot. Start on dir starts the restored
+// cluster, which recovers to the backup's end point and then accepts
+// writes as a new primary. BaseBackup returns that end point (the
+// End-LSN of the backup's manifest): every transaction that committed
+// before it is in the backup. dir must be missing or empty, and reachable
+// by the server user (see ReachableDataDir). The backup is bounded by ctx
+// and by DefaultStartTimeout.
+func (c *Cluster) BaseBackup(ctx context.Context, dir string) (end string, err error) {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	dir, err = c.baseBackup(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "backup_manifest"))
+	if err != nil {
+		return "", fmt.Errorf("pgcluster: read the backup's manifest: %w", err)
+	}
+	var manifest struct {
+		WALRanges []struct {
+			EndLSN string `json:"End-LSN"`
+		} `json:"WAL-Ranges"`
+	}
+	if err := json.Unmarshal(b, &manifest); err != nil {
+		return "", fmt.Errorf("pgcluster: parse the backup's manifest: %w", err)
+	}
+	if len(manifest.WALRanges) == 0 {
+		return "", errors.New("pgcluster: the backup's manifest has no WAL range")
+	}
+	return manifest.WALRanges[len(manifest.WALRanges)-1].EndLSN, nil
+}
+
+// baseBackup copies c into dataDir (made absolute, which it returns) with
+// pg_basebackup and the further args, as the server user, streaming the
+// WAL written meanwhile and asking for an immediate checkpoint.
+func (c *Cluster) baseBackup(ctx context.Context, dataDir string, args ...string) (string, error) {
+	dataDir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return "", fmt.Errorf("pgcluster: resolve backup directory %q: %w", dataDir, err)
+	}
+	if entries, err := os.ReadDir(dataDir); err == nil && len(entries) > 0 {
+		return "", fmt.Errorf("pgcluster: backup directory %s is not empty", dataDir)
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("pgcluster: inspect backup directory: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", fmt.Errorf("pgcluster: create backup directory: %w", err)
+	}
+	if c.user != nil {
+		if err := checkSearchable(filepath.Dir(dataDir), c.user); err != nil {
+			return "", fmt.Errorf("pgcluster: %w", err)
+		}
+		if err := os.Chown(dataDir, int(c.user.uid), int(c.user.gid)); err != nil {
+			return "", fmt.Errorf("pgcluster: give backup directory %s to user %s: %w", dataDir, c.user.name, err)
+		}
+	}
+	var out bytes.Buffer
+	cmd := c.command(ctx, "pg_basebackup", append([]string{
+		"--pgdata=" + dataDir,
+		"--host=127.0.0.1",
+		"--port=" + strconv.Itoa(c.port),
+		"--username=postgres",
+		"--no-password",
+		"--wal-method=stream",
+		"--checkpoint=fast",
+		"--no-sync",
+	}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("pgcluster: pg_basebackup of 127.0.0.1:%d into %s failed: %w\n%s", c.port, dataDir, err, tail(out.Bytes(), 4096))
+	}
+	return dataDir, nil
 }
 
 // createSlot creates a physical replication slot on c that reserves WAL at

@@ -1,0 +1,17 @@
+package restore
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stinthq/stint/internal/chaos"
+	"github.com/stinthq/stint/spi"
+)
+
+func TestMain(m *testing.M) {
+	chaos.Main(m, func(reg *spi.Registry, pool *pgxpool.Pool, node string) {
+		spi.MustRegister[StepsParams, string](reg, steps{pool: pool, node: node})
+		spi.MustRegister[FlakyParams, string](reg, flaky{pool: pool, node: node})
+	})
+}
