@@ -117,11 +117,25 @@ func (b *behavior) Run(ctx context.Context, rc spi.RunContext, _ Params) (Result
 		}
 	}
 	instructed = true
+	if kind == runSleep || kind == runReceiveFail {
+		for {
+			_, ok, err := rc.Receive(ctx, signalTopic)
+			if err != nil {
+				b.report("receive on %s: %v", rc.TaskID(), err)
+				return Result{}, err
+			}
+			if !ok {
+				break
+			}
+		}
+	}
 	switch kind {
 	case runSuccess:
 		return Result{Attempt: rc.Attempt()}, nil
-	case runFailRetryable, runFailPermanent:
-		return Result{}, &api.TaskError{Retryable: kind == runFailRetryable, Code: "planned", Message: "the test said so"}
+	case runFailRetryable, runFailPermanent, runReceiveFail:
+		return Result{}, &api.TaskError{Retryable: kind != runFailPermanent, Code: "planned", Message: "the test said so"}
+	case runSleep:
+		return Result{}, spi.WaitForSignal(signalTopic, time.Hour)
 	}
 	reqs := make([]api.SubmitRequest, len(children))
 	for i, c := range children {

@@ -95,6 +95,12 @@ type mtask struct {
 	// steps are the progress of the task's steps (spi.Policy.KeepSteps),
 	// by number: each run checkpoints its attempt as it starts.
 	steps []int
+	// mailbox holds the payloads of the signals sent to the task that no
+	// run consumed, oldest first.
+	mailbox []int
+	// sleeping is set while the task sleeps on the signal topic (its last
+	// run returned spi.WaitForSignal): a signal makes it due.
+	sleeping bool
 }
 
 // model is the reference state machine.
@@ -251,6 +257,30 @@ func (m *model) fork(id api.TaskID, k int, newID api.TaskID) outcome {
 	return nil
 }
 
+// signal sends the message payload to task id: refused for a task that
+// does not exist or finished for good; a task asleep on the topic is due
+// at once, or, held, at its release.
+func (m *model) signal(id api.TaskID, payload int) outcome {
+	t := m.tasks[id]
+	switch {
+	case t == nil:
+		return api.ErrNotFound
+	case t.phase == phaseSuccess || t.phase == phaseFailure:
+		return api.ErrConflict
+	}
+	t.mailbox = append(t.mailbox, payload)
+	if !t.sleeping {
+		return nil
+	}
+	switch t.phase {
+	case phaseWaiting:
+		t.sleeping, t.due, t.dueAlt = false, dueNow, nil
+	case phaseHeld:
+		t.sleeping, t.held, t.heldAlt = false, dueNow, nil
+	}
+	return nil
+}
+
 func (m *model) remove(id api.TaskID) outcome {
 	t := m.tasks[id]
 	if t == nil {
@@ -298,9 +328,15 @@ const (
 	runFailRetryable
 	runFailPermanent
 	runSpawn // spawn children, then wait for them
+	// runSleep receives every message of the signal topic, then sleeps on
+	// it for an hour (spi.WaitForSignal): what it received is consumed.
+	runSleep
+	// runReceiveFail receives every message of the topic, then fails
+	// retryably: it consumes nothing.
+	runReceiveFail
 )
 
-var runKindNames = []string{"success", "fail", "failperm", "spawn"}
+var runKindNames = []string{"success", "fail", "failperm", "spawn", "sleep", "recvfail"}
 
 func (k runKind) String() string { return runKindNames[k] }
 
@@ -311,14 +347,20 @@ func (m *model) finish(id api.TaskID, k runKind, children []api.TaskID) {
 	s := spec(t.behavior)
 	t.node = ""
 	t.dueAlt = nil
+	t.sleeping = k == runSleep && !t.resubmit
 	again := dueNone
 	switch k {
 	case runSuccess:
 		t.phase, t.errors = phaseSuccess, 0
-	case runFailRetryable, runFailPermanent:
+	case runSleep:
+		// A sleep, like a snooze, is neither a failure nor an attempt.
+		t.attempt--
+		t.mailbox = nil
+		t.phase, again = phaseWaiting, dueFuture
+	case runFailRetryable, runFailPermanent, runReceiveFail:
 		t.phase = phaseFailure
 		t.errors++
-		if k == runFailRetryable && t.attempt < s.maxAttempts {
+		if k != runFailPermanent && t.attempt < s.maxAttempts {
 			again = dueNow
 			if s.longBackoff {
 				again = dueFuture
@@ -450,6 +492,10 @@ func (t *mtask) compare(s api.Task, now time.Time) []string {
 	if ph != t.phase {
 		add("phase %s (status %s), model %s", ph, s.Status, t.phase)
 		return diffs
+	}
+	asleep := s.Waiting != nil && s.Waiting.Reason == api.WaitSignal
+	if want := ph == phaseWaiting && t.sleeping && t.due == dueFuture; len(t.dueAlt) == 0 && asleep != want {
+		add("asleep on a signal %v, model %v", asleep, want)
 	}
 	if ph == phaseWaiting {
 		d := dueOf(s.ScheduleNotBefore, now)

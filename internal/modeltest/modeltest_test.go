@@ -75,7 +75,7 @@ func TestModel(t *testing.T) {
 	}
 	start := time.Now()
 	seqs, ops := 0, 0
-	excluded := map[string]int{}
+	excluded, kinds := map[string]int{}, map[string]int{}
 	for i := uint64(0); ; i++ {
 		if duration > 0 && time.Since(start) > duration || duration == 0 && seqs >= *flagSeqs {
 			break
@@ -88,11 +88,15 @@ func TestModel(t *testing.T) {
 		for k, v := range st.excluded {
 			excluded[k] += v
 		}
+		for k, v := range st.kinds {
+			kinds[k] += v
+		}
 		if !ok {
 			break
 		}
 	}
-	t.Logf("%d sequences, %d operations in %s; operations left out per known defect: %v", seqs, ops, time.Since(start).Round(time.Second), excluded)
+	t.Logf("%d sequences, %d operations in %s (by kind: %v); operations left out per known defect: %v",
+		seqs, ops, time.Since(start).Round(time.Second), kinds, excluded)
 }
 
 // TestModelReplay replays the operations of -model.ops (as a failing
@@ -156,6 +160,9 @@ func flagSet(name string) bool {
 type stats struct {
 	ops      int
 	excluded map[string]int
+	// kinds counts the operations by kind, a finish by its outcome
+	// ("finish/sleep").
+	kinds map[string]int
 }
 
 // sequence is one run of operations against a model and a system.
@@ -192,6 +199,14 @@ func runSequence(t *testing.T, seed uint64, steps int, def map[string]bool, repl
 	defer func() {
 		st.ops = len(s.done)
 		st.excluded = g.excluded
+		st.kinds = map[string]int{}
+		for _, o := range s.done {
+			k := string(o.kind)
+			if o.kind == opFinish {
+				k += "/" + o.run.String()
+			}
+			st.kinds[k]++
+		}
 	}()
 	if replay == nil {
 		nodes = 2 + rng.IntN(2)
@@ -339,6 +354,8 @@ func (s *sequence) step(o op) {
 	case opResume:
 		s.expect(o, h.client.Resume(ctx, o.behavior), nil)
 		delete(m.paused, o.behavior)
+	case opSignal:
+		s.expect(o, h.client.Signal(ctx, o.id, signalTopic, o.payload), m.signal(o.id, o.payload))
 	case opFinish:
 		if !s.finish(o) {
 			return
@@ -552,6 +569,7 @@ func (s *sequence) check(o op) {
 		s.fail("after %s the stored state differs from the model:\n  %s", o, strings.Join(diffs, "\n  "))
 	}
 	s.checkSteps(o)
+	s.checkMailboxes(o)
 	held, err := s.h.client.HeldGroups(s.ctx)
 	if err != nil {
 		s.fail("held groups: %v", err)
@@ -560,6 +578,37 @@ func (s *sequence) check(o op) {
 		s.fail("after %s: held groups %v, model %v", o, held, want)
 	}
 	s.checkRunLog(o)
+}
+
+// checkMailboxes checks the messages no run consumed against the model's
+// mailboxes: each task's, in the order sent, and none of a task that is
+// gone.
+func (s *sequence) checkMailboxes(o op) {
+	s.t.Helper()
+	rows, err := s.h.pool.Query(s.ctx, `SELECT s.task_id, array_agg(s.payload::int ORDER BY s.seq)
+		FROM stint_signal s JOIN stint_task t ON t.id = s.task_id AND t.created_at = s.created
+		WHERE s.consumed_at IS NULL GROUP BY s.task_id`)
+	if err != nil {
+		s.fail("read mailboxes: %v", err)
+	}
+	stored := map[api.TaskID][]int{}
+	var id string
+	var payloads []int
+	if _, err := pgx.ForEachRow(rows, []any{&id, &payloads}, func() error {
+		stored[api.TaskID(id)] = slices.Clone(payloads)
+		return nil
+	}); err != nil {
+		s.fail("read mailboxes: %v", err)
+	}
+	for _, id := range s.m.sortedIDs() {
+		if want := s.m.tasks[id].mailbox; !slices.Equal(stored[id], want) {
+			s.fail("after %s: %s has unconsumed messages %v, model %v", o, id, stored[id], want)
+		}
+		delete(stored, id)
+	}
+	for id, got := range stored {
+		s.fail("after %s: %s is gone but has unconsumed messages %v", o, id, got)
+	}
 }
 
 // checkSteps checks the steps kept of each task against the model's: as

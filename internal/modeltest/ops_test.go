@@ -32,7 +32,11 @@ const (
 	opStartNode    opKind = "startnode"  // start one more node
 	opStartChild   opKind = "startchild" // start a node in a child process
 	opKillNode     opKind = "killnode"   // SIGKILL a child node
+	opSignal       opKind = "signal"     // send a message of signalTopic to a task
 )
+
+// signalTopic is the topic of every signal of the sequences.
+const signalTopic = "t"
 
 // op is one step of a sequence. Its text form (String, parseOp) is what a
 // failing sequence prints for replay.
@@ -47,6 +51,7 @@ type op struct {
 	node     string
 	step     int        // of a rewind or a fork
 	newID    api.TaskID // of a fork
+	payload  int        // of a signal: unique in its sequence
 }
 
 func (o op) String() string {
@@ -77,6 +82,9 @@ func (o op) String() string {
 	}
 	if o.newID != "" {
 		parts = append(parts, "new="+string(o.newID))
+	}
+	if o.kind == opSignal {
+		parts = append(parts, "p="+strconv.Itoa(o.payload))
 	}
 	return strings.Join(parts, " ")
 }
@@ -126,6 +134,12 @@ func parseOps(s string) ([]op, error) {
 				o.step = n
 			case "new":
 				o.newID = api.TaskID(v)
+			case "p":
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return nil, fmt.Errorf("op %q: %w", line, err)
+				}
+				o.payload = n
 			default:
 				return nil, fmt.Errorf("op %q: unknown key %q", line, k)
 			}
@@ -224,6 +238,7 @@ type generator struct {
 	// children allows nodes in child processes (killed with SIGKILL).
 	children bool
 	last     opKind // the previous operation's
+	signals  int    // the signals drawn, which number their payloads
 }
 
 func (g *generator) pick(n int) int { return g.rng.IntN(n) }
@@ -359,6 +374,13 @@ func (g *generator) try(m *model) (op, bool) {
 			newID = t.id // taken: refused
 		}
 		return op{kind: opFork, id: id, step: g.step(m, id), newID: newID}, true
+	case w < 72:
+		id := g.someID(m)
+		if t := g.anyTask(m, func(t *mtask) bool { return t.sleeping || t.phase == phaseRunning }); t != nil && g.pick(3) > 0 {
+			id = t.id
+		}
+		g.signals++
+		return op{kind: opSignal, id: id, payload: g.signals}, true
 	case w < 94:
 		t := g.anyTask(m, func(t *mtask) bool { return t.phase == phaseRunning })
 		if t == nil {
@@ -366,12 +388,16 @@ func (g *generator) try(m *model) (op, bool) {
 		}
 		o := op{kind: opFinish, id: t.id}
 		switch r := g.pick(20); {
-		case r < 10:
+		case r < 9:
 			o.run = runSuccess
-		case r < 15:
+		case r < 13:
 			o.run = runFailRetryable
-		case r < 17:
+		case r < 15:
 			o.run = runFailPermanent
+		case r < 17:
+			o.run = runSleep
+		case r < 18:
+			o.run = runReceiveFail
 		default:
 			if t.parent != "" {
 				o.run = runSuccess

@@ -55,7 +55,7 @@ WITH c AS (
             WHEN c.again_us >= 0 THEN now() + c.again_us * interval '1 microsecond' END,
         waiting_children = c.wait_children AND t.children_pending > 0,
         tasks_pending = CASE WHEN t.tasks_pending > 0 THEN t.tasks_pending END,
-        signal_wait = nullif(c.signal_wait, ''),
+        signal_wait = CASE WHEN NOT t.resubmit THEN nullif(c.signal_wait, '') END,
         lost_not_before = NULL,
         executed_at = CASE WHEN t.resubmit OR c.status = 'scheduled' THEN NULL ELSE t.executed_at END,
         finished_at = CASE WHEN c.status = 'scheduled' THEN t.finished_at ELSE now() END,

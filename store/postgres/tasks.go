@@ -39,7 +39,7 @@ var taskColumnsRest = `
 	lease, coalesce(node, ''), attempt, errors, resubmit,
 	coalesce(parent_id, ''), coalesce(group_key, ''), coalesce(trace, ''),
 	created_at, updated_at, executed_at, finished_at, awaited, children_pending, coalesce(retention_us, 0), coalesce(version, 0),
-	CASE WHEN signal_wait IS NOT NULL AND status = 'scheduled' THEN jsonb_build_object('reason', '` + api.WaitSignal + `',
+	CASE WHEN signal_wait IS NOT NULL AND status = 'scheduled' AND schedule_not_before > now() THEN jsonb_build_object('reason', '` + api.WaitSignal + `',
 	        'limit', '', 'key', signal_wait, 'detail', 'signal ' || signal_wait)
 	    WHEN status IN ` + waitingStatuses + ` AND schedule_not_before IS NOT NULL THEN waiting`
 
