@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // NodeSpec is a workflow node built by NewNode from a behavior's Kind and
@@ -50,6 +51,16 @@ func NewNode[P, R any](name string, k Kind[P, R], p P, opts ...NodeOption) NodeS
 		return NodeSpec{node: WorkflowNode{Name: name}, err: err}
 	}
 	n := WorkflowNode{Name: name, Task: SubmitRequest{Behavior: k.ID, Params: raw}}
+	for _, o := range opts {
+		o(&n)
+	}
+	return NodeSpec{node: n}
+}
+
+// NewGate returns the node name of a workflow that waits for a signal of
+// topic, at most timeout (WorkflowNode.Gate), adjusted by opts.
+func NewGate(name, topic string, timeout time.Duration, opts ...NodeOption) NodeSpec {
+	n := WorkflowNode{Name: name, Gate: &Gate{Topic: topic, Timeout: timeout}}
 	for _, o := range opts {
 		o(&n)
 	}

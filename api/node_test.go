@@ -29,6 +29,7 @@ func TestNewWorkflowBuildsTheRequest(t *testing.T) {
 		api.NewNode("a", demo.Echo, demo.EchoParams{Text: "a", Upper: true}, api.DependsOn("fetch")),
 		api.NewNode("merge", demo.Echo, demo.EchoParams{Text: "merge"}, api.DependsOn("a"), api.DependsOn("fetch"), api.WithRule(api.RuleAnySucceeded)),
 		api.NewNode("notify", demo.Echo, demo.EchoParams{Text: "done"}, api.Finally(), api.WithTask(api.WithGroupKey("g"))),
+		api.NewGate("approve", "approval", 72*time.Hour, api.DependsOn("merge")),
 	)
 	require.NoError(t, err)
 	three := 3
@@ -38,6 +39,7 @@ func TestNewWorkflowBuildsTheRequest(t *testing.T) {
 		{Name: "merge", Task: api.SubmitRequest{Behavior: "demo.echo", Params: []byte(`{"text":"merge"}`)},
 			DependsOn: []string{"a", "fetch"}, Rule: api.RuleAnySucceeded},
 		{Name: "notify", Task: api.SubmitRequest{Behavior: "demo.echo", Params: []byte(`{"text":"done"}`), GroupKey: "g"}, Finally: true},
+		{Name: "approve", Gate: &api.Gate{Topic: "approval", Timeout: 72 * time.Hour}, DependsOn: []string{"merge"}},
 	}}, req)
 
 	nodes, err := api.NewNodes(api.NewNode("one", demo.Echo, demo.EchoParams{Text: "1"}))
