@@ -2,10 +2,11 @@
 // the task state machine in plain Go, and random, seeded sequences of
 // operations (submits with colliding ids, debounced or not, holds of
 // tasks and groups, pauses, removes, retries, rewinds and forks from a
-// step, resubmits during runs, run outcomes, children, node stops)
+// step, resubmits during runs, run outcomes, children, signals and runs
+// that receive them and sleep on their topic, events, node stops)
 // applied both to the model and to real server nodes on a real
-// PostgreSQL. After every step the stored state (steps included) must
-// agree with the model, the caps must hold in the run log, and every task
+// PostgreSQL. After every step the stored state (steps, unconsumed
+// messages and events included) must agree with the model, the caps must hold in the run log, and every task
 // that may run must be running within a bound set by the lease and poll
 // interval.
 //

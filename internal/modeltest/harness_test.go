@@ -49,7 +49,8 @@ type Result struct {
 
 // behavior is one of the test behaviors on one node. Its runs log their
 // start in model_run in the run's own transaction, fenced by CheckpointTx
-// (which keeps the attempt as the task's next step), then poll
+// (which keeps the attempt as the task's next step) and with the event
+// "attempt" (SetEventTx), then poll
 // model_instruction for the test's word on how they end: the test
 // controls runs in child processes the same way as in its own.
 type behavior struct {
@@ -84,6 +85,9 @@ func (b *behavior) Run(ctx context.Context, rc spi.RunContext, _ Params) (Result
 		if err := tx.QueryRow(ctx, `INSERT INTO model_run (task_id, attempt, node, behavior, group_key)
 			VALUES ($1, $2, $3, $4, (SELECT coalesce(group_key, '') FROM stint_task WHERE id = $1)) RETURNING id`,
 			string(rc.TaskID()), rc.Attempt(), b.node, string(b.spec.id)).Scan(&runID); err != nil {
+			return err
+		}
+		if err := rc.SetEventTx(ctx, tx, "attempt", rc.Attempt()); err != nil {
 			return err
 		}
 		return rc.CheckpointTx(ctx, tx, rc.Attempt())

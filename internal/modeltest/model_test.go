@@ -101,6 +101,10 @@ type mtask struct {
 	// sleeping is set while the task sleeps on the signal topic (its last
 	// run returned spi.WaitForSignal): a signal makes it due.
 	sleeping bool
+	// event is the value of the task's event "attempt", which each run
+	// sets to its attempt as it starts (0: none): it outlives the runs
+	// and goes with the task.
+	event int
 }
 
 // model is the reference state machine.

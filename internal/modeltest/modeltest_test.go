@@ -517,6 +517,7 @@ func (s *sequence) settled() (bool, string) {
 		mt.phase, mt.node, mt.dueAlt, mt.waiting = phaseRunning, st.Node, nil, false
 		mt.attempt++
 		mt.steps = append(mt.steps, mt.attempt) // the run's checkpoint, with its log
+		mt.event = mt.attempt                   // and its event
 		m.starts[id]++
 	}
 	for _, id := range m.sortedIDs() {
@@ -582,7 +583,7 @@ func (s *sequence) check(o op) {
 
 // checkMailboxes checks the messages no run consumed against the model's
 // mailboxes: each task's, in the order sent, and none of a task that is
-// gone.
+// gone; and each task's event against the model's.
 func (s *sequence) checkMailboxes(o op) {
 	s.t.Helper()
 	rows, err := s.h.pool.Query(s.ctx, `SELECT s.task_id, array_agg(s.payload::int ORDER BY s.seq)
@@ -608,6 +609,24 @@ func (s *sequence) checkMailboxes(o op) {
 	}
 	for id, got := range stored {
 		s.fail("after %s: %s is gone but has unconsumed messages %v", o, id, got)
+	}
+	rows, err = s.h.pool.Query(s.ctx, `SELECT e.task_id, e.value::int
+		FROM stint_event e JOIN stint_task t ON t.id = e.task_id AND t.created_at = e.created WHERE e.key = 'attempt'`)
+	if err != nil {
+		s.fail("read events: %v", err)
+	}
+	events := map[api.TaskID]int{}
+	var value int
+	if _, err := pgx.ForEachRow(rows, []any{&id, &value}, func() error {
+		events[api.TaskID(id)] = value
+		return nil
+	}); err != nil {
+		s.fail("read events: %v", err)
+	}
+	for _, id := range s.m.sortedIDs() {
+		if got, want := events[id], s.m.tasks[id].event; got != want {
+			s.fail("after %s: %s has event attempt=%d, model %d", o, id, got, want)
+		}
 	}
 }
 
