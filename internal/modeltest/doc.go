@@ -6,9 +6,9 @@
 // that receive them and sleep on their topic, events, node stops)
 // applied both to the model and to real server nodes on a real
 // PostgreSQL. After every step the stored state (steps, unconsumed
-// messages and events included) must agree with the model, the caps must hold in the run log, and every task
-// that may run must be running within a bound set by the lease and poll
-// interval.
+// messages and events included) must agree with the model, the caps must
+// hold in the run log, and every task that may run must be running within
+// a bound set by the lease and poll interval.
 //
 // The package has no API; it is all tests. A failing sequence prints its
 // seed and its operations, to replay with
