@@ -232,7 +232,7 @@ type Node struct {
 	Cmd   *exec.Cmd
 	Child *childtest.Child
 	// FreezeAt, if set, is the fault point (see internal/faultpoint) at
-	// which the node process stops itself once armed (see freeze).
+	// which the node process stops itself once armed by a SIGUSR1.
 	FreezeAt string
 }
 

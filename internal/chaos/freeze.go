@@ -49,7 +49,7 @@ func freezeAtOnce(point string) {
 	})
 }
 
-// freezeSelf prints frozenLine and stops the process until a SIGCONT.
+// freezeSelf prints FrozenLine and stops the process until a SIGCONT.
 func freezeSelf() {
 	fmt.Println(FrozenLine)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)

@@ -26,7 +26,7 @@ type Proxy struct {
 	held chan struct{}
 	// gen counts blackholes; a connection accepted at gen g is forgotten
 	// (its traffic dropped for good, as by a NAT table that lost it) when
-	// g < forgotten. cutting is closed by cut, which ends them.
+	// g < forgotten. cutting is closed by Cut, which ends them.
 	gen, forgotten int
 	cutting        chan struct{}
 	// servers are the connections to the target, with the gen they were
@@ -136,7 +136,7 @@ func (p *Proxy) untrack(cs ...net.Conn) {
 }
 
 // pass waits while a blackhole lasts, and reports whether the traffic of
-// a connection accepted at gen born may pass: false once cut ended a
+// a connection accepted at gen born may pass: false once Cut ended a
 // forgotten one.
 func (p *Proxy) pass(born int) bool {
 	for {
@@ -159,7 +159,7 @@ func (p *Proxy) pass(born int) bool {
 }
 
 // Blackhole stops forwarding in both directions, on the open connections
-// and on new ones, without closing any, until restore.
+// and on new ones, without closing any, until Restore.
 func (p *Proxy) Blackhole() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

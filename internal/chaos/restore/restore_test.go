@@ -125,10 +125,10 @@ const (
 	// the latest of them, as they would after a restore that took
 	// minutes.
 	downtime = 12 * time.Second
-	// delayed is the delay of the tasks that are still delayed when the
-	// backup is taken, and of those held before they were due (a release
-	// makes a task due when it was).
-	delayed = 20 * time.Second
+	// delay is that of the tasks submitted as the backup begins, still
+	// delayed when the new nodes start, and of those held before they
+	// were due (a release makes a task due when it was).
+	delay = downtime + 3*time.Second
 	// takeoverRoom is the room the takeover bound (a lease after the
 	// first new node started) gets on a loaded machine.
 	takeoverRoom = 5 * time.Second
@@ -185,8 +185,9 @@ func TestRestoreFromABaseBackup(t *testing.T) {
 			close(stop) // a failure: the load ends with the test
 		}
 	}()
-	w := submitEveryState(t, ctx, old, l)
+	w := workload{wf: submitEveryState(t, ctx, old, l)}
 	awaitEveryState(t, old, l, w.wf)
+	w.delayed, w.held = submitWaiting(t, ctx, old, l)
 
 	dir := pgtest.TempDir(t)
 	began := time.Now()
@@ -315,20 +316,19 @@ func createTables(t *testing.T, c *chaos.Cluster) {
 const (
 	nSteps   = 1_000_000
 	nFlaky   = 2_000_000
-	nDelayed = 3_000_000
-	nHeld    = 4_000_000
+	nWaiting = 3_000_000
 	nTick    = 5_000_000
 )
 
 // tickSchedule fires a chaos.work task every second.
 const tickSchedule = "restore-tick"
 
-// submitEveryState submits, beside the load, the tasks of every other
-// state and records them in l: chaos.steps tasks (running with steps
-// checkpointed, or due and waiting for their cap), chaos.flaky tasks that
-// fail once (waiting for a retry at the backup) or for good, delayed and
-// held chaos.work tasks, a workflow and a schedule.
-func submitEveryState(t *testing.T, ctx context.Context, c *chaos.Cluster, l *chaos.Ledger) workload {
+// submitEveryState submits, beside the load, the tasks that reach the
+// other states before the backup and records them in l: chaos.steps tasks
+// (running with steps checkpointed, or due and waiting for their cap),
+// chaos.flaky tasks that fail once (waiting for a retry at the backup) or
+// for good, and a workflow, which it returns; and it adds a schedule.
+func submitEveryState(t *testing.T, ctx context.Context, c *chaos.Cluster, l *chaos.Ledger) api.WorkflowSubmission {
 	var reqs []api.SubmitRequest
 	for i := range 24 {
 		reqs = append(reqs, api.SubmitRequest{Behavior: stepsKind.ID, Params: fmt.Appendf(nil, `{"n":%d,"steps":8,"step_ms":250}`, nSteps+i)})
@@ -336,23 +336,7 @@ func submitEveryState(t *testing.T, ctx context.Context, c *chaos.Cluster, l *ch
 	for i, fail := range []string{"once", "once", "once", "once", "always", "always", "always"} {
 		reqs = append(reqs, api.SubmitRequest{Behavior: flakyKind.ID, Params: fmt.Appendf(nil, `{"n":%d,"fail":%q}`, nFlaky+i, fail)})
 	}
-	for i := range 10 {
-		reqs = append(reqs, api.SubmitRequest{Behavior: chaos.WorkKind.ID, Params: fmt.Appendf(nil, `{"n":%d}`, nDelayed+i), Delay: delayed})
-	}
-	for i := range 3 {
-		reqs = append(reqs, api.SubmitRequest{Behavior: chaos.WorkKind.ID, Params: fmt.Appendf(nil, `{"n":%d}`, nHeld+i), Delay: delayed})
-	}
-	subs, err := c.Client.SubmitMany(ctx, reqs)
-	require.NoError(t, err)
-	var ids []api.TaskID
-	for _, s := range subs {
-		ids = append(ids, s.ID)
-	}
-	c.Acknowledged(ctx, l, ids...)
-	w := workload{held: ids[len(ids)-3:], delayed: ids[len(ids)-13 : len(ids)-3]}
-	for _, id := range w.held {
-		require.NoError(t, c.Client.Hold(ctx, id))
-	}
+	submit(t, ctx, c, l, reqs)
 	require.NoError(t, c.Client.AddSchedule(ctx, api.Schedule{Name: tickSchedule, Behavior: chaos.WorkKind.ID, Spec: "@every 1s",
 		Params: fmt.Appendf(nil, `{"n":%d}`, nTick)}))
 
@@ -373,14 +357,42 @@ func submitEveryState(t *testing.T, ctx context.Context, c *chaos.Cluster, l *ch
 		}
 		req.Nodes = append(req.Nodes, n)
 	}
-	w.wf, err = c.Client.SubmitWorkflow(ctx, req)
+	wf, err := c.Client.SubmitWorkflow(ctx, req)
 	require.NoError(t, err)
-	ids = []api.TaskID{w.wf.ID}
-	for _, id := range w.wf.Nodes {
+	ids := []api.TaskID{wf.ID}
+	for _, id := range wf.Nodes {
 		ids = append(ids, id)
 	}
 	c.Acknowledged(ctx, l, ids...)
-	return w
+	return wf
+}
+
+// submitWaiting submits chaos.work tasks that wait past the backup, when
+// it is about to be taken, and records them in l: delayed ones, and held
+// ones, which it holds.
+func submitWaiting(t *testing.T, ctx context.Context, c *chaos.Cluster, l *chaos.Ledger) (delayed, held []api.TaskID) {
+	var reqs []api.SubmitRequest
+	for i := range 13 {
+		reqs = append(reqs, api.SubmitRequest{Behavior: chaos.WorkKind.ID, Params: fmt.Appendf(nil, `{"n":%d}`, nWaiting+i), Delay: delay})
+	}
+	ids := submit(t, ctx, c, l, reqs)
+	delayed, held = ids[:10], ids[10:]
+	for _, id := range held {
+		require.NoError(t, c.Client.Hold(ctx, id))
+	}
+	return delayed, held
+}
+
+// submit submits reqs and records them in l.
+func submit(t *testing.T, ctx context.Context, c *chaos.Cluster, l *chaos.Ledger, reqs []api.SubmitRequest) []api.TaskID {
+	subs, err := c.Client.SubmitMany(ctx, reqs)
+	require.NoError(t, err)
+	ids := make([]api.TaskID, len(subs))
+	for i, s := range subs {
+		ids[i] = s.ID
+	}
+	c.Acknowledged(ctx, l, ids...)
+	return ids
 }
 
 // everyState is the query of the states the backup should catch: the
