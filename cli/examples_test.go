@@ -118,13 +118,14 @@ var helpExamplesSkipped = map[string]string{
 	"stint server --db postgres://user@db/stint --node node-1 --workers 200":                              "serves until stopped",
 	"stint replications define orders-eu --continuous --params @orders-eu.json":                           "replicates between two databases of its own",
 	"stint replications trigger install --dsn postgres://app@src/shop --table public.orders --column chg": "changes a source database of its own",
+	"stint signal --workflow release-7 --node approve approval '{\"ok\":true}'":                           "signals a node of a workflow of its own",
 }
 
 // TestHelpExamplesRun runs every example command line of the help as
 // written, against a server and its database: the workflow file that
-// `stint workflows submit --help` shows is nightly.json, params.json and
-// objects.checkm are files of the kind they name. The commands that
-// submit run first, so that the others find what they name.
+// `stint workflows submit --help` shows is nightly.json, params.json,
+// event.json and objects.checkm are files of the kind they name. The
+// commands that submit run first, so that the others find what they name.
 func TestHelpExamplesRun(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t, 3*time.Minute)
@@ -145,6 +146,7 @@ func TestHelpExamplesRun(t *testing.T) {
 	}
 	write("nightly.json", file.Bytes())
 	write("params.json", []byte(`{"text":"hi"}`))
+	write("event.json", []byte(`{"type":"payment.succeeded"}`))
 	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "alpha") }))
 	t.Cleanup(files.Close)
 	sum := sha256.Sum256([]byte("alpha"))

@@ -320,6 +320,7 @@ stored), 130 when Ctrl-C stopped a wait (what was awaited runs on).`,
 		c.newSubmitCmd(),
 		c.newTasksCmd(),
 		c.newEventsCmd(),
+		c.newSignalCmd(),
 		c.newNodesCmd(),
 		c.newSchedulesCmd(),
 		c.newLimitsCmd(),
@@ -380,7 +381,7 @@ func unknownCommand(cmd *cobra.Command, word string) error {
 
 // commandLine matches the program's name where help text shows a command
 // line: "stint" before one of its commands or at the start of a line.
-var commandLine = regexp.MustCompile(`(^|[\s'"` + "`" + `(])stint( (?:dev|server|migrate|submit|tasks|nodes|schedules|limits|behaviors|groups|stats|ingest|batches|replications|workflows|version)\b|\s|$)`)
+var commandLine = regexp.MustCompile(`(^|[\s'"` + "`" + `(])stint( (?:dev|server|migrate|submit|tasks|events|signal|nodes|schedules|limits|behaviors|groups|stats|ingest|batches|replications|workflows|version)\b|\s|$)`)
 
 // nameProgram renames the program in the help of root and its
 // descendants, written for stint, to name: the command path, and every

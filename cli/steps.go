@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -108,21 +109,35 @@ func (c *cli) runStepCmd(ctx context.Context, db *dbFlag, id api.TaskID, step in
 // was stored (to the millisecond: a run's steps often share a second) and
 // its progress on one line.
 func (c *cli) printSteps(steps []api.Step) error {
-	if len(steps) == 0 {
+	rows := make([][]string, len(steps))
+	for i, s := range steps {
+		rows[i] = []string{strconv.Itoa(s.N), s.At.Local().Format(timeFormat + ".000"), compactJSON(s.Progress)}
+	}
+	return c.printSection("steps", rows)
+}
+
+// printSection prints title and under it rows, indented, as a table;
+// nothing when there are no rows.
+func (c *cli) printSection(title string, rows [][]string) error {
+	if len(rows) == 0 {
 		return nil
 	}
-	fmt.Fprintln(c.stdout, "steps:")
+	fmt.Fprintln(c.stdout, title+":")
 	tw := newTable(c.stdout)
-	for _, s := range steps {
-		var b bytes.Buffer
-		if err := json.Compact(&b, s.Progress); err != nil {
-			b.Reset()
-			b.Write(s.Progress)
-		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\n", s.N, s.At.Local().Format(timeFormat+".000"), b.String())
+	for _, r := range rows {
+		fmt.Fprintf(tw, "  %s\n", strings.Join(r, "\t"))
 	}
 	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("write steps: %w", err)
+		return fmt.Errorf("write %s: %w", title, err)
 	}
 	return nil
+}
+
+// compactJSON writes raw on one line; raw as it is when it is no JSON.
+func compactJSON(raw []byte) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
+	}
+	return b.String()
 }

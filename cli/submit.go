@@ -185,26 +185,33 @@ func (c *cli) waitAndPrint(ctx context.Context, tasks api.Tasks, id api.TaskID, 
 // readParams returns the JSON params given by the --params flag value s:
 // inline JSON, @FILE, or @- for r. Empty s means no params.
 func readParams(s string, r io.Reader) (json.RawMessage, error) {
+	return readJSON("params", "--params", s, r)
+}
+
+// readJSON returns the JSON value of field given as s by source (a flag
+// or an argument): inline JSON, @FILE, or @- for r. Empty s means none.
+// Malformed JSON is an *api.InvalidError naming field.
+func readJSON(field, source, s string, r io.Reader) (json.RawMessage, error) {
 	if s == "" {
 		return nil, nil
 	}
-	raw, source := []byte(s), "--params"
+	raw, from := []byte(s), source
 	if name, ok := strings.CutPrefix(s, "@"); ok {
 		var err error
 		if name == "-" {
 			raw, err = io.ReadAll(r)
-			source = "standard input"
+			from = "standard input"
 		} else {
 			raw, err = os.ReadFile(name)
-			source = name
+			from = name
 		}
 		if err != nil {
-			return nil, usageErrorf("--params %s: cannot read the params: %w", s, err)
+			return nil, usageErrorf("%s %s: cannot read the %s: %w", source, s, field, err)
 		}
 	}
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return nil, api.Invalid("params", "malformed JSON in %s: %v", source, err)
+		return nil, api.Invalid(field, "malformed JSON in %s: %v", from, err)
 	}
 	return raw, nil
 }

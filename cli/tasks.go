@@ -218,7 +218,21 @@ func (c *cli) printTask(t api.Task) error {
 	} {
 		fmt.Fprintf(c.stdout, "%s: %s\n", f.name, prettyJSON(f.raw, ""))
 	}
-	return c.printSteps(t.Steps)
+	if err := c.printSteps(t.Steps); err != nil {
+		return err
+	}
+	signals := make([][]string, len(t.Signals))
+	for i, s := range t.Signals {
+		signals[i] = []string{s.Topic, "key " + orDash(s.Key), formatTime(&s.At), compactJSON(s.Payload)}
+	}
+	if err := c.printSection("signals (not consumed yet, oldest first)", signals); err != nil {
+		return err
+	}
+	events := make([][]string, len(t.Events))
+	for i, e := range t.Events {
+		events[i] = []string{e.Key, formatTime(&e.At), compactJSON(e.Value)}
+	}
+	return c.printSection("events", events)
 }
 
 // orList lists words for a message: "a, b or c".
@@ -238,8 +252,8 @@ func orList[S ~string](words []S) string {
 
 // shortStatus is t's status for a table column: "retrying" for a task
 // whose last run failed and that runs again, "waiting (rate limit L)" or
-// "waiting (concurrency cap)" for a due task a limit holds back, else its
-// status.
+// "waiting (concurrency cap)" for a due task a limit holds back, "waiting
+// (signal TOPIC)" for a task asleep until a signal comes, else its status.
 func shortStatus(t api.Task) string {
 	switch {
 	case t.Retrying():
@@ -248,6 +262,8 @@ func shortStatus(t api.Task) string {
 		return "waiting (rate limit " + t.Waiting.Limit + ")"
 	case t.Waiting != nil && t.Waiting.Reason == api.WaitDependencies:
 		return "waiting (dependencies)"
+	case t.Waiting != nil && t.Waiting.Reason == api.WaitSignal:
+		return "waiting (signal " + t.Waiting.Key + ")"
 	case t.Waiting != nil && t.Waiting.Reason == api.WaitConcurrency:
 		return "waiting (concurrency cap)"
 	case t.Waiting != nil && t.Waiting.Reason == api.WaitNoNode && t.Waiting.Version > 0:
@@ -259,7 +275,8 @@ func shortStatus(t api.Task) string {
 }
 
 // waitText says what a waiting task waits on: "waiting on rate limit L
-// (key K) until T", "waiting on the concurrency cap of B (key K)",
+// (key K) until T", "waiting for signal TOPIC", "waiting on the
+// concurrency cap of B (key K)",
 // "waiting: B is paused", "waiting: no live node runs B (node-a runs
 // ...)", "waiting for a node of a newer release: ..." or "waiting: every
 // node that runs B is full (node-a runs 8 of 8)"; a reason this release
@@ -269,6 +286,8 @@ func waitText(w *api.Wait) string {
 	switch w.Reason {
 	case api.WaitDependencies:
 		return "waiting for its workflow dependencies " + strings.Join(w.Dependencies, ", ")
+	case api.WaitSignal:
+		return "waiting for signal " + w.Key
 	case api.WaitRateLimit:
 		fmt.Fprintf(&b, "waiting on rate limit %s", w.Limit)
 	case api.WaitPaused:

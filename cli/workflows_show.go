@@ -160,6 +160,8 @@ func nodeWhy(t api.Task) string {
 	switch {
 	case t.Waiting != nil && t.Waiting.Reason == api.WaitDependencies:
 		return "waits for " + nameList(t.Waiting.Dependencies, ", ")
+	case t.Waiting != nil && t.Waiting.Reason == api.WaitSignal:
+		return "waits for signal " + t.Waiting.Key
 	case t.Waiting != nil:
 		return "waits on " + t.Waiting.Reason + " " + t.Waiting.Limit
 	case t.Status == api.StatusFailure && t.Error != nil:
