@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ type bench struct {
 
 	statements bool        // pg_stat_statements is available
 	graphile   *npmInstall // Graphile Worker, when it runs
+	dbosBin    string      // DBOS's runner, when it runs
 	rep        *Report
 }
 
@@ -72,24 +74,34 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 			peers = append(peers, sys)
 		}
 	}
-	fresh := func(scenario, prefix string, fn func(context.Context, harness, string, string) ([]Result, error)) []job {
+	b.dbosBin = b.dbosAvailable(ctx)
+	// DBOS takes part in the burn-down and streaming of the scenarios
+	// below, besides latency and signals.
+	queuePeers := peers
+	if b.dbosBin != "" {
+		queuePeers = append(slices.Clone(peers), sysDBOS)
+	}
+	freshOf := func(systems []string, scenario, prefix string, fn func(context.Context, harness, string, string) ([]Result, error)) []job {
 		var jobs []job
-		for _, sys := range peers {
+		for _, sys := range systems {
 			jobs = append(jobs, job{scenario, sys, b.onFresh(prefix, sys, fn)})
 		}
 		return jobs
 	}
+	fresh := func(scenario, prefix string, fn func(context.Context, harness, string, string) ([]Result, error)) []job {
+		return freshOf(peers, scenario, prefix, fn)
+	}
 	var jobs []job
 	if c.burndown {
-		jobs = fresh("burn-down", "burndown", b.burndown)
+		jobs = freshOf(queuePeers, "burn-down", "burndown", b.burndown)
 	}
 	if c.floor && c.has(sysFloor) {
 		jobs = append(jobs, job{"floor", sysFloor, b.floorRun})
 	}
 	for _, jobs := range [][]job{
 		jobs,
-		when(c.streaming, fresh("streaming", "streaming", b.streaming(false))),
-		when(c.streaming, fresh(scenarioStreamingClient, "streaming_client", b.streaming(true))),
+		when(c.streaming, freshOf(queuePeers, "streaming", "streaming", b.streaming(false))),
+		when(c.streaming, freshOf(queuePeers, scenarioStreamingClient, "streaming_client", b.streaming(true))),
 		when(c.burst, fresh("burst", "burst", b.burst)),
 		when(c.drainBurst, fresh("drain-burst", "drainburst", b.drainBurst)),
 	} {
@@ -109,6 +121,11 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 				job{"latency", sysRiver + " (defaults)", func(ctx context.Context) ([]Result, error) { return b.latencyRiver(ctx, true) }},
 				job{"latency", sysRiver + " (tuned)", func(ctx context.Context) ([]Result, error) { return b.latencyRiver(ctx, false) }})
 		}
+		if b.dbosBin != "" {
+			jobs = append(jobs,
+				job{"latency", sysDBOS + " (defaults)", func(ctx context.Context) ([]Result, error) { return b.latencyDBOS(ctx, true) }},
+				job{"latency", sysDBOS + " (tuned)", func(ctx context.Context) ([]Result, error) { return b.latencyDBOS(ctx, false) }})
+		}
 		if len(jobs) > 0 {
 			rounds(jobs...)
 		}
@@ -125,6 +142,11 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	}
 	if c.has(sysStint) {
 		for _, jobs := range b.flowJobs() {
+			rounds(jobs...)
+		}
+	}
+	if c.sig.on {
+		for _, jobs := range b.signalJobs() {
 			rounds(jobs...)
 		}
 	}
@@ -218,6 +240,8 @@ func (b *bench) newHarness(ctx context.Context, system, dsn string) (harness, er
 		return newRiver(ctx, dsn, b.cfg, b.log, riverOptions{worker: true, inserter: true})
 	case sysGraphile:
 		return newGraphile(ctx, b.graphile, dsn, b.cfg.graphileProcs)
+	case sysDBOS:
+		return b.newDBOS(ctx, dsn)
 	}
 	return nil, fmt.Errorf("unknown system %q", system)
 }

@@ -83,10 +83,13 @@ func (b *bench) drainBurst(ctx context.Context, h harness, system, dsn string) (
 
 // clientProcess returns the add of a separate client process of system on
 // dsn (n tasks in batch calls of chunk each) and the function that stops
-// it. Graphile Worker's harness has one already.
+// it. Graphile Worker's and DBOS's harnesses have one already.
 func (b *bench) clientProcess(ctx context.Context, h harness, system, dsn string) (add func(ctx context.Context, n, chunk int) error, stop func(), err error) {
-	if g, ok := h.(*graphileHarness); ok {
-		return g.client.add, func() {}, nil
+	switch h := h.(type) {
+	case *graphileHarness:
+		return h.client.add, func() {}, nil
+	case *dbosHarness:
+		return h.client.add, func() {}, nil
 	}
 	c, err := startSelf(ctx, clientCommand, b.childArgs(system, dsn))
 	if err != nil {

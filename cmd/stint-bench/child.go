@@ -68,6 +68,8 @@ func startChild(ctx context.Context, cmd *exec.Cmd, onRan func(int64)) (*child, 
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stdout)
+		// An answer may carry a run's latency samples.
+		sc.Buffer(make([]byte, 64<<10), 64<<20)
 		for sc.Scan() {
 			line := sc.Text()
 			switch {

@@ -138,6 +138,8 @@ type stintOptions struct {
 	defaults bool // the server at stint's default ServerConfig, ignoring the --stint flags
 	node     string
 	flow     bool // register the flow-control behaviors too (cfg.flow)
+	// register, if not nil, registers more behaviors.
+	register func(*spi.Registry) error
 }
 
 // stintHarness runs stint: an impl.Client on its own store submits, an
@@ -172,6 +174,11 @@ func newStint(ctx context.Context, dsn string, cfg config, log *slog.Logger, o s
 		h.flow = newFlowRecorder()
 		if err := registerFlow(reg, cfg.flow, h.flow); err != nil {
 			return nil, err
+		}
+	}
+	if o.register != nil {
+		if err := o.register(reg); err != nil {
+			return nil, fmt.Errorf("register the behaviors: %w", err)
 		}
 	}
 	var opts []postgres.Option

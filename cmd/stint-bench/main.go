@@ -1,6 +1,6 @@
-// Command stint-bench runs stint and its peers, River and Graphile Worker,
-// side by side against the same PostgreSQL and prints one table (or, with
-// --json, one JSON document).
+// Command stint-bench runs stint and its peers, River, Graphile Worker and
+// DBOS Transact for Go, side by side against the same PostgreSQL and prints
+// one table (or, with --json, one JSON document).
 //
 // By default it starts its own throwaway PostgreSQL cluster (pgcluster, with
 // durable settings unless --fast is given) in a temporary directory; with
@@ -11,7 +11,12 @@
 // ...,graphile) runs in Node.js processes: the npm package graphile-worker
 // is installed with npm into the user's cache folder on first use, and runs
 // tuned as its performance documentation says; where Node.js or npm is
-// missing the benchmark says so and runs the others.
+// missing the benchmark says so and runs the others. DBOS Transact for Go
+// (--systems ...,dbos) runs in Go processes of its own: its runner, the
+// module in the directory dbos beside this file (DBOS's dependencies stay
+// out of stint's go.mod), is built with the go command into the user's
+// cache folder on first use; DBOS takes part in the burn-down, streaming,
+// latency and signals scenarios (see dbos.go for its tuning).
 //
 // Scenarios (all run unless some are picked with their flags):
 //
@@ -67,6 +72,10 @@
 // node's run to the next one's (the database's times of a node started in
 // its dependency's finish are that transaction's), pg-boss's on the
 // database's clock, from a job's completion to the next one's fetch.
+//
+// The durable-wait scenarios run only when picked (--signals): signals to
+// tasks asleep on them, one at a time and to 10,000 at once, and events
+// awaited as a running task sets them, stint against DBOS (see signals.go).
 //
 // The flow-control scenarios are stint's alone, each run with and without
 // what it measures, and run only when picked:
@@ -166,7 +175,9 @@ type config struct {
 	riverPoll     time.Duration
 
 	graphileProcs int
+	dbos          dbosConfig
 
+	sig      signalsConfig
 	flow     flowConfig
 	wf       workflowConfig
 	flowNode bool // a node process registers the flow-control behaviors
@@ -206,6 +217,8 @@ func defaultConfig() config {
 		riverCooldown: time.Millisecond,
 		riverPoll:     20 * time.Millisecond,
 		graphileProcs: 2,
+		dbos:          defaultDBOSConfig(),
+		sig:           defaultSignalsConfig(),
 		flow:          defaultFlowConfig(),
 	}
 }
@@ -216,7 +229,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("stint-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: stint-bench [flags]\n\nRuns stint, River and Graphile Worker side by side on one PostgreSQL; see the package documentation.\n\nFlags:\n")
+		fmt.Fprintf(stderr, "Usage: stint-bench [flags]\n\nRuns stint, River, Graphile Worker and DBOS side by side on one PostgreSQL; see the package documentation.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.dbURL, "db", "", "`URL` of an existing PostgreSQL server (maintenance database) to create the benchmark databases on; default: start a throwaway cluster")
@@ -237,7 +250,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.shapesMatch, "shapes-match", "", "shapes: run only the shapes whose name contains this `text` (as the table names them)")
 	fs.IntVar(&c.shapesN, "shapes-n", c.shapesN, "shapes: tasks of a no-op shape (the others are sized to take about two seconds at their ideal)")
 	fs.IntVar(&c.concurrentN, "concurrent-n", c.concurrentN, "concurrent-submit: callers, each submitting one task")
-	fs.StringVar(&c.systems, "systems", c.systems, "comma-separated `systems` to run: stint, river, graphile (Graphile Worker: needs Node.js and npm, installs itself on first use), floor, pgboss (pg-boss, the workflow scenario's peer: needs Node.js and npm, installs itself on first use)")
+	fs.StringVar(&c.systems, "systems", c.systems, "comma-separated `systems` to run: stint, river, graphile (Graphile Worker: needs Node.js and npm, installs itself on first use), floor, pgboss (pg-boss, the workflow scenario's peer: needs Node.js and npm, installs itself on first use), dbos (DBOS Transact for Go: needs the go command, builds its runner on first use)")
 
 	fs.IntVar(&c.n, "n", c.n, "burn-down: number of tasks")
 	fs.IntVar(&c.batch, "batch", c.batch, "burn-down, scale and floor: tasks per insert statement")
@@ -266,6 +279,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c.addSystemFlags(fs)
 	c.flow.addFlags(fs)
 	c.wf.addFlags(fs)
+	c.sig.addFlags(fs)
+	c.dbos.addFlags(fs)
 	fs.BoolVar(&c.sqlprofile, "sqlprofile", false, "record pg_stat_statements per run and print the costliest statements (restarts the throwaway cluster with the extension loaded)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -273,7 +288,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor && !c.concurrent && !c.shapes && !c.flow.picked() && !c.wf.on {
+	if !c.burndown && !c.streaming && !c.burst && !c.drainBurst && !c.latency && !c.scale && !c.floor && !c.concurrent && !c.shapes && !c.flow.picked() && !c.wf.on && !c.sig.on {
 		c.burndown, c.streaming, c.burst, c.drainBurst, c.latency, c.scale, c.floor, c.concurrent = true, true, true, true, true, true, true, true
 	}
 	nodes, err := parseInts(*scaleNodes)
@@ -282,8 +297,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c.scaleNodes = nodes
 	for _, s := range splitList(c.systems) {
-		if s != sysStint && s != sysRiver && s != sysGraphile && s != sysFloor && s != sysPgBoss {
-			return c, fmt.Errorf("--systems: unknown system %q (want stint, river, graphile, floor or pgboss)", s)
+		if s != sysStint && s != sysRiver && s != sysGraphile && s != sysFloor && s != sysPgBoss && s != sysDBOS {
+			return c, fmt.Errorf("--systems: unknown system %q (want stint, river, graphile, floor, pgboss or dbos)", s)
 		}
 	}
 	for name, v := range map[string]int{"n": c.n, "batch": c.batch, "stream-batch": c.streamBatch, "stream-backlog": c.streamBacklog,
@@ -306,6 +321,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if err := c.wf.check(); err != nil {
 		return c, err
+	}
+	if err := c.sig.check(); err != nil {
+		return c, err
+	}
+	if c.sig.on && !c.has(sysStint) {
+		return c, errors.New("--signals measures stint's signals: --systems must include stint")
+	}
+	if c.dbos.concurrency <= 0 || c.dbos.poll <= 0 || c.dbos.coalesce < time.Millisecond {
+		return c, errors.New("--dbos-concurrency and --dbos-poll must be positive, --dbos-coalesce at least 1ms (DBOS's minimum)")
 	}
 	if c.wf.on && !c.has(sysStint) {
 		return c, errors.New("--workflows measures stint's workflows: --systems must include stint")

@@ -307,7 +307,7 @@ func TestParseFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--n", "0"}, "--n must be positive"},
-		{[]string{"--systems", "sidekiq"}, `unknown system "sidekiq" (want stint, river, graphile, floor or pgboss)`},
+		{[]string{"--systems", "sidekiq"}, `unknown system "sidekiq" (want stint, river, graphile, floor, pgboss or dbos)`},
 		{[]string{"--systems", "stint,graphile-worker"}, `unknown system "graphile-worker"`},
 		{[]string{"--scale-nodes", "x"}, "--scale-nodes"},
 		{[]string{"--burst-n", "0"}, "--burst-n must be positive"},

@@ -29,9 +29,11 @@ type Report struct {
 
 // ConfigSummary describes how each system and scenario was configured.
 type ConfigSummary struct {
-	Stint      string `json:"stint"`
-	River      string `json:"river"`
-	Graphile   string `json:"graphile"`
+	Stint    string `json:"stint"`
+	River    string `json:"river"`
+	Graphile string `json:"graphile"`
+	// DBOS describes DBOS Transact for Go's tuning.
+	DBOS       string `json:"dbos"`
 	Floor      string `json:"floor"`
 	BurnDown   string `json:"burn_down"`
 	Streaming  string `json:"streaming"`
@@ -47,7 +49,9 @@ type ConfigSummary struct {
 	GlobalCap  string `json:"global_cap,omitempty"`
 	Rate       string `json:"rate,omitempty"`
 	Fair       string `json:"fair,omitempty"`
-	Runs       string `json:"runs"`
+	// Signals describes the durable-wait scenarios.
+	Signals string `json:"signals,omitempty"`
+	Runs    string `json:"runs"`
 }
 
 // Result is one row: one metric of one scenario on one system.
@@ -278,6 +282,7 @@ func (c config) summary() ConfigSummary {
 		Stint:    stint,
 		River:    river,
 		Graphile: graphile,
+		DBOS:     c.dbos.summary(),
 		Burst: fmt.Sprintf("%s tasks submitted by the worker side itself (stint: the server node's SubmitMany; River: the working client's InsertMany; Graphile Worker: addJobs in its first worker process) in calls of %s, as fast as it can, while it works them; from its start on an empty database until none is left",
 			num(int64(c.burstN)), num(int64(c.burstBatch))),
 		DrainBurst: fmt.Sprintf("%d cycles of (queue empty, ANALYZE, a burst of %s tasks from a client process in calls of %s) while working; all the tasks over the sum of the cycles' times, each from its burst's start until none is left",
@@ -296,6 +301,9 @@ func (c config) summary() ConfigSummary {
 			num(int64(c.shapesN)), c.shapeWorkers(), num(maxIdeal))
 	}
 	s.LimitsCost, s.GlobalCap, s.Rate, s.Fair = c.flowSummary()
+	if c.sig.on {
+		s.Signals = c.sig.summary()
+	}
 	return s
 }
 

@@ -53,6 +53,7 @@ func (r *Report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "stint:     %s\n", c.Stint)
 	fmt.Fprintf(w, "River:     %s\n", c.River)
 	fmt.Fprintf(w, "Graphile:  %s\n", c.Graphile)
+	fmt.Fprintf(w, "DBOS:      %s\n", c.DBOS)
 	fmt.Fprintf(w, "floor:     %s\n", c.Floor)
 	fmt.Fprintf(w, "burn-down: %s\n", c.BurnDown)
 	fmt.Fprintf(w, "streaming: %s\n", c.Streaming)
@@ -61,6 +62,9 @@ func (r *Report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "latency:   %s\n", c.Latency)
 	fmt.Fprintf(w, "scale:     %s\n", c.Scale)
 	fmt.Fprintf(w, "concurrent submit: %s\n", c.Concurrent)
+	if c.Signals != "" {
+		fmt.Fprintf(w, "signals:   %s\n", c.Signals)
+	}
 	if c.Shapes != "" {
 		fmt.Fprintf(w, "shapes:    %s\n", c.Shapes)
 	}

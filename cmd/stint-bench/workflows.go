@@ -194,7 +194,7 @@ func (b *bench) workflowStint(ctx context.Context, shape string) ([]Result, erro
 	for i, name := range names {
 		req.Nodes[i] = api.WorkflowNode{Name: name, DependsOn: deps[i], Task: api.SubmitRequest{Behavior: noopKind.ID}}
 	}
-	h, stop, err := b.stintServer(ctx, "wf_"+shape+"_stint")
+	h, stop, err := b.stintServer(ctx, "wf_"+shape+"_stint", stintOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +248,7 @@ func hopResult(scenario, system string, samples []time.Duration, cpu usage) Resu
 // server in one call and works them, measured as the fan-out is.
 func (b *bench) plainStint(ctx context.Context) ([]Result, error) {
 	n := b.cfg.wf.n
-	h, stop, err := b.stintServer(ctx, "wf_plain_stint")
+	h, stop, err := b.stintServer(ctx, "wf_plain_stint", stintOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -267,14 +267,16 @@ func (b *bench) plainStint(ctx context.Context) ([]Result, error) {
 	return b.workflowResults(ctx, shapeFanOut, sysPlain, n, submitted, end.Sub(win.start), win.usage(), nil, "")
 }
 
-// stintServer starts a stint server on a fresh database called name, and
-// returns it with the function that stops it and closes its connections.
-func (b *bench) stintServer(ctx context.Context, name string) (*stintHarness, func(), error) {
+// stintServer starts a stint server built as o says (a server always) on
+// a fresh database called name, and returns it with the function that
+// stops it and closes its connections.
+func (b *bench) stintServer(ctx context.Context, name string, o stintOptions) (*stintHarness, func(), error) {
 	dsn, err := b.db.newDB(ctx, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := newStint(ctx, dsn, b.cfg, b.log, stintOptions{server: true})
+	o.server = true
+	h, err := newStint(ctx, dsn, b.cfg, b.log, o)
 	if err != nil {
 		return nil, nil, err
 	}
