@@ -65,8 +65,14 @@ type opsSeq struct {
 	plains []api.TaskID
 	gates  []string
 	opened map[string]bool
+	// signalled are the gate nodes (api.Gate) drawn: a signal of
+	// gateTopic lets one pass.
+	signalled []api.TaskID
 	next   int // the number of the last workflow drawn
 }
+
+// gateTopic is the topic of the sequences' gate nodes.
+const gateTopic = "go"
 
 // opsNode is a node as the sequence drew it.
 type opsNode struct {
@@ -120,7 +126,12 @@ func (s *opsSeq) submitWorkflow(id api.TaskID) {
 			}
 		}
 		node := api.WorkflowNode{Name: name, DependsOn: deps, Rule: rules[s.rng.IntN(len(rules))]}
-		node.Task = s.drawTask(id, name)
+		if s.rng.IntN(7) == 0 {
+			node.Gate = &api.Gate{Topic: gateTopic, Timeout: time.Hour}
+			s.signalled = append(s.signalled, id+"/"+api.TaskID(name))
+		} else {
+			node.Task = s.drawTask(id, name)
+		}
 		req.Nodes = append(req.Nodes, node)
 	}
 	grows := s.rng.IntN(3) == 0
@@ -135,7 +146,11 @@ func (s *opsSeq) submitWorkflow(id api.TaskID) {
 	require.NoError(s.t, err)
 	s.wfs = append(s.wfs, id)
 	for _, node := range req.Nodes {
-		s.nodes = append(s.nodes, opsNode{id: id + "/" + api.TaskID(node.Name), behavior: node.Task.Behavior, share: node.Task.Behavior == shareKind.ID})
+		b := node.Task.Behavior
+		if node.Gate != nil {
+			b = api.GateBehavior
+		}
+		s.nodes = append(s.nodes, opsNode{id: id + "/" + api.TaskID(node.Name), behavior: b, share: b == shareKind.ID})
 	}
 	if grows {
 		s.nodes = append(s.nodes, opsNode{id: id + "/g0", behavior: workKind.ID, grown: true})
@@ -197,7 +212,7 @@ func (s *opsSeq) step() (string, error) {
 		return must(name, err, want)
 	}
 	other := workReq(workKind, WorkParams{Key: "other"})
-	switch op := s.rng.IntN(28); op {
+	switch op := s.rng.IntN(29); op {
 	case 0:
 		return "cancel " + string(wf), c.CancelWorkflow(ctx, wf)
 	case 1:
@@ -307,6 +322,12 @@ func (s *opsSeq) step() (string, error) {
 		return fmt.Sprint("cap at ", max), c.SetConcurrencyLimit(ctx, api.ConcurrencyLimit{Behavior: workKind.ID, Max: max})
 	case 25:
 		return "lift the cap", c.RemoveConcurrencyLimit(ctx, workKind.ID, "")
+	case 26:
+		if len(s.signalled) == 0 {
+			return "nothing", nil
+		}
+		gate := s.signalled[s.rng.IntN(len(s.signalled))]
+		return "signal " + string(gate), c.Signal(ctx, gate, gateTopic, "go")
 	default:
 		// Let runs go on for a moment: the operations meet nodes in every
 		// state. Nothing waits on this for its correctness.
@@ -385,6 +406,11 @@ func (s *opsSeq) finish() {
 	for _, g := range s.gates {
 		if !s.opened[g] {
 			s.e.openGates(g)
+		}
+	}
+	for _, gate := range s.signalled {
+		if err := c.Signal(ctx, gate, gateTopic, "go"); err != nil {
+			require.True(s.t, errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound), "signal %s: %v", gate, err)
 		}
 	}
 	for _, wf := range s.wfs {
