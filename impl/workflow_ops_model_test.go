@@ -68,7 +68,7 @@ type opsSeq struct {
 	// signalled are the gate nodes (api.Gate) drawn: a signal of
 	// gateTopic lets one pass.
 	signalled []api.TaskID
-	next   int // the number of the last workflow drawn
+	next      int // the number of the last workflow drawn
 }
 
 // gateTopic is the topic of the sequences' gate nodes.
