@@ -68,6 +68,10 @@ const WorkflowBehavior BehaviorID = "stint.workflow"
 // (WorkflowNode.Gate). Every server runs it.
 const GateBehavior BehaviorID = "stint.gate"
 
+// SubworkflowBehavior is the behavior of the workflow nodes that run a
+// whole workflow (WorkflowNode.Workflow). Every server runs it.
+const SubworkflowBehavior BehaviorID = "stint.subworkflow"
+
 // Gate is a workflow node that waits for a signal.
 type Gate struct {
 	// Topic is the signal's topic: 1 to 128 characters from A-Z a-z 0-9
@@ -133,6 +137,21 @@ type WorkflowNode struct {
 	// when none came within the gate's Timeout; its dependents decide by
 	// their rules as for any node.
 	Gate *Gate `json:"gate,omitempty"`
+	// Workflow makes the node run a whole workflow, a sub-workflow,
+	// instead of a behavior (leave Task's behavior and params empty; its
+	// other options apply to the node): once its dependencies let it run,
+	// the node submits the workflow, under an id derived from its own
+	// (the request's ID must be empty), waits for it holding no worker
+	// (spi.WaitForTasks), and ends with its outcome: a success with its
+	// result (a workflow's result: its state and counts), or a failure
+	// with its error (code "workflow_failed" or "workflow_cancelled").
+	// A run of the node again (a retry, a take-over) finds the workflow
+	// it submitted rather than submitting another; a run after a retry
+	// of the node's workflow (RetryWorkflow) retries the sub-workflow's
+	// failed nodes and waits again. The request is validated with the
+	// node's and counts as its params (at most 1 MiB). Workflow.ParentNode
+	// and WorkflowNodeState.Workflow link the two.
+	Workflow *WorkflowRequest `json:"workflow,omitempty"`
 }
 
 // WorkflowGrowth is what a running node adds to its own workflow (see
@@ -187,9 +206,13 @@ type Workflow struct {
 	// Skipped counts the nodes a rule ended without running.
 	Skipped int `json:"skipped"`
 	// Nodes are the workflow's nodes, by name.
-	Nodes      []WorkflowNodeState `json:"nodes"`
-	CreatedAt  time.Time           `json:"created_at"`
-	FinishedAt *time.Time          `json:"finished_at,omitempty"`
+	Nodes []WorkflowNodeState `json:"nodes"`
+	// ParentNode is the node (its task id) of another workflow that runs
+	// this one as its sub-workflow (WorkflowNode.Workflow); empty for a
+	// workflow submitted on its own.
+	ParentNode TaskID     `json:"parent_node,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
 // Valid reports whether s is one of the workflow states.
@@ -225,6 +248,10 @@ type WorkflowNodeState struct {
 	// Task is the node's task. A waiting node's Task.Waiting names the
 	// dependencies it waits on.
 	Task Task `json:"task"`
+	// Workflow is the id of the sub-workflow the node runs
+	// (WorkflowNode.Workflow), submitted once the node starts; empty for
+	// other nodes.
+	Workflow TaskID `json:"workflow,omitempty"`
 }
 
 // WorkflowFilter selects workflows for ListWorkflows. Zero fields match

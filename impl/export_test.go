@@ -1,6 +1,10 @@
 package impl
 
-import "time"
+import (
+	"time"
+
+	"github.com/stinthq/stint/api"
+)
 
 // KickWindow returns the window within which c's submits share one due
 // notification (and one more at the window's end), for tests that bound the
@@ -41,3 +45,11 @@ func ClaimsInFlight(s *Server) int {
 // notification sent before it does is lost to s (its renewals find out,
 // a third of a lease later).
 func Listening(s *Server) bool { return s.hub.listening.Load() }
+
+// OnSubworkflowSubmitted has f called once a run of a sub-workflow node
+// submitted its sub-workflow, with whether the submit created it; an
+// error f returns ends the run. It returns the function that undoes it.
+func OnSubworkflowSubmitted(f func(node api.TaskID, created bool) error) func() {
+	subworkflowSubmitted.Store(&f)
+	return func() { subworkflowSubmitted.Store(nil) }
+}

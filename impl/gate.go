@@ -73,12 +73,16 @@ func (gateRunner) Run(ctx context.Context, rc spi.RunContext, p gateParams) (jso
 }
 
 // registerBuiltins registers the behaviors every process knows, unless
-// reg has them: the gate nodes' (a client submits them in workflows).
+// reg has them: the gate nodes' and the sub-workflow nodes' (a client
+// submits them in workflows).
 // A process made at the same time on the same registry may register
 // them first; either one serves.
 func registerBuiltins(reg *spi.Registry) {
 	if _, ok := reg.Lookup(api.GateBehavior); !ok {
 		_ = spi.Register[gateParams, json.RawMessage](reg, gateRunner{})
+	}
+	if _, ok := reg.Lookup(api.SubworkflowBehavior); !ok {
+		_ = spi.Register[subworkflowParams, WorkflowResult](reg, subworkflowRunner{})
 	}
 }
 

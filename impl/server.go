@@ -250,8 +250,8 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 		cfg.Maintenance.NodeTimeout = 10 * cfg.NodeHeartbeat
 	}
 	// Every server runs the tasks that stand for workflows and their gate
-	// nodes (registered by NewClient), whatever its behaviors: a workflow
-	// ends wherever a slot is free.
+	// and sub-workflow nodes (registered by NewClient), whatever its
+	// behaviors: a workflow ends wherever a slot is free.
 	if _, ok := cfg.Registry.Lookup(api.WorkflowBehavior); !ok {
 		// A server made at the same time on the same registry may have
 		// registered it first; Lookup below finds either one.
@@ -261,7 +261,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	if len(ids) == 0 {
 		ids = cfg.Registry.IDs()
 	} else {
-		for _, b := range []api.BehaviorID{api.WorkflowBehavior, api.GateBehavior} {
+		for _, b := range []api.BehaviorID{api.WorkflowBehavior, api.GateBehavior, api.SubworkflowBehavior} {
 			if !slices.Contains(ids, b) {
 				ids = append(ids, b)
 			}

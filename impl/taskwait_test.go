@@ -66,8 +66,10 @@ func (w waitOn) Run(ctx context.Context, rc spi.RunContext, p waitOnParams) (wai
 	return waitOnResult{Runs: runs, Unended: unended}, err
 }
 
-func registerWaitOn(reg *spi.Registry, pool *pgxpool.Pool) {
+// registerWaitBehaviors registers test.waiton and test.switch.
+func registerWaitBehaviors(reg *spi.Registry, pool *pgxpool.Pool) {
 	spi.MustRegister[waitOnParams, waitOnResult](reg, waitOn{pool: pool})
+	spi.MustRegister[switchParams, struct{}](reg, switchWork{})
 }
 
 // awaitWaitOn awaits the waiter's result.

@@ -31,7 +31,7 @@ const maxWorkflowIDLen = 63
 
 // SubmitWorkflow stores a workflow; see api.Workflows.
 func (c *Client) SubmitWorkflow(ctx context.Context, req api.WorkflowRequest) (api.WorkflowSubmission, error) {
-	return c.submitWorkflow(ctx, nil, req)
+	return c.submitWorkflow(ctx, nil, req, "")
 }
 
 // SubmitWorkflowTx stores a workflow in the caller's transaction tx: it
@@ -40,7 +40,7 @@ func (c *Client) SubmitWorkflowTx(ctx context.Context, tx pgx.Tx, req api.Workfl
 	if tx == nil {
 		return api.WorkflowSubmission{}, fmt.Errorf("submit workflow: %w", api.Invalid("tx", "is nil"))
 	}
-	return c.submitWorkflow(ctx, tx, req)
+	return c.submitWorkflow(ctx, tx, req, "")
 }
 
 // SubmitWorkflowSQLTx is SubmitWorkflowTx in a database/sql transaction of
@@ -52,7 +52,7 @@ func (c *Client) SubmitWorkflowSQLTx(ctx context.Context, tx *sql.Tx, req api.Wo
 	ran := false
 	err = sqltx.Run(ctx, tx, func(tx pgx.Tx) error {
 		ran = true
-		sub, err = c.submitWorkflow(ctx, tx, req)
+		sub, err = c.submitWorkflow(ctx, tx, req, "")
 		return err
 	})
 	if err != nil {
@@ -61,7 +61,9 @@ func (c *Client) SubmitWorkflowSQLTx(ctx context.Context, tx *sql.Tx, req api.Wo
 	return sub, nil
 }
 
-func (c *Client) submitWorkflow(ctx context.Context, tx pgx.Tx, req api.WorkflowRequest) (_ api.WorkflowSubmission, err error) {
+// submitWorkflow stores the workflow req in tx (none when nil); parent,
+// when set, is the node that runs it as its sub-workflow.
+func (c *Client) submitWorkflow(ctx context.Context, tx pgx.Tx, req api.WorkflowRequest, parent api.TaskID) (_ api.WorkflowSubmission, err error) {
 	ctx, span := c.tel.startSubmit(ctx, api.WorkflowBehavior, len(req.Nodes))
 	defer func() { endSpan(span, err) }()
 	if req.Trace == "" {
@@ -74,6 +76,11 @@ func (c *Client) submitWorkflow(ctx context.Context, tx pgx.Tx, req api.Workflow
 	}
 	if err := c.checkRateUses(ctx, wf.Nodes, regs); err != nil {
 		return api.WorkflowSubmission{}, fmt.Errorf("submit workflow: %w", err)
+	}
+	if parent != "" {
+		if wf.Task.Params, err = withParent(wf.Task.Params, parent); err != nil {
+			return api.WorkflowSubmission{}, fmt.Errorf("submit workflow: %w", err)
+		}
 	}
 	created, err := c.st.SubmitWorkflow(ctx, tx, wf)
 	if err != nil {
@@ -204,9 +211,15 @@ func (c *Client) prepareNode(id api.TaskID, i int, n api.WorkflowNode, trace str
 		return store.NewTask{}, nil, api.Invalid("nodes", "node %q: task.id must be empty: a node's id is its workflow's and its name", n.Name)
 	}
 	t := n.Task
-	if n.Gate != nil {
+	if n.Gate != nil && n.Workflow == nil {
 		var err error
 		if t, err = gateTask(n); err != nil {
+			return store.NewTask{}, nil, err
+		}
+	}
+	if n.Workflow != nil {
+		var err error
+		if t, err = c.subworkflowTask(id, i, n, trace); err != nil {
 			return store.NewTask{}, nil, err
 		}
 	}
@@ -380,6 +393,7 @@ func workflowOf(t api.Task, nodes []store.WorkflowNode) api.Workflow {
 	for i, n := range nodes {
 		w.Nodes[i] = api.WorkflowNodeState{Name: n.Name, DependsOn: n.DependsOn, Rule: n.Rule, Finally: n.Finally, Task: n.Task}
 	}
+	w.ParentNode = workflowLinks(t, w.Nodes)
 	w.Skipped = codes.skipped
 	w.State = codes.state(ended == len(nodes), w.Counts[api.StatusFailure])
 	return w
@@ -509,6 +523,8 @@ type workflowParams struct {
 	Finally string `json:"finally,omitempty"`
 	// Grown is set by the store once a node added nodes at run time.
 	Grown bool `json:"grown,omitempty"`
+	// Parent is the node that runs the workflow as its sub-workflow.
+	Parent api.TaskID `json:"parent,omitempty"`
 }
 
 var workflowKind = api.Kind[workflowParams, WorkflowResult]{ID: api.WorkflowBehavior}
