@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/impl"
 	"github.com/stinthq/stint/spi"
 )
 
@@ -90,17 +91,25 @@ func awaitSleep(t *testing.T, c api.Tasks, id api.TaskID, topic string) {
 	require.Equal(t, "signal "+topic, got.Waiting.Detail)
 }
 
+// collectAsleep starts a server and submits a test.collect of one message on
+// topic, which the returned client sees asleep.
+func collectAsleep(t *testing.T, topic string) (*env, *impl.Server, *impl.Client, *api.Future[[]json.RawMessage]) {
+	t.Helper()
+	e := setup(t)
+	srv := e.server("n1", 5*time.Second)
+	c := e.client()
+	f, err := api.Submit(e.ctx, srv, collectKind, collectParams{Topic: topic, N: 1})
+	require.NoError(t, err)
+	awaitSleep(t, c, f.ID(), topic)
+	return e, srv, c, f
+}
+
 // TestSignalWakesASleepingTask: a run that sleeps on a topic holds no
 // worker and is woken by the signal's transaction, from another process,
 // long before its longest wait; it receives the payload.
 func TestSignalWakesASleepingTask(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	srv := e.server("n1", 5*time.Second)
-	c := e.client()
-	f, err := api.Submit(e.ctx, srv, collectKind, collectParams{Topic: "paid", N: 1})
-	require.NoError(t, err)
-	awaitSleep(t, c, f.ID(), "paid")
+	e, srv, c, f := collectAsleep(t, "paid")
 	require.Equal(t, 0, srv.Running(), "a sleeping task holds no worker")
 
 	require.NoError(t, c.Signal(e.ctx, f.ID(), "paid", map[string]int{"amount": 42}))
@@ -186,12 +195,7 @@ func TestSignalBeforeTheRunWaitsForIt(t *testing.T) {
 // task.
 func TestSignalInTheCallersTransaction(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	srv := e.server("n1", 5*time.Second)
-	c := e.client()
-	f, err := api.Submit(e.ctx, srv, collectKind, collectParams{Topic: "approval", N: 1})
-	require.NoError(t, err)
-	awaitSleep(t, c, f.ID(), "approval")
+	e, _, c, f := collectAsleep(t, "approval")
 
 	tx, err := e.pool.Begin(e.ctx)
 	require.NoError(t, err)
