@@ -251,6 +251,17 @@
     return h('pre', { class: 'json' }, JSON.stringify(withoutZeroTimes(raw), null, 2));
   }
 
+  // finished reports whether task t finished for good: it will not run
+  // again unless an operator acts.
+  const finished = (t) => (t.status === 'success' || t.status === 'failure') && !t.schedule_not_before;
+
+  // jsonCell shows a JSON value on one line, cut short past 200
+  // characters (the whole in its title).
+  function jsonCell(v) {
+    const s = JSON.stringify(v === undefined ? null : v);
+    return h('code', { class: 'json-cell', title: s.length > 200 ? s : null }, s.length > 200 ? s.slice(0, 199) + '…' : s);
+  }
+
   function panel(title, hint, ...body) {
     return h('section', { class: 'card panel' },
       h('div', { class: 'panel-head' }, h('h2', {}, title), hint ? h('span', { class: 'hint' }, hint) : null),
@@ -866,8 +877,7 @@
     // a task that finished for good, runs it again from there. A
     // workflow's node (retried as a node) and a running task have none.
     function stepActions(t, s, node) {
-      const final = (t.status === 'success' || t.status === 'failure') && !t.schedule_not_before;
-      if (!can('admin') || node || !final) return null;
+      if (!can('admin') || node || !finished(t)) return null;
       return actionButton('Rewind', 'rewind', async () => {
         const r = await api('POST', taskPath(t.id) + '/rewind', { step: s.n });
         if (r) { task = r; render(); }
@@ -937,6 +947,54 @@
         h('span', { class: 'when' }, timeEl(i.at)), h('span', {}, i.label, i.actions ? [' ', i.actions] : null))));
     }
 
+    // signalsPanel lists the signals sent to task t that no run consumed
+    // yet, oldest first, with a form that sends one for a role that may (the
+    // topic the task sleeps on filled in); null for a finished task that
+    // has none.
+    function signalsPanel(t) {
+      const list = t.signals || [];
+      const form = can('submit') && !finished(t) ? signalForm(t) : null;
+      if (!list.length && !form) return null;
+      return panel('Signals', 'sent, not received yet; each run receives them oldest first',
+        list.length ? h('div', { class: 'table-wrap' }, h('table', { id: 'task-signals' },
+          h('thead', {}, h('tr', {}, ['Topic', 'Key', 'Sent', 'Payload'].map((c) => h('th', {}, c)))),
+          h('tbody', {}, list.map((s) => h('tr', { dataset: { seq: s.seq, topic: s.topic } },
+            h('td', { class: 'mono' }, s.topic), h('td', { class: 'mono' }, s.key || ''), h('td', {}, timeEl(s.at)),
+            h('td', {}, jsonCell(s.payload)))))))
+          : h('div', { class: 'empty', id: 'task-no-signals' }, 'No signal waits to be received.'),
+        form);
+    }
+
+    // signalForm sends a signal to task t: a topic and a payload (JSON;
+    // none sends null).
+    function signalForm(t) {
+      const waitsOn = t.waiting && t.waiting.reason === 'signal' ? t.waiting.key : '';
+      const topic = h('input', { id: 'signal-topic', value: waitsOn, placeholder: 'topic', 'aria-label': 'Topic of the signal', spellcheck: 'false' });
+      const payload = h('input', { id: 'signal-payload', placeholder: 'payload: JSON, or none', 'aria-label': 'Payload of the signal, as JSON', spellcheck: 'false' });
+      const btn = actionButton('Send signal', 'signal', async () => {
+        const name = topic.value.trim();
+        if (!name) throw new Error('give a topic');
+        const raw = payload.value.trim();
+        let body;
+        try { body = raw ? JSON.parse(raw) : undefined; } catch (e) { throw new Error('the payload is not JSON: ' + e.message); }
+        await api('POST', taskPath(t.id) + '/signals/' + encodeURIComponent(name), body);
+        await load();
+      }, { done: 'Signal sent to ' + t.id });
+      return h('div', { class: 'panel-body inline-form', id: 'task-signal' }, topic, payload, btn);
+    }
+
+    // eventsPanel lists the events task t published, in key order; null
+    // when it has none.
+    function eventsPanel(t) {
+      const list = t.events || [];
+      if (!list.length) return null;
+      return panel('Events', 'published by its runs; a later value of a key replaces it',
+        h('div', { class: 'table-wrap' }, h('table', { id: 'task-events' },
+          h('thead', {}, h('tr', {}, ['Key', 'Set', 'Value'].map((c) => h('th', {}, c)))),
+          h('tbody', {}, list.map((e) => h('tr', { dataset: { key: e.key } },
+            h('td', { class: 'mono' }, e.key), h('td', {}, timeEl(e.at)), h('td', {}, jsonCell(e.value))))))));
+    }
+
     let groupHeldShown = false;
     function render() {
       const t = task;
@@ -989,17 +1047,21 @@
               t.error.properties ? h('div', { class: 'mt' }, pretty(t.error.properties)) : null)) : null,
             t.result != null ? panel('Result', null, h('div', { class: 'panel-body', id: 'task-result' }, pretty(t.result))) : null,
             t.progress != null ? panel('Progress', 'the last checkpoint', h('div', { class: 'panel-body', id: 'task-progress' }, pretty(t.progress))) : null,
-            panel('Params', null, h('div', { class: 'panel-body', id: 'task-params' }, pretty(t.params)))),
+            panel('Params', null, h('div', { class: 'panel-body', id: 'task-params' }, pretty(t.params))),
+            signalsPanel(t),
+            eventsPanel(t)),
           panel('Timeline', 'from the task and the live events', timeline(t, node), forkForm(t, node))));
     }
 
     const reload = throttle(load, 300);
-    // A wait on a limit begins and ends with no event of the task, and a
+    // A wait on a limit begins and ends with no event of the task, a
     // waiting node's dependencies (a workflow's nodes) end with events of
-    // other tasks: while the task is due or waiting, look again now and
-    // then, and redraw only when what it waits on changed (a redraw would
-    // reset a half-confirmed action).
-    const waitsOn = (t) => JSON.stringify([t.waiting || null, t.status === 'waiting' ? t.children_pending || 0 : 0]);
+    // other tasks, and a signal comes with none: while the task is due or
+    // waiting, look again now and then, and redraw only when what it waits
+    // on or the signals it has changed (a redraw would reset a
+    // half-confirmed action).
+    const waitsOn = (t) => JSON.stringify([t.waiting || null, t.status === 'waiting' ? t.children_pending || 0 : 0,
+      (t.signals || []).map((s) => s.seq)]);
     const waitTimer = setInterval(async () => {
       if (!task || (task.status !== 'scheduled' && task.status !== 'waiting' && !retrying(task))) return;
       let t;
@@ -1122,7 +1184,9 @@
   // concurrency cap of B (key K)" (the Limits page), "waiting: B is
   // paused" (the overview, which resumes it), "waiting: no live node runs
   // B (...)" (or B of version V) and "waiting: every node that runs B is
-  // full (...)" (the Nodes page), and "waiting for its dependencies a, b
+  // full (...)" (the Nodes page), "waiting for signal T" for a task asleep
+  // until a signal of the topic T comes (its page lists the signals and
+  // sends one), and "waiting for its dependencies a, b
   // and 3 more" for a workflow's node, each dependency linked to its task
   // (at most `most` of them; the rest link to the workflow). A workflow's
   // own task waits for its nodes, which its page shows.
@@ -1144,6 +1208,7 @@
       // A wait for a node of a newer version says all in its detail.
       case 'no_node': return { href: '#/nodes', body: [w.version ? 'waiting: ' + w.detail : 'waiting: no live node runs ' + b + ' (' + w.detail + ')'] };
       case 'nodes_full': return { href: '#/nodes', body: ['waiting: every node that runs ' + b + ' is full (' + w.detail + ')'] };
+      case 'signal': return { href: null, body: ['waiting for signal ', h('code', {}, w.key)] };
       case 'dependencies': {
         const deps = w.dependencies || [];
         if (deps.length === 0) return { href: null, body: ['waiting for its dependencies'] };

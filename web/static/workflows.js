@@ -198,16 +198,19 @@
       const href = single ? ctx.taskHref(first.task.id)
         : ctx.listHref({ parent: wf.id, status: first.task.status });
       const label = single ? clip(first.name, 22) : `${b.members.length} nodes`;
-      const sub = single ? b.state + (first.finally ? ' · finally' : '') : `${b.state} · e.g. ${clip(first.name, 12)}`;
+      const signal = single ? signalOf(first) : '';
+      const sub = single ? (signal ? 'signal ' + clip(signal, 14) : b.state + (first.finally ? ' · finally' : ''))
+        : `${b.state} · e.g. ${clip(first.name, 12)}`;
       const waitsFor = first.task.waiting && first.task.waiting.dependencies;
       const title = single ? `${first.name}: ${b.state}` + (first.finally ? ', runs once every other node ended' : '')
         + (waitsFor ? ', waits for ' + (waitsFor.length > 10 ? waitsFor.slice(0, 10).join(', ') + ` and ${waitsFor.length - 10} more` : waitsFor.join(', ')) : '')
+        + (signal ? ', waits for signal ' + signal : '')
         : `${b.members.length} nodes, ${b.state}: ${b.members.slice(0, 5).map((i) => wf.nodes[i].name).join(', ')}${b.members.length > 5 ? ', …' : ''}`;
       nodeLayer.append(svg('a', { href, class: 'wf-link' },
         svg('g', {
           class: 'wf-node' + (single ? '' : ' wf-group'), transform: `translate(${b.x},${b.y})`,
           'data-state': b.state, 'data-count': b.members.length, 'data-layer': b.layer, 'data-box': b.id,
-          'data-name': single ? first.name : null,
+          'data-name': single ? first.name : null, 'data-signal': signal || null,
         },
         svg('title', {}, title),
         single ? null : svg('rect', { class: 'wf-stack', x: 4, y: -4, width: BOX_W, height: BOX_H, rx: 7 }),
@@ -217,6 +220,24 @@
     }
     el.append(nodeLayer);
     return el;
+  }
+
+  // signalOf returns the topic of the signal node n sleeps on, '' when it
+  // sleeps on none.
+  const signalOf = (n) => (n.task.waiting && n.task.waiting.reason === 'signal' ? n.task.waiting.key : '');
+
+  // signalsPanel lists the nodes of wf asleep until a signal comes, each
+  // linked to its task's page, which sends one; null when none is.
+  function signalsPanel(ctx, wf) {
+    const { h } = ctx;
+    const asleep = wf.nodes.filter(signalOf);
+    if (!asleep.length) return null;
+    const most = 50;
+    return ctx.panel('Waiting for signals', "a node's page lists the signals it has and sends one",
+      h('ul', { class: 'panel-body wf-signals', id: 'workflow-signals' },
+        asleep.slice(0, most).map((n) => h('li', { dataset: { node: n.name } },
+          h('a', { href: ctx.taskHref(n.task.id) }, n.name), ' waits for signal ', h('code', {}, signalOf(n)))),
+        asleep.length > most ? h('li', { class: 'muted' }, `and ${asleep.length - most} more`) : null));
   }
 
   function legend(ctx, wf) {
@@ -328,6 +349,7 @@
             h('span', { class: 'count-chip', dataset: { status: s } }, s + ' ', h('b', {}, counts[s])))),
           ' ', h('span', { class: 'muted' }, wf.nodes.length + ' nodes · created ', ctx.timeEl(wf.created_at),
             wf.finished_at ? [' · finished ', ctx.timeEl(wf.finished_at)] : null))),
+        signalsPanel(ctx, wf),
         ctx.panel('Graph', 'a node links to its task; a box with a count groups the nodes of a wide layer with the same state and dependencies',
           h('div', { class: 'panel-body' }, legend(ctx, wf), h('div', { class: 'wf-scroll' }, graph(wf, ctx)))));
     }
