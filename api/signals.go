@@ -48,7 +48,8 @@ type Signals interface {
 	// the topic (spi.WaitForSignal) is due from the same transaction; a
 	// task that has not started or is running receives it when its run
 	// asks. It returns an error wrapping ErrNotFound when there is no
-	// such task, ErrConflict when the task has finished for good, and an
+	// such task, ErrConflict when the task has finished for good or is a
+	// workflow's own task (signal its nodes), and an
 	// *InvalidError for a bad topic, key or payload, storing nothing.
 	// Topics are 1 to 128 characters from A-Z a-z 0-9 . _ : / -. A
 	// signal whose idempotency key (SignalKey) the task has seen stores

@@ -302,6 +302,8 @@ func (s *Server) execute(r *run) {
 	if out.WaitSignal != "" {
 		if err := checkName("topic", out.WaitSignal); err != nil {
 			out = r.reg.Fail(p, &api.TaskError{Code: "invalid_wait", Message: "wait for signal: " + err.Error()}, &r.rc, r.claimed.Errors)
+		} else if out.Delay <= 0 {
+			out.Delay = maxRetention // no limit
 		}
 	}
 	out, waits := s.waitTasks(r, p, out)

@@ -28,6 +28,8 @@ type collectParams struct {
 	// One receives at most one message a run, so that messages that came
 	// before a run's sleep wait for the next run.
 	One bool `json:"one,omitempty"`
+	// NoLimit sleeps with a longest wait of zero: without limit.
+	NoLimit bool `json:"no_limit,omitempty"`
 }
 
 var collectKind = api.Kind[collectParams, []json.RawMessage]{ID: "test.collect"}
@@ -72,6 +74,9 @@ func (collect) Run(ctx context.Context, rc spi.RunContext, p collectParams) ([]j
 		if err := rc.Checkpoint(ctx, got); err != nil {
 			return nil, err
 		}
+	}
+	if p.NoLimit {
+		return nil, spi.WaitForSignal(p.Topic, 0)
 	}
 	return nil, spi.WaitForSignal(p.Topic, time.Hour)
 }
@@ -162,6 +167,25 @@ func TestSignalsAreReceivedInOrderOnce(t *testing.T) {
 	}
 }
 
+// TestSignalWaitWithoutLimit: a sleep with a longest wait of zero waits
+// without limit, rather than running again at once.
+func TestSignalWaitWithoutLimit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("n1", 5*time.Second)
+	c := e.client()
+	f, err := api.Submit(e.ctx, srv, collectKind, collectParams{Topic: "later", N: 1, NoLimit: true})
+	require.NoError(t, err)
+	awaitSleep(t, c, f.ID(), "later")
+	got, err := c.Get(e.ctx, f.ID())
+	require.NoError(t, err)
+	require.Greater(t, time.Until(*got.ScheduleNotBefore), 50*365*24*time.Hour)
+	require.NoError(t, c.Signal(e.ctx, f.ID(), "later", true))
+	res, err := f.Await(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []json.RawMessage{json.RawMessage(`true`)}, res)
+}
+
 // TestSignalBeforeTheRunWaitsForIt: a message sent before the task's
 // first run is received by it; a failed run consumes nothing, so its
 // retry receives the same message.
@@ -227,6 +251,8 @@ func TestSignalRefusesBadInput(t *testing.T) {
 	require.NoError(t, err)
 	open, err := api.Submit(e.ctx, c, collectKind, collectParams{Topic: "x", N: 1, FailFirst: true})
 	require.NoError(t, err)
+	wf, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-signals", Nodes: []api.WorkflowNode{signalGate("g", "x", time.Hour)}})
+	require.NoError(t, err)
 
 	var wg sync.WaitGroup
 	for _, tc := range []struct {
@@ -239,6 +265,7 @@ func TestSignalRefusesBadInput(t *testing.T) {
 	}{
 		{"no such task", "nope", "x", 1, nil, api.ErrNotFound},
 		{"finished task", done.ID(), "x", 1, nil, api.ErrConflict},
+		{"a workflow's own task", wf.ID, "x", 1, nil, api.ErrConflict},
 		{"bad id", "", "x", 1, nil, api.ErrInvalid},
 		{"empty topic", open.ID(), "", 1, nil, api.ErrInvalid},
 		{"topic with a space", open.ID(), "a b", 1, nil, api.ErrInvalid},

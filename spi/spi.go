@@ -276,8 +276,10 @@ func (e *WaitSignalError) Error() string {
 // (api.Signals.Signal), or max passes: the transaction that stores the
 // message makes the task due, and the next run receives it
 // (RunContext.Receive). A message of topic not yet received when the run
-// returns makes the task due at once. Like a snooze, the wait is neither a
-// failure nor an attempt; what the run received is consumed.
+// returns makes the task due at once. A max of zero or less waits without
+// limit. Like a snooze, the wait is neither a failure nor an attempt; what
+// the run received is consumed. A topic that is not 1 to 128 characters
+// from A-Z a-z 0-9 . _ : / - fails the run with the code invalid_wait.
 func WaitForSignal(topic string, max time.Duration) error {
 	return &WaitSignalError{Topic: topic, Max: max}
 }

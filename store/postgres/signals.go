@@ -23,19 +23,23 @@ import (
 // first committed (READ COMMITTED takes a snapshot per statement).
 
 // signalLockSQL locks the row of task $1 for a signal and says whether the
-// task is finished for good; no row when there is no such task.
-const signalLockSQL = `SELECT status IN ('success', 'failure') AND schedule_not_before IS NULL AND NOT resubmit
+// task is finished for good and whether it is a workflow's own task; no
+// row when there is no such task.
+var signalLockSQL = `SELECT status IN ('success', 'failure') AND schedule_not_before IS NULL AND NOT resubmit,
+    behavior = '` + string(api.WorkflowBehavior) + `'
 FROM stint_task WHERE id = $1 FOR NO KEY UPDATE`
 
 // signalSQL stores the message $3 of topic $2 with the idempotency key $4
 // (NULL for none) for task $1, unless the task finished for good or
-// already has a message of the key, and makes the task due when it
+// already has a message of the key or is a workflow's own task (whose
+// runs receive none), and makes the task due when it
 // sleeps on the topic: at once, or, when held, at its release. It returns
 // the number of messages stored.
 var signalSQL = `
 WITH t AS (
     SELECT id, created_at FROM stint_task
     WHERE id = $1 AND NOT (status IN ('success', 'failure') AND schedule_not_before IS NULL AND NOT resubmit)
+        AND behavior <> '` + string(api.WorkflowBehavior) + `'
 ), ins AS (
     INSERT INTO stint_signal (task_id, topic, payload, key, at, created)
     SELECT id, $2, $3::jsonb, $4, statement_timestamp(), created_at FROM t
@@ -108,13 +112,13 @@ func signalsDelete(ids string) string {
 // Signal stores a message for a task; see store.Store.
 func (s *Store) Signal(ctx context.Context, tx pgx.Tx, id api.TaskID, topic string, payload json.RawMessage, key string) (bool, error) {
 	var (
-		found, finished bool
-		stored          int
+		found, finished, workflow bool
+		stored                    int
 	)
 	run := func(q batcher) error {
 		b := &pgx.Batch{}
 		b.Queue(signalLockSQL, string(id)).QueryRow(func(r pgx.Row) error {
-			err := r.Scan(&finished)
+			err := r.Scan(&finished, &workflow)
 			found = err == nil
 			if isNoRows(err) {
 				err = nil
@@ -139,6 +143,8 @@ func (s *Store) Signal(ctx context.Context, tx pgx.Tx, id api.TaskID, topic stri
 		return false, fmt.Errorf("signal task %s: %w", id, api.ErrNotFound)
 	case finished:
 		return false, fmt.Errorf("signal task %s: it has finished: %w", id, api.ErrConflict)
+	case workflow:
+		return false, fmt.Errorf("signal task %s: a workflow's own task receives no signals (signal one of its nodes): %w", id, api.ErrConflict)
 	}
 	return stored > 0, nil
 }
