@@ -11,12 +11,13 @@ package main
 // both.
 //
 // Tuned as DBOS's documentation says: the queue's worker concurrency set
-// (a queue without one dequeues every enqueued workflow at once), a unique
-// executor ID per process, the queue's base polling interval lowered from
-// its default of a second to the benchmark's tuned poll, the notification
-// coalescing interval at its minimum; its pool at its default of 20
-// connections, as stint's. The latency scenario also runs it at its
-// defaults.
+// (a queue without one dequeues every enqueued workflow at once) to 1,000,
+// stint's MaxWorkers and River's tuned MaxWorkers (100 burned down slower
+// here), a unique executor ID per process, the queue's base polling
+// interval lowered from its default of a second to the 20 ms River's
+// tuning polls at, the notification coalescing interval at its minimum
+// of 1 ms; its pool at its default of 20 connections, as stint's. The
+// latency scenario also runs it at its defaults.
 
 import (
 	"context"
@@ -69,7 +70,7 @@ func (d *dbosConfig) addFlags(fs *flag.FlagSet) {
 
 // defaultDBOSConfig is DBOS's tuning.
 func defaultDBOSConfig() dbosConfig {
-	return dbosConfig{poll: 20 * time.Millisecond, concurrency: 100, coalesce: time.Millisecond}
+	return dbosConfig{poll: 20 * time.Millisecond, concurrency: 1_000, coalesce: time.Millisecond}
 }
 
 // summary describes DBOS's tuning for the report.
