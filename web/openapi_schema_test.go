@@ -185,6 +185,9 @@ func fill(v reflect.Value, depth int) {
 	case reflect.Float32, reflect.Float64:
 		v.SetFloat(1.5)
 	case reflect.Pointer:
+		if v.IsNil() && v.Type() == reflect.TypeFor[*web.WorkflowBody]() && depth > 2 {
+			return // a sub-workflow's sub-workflow: the type recurs
+		}
 		if v.IsNil() {
 			v.Set(reflect.New(v.Type().Elem()))
 		}

@@ -30,25 +30,39 @@ type WorkflowNodeBody struct {
 	DependsOn []string   `json:"depends_on,omitempty"`
 	Rule      api.Rule   `json:"rule,omitempty"`
 	Finally   bool       `json:"finally,omitempty"`
+	// Workflow makes the node run this workflow, a sub-workflow
+	// (api.WorkflowNode.Workflow).
+	Workflow *WorkflowBody `json:"workflow,omitempty"`
 }
 
 // Request returns the workflow request of b. A duration that does not
 // parse is an error wrapping api.ErrInvalid that names its field.
-func (b WorkflowBody) Request() (api.WorkflowRequest, error) {
+func (b WorkflowBody) Request() (api.WorkflowRequest, error) { return b.request("") }
+
+// request is Request for the workflow at field, a prefix of the fields
+// its errors name.
+func (b WorkflowBody) request(field string) (api.WorkflowRequest, error) {
 	req := api.WorkflowRequest{ID: b.ID, Nodes: make([]api.WorkflowNode, len(b.Nodes))}
 	if b.Retention != "" {
 		d, err := time.ParseDuration(b.Retention)
 		if err != nil {
-			return req, invalid("retention", "%q is not a duration such as \"24h\"", b.Retention)
+			return req, invalid(field+"retention", "%q is not a duration such as \"24h\"", b.Retention)
 		}
 		req.Retention = d
 	}
 	for i, n := range b.Nodes {
-		task, err := n.Task.request(fmt.Sprintf("nodes[%d].task.", i))
+		task, err := n.Task.request(fmt.Sprintf("%snodes[%d].task.", field, i))
 		if err != nil {
 			return req, err
 		}
 		req.Nodes[i] = api.WorkflowNode{Name: n.Name, Task: task, DependsOn: n.DependsOn, Rule: n.Rule, Finally: n.Finally}
+		if n.Workflow != nil {
+			sub, err := n.Workflow.request(fmt.Sprintf("%snodes[%d].workflow.", field, i))
+			if err != nil {
+				return req, err
+			}
+			req.Nodes[i].Workflow = &sub
+		}
 	}
 	return req, nil
 }

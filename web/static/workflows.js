@@ -199,7 +199,7 @@
         : ctx.listHref({ parent: wf.id, status: first.task.status });
       const label = single ? clip(first.name, 22) : `${b.members.length} nodes`;
       const signal = single ? signalOf(first) : '';
-      const sub = single ? (signal ? 'signal ' + clip(signal, 14) : b.state + (first.finally ? ' · finally' : ''))
+      const sub = single ? (signal ? 'signal ' + clip(signal, 14) : b.state + (first.finally ? ' · finally' : first.workflow ? ' · sub-workflow' : ''))
         : `${b.state} · e.g. ${clip(first.name, 12)}`;
       const waitsFor = first.task.waiting && first.task.waiting.dependencies;
       const title = single ? `${first.name}: ${b.state}` + (first.finally ? ', runs once every other node ended' : '')
@@ -211,6 +211,7 @@
           class: 'wf-node' + (single ? '' : ' wf-group'), transform: `translate(${b.x},${b.y})`,
           'data-state': b.state, 'data-count': b.members.length, 'data-layer': b.layer, 'data-box': b.id,
           'data-name': single ? first.name : null, 'data-signal': signal || null,
+          'data-workflow': single && first.workflow ? first.workflow : null,
         },
         svg('title', {}, title),
         single ? null : svg('rect', { class: 'wf-stack', x: 4, y: -4, width: BOX_W, height: BOX_H, rx: 7 }),
@@ -238,6 +239,33 @@
         asleep.slice(0, most).map((n) => h('li', { dataset: { node: n.name } },
           h('a', { href: ctx.taskHref(n.task.id) }, n.name), ' waits for signal ', h('code', {}, signalOf(n)))),
         asleep.length > most ? h('li', { class: 'muted' }, `and ${asleep.length - most} more`) : null));
+  }
+
+  // subworkflowsPanel links the sub-workflows the nodes of wf run, each
+  // beside its node; null when no node runs one.
+  function subworkflowsPanel(ctx, wf) {
+    const { h } = ctx;
+    const runs = wf.nodes.filter((n) => n.workflow);
+    if (!runs.length) return null;
+    const most = 50;
+    return ctx.panel('Sub-workflows', 'a node that runs a whole workflow ends with its outcome',
+      h('ul', { class: 'panel-body wf-subworkflows', id: 'workflow-subworkflows' },
+        runs.slice(0, most).map((n) => h('li', { dataset: { node: n.name } },
+          h('a', { href: ctx.taskHref(n.task.id) }, n.name), ' runs ',
+          h('a', { href: workflowHref(n.workflow), dataset: { workflow: n.workflow } }, n.workflow), ' ', statePill(ctx, nodeState(n.task)))),
+        runs.length > most ? h('li', { class: 'muted' }, `and ${runs.length - most} more`) : null));
+  }
+
+  // parentLink names the node, and its workflow, that runs wf as its
+  // sub-workflow; null when none does.
+  function parentLink(ctx, wf) {
+    if (!wf.parent_node) return null;
+    const { h } = ctx;
+    const cut = wf.parent_node.indexOf('/');
+    const parent = wf.parent_node.slice(0, cut);
+    return h('span', { class: 'wf-of', id: 'workflow-parent' }, 'sub-workflow of node ',
+      h('a', { href: ctx.taskHref(wf.parent_node) }, wf.parent_node.slice(cut + 1)), ' of workflow ',
+      h('a', { href: workflowHref(parent), dataset: { workflow: parent } }, parent));
   }
 
   function legend(ctx, wf) {
@@ -336,6 +364,7 @@
           h('h1', { class: 'mono', id: 'workflow-id' }, wf.id),
           h('span', { id: 'workflow-state' }, statePill(ctx, wf.state)),
           h('a', { class: 'btn small', href: ctx.taskHref(wf.id) }, 'Its task'),
+          parentLink(ctx, wf),
           h('div', { class: 'spacer' }),
           admin ? h('div', { class: 'actions-bar', id: 'workflow-actions' },
             wf.state === 'running' ? ctx.actionButton('Cancel', 'cancel-workflow', () => act('cancel'), { confirm: 'Cancel all?', danger: true, done: 'Workflow cancelled' }) : null,
@@ -350,6 +379,7 @@
           ' ', h('span', { class: 'muted' }, wf.nodes.length + ' nodes · created ', ctx.timeEl(wf.created_at),
             wf.finished_at ? [' · finished ', ctx.timeEl(wf.finished_at)] : null))),
         signalsPanel(ctx, wf),
+        subworkflowsPanel(ctx, wf),
         ctx.panel('Graph', 'a node links to its task; a box with a count groups the nodes of a wide layer with the same state and dependencies',
           h('div', { class: 'panel-body' }, legend(ctx, wf), h('div', { class: 'wf-scroll' }, graph(wf, ctx)))));
     }
@@ -383,8 +413,10 @@
     if (!nodeOf(t, parent)) return null;
     let state = 'running';
     if (ended(parent)) state = parent.status === 'success' ? 'succeeded' : parent.error && parent.error.code === 'workflow_cancelled' ? 'cancelled' : 'failed';
+    const sub = t.behavior === 'stint.subworkflow' && t.params && t.params.workflow ? t.params.workflow.id : '';
     return h('span', { class: 'wf-of', id: 'task-workflow' }, 'node ', h('b', {}, t.id.slice(parent.id.length + 1)), ' of workflow ',
-      h('a', { href: workflowHref(parent.id), dataset: { workflow: parent.id } }, parent.id), ' ', statePill(ctx, state));
+      h('a', { href: workflowHref(parent.id), dataset: { workflow: parent.id } }, parent.id), ' ', statePill(ctx, state),
+      sub ? [' · runs sub-workflow ', h('a', { id: 'task-subworkflow', href: workflowHref(sub), dataset: { workflow: sub } }, sub)] : null);
   }
 
   window.stintWorkflows = { listView, view, taskLink, layout, mayBeNode, nodeOf, workflowHref };
