@@ -172,26 +172,33 @@ func (s *Store) Maintain(ctx context.Context, p store.MaintainParams) (store.Mai
 	// Changes every live consumer has read (visible in the snapshot of the
 	// oldest consumer tick; not "below its xmin": the xmin is held back by
 	// any transaction in the cluster) go once past the minimum retention; all go past
-	// the maximum. Ticks go with the changes they delimit.
+	// the maximum. Ticks go with the changes they delimit. Every node trims,
+	// often at once: each skips the rows another's trim holds, so that two
+	// trims never wait for each other (two deletes of overlapping batches,
+	// each locking in its own order, deadlocked).
 	tag, err := s.pool.Exec(ctx, `
 		WITH keep AS (
 		    SELECT snap FROM stint_feed_tick WHERE tick = (SELECT min(tick) FROM stint_feed_consumer))
-		DELETE FROM stint_change WHERE seq IN (
+		DELETE FROM stint_change WHERE seq = ANY(ARRAY(
 		    SELECT seq FROM stint_change c
 		    WHERE c.at < now() - $1 * interval '1 microsecond'
 		      AND (NOT EXISTS (SELECT 1 FROM stint_feed_consumer)
 		           OR pg_visible_in_snapshot(c.xid, (SELECT snap FROM keep))
 		           OR c.at < now() - $2 * interval '1 microsecond')
-		    ORDER BY seq LIMIT $3)`,
+		    ORDER BY seq LIMIT $3
+		    FOR UPDATE SKIP LOCKED))`,
 		p.FeedMinRetention.Microseconds(), p.FeedMaxRetention.Microseconds(), batch)
 	if err != nil {
 		return r, fmt.Errorf("maintain: trim feed: %w", err)
 	}
 	if _, err := s.pool.Exec(ctx, `
-		DELETE FROM stint_feed_tick WHERE at < now() - $1 * interval '1 microsecond'
-		  AND tick < (SELECT max(tick) FROM stint_feed_tick)
-		  AND (tick < coalesce((SELECT min(tick) FROM stint_feed_consumer), 9223372036854775807)
-		       OR at < now() - $2 * interval '1 microsecond')`,
+		DELETE FROM stint_feed_tick WHERE tick = ANY(ARRAY(
+		    SELECT tick FROM stint_feed_tick WHERE at < now() - $1 * interval '1 microsecond'
+		      AND tick < (SELECT max(tick) FROM stint_feed_tick)
+		      AND (tick < coalesce((SELECT min(tick) FROM stint_feed_consumer), 9223372036854775807)
+		           OR at < now() - $2 * interval '1 microsecond')
+		    ORDER BY tick
+		    FOR UPDATE SKIP LOCKED))`,
 		p.FeedMinRetention.Microseconds(), p.FeedMaxRetention.Microseconds()); err != nil {
 		return r, fmt.Errorf("maintain: trim ticks: %w", err)
 	}
