@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"encoding/csv"
 	"flag"
 	"fmt"
 	"io"
@@ -105,6 +106,13 @@ func TestSoak(t *testing.T) {
 
 	t.Logf("soak: %s at %.0f tasks/s on two nodes; a sample every %s", *duration, *rate, *every)
 	t.Log(header(len(nodes)))
+	var out *csvLog
+	if *csvPath != "" {
+		f, err := os.Create(*csvPath)
+		require.NoError(t, err)
+		defer f.Close()
+		out = &csvLog{w: csv.NewWriter(f)}
+	}
 	var samples []sample
 	tick := time.NewTicker(*every)
 	for loadCtx.Err() == nil {
@@ -115,16 +123,13 @@ func TestSoak(t *testing.T) {
 			require.NoError(t, err)
 			samples = append(samples, s)
 			t.Log(row(s))
+			if out != nil {
+				require.NoError(t, out.write(s))
+			}
 		}
 	}
 	tick.Stop()
 	wg.Wait()
-	if *csvPath != "" {
-		f, err := os.Create(*csvPath)
-		require.NoError(t, err)
-		require.NoError(t, writeCSV(f, samples))
-		require.NoError(t, f.Close())
-	}
 
 	logFeed(ctx, t, st.Pool())
 	r := ledger(ctx, t, st.Pool(), l)
