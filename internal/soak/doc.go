@@ -16,7 +16,7 @@
 // Every -soak.every (30 s) it logs a sample as a line of a table, and
 // writes them all as CSV to -soak.csv when given: the submits and the
 // tasks done a second, the p99 from submit to the start of a task's first
-// attempt, each node's RSS, goroutines and CPU, the size of every stint
+// attempt, each node's RSS, heap, goroutines and CPU, the size of every stint
 // table and index, dead tuples and autovacuum runs of every table, WAL
 // bytes per task, the change feed's size, and the finished tasks kept past
 // their retention plus a cleanup interval and a minute. At the end it

@@ -155,8 +155,8 @@ func registry(pool *pgxpool.Pool) *spi.Registry {
 
 // runNode is a node process: a server at its defaults, with the cleanup
 // behavior at its defaults, running until SIGTERM or SIGKILL. It serves
-// its goroutine count on 127.0.0.1 and writes the address to the file
-// named by envStats before it starts.
+// its goroutine count and the bytes of its heap's objects on 127.0.0.1
+// and writes the address to the file named by envStats before it starts.
 func runNode() {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err == nil {
@@ -168,7 +168,9 @@ func runNode() {
 	}
 	go func() {
 		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			fmt.Fprint(w, runtime.NumGoroutine())
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			fmt.Fprint(w, runtime.NumGoroutine(), " ", m.HeapAlloc)
 		}))
 	}()
 	childtest.Serve(os.Getenv(envDSN), func(st *postgres.Store) (*impl.Server, error) {

@@ -91,7 +91,7 @@ func (l *csvLog) write(s sample) error {
 		l.nodes = len(s.RSS)
 		head := []string{"at_s", "seconds", "load1", "submitted_per_s", "done_per_s", "nodes_done", "ticks_done", "p99_ms"}
 		for i := range l.nodes {
-			head = append(head, fmt.Sprint("rss_bytes_", i), fmt.Sprint("goroutines_", i), fmt.Sprint("cpu_s_", i))
+			head = append(head, fmt.Sprint("rss_bytes_", i), fmt.Sprint("heap_bytes_", i), fmt.Sprint("goroutines_", i), fmt.Sprint("cpu_s_", i))
 		}
 		head = append(head, "wal_bytes", "wal_bytes_per_task", "feed_bytes", "feed_rows", "finished", "late", "max_late_s")
 		for _, g := range csvGroups {
@@ -110,7 +110,7 @@ func (l *csvLog) write(s sample) error {
 	rec := []string{f(s.At.Seconds()), f(s.Seconds), f(s.Load1), f(float64(s.Submitted) / s.Seconds), f(s.throughput()),
 		d(s.Nodes), d(s.Ticks), f(float64(p99(s.Latencies)) / float64(time.Millisecond))}
 	for i := range l.nodes {
-		rec = append(rec, d(s.RSS[i]), strconv.Itoa(s.Goroutines[i]), f(s.CPU[i]))
+		rec = append(rec, d(s.RSS[i]), d(s.Heap[i]), strconv.Itoa(s.Goroutines[i]), f(s.CPU[i]))
 	}
 	rec = append(rec, d(s.WAL), d(s.walPerTask()), d(s.FeedBytes), d(s.FeedRows), d(s.Finished), d(s.Late), f(s.MaxLate.Seconds()))
 	for i, g := range csvGroups {
@@ -133,7 +133,7 @@ func (l *csvLog) write(s sample) error {
 func TestCSVLog(t *testing.T) {
 	var b strings.Builder
 	l := &csvLog{w: csv.NewWriter(&b)}
-	s := sample{At: 30 * time.Second, Seconds: 30, Done: 9000, WAL: 9000 * 3000, RSS: []int64{mb}, Goroutines: []int{40}, CPU: []float64{4.5},
+	s := sample{At: 30 * time.Second, Seconds: 30, Done: 9000, WAL: 9000 * 3000, RSS: []int64{mb}, Heap: []int64{mb / 2}, Goroutines: []int{40}, CPU: []float64{4.5},
 		Tables: map[string]int64{"stint_task": 10 * mb}, Indexes: map[string]int64{"stint_task_pkey": mb},
 		Dead: map[string]int64{"stint_task": 7}, Live: map[string]int64{"stint_task": 70}, Vacuums: map[string]int64{"stint_task": 1}}
 	require.NoError(t, l.write(s))

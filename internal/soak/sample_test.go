@@ -31,6 +31,7 @@ type sample struct {
 	Latencies []int64
 
 	RSS        []int64   // each node's resident set, bytes
+	Heap       []int64   // each node's heap objects, bytes
 	Goroutines []int     // each node's goroutines
 	CPU        []float64 // each node's CPU time in the interval, seconds
 
@@ -148,7 +149,7 @@ func (s *sampler) take(ctx context.Context) (sample, error) {
 		if err != nil {
 			return out, err
 		}
-		g, err := goroutines(ctx, n.stats)
+		g, heap, err := nodeStats(ctx, n.stats)
 		if err != nil {
 			return out, err
 		}
@@ -158,6 +159,7 @@ func (s *sampler) take(ctx context.Context) (sample, error) {
 		}
 		out.RSS = append(out.RSS, rss)
 		out.Goroutines = append(out.Goroutines, g)
+		out.Heap = append(out.Heap, heap)
 		out.CPU = append(out.CPU, cpu-s.lastCPU[i])
 		s.lastCPU[i] = cpu
 	}
@@ -248,22 +250,28 @@ func cpuSeconds(pid int) (float64, error) {
 	return (u + st) / 100, nil // clock ticks of 1/100 s (USER_HZ)
 }
 
-// goroutines asks a node for its goroutine count.
-func goroutines(ctx context.Context, addr string) (int, error) {
+// nodeStats asks a node for its goroutines and the bytes of its heap's
+// objects.
+func nodeStats(ctx context.Context, addr string) (int, int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("ask %s for its goroutines: %w", addr, err)
+		return 0, 0, fmt.Errorf("ask %s for its stats: %w", addr, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, fmt.Errorf("ask %s for its goroutines: %w", addr, err)
+		return 0, 0, fmt.Errorf("ask %s for its stats: %w", addr, err)
 	}
-	return strconv.Atoi(string(b))
+	var g int
+	var heap int64
+	if _, err := fmt.Sscan(string(b), &g, &heap); err != nil {
+		return 0, 0, fmt.Errorf("read the stats of %s (%q): %w", addr, b, err)
+	}
+	return g, heap, nil
 }
 
 // load1 is the machine's load average over the last minute.
