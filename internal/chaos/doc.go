@@ -24,7 +24,11 @@
 //   - workflow: workflows under SIGKILL, SIGSTOP and a PostgreSQL restart
 //     at once;
 //   - restore: a base backup taken while nodes work, restored into a
-//     fresh cluster with new nodes.
+//     fresh cluster with new nodes;
+//   - signals: tasks that receive signals and sleep on them while nodes
+//     are killed and stopped between a message's store and its
+//     consumption, checked against a ledger written with each
+//     consumption.
 //
 // The database incidents also check the nodes' logs: one line when an
 // incident starts, one when it ends, at most one a second between. Run
