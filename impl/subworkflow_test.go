@@ -214,3 +214,30 @@ func TestSubworkflowNodesAreCheckedAtSubmit(t *testing.T) {
 	_, err := c.GetWorkflow(e.ctx, "wf-bad")
 	require.ErrorIs(t, err, api.ErrNotFound)
 }
+
+// TestARemovedSubworkflowFailsItsNode: the removal of a sub-workflow wakes
+// the node that waits for it, which fails: nothing is left to end with.
+func TestARemovedSubworkflowFailsItsNode(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.server("n1", 5*time.Second)
+	c := e.client()
+	g := newGate(t)
+	defer openGate(g)
+	child := api.WorkflowRequest{Nodes: []api.WorkflowNode{{Name: "stuck", Task: workReq(workKind, WorkParams{Key: "removed-stuck", Gate: g})}}}
+	_, err := c.SubmitWorkflow(e.ctx, api.WorkflowRequest{ID: "wf-removing", Nodes: []api.WorkflowNode{{Name: "child", Workflow: &child}}})
+	require.NoError(t, err)
+	var childID api.TaskID
+	waitFor(t, time.Minute, "the node to sleep on its sub-workflow", func() bool {
+		w, err := c.GetWorkflow(e.ctx, "wf-removing")
+		require.NoError(t, err)
+		n, _ := w.Node("child")
+		childID = n.Workflow
+		return e.count(`SELECT count(*) FROM stint_task_wait WHERE waiter = 'wf-removing/child'`) == 1
+	})
+	require.NoError(t, c.RemoveWorkflow(e.ctx, childID))
+	w := awaitWorkflowT(t, e, c, "wf-removing")
+	require.Equal(t, api.WorkflowFailed, w.State)
+	n, _ := w.Node("child")
+	require.Equal(t, "workflow_removed", n.Task.Error.Code)
+}

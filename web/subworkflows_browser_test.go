@@ -1,16 +1,10 @@
 package web_test
 
 import (
-	"encoding/json"
-	"net/http"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
-
-	"github.com/stinthq/stint/api"
-	"github.com/stinthq/stint/behaviors/demo"
-	"github.com/stinthq/stint/web"
 )
 
 // TestSubworkflowsInBrowser: the workflow page lists the sub-workflows its
@@ -21,18 +15,7 @@ func TestSubworkflowsInBrowser(t *testing.T) {
 	t.Parallel()
 	chromiumPath(t) // installs Chromium, or skips, before the test's deadlines start
 	e := newEnv(t)
-	echo := web.SubmitBody{Behavior: demo.Echo.ID, Params: json.RawMessage(`{"text":"x"}`)}
-	body := web.WorkflowBody{ID: "wf-browser-outer", Nodes: []web.WorkflowNodeBody{
-		{Name: "inner", Workflow: &web.WorkflowBody{Nodes: []web.WorkflowNodeBody{{Name: "a", Task: echo}}}},
-		{Name: "after", Task: echo, DependsOn: []string{"inner"}},
-	}}
-	e.json(http.MethodPost, "/api/v1/workflows", submitToken, body, http.StatusCreated, nil)
-	var wf api.Workflow
-	e.waitFor("the workflow to end", func() bool {
-		wf = api.Workflow{}
-		e.json(http.MethodGet, "/api/v1/workflows/wf-browser-outer", readToken, nil, http.StatusOK, &wf)
-		return wf.Ended()
-	})
+	wf := runOuterT(e, "wf-browser-outer")
 	inner, _ := wf.Node("inner")
 	sub := string(inner.Workflow)
 	require.NotEmpty(t, sub)

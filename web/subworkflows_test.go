@@ -11,25 +11,32 @@ import (
 	"github.com/stinthq/stint/web"
 )
 
+// runOuterT submits over HTTP the workflow id, whose node inner runs a
+// sub-workflow of two demo.echo nodes and whose node after depends on it,
+// and returns it once it ended.
+func runOuterT(e *testEnv, id string) api.Workflow {
+	echo := web.SubmitBody{Behavior: "demo.echo", Params: json.RawMessage(`{"text":"hi"}`)}
+	body := web.WorkflowBody{ID: api.TaskID(id), Nodes: []web.WorkflowNodeBody{
+		{Name: "inner", Workflow: &web.WorkflowBody{Nodes: []web.WorkflowNodeBody{{Name: "a", Task: echo}, {Name: "b", Task: echo, DependsOn: []string{"a"}}}}},
+		{Name: "after", Task: echo, DependsOn: []string{"inner"}},
+	}}
+	e.json(http.MethodPost, "/api/v1/workflows", submitToken, body, http.StatusCreated, nil)
+	var wf api.Workflow
+	e.waitFor("the workflow to end", func() bool {
+		wf = api.Workflow{}
+		e.json(http.MethodGet, "/api/v1/workflows/"+id, readToken, nil, http.StatusOK, &wf)
+		return wf.Ended()
+	})
+	return wf
+}
+
 // TestSubworkflowsOverHTTP: a node's workflow in the body of POST
 // /workflows runs as a sub-workflow; the workflow and the sub-workflow
 // name each other; a bad sub-workflow is refused naming its field.
 func TestSubworkflowsOverHTTP(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	echo := web.SubmitBody{Behavior: "demo.echo", Params: json.RawMessage(`{"text":"hi"}`)}
-	body := web.WorkflowBody{ID: "wf-outer", Nodes: []web.WorkflowNodeBody{
-		{Name: "inner", Workflow: &web.WorkflowBody{Nodes: []web.WorkflowNodeBody{{Name: "a", Task: echo}, {Name: "b", Task: echo, DependsOn: []string{"a"}}}}},
-		{Name: "after", Task: echo, DependsOn: []string{"inner"}},
-	}}
-	e.json(http.MethodPost, "/api/v1/workflows", submitToken, body, http.StatusCreated, nil)
-
-	var wf api.Workflow
-	e.waitFor("the workflow to end", func() bool {
-		wf = api.Workflow{}
-		e.json(http.MethodGet, "/api/v1/workflows/wf-outer", readToken, nil, http.StatusOK, &wf)
-		return wf.Ended()
-	})
+	wf := runOuterT(e, "wf-outer")
 	require.Equal(t, api.WorkflowSucceeded, wf.State)
 	inner, ok := wf.Node("inner")
 	require.True(t, ok)

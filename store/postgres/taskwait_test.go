@@ -144,6 +144,26 @@ func TestAWaitWithNothingLeftIsDueAtOnce(t *testing.T) {
 	require.Equal(t, waitOf{pending: -1, woken: 1}, waitOfT(t, ctx, st, "waiter2"))
 }
 
+// inTurnT holds the row of task held, runs first until it waits for a row
+// lock, then second until it waits too, then lets the row go, and
+// returns what first and second returned.
+func inTurnT(t *testing.T, ctx context.Context, st *postgres.Store, held api.TaskID, first, second func() error) (error, error) {
+	t.Helper()
+	tx, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM stint_task WHERE id = $1 FOR UPDATE`, string(held))
+	require.NoError(t, err)
+	var errs [2]chan error
+	for i, f := range []func() error{first, second} {
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- f() }()
+		lockWaitersT(t, ctx, st, i+1)
+	}
+	require.NoError(t, tx.Rollback(ctx))
+	return <-errs[0], <-errs[1]
+}
+
 // A registration that commits while the target's finish statement waits
 // for the target's row (the finish's snapshot predates it) is counted by
 // that finish: the finish finds the new row version's waited_on, and its
@@ -152,32 +172,19 @@ func TestARegistrationCommittingDuringTheTargetsFinishIsCounted(t *testing.T) {
 	t.Parallel()
 	ctx, st := openT(t)
 	cl := claimAllT(t, ctx, st, "waiter", "xxx")
-	// Hold the waiter's row, so that the registration stops after it
-	// locked x and stored its row.
-	tx, err := st.Pool().Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `SELECT 1 FROM stint_task WHERE id = 'waiter' FOR UPDATE`)
-	require.NoError(t, err)
-
-	registered := make(chan int, 1)
-	go func() {
-		pending, _, err := st.WaitTasks(ctx, cl["waiter"].LeaseRef, []api.TaskID{"xxx"})
-		if err != nil {
-			pending = -1
-		}
-		registered <- pending
-	}()
-	lockWaitersT(t, ctx, st, 1)
-	finished := make(chan error, 1)
-	go func() {
+	// Holding the waiter's row stops the registration after it locked
+	// x and stored its row.
+	var pending int
+	errRegister, errFinish := inTurnT(t, ctx, st, "waiter", func() (err error) {
+		pending, _, err = st.WaitTasks(ctx, cl["waiter"].LeaseRef, []api.TaskID{"xxx"})
+		return err
+	}, func() error {
 		_, err := st.Finish(ctx, []store.Completion{success(cl["xxx"])})
-		finished <- err
-	}()
-	lockWaitersT(t, ctx, st, 2)
-	require.NoError(t, tx.Rollback(ctx))
-	require.Equal(t, 1, <-registered)
-	require.NoError(t, <-finished)
+		return err
+	})
+	require.NoError(t, errRegister)
+	require.NoError(t, errFinish)
+	require.Equal(t, 1, pending)
 
 	require.Equal(t, waitOf{pending: 0}, waitOfT(t, ctx, st, "waiter"), "x's finish counted the wait")
 	finishT(t, ctx, st, sleepOn(cl["waiter"], time.Hour))
@@ -195,30 +202,16 @@ func TestARegistrationAfterTheTargetsFinishFindsItEnded(t *testing.T) {
 	pending, _, err := st.WaitTasks(ctx, cl["waiter-v"].LeaseRef, []api.TaskID{"xxx"})
 	require.NoError(t, err)
 	require.Equal(t, 1, pending)
-	tx, err := st.Pool().Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `SELECT 1 FROM stint_task WHERE id = 'waiter-v' FOR UPDATE`)
-	require.NoError(t, err)
-
-	finished := make(chan error, 1)
-	go func() {
+	errFinish, errRegister := inTurnT(t, ctx, st, "waiter-v", func() error {
 		_, err := st.Finish(ctx, []store.Completion{success(cl["xxx"])})
-		finished <- err
-	}()
-	lockWaitersT(t, ctx, st, 1)
-	registered := make(chan int, 1)
-	go func() {
-		pending, _, err := st.WaitTasks(ctx, cl["waiter"].LeaseRef, []api.TaskID{"xxx"})
-		if err != nil {
-			pending = -1
-		}
-		registered <- pending
-	}()
-	lockWaitersT(t, ctx, st, 2)
-	require.NoError(t, tx.Rollback(ctx))
-	require.NoError(t, <-finished)
-	require.Equal(t, 0, <-registered, "x had ended")
+		return err
+	}, func() (err error) {
+		pending, _, err = st.WaitTasks(ctx, cl["waiter"].LeaseRef, []api.TaskID{"xxx"})
+		return err
+	})
+	require.NoError(t, errFinish)
+	require.NoError(t, errRegister)
+	require.Equal(t, 0, pending, "x had ended")
 
 	require.Equal(t, waitOf{pending: 0}, waitOfT(t, ctx, st, "waiter"))
 	require.Equal(t, waitOf{pending: 0}, waitOfT(t, ctx, st, "waiter-v"))
