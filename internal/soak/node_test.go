@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"runtime"
 	"strconv"
@@ -155,8 +156,10 @@ func registry(pool *pgxpool.Pool) *spi.Registry {
 
 // runNode is a node process: a server at its defaults, with the cleanup
 // behavior at its defaults, running until SIGTERM or SIGKILL. It serves
-// its goroutine count and the bytes of its heap's objects on 127.0.0.1
-// and writes the address to the file named by envStats before it starts.
+// its goroutine count and the bytes of its heap's objects on 127.0.0.1,
+// and its profiles under /debug/pprof/ there (go tool pprof
+// http://ADDR/debug/pprof/heap), and writes the address to the file named
+// by envStats before it starts.
 func runNode() {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err == nil {
@@ -166,13 +169,14 @@ func runNode() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	go func() {
-		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			var m runtime.MemStats
-			runtime.ReadMemStats(&m)
-			fmt.Fprint(w, runtime.NumGoroutine(), " ", m.HeapAlloc)
-		}))
-	}()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		fmt.Fprint(w, runtime.NumGoroutine(), " ", m.HeapAlloc)
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	go func() { _ = http.Serve(l, mux) }()
 	childtest.Serve(os.Getenv(envDSN), func(st *postgres.Store) (*impl.Server, error) {
 		var out io.Writer = io.Discard
 		if path := os.Getenv(envLog); path != "" {

@@ -93,6 +93,7 @@ func TestSoak(t *testing.T) {
 		addr, err := os.ReadFile(stats)
 		require.NoError(t, err)
 		nodes = append(nodes, &node{name: name, pid: c.Cmd.Process.Pid, stats: string(addr)})
+		t.Logf("%s: pid %d, profiles at http://%s/debug/pprof/", name, c.Cmd.Process.Pid, addr)
 	}
 
 	l := &load{client: client, rate: *rate}
