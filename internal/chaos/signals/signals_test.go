@@ -197,8 +197,8 @@ func sender(c *chaos.Cluster, id api.TaskID, k int, rng *mrand.Rand) int {
 // Tasks receive signals while nodes are killed and stopped: three node
 // processes run N tasks of chaos.signals, each waiting for K messages,
 // while a sender signals each task its messages (some twice), each of the
-// first two nodes is killed with SIGKILL and started again every 1.4 s,
-// 700 ms apart, and the third is stopped with SIGSTOP every 2 s, alternately within
+// first two nodes is killed with SIGKILL and started again every 2 s, a
+// second apart, and the third is stopped with SIGSTOP every 2 s, alternately within
 // its lease and past it. The ledger shows every message consumed exactly
 // once, in the order sent, by a run that committed (its row was written
 // in the transaction that consumed it), none left unconsumed, every task
@@ -237,7 +237,7 @@ func TestSignalsUnderFaults(t *testing.T) {
 		// A killer a node, so that one node's restart does not hold up
 		// the other's kill.
 		faulty.Go(func() {
-			chaos.Every(stop, time.Duration(i+1)*700*time.Millisecond, 1400*time.Millisecond, func() {
+			chaos.Every(stop, time.Duration(i+1)*time.Second, 2*time.Second, func() {
 				hits.add(c.Clock())
 				c.Sigkill(n)
 				c.Start(n)
