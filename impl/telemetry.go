@@ -71,11 +71,39 @@ type behaviorTelemetry struct {
 	ends struct {
 		starts, succeeded, failed, retried atomic.Int64
 	}
+	// waits counts the runs of this process that ended asleep, with their
+	// end recorded, by reason (waitReasons); waitAttrs are the attributes
+	// of each.
+	waits     [len(waitReasons)]atomic.Int64
+	waitAttrs [len(waitReasons)]metric.ObserveOption
 	// recorded are the counts of ends the history has; only the history
 	// loop uses them.
 	recorded struct {
 		succeeded, failed, retried int64
 	}
+}
+
+// waitReasons are the reasons a run ends asleep, holding no worker until
+// what it waits for comes (or its longest wait passes): a signal of a
+// topic (spi.WaitForSignal, reason api.WaitSignal), the end of its
+// children (spi.WaitForChildren) or of other tasks (spi.WaitForTasks), or
+// a time (spi.Snooze).
+var waitReasons = [...]string{api.WaitSignal, "children", "tasks", "snooze"}
+
+// waitReason returns the index in waitReasons of the reason completion c
+// sleeps for, false when c does not sleep.
+func waitReason(c store.Completion) (int, bool) {
+	switch {
+	case c.Status != api.StatusScheduled:
+		return 0, false
+	case c.WaitSignal != "":
+		return 0, true
+	case c.WaitChildren:
+		return 1, true
+	case c.WaitTasks:
+		return 2, true
+	}
+	return 3, true
 }
 
 // runSpanOptions start every run span: a run is its own trace, linked to
@@ -232,6 +260,9 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	t.claimLatency, _ = m.Float64Histogram("stint.claim.duration", metric.WithUnit("s"), metric.WithDescription("Duration of claim statements."),
 		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
 	starts, _ := m.Int64ObservableCounter("stint.task.starts", metric.WithDescription("Runs this node started (claimed or started locally), by behavior."))
+	waits, _ := m.Int64ObservableCounter("stint.task.waits",
+		metric.WithDescription("Runs of this node that ended asleep, holding no worker until what they wait for comes, by behavior and reason: "+
+			"signal (spi.WaitForSignal), children (spi.WaitForChildren), tasks (spi.WaitForTasks) or snooze (spi.Snooze)."))
 	finishes, _ := m.Int64ObservableCounter("stint.task.finishes",
 		metric.WithDescription("Runs this node ended with their end recorded, by behavior and outcome (success, failure)."))
 	retries, _ := m.Int64ObservableCounter("stint.task.retries",
@@ -246,10 +277,13 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 			o.ObserveInt64(finishes, bt.ends.succeeded.Load(), bt.succeeded)
 			o.ObserveInt64(finishes, bt.ends.failed.Load(), bt.failed)
 			o.ObserveInt64(retries, bt.ends.retried.Load(), bt.observe)
+			for i := range bt.waits {
+				o.ObserveInt64(waits, bt.waits[i].Load(), bt.waitAttrs[i])
+			}
 			return true
 		})
 		return nil
-	}, starts, finishes, retries, takeovers)
+	}, starts, finishes, retries, takeovers, waits)
 	return t
 }
 
@@ -282,6 +316,9 @@ func (t *telemetry) of(b api.BehaviorID) *behaviorTelemetry {
 		observe:   metric.WithAttributes(battr),
 		succeeded: metric.WithAttributes(battr, attribute.String("outcome", "success")),
 		failed:    metric.WithAttributes(battr, attribute.String("outcome", "failure")),
+	}
+	for i, reason := range waitReasons {
+		bt.waitAttrs[i] = metric.WithAttributes(battr, attribute.String("reason", reason))
 	}
 	v, _ := t.perBehavior.LoadOrStore(b, bt)
 	return v.(*behaviorTelemetry)
@@ -353,7 +390,11 @@ func (t *telemetry) resumedStep(ctx context.Context, span trace.Span, st store.S
 	}
 }
 
-// runEnded records how a run ended on its span.
+// runEnded records how a run ended on its span. A run that ends asleep
+// gets the attributes stint.wait.reason (see waitReasons), stint.wait.topic
+// for a signal and stint.wait.max (its longest wait, in seconds), and an
+// event stint.wait with them: the task's next run, once what it waits for
+// comes, is the wake.
 func (t *telemetry) runEnded(span trace.Span, c store.Completion) {
 	switch c.Status {
 	case api.StatusSuccess:
@@ -362,12 +403,24 @@ func (t *telemetry) runEnded(span trace.Span, c store.Completion) {
 		span.SetStatus(codes.Error, c.Error.Error())
 	default:
 		span.SetAttributes(attribute.Bool("stint.snoozed", true))
+		if i, ok := waitReason(c); ok && span.IsRecording() {
+			attrs := []attribute.KeyValue{attribute.String("stint.wait.reason", waitReasons[i]),
+				attribute.Float64("stint.wait.max", c.Delay.Seconds())}
+			if c.WaitSignal != "" {
+				attrs = append(attrs, attribute.String("stint.wait.topic", c.WaitSignal))
+			}
+			span.SetAttributes(attrs...)
+			span.AddEvent("stint.wait", trace.WithAttributes(attrs...))
+		}
 	}
 	span.End()
 }
 
 // ended counts a run whose end was recorded.
 func (bt *behaviorTelemetry) ended(c store.Completion) {
+	if i, ok := waitReason(c); ok {
+		bt.waits[i].Add(1)
+	}
 	switch c.Status {
 	case api.StatusSuccess:
 		bt.ends.succeeded.Add(1)

@@ -2,11 +2,13 @@ package impl_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -113,8 +115,8 @@ func TestRunSpansFollowTheGlobalProvider(t *testing.T) {
 }
 
 // collectMetrics reads every int64 sum, by name and also by name and
-// outcome ("name{outcome=success}"), and the largest value of each
-// float64 gauge, by name.
+// outcome ("name{outcome=success}") or reason ("name{reason=signal}"), and
+// the largest value of each float64 gauge, by name.
 func collectMetrics(t *testing.T, reader *sdkmetric.ManualReader) (sums map[string]int64, gauges map[string]float64) {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -126,8 +128,10 @@ func collectMetrics(t *testing.T, reader *sdkmetric.ManualReader) (sums map[stri
 			case metricdata.Sum[int64]:
 				for _, dp := range d.DataPoints {
 					sums[m.Name] += dp.Value
-					if o, ok := dp.Attributes.Value("outcome"); ok {
-						sums[m.Name+"{outcome="+o.AsString()+"}"] += dp.Value
+					for _, attr := range []attribute.Key{"outcome", "reason"} {
+						if o, ok := dp.Attributes.Value(attr); ok {
+							sums[m.Name+"{"+string(attr)+"="+o.AsString()+"}"] += dp.Value
+						}
 					}
 				}
 			case metricdata.Gauge[int64]:
@@ -236,4 +240,62 @@ func TestWorkflowIsOneTrace(t *testing.T) {
 		_, gauges := collectMetrics(t, reader)
 		return gauges["stint.workflows{state=succeeded}"] == 1 && gauges["stint.workflows{state=running}"] == 0
 	})
+}
+
+// TestWaitsOnTheRunSpanAndCounted: a run that ends asleep on a signal has
+// the wait's reason, topic and longest wait on its span, as attributes and
+// an event; the run the signal wakes has none; stint.task.waits counts
+// the wait by reason, from zero.
+func TestWaitsOnTheRunSpanAndCounted(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	srv := e.server("waits", 5*time.Second, func(c *impl.ServerConfig) { c.TracerProvider, c.MeterProvider = tp, mp })
+	sums, _ := collectMetrics(t, reader)
+	require.Contains(t, sums, "stint.task.waits{reason=signal}", "counted from zero")
+	require.Zero(t, sums["stint.task.waits"])
+
+	f, err := api.Submit(e.ctx, srv, collectKind, collectParams{Topic: "paid", N: 1})
+	require.NoError(t, err)
+	awaitSleep(t, srv, f.ID(), "paid")
+	waitFor(t, 10*time.Second, "the wait to be counted", func() bool {
+		sums, _ = collectMetrics(t, reader)
+		return sums["stint.task.waits{reason=signal}"] == 1
+	})
+	require.Equal(t, int64(1), sums["stint.task.waits"], "one wait, of one reason")
+	require.NoError(t, srv.Signal(e.ctx, f.ID(), "paid", 42))
+	_, err = f.Await(e.ctx)
+	require.NoError(t, err)
+
+	var runs tracetest.SpanStubs
+	waitFor(t, 10*time.Second, "both run spans", func() bool {
+		runs = slices.DeleteFunc(spans.GetSpans(), func(s tracetest.SpanStub) bool { return s.Name != "stint.run test.collect" })
+		return len(runs) >= 2
+	})
+	require.Len(t, runs, 2)
+	attrs := func(kvs []attribute.KeyValue) map[attribute.Key]any {
+		out := map[attribute.Key]any{}
+		for _, kv := range kvs {
+			out[kv.Key] = kv.Value.AsInterface()
+		}
+		return out
+	}
+	asleep, woken := attrs(runs[0].Attributes), attrs(runs[1].Attributes)
+	require.Equal(t, "signal", asleep["stint.wait.reason"])
+	require.Equal(t, "paid", asleep["stint.wait.topic"])
+	require.Equal(t, time.Hour.Seconds(), asleep["stint.wait.max"])
+	require.Len(t, runs[0].Events, 1)
+	require.Equal(t, "stint.wait", runs[0].Events[0].Name)
+	require.Equal(t, "paid", attrs(runs[0].Events[0].Attributes)["stint.wait.topic"])
+	require.Equal(t, string(f.ID()), woken["stint.task_id"])
+	require.NotContains(t, woken, attribute.Key("stint.wait.reason"), "the run the signal woke ended")
+	require.Empty(t, runs[1].Events)
+	waitFor(t, 10*time.Second, "the finish to be counted", func() bool {
+		sums, _ = collectMetrics(t, reader)
+		return sums["stint.task.finishes{outcome=success}"] == 1
+	})
+	require.Equal(t, int64(1), sums["stint.task.waits"], "the run the signal woke did not sleep")
 }
