@@ -198,12 +198,13 @@ func sender(c *chaos.Cluster, id api.TaskID, k int, rng *mrand.Rand) int {
 // processes run N tasks of chaos.signals, each waiting for K messages,
 // while a sender signals each task its messages (some twice), each of the
 // first two nodes is killed with SIGKILL and started again every 2 s, a
-// second apart, and the third is stopped with SIGSTOP every 2 s, alternately within
-// its lease and past it. The ledger shows every message consumed exactly
-// once, in the order sent, by a run that committed (its row was written
-// in the transaction that consumed it), none left unconsumed, every task
-// succeeded within a bound of the last signal (no wait never woken), and
-// few runs woken with nothing to receive.
+// second apart, and the third is stopped with SIGSTOP every 2 s,
+// alternately within its lease and past it. The ledger shows every
+// message consumed exactly once, in the order sent, by a run that
+// committed (its row was written in the transaction that consumed it),
+// none left unconsumed, every task succeeded within a bound of the last
+// signal (no wait never woken), and no run woken with nothing to
+// receive.
 func TestSignalsUnderFaults(t *testing.T) {
 	tasks, k := 40, 10
 	if *chaos.Long {
