@@ -24,8 +24,8 @@ func header(nodes int) string {
 		}
 		return strings.Join(parts, "/")
 	}
-	return fmt.Sprintf("%6s %5s %6s %6s %6s %9s %9s %9s %7s %7s %7s %8s %8s %8s %8s %6s %8s %8s %6s %7s",
-		"t", "load", "sub/s", "done/s", "p99ms", per("rssMB"), per("gor"), per("cpu%"),
+	return fmt.Sprintf("%6s %5s %6s %6s %6s %9s %9s %9s %5s %7s %7s %7s %8s %8s %8s %8s %6s %8s %8s %6s %7s",
+		"t", "load", "sub/s", "done/s", "p99ms", per("rssMB"), per("gor"), per("cpu%"), "pg%",
 		"tblMB", "idxMB", "feedMB", "feedrows", "deadTask", "deadAtt", "deadMax", "vacs", "WAL/task", "finished", "late", "maxlate")
 }
 
@@ -38,11 +38,11 @@ func row(s sample) string {
 		return strings.Join(parts, "/")
 	}
 	n := len(s.RSS)
-	return fmt.Sprintf("%6s %5.1f %6.0f %6.0f %6.0f %9s %9s %9s %7.1f %7.1f %7.1f %8d %8d %8d %8d %6d %8d %8d %6d %7s",
+	return fmt.Sprintf("%6s %5.1f %6.0f %6.0f %6.0f %9s %9s %9s %5.0f %7.1f %7.1f %7.1f %8d %8d %8d %8d %6d %8d %8d %6d %7s",
 		s.At.Round(time.Second), s.Load1, float64(s.Submitted)/s.Seconds, s.throughput(), float64(p99(s.Latencies))/float64(time.Millisecond),
 		join(func(i int) string { return fmt.Sprint(s.RSS[i] / mb) }, n),
 		join(func(i int) string { return fmt.Sprint(s.Goroutines[i]) }, n),
-		join(func(i int) string { return fmt.Sprintf("%.0f", 100*s.CPU[i]/s.Seconds) }, n),
+		join(func(i int) string { return fmt.Sprintf("%.0f", 100*s.CPU[i]/s.Seconds) }, n), 100*s.PGCPU/s.Seconds,
 		float64(sum(s.Tables))/mb, float64(sum(s.Indexes))/mb, float64(s.FeedBytes)/mb, s.FeedRows,
 		s.Dead["stint_task"], s.Dead["stint_attempt"], maxValue(s.Dead), sum(s.Vacuums), s.walPerTask(),
 		s.Finished, s.Late, s.MaxLate.Round(time.Second))
@@ -93,7 +93,7 @@ func (l *csvLog) write(s sample) error {
 		for i := range l.nodes {
 			head = append(head, fmt.Sprint("rss_bytes_", i), fmt.Sprint("heap_bytes_", i), fmt.Sprint("goroutines_", i), fmt.Sprint("cpu_s_", i))
 		}
-		head = append(head, "wal_bytes", "wal_bytes_per_task", "feed_bytes", "feed_rows", "finished", "late", "max_late_s")
+		head = append(head, "pg_cpu_s", "wal_bytes", "wal_bytes_per_task", "feed_bytes", "feed_rows", "finished", "late", "max_late_s")
 		for _, g := range csvGroups {
 			names := slices.Sorted(maps.Keys(g.pick(s)))
 			l.cols = append(l.cols, names)
@@ -112,7 +112,7 @@ func (l *csvLog) write(s sample) error {
 	for i := range l.nodes {
 		rec = append(rec, d(s.RSS[i]), d(s.Heap[i]), strconv.Itoa(s.Goroutines[i]), f(s.CPU[i]))
 	}
-	rec = append(rec, d(s.WAL), d(s.walPerTask()), d(s.FeedBytes), d(s.FeedRows), d(s.Finished), d(s.Late), f(s.MaxLate.Seconds()))
+	rec = append(rec, f(s.PGCPU), d(s.WAL), d(s.walPerTask()), d(s.FeedBytes), d(s.FeedRows), d(s.Finished), d(s.Late), f(s.MaxLate.Seconds()))
 	for i, g := range csvGroups {
 		m := g.pick(s)
 		for _, name := range l.cols[i] {

@@ -34,6 +34,9 @@ type sample struct {
 	Heap       []int64   // each node's heap objects, bytes
 	Goroutines []int     // each node's goroutines
 	CPU        []float64 // each node's CPU time in the interval, seconds
+	// PGCPU is PostgreSQL's CPU time in the interval (its processes',
+	// those that ended included), seconds.
+	PGCPU float64
 
 	Tables  map[string]int64 // every stint table's size with its TOAST, bytes
 	Indexes map[string]int64 // every stint index's size, bytes
@@ -82,6 +85,8 @@ type sampler struct {
 	load  *load
 	nodes []*node
 	bound time.Duration // how long past its retention a task may be kept
+	// postmaster is the PostgreSQL server's process.
+	postmaster int
 
 	began      time.Time
 	last       time.Time
@@ -89,6 +94,7 @@ type sampler struct {
 	lastWAL    string
 	lastSub    int64
 	lastCPU    []float64
+	lastPGCPU  float64
 }
 
 // node is a node process of the soak.
@@ -104,6 +110,7 @@ func (s *sampler) start(ctx context.Context) error {
 	for i, n := range s.nodes {
 		s.lastCPU[i], _ = cpuSeconds(n.pid)
 	}
+	s.lastPGCPU = treeCPUSeconds(s.postmaster)
 	return s.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&s.lastWAL)
 }
 
@@ -163,6 +170,9 @@ func (s *sampler) take(ctx context.Context) (sample, error) {
 		out.CPU = append(out.CPU, cpu-s.lastCPU[i])
 		s.lastCPU[i] = cpu
 	}
+
+	pg := treeCPUSeconds(s.postmaster)
+	out.PGCPU, s.lastPGCPU = pg-s.lastPGCPU, pg
 
 	rows, err = s.pool.Query(ctx, `
 		SELECT c.relname, c.relkind = 'i', CASE WHEN c.relkind = 'i' THEN pg_relation_size(c.oid) ELSE pg_table_size(c.oid) END
@@ -233,21 +243,62 @@ func rssBytes(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmRSS for process %d", pid)
 }
 
-// cpuSeconds reads a process's user and system time.
-func cpuSeconds(pid int) (float64, error) {
+// procStat reads the fields of /proc/PID/stat after the command's closing
+// parenthesis: the state is the first, the parent the second, utime,
+// stime, cutime and cstime the 12th to 15th.
+func procStat(pid int) ([]string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, fmt.Errorf("read the CPU time of %d: %w", pid, err)
+		return nil, fmt.Errorf("read the CPU time of %d: %w", pid, err)
 	}
-	// The fields after the command's closing parenthesis: utime and
-	// stime are the 12th and 13th of them.
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	if len(f) < 15 {
+		return nil, fmt.Errorf("short /proc/%d/stat", pid)
 	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (u + st) / 100, nil // clock ticks of 1/100 s (USER_HZ)
+	return f, nil
+}
+
+// ticks adds up the fields of f that count clock ticks of 1/100 s
+// (USER_HZ), as seconds.
+func ticks(f ...string) float64 {
+	var n float64
+	for _, v := range f {
+		x, _ := strconv.ParseFloat(v, 64)
+		n += x
+	}
+	return n / 100
+}
+
+// cpuSeconds reads a process's user and system time.
+func cpuSeconds(pid int) (float64, error) {
+	f, err := procStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	return ticks(f[11], f[12]), nil
+}
+
+// treeCPUSeconds is the CPU time of process pid, its children's that it
+// waited for, and its live children's: a PostgreSQL server's, its
+// backends and workers included.
+func treeCPUSeconds(pid int) float64 {
+	f, err := procStat(pid)
+	if err != nil {
+		return 0
+	}
+	total := ticks(f[11], f[12], f[13], f[14])
+	entries, _ := os.ReadDir("/proc")
+	parent := strconv.Itoa(pid)
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f, err := procStat(child); err == nil && f[1] == parent {
+			total += ticks(f[11], f[12])
+		}
+	}
+	return total
 }
 
 // nodeStats asks a node for its goroutines and the bytes of its heap's

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -97,7 +98,11 @@ func TestSoak(t *testing.T) {
 	}
 
 	l := &load{client: client, rate: *rate}
-	smp := &sampler{pool: st.Pool(), load: l, nodes: nodes, bound: lateBound}
+	pid, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+	require.NoError(t, err)
+	postmaster, err := strconv.Atoi(strings.SplitN(string(pid), "\n", 2)[0])
+	require.NoError(t, err)
+	smp := &sampler{pool: st.Pool(), load: l, nodes: nodes, bound: lateBound, postmaster: postmaster}
 	require.NoError(t, smp.start(ctx))
 	loadCtx, stopLoad := context.WithTimeout(ctx, *duration)
 	defer stopLoad()
