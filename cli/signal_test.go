@@ -147,7 +147,8 @@ func TestSignalCommand(t *testing.T) {
 
 // TestSignalWakesTaskFromTheCommandLine: a task asleep on a signal shows
 // the wait in tasks ls, tasks show and workflows show; stint signal wakes
-// it, by its id or by its workflow's id and its node's name.
+// it, by its id, and a gate of a workflow submitted from a file by the
+// workflow's id and the node's name.
 func TestSignalWakesTaskFromTheCommandLine(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t, 2*time.Minute)
@@ -175,7 +176,7 @@ func TestSignalWakesTaskFromTheCommandLine(t *testing.T) {
 	require.Contains(t, r.stdout, `"by": "ann"`)
 
 	wf := filepath.Join(t.TempDir(), "wf.json")
-	require.NoError(t, os.WriteFile(wf, []byte(`{"id": "release-7", "nodes": [{"name": "approve", "task": {"behavior": "test.approve"}}]}`), 0o600))
+	require.NoError(t, os.WriteFile(wf, []byte(`{"id": "release-7", "nodes": [{"name": "approve", "task": {}, "gate": {"topic": "approval", "timeout": "72h"}}]}`), 0o600))
 	requireOK(t, cmd("workflows", "submit", wf))
 	waitFor(t, time.Minute, "the node to sleep on its signal", func() bool {
 		r = cmd("workflows", "show", "release-7")

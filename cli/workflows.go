@@ -56,7 +56,9 @@ body of POST /api/v1/workflows:
      {"name": "notify", "task": {"behavior": "demo.echo", "params": {"text": "notify"}}, "finally": true}]}
 
 A node's rule ("rule") is all_succeeded (the default), all_ended, any_succeeded
-or none_failed. A bad workflow (a cycle, an unknown dependency, invalid params
+or none_failed. A node with "gate": {"topic": "approval", "timeout": "72h"}
+and no behavior waits for a signal of the topic ('stint signal --workflow ID
+--node NAME TOPIC PAYLOAD') and succeeds with its payload. A bad workflow (a cycle, an unknown dependency, invalid params
 of a node) is refused with exit code 2, naming the problem, and nothing is
 stored.`,
 		Example: `  stint workflows submit nightly.json --wait

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -167,4 +168,34 @@ func TestSignalWorkflowNodeOverHTTP(t *testing.T) {
 	e.requireError(http.MethodPost, "/api/v1/workflows/release-7/nodes/approve/signals/approval", readToken, `{}`, http.StatusForbidden, web.CodeForbidden, "")
 	require.Len(t, e.signals("release-7/approve"), 1, "bad input stored nothing")
 	require.Empty(t, e.signals("release-7/build"))
+}
+
+// TestGateOverHTTP: a gate submitted over HTTP waits for its signal,
+// which POST /workflows/{id}/nodes/{name}/signals/{topic} sends; it
+// succeeds with the payload, and so does its workflow. A gate with a bad
+// topic is refused whole.
+func TestGateOverHTTP(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var body web.WorkflowBody
+	require.NoError(t, json.Unmarshal([]byte(`{"id": "order-7", "nodes": [
+		{"name": "approve", "task": {}, "gate": {"topic": "approval", "timeout": "72h"}}]}`), &body))
+	e.json(http.MethodPost, "/api/v1/workflows", submitToken, body, http.StatusCreated, nil)
+	e.waitFor("the gate to wait for its signal", func() bool {
+		w := e.task("order-7/approve").Waiting
+		return w != nil && w.Reason == api.WaitSignal
+	})
+	require.Equal(t, "signal approval", e.task("order-7/approve").Waiting.Detail)
+
+	e.json(http.MethodPost, "/api/v1/workflows/order-7/nodes/approve/signals/approval", submitToken, `{"by":"ann"}`, http.StatusAccepted, nil)
+	w, err := e.srv.AwaitWorkflow(e.ctx, "order-7")
+	require.NoError(t, err)
+	require.Equal(t, api.WorkflowSucceeded, w.State)
+	node, _ := w.Node("approve")
+	require.JSONEq(t, `{"by":"ann"}`, string(node.Task.Result))
+
+	bad := web.WorkflowBody{ID: "order-8", Nodes: []web.WorkflowNodeBody{{Name: "approve", Gate: &api.Gate{Topic: "bad topic", Timeout: time.Hour}}}}
+	ae := e.requireError(http.MethodPost, "/api/v1/workflows", submitToken, bad, http.StatusBadRequest, web.CodeInvalid, "nodes")
+	require.Contains(t, ae.Error.Message, "bad topic")
+	e.requireError(http.MethodGet, "/api/v1/workflows/order-8", readToken, nil, http.StatusNotFound, web.CodeNotFound, "")
 }

@@ -33,6 +33,9 @@ type WorkflowNodeBody struct {
 	// Workflow makes the node run this workflow, a sub-workflow
 	// (api.WorkflowNode.Workflow).
 	Workflow *WorkflowBody `json:"workflow,omitempty"`
+	// Gate makes the node wait for a signal instead of running a behavior
+	// (api.WorkflowNode.Gate): {"topic": "approval", "timeout": "72h"}.
+	Gate *api.Gate `json:"gate,omitempty"`
 }
 
 // Request returns the workflow request of b. A duration that does not
@@ -55,7 +58,7 @@ func (b WorkflowBody) request(field string) (api.WorkflowRequest, error) {
 		if err != nil {
 			return req, err
 		}
-		req.Nodes[i] = api.WorkflowNode{Name: n.Name, Task: task, DependsOn: n.DependsOn, Rule: n.Rule, Finally: n.Finally}
+		req.Nodes[i] = api.WorkflowNode{Name: n.Name, Task: task, DependsOn: n.DependsOn, Rule: n.Rule, Finally: n.Finally, Gate: n.Gate}
 		if n.Workflow != nil {
 			sub, err := n.Workflow.request(fmt.Sprintf("%snodes[%d].workflow.", field, i))
 			if err != nil {
