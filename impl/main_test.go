@@ -199,7 +199,7 @@ func testRegistry(pool *pgxpool.Pool, node string, lease time.Duration) *spi.Reg
 	registerCoordBehaviors(reg, pool, node, lease)
 	registerFlowBehaviors(reg, pool, node)
 	registerKept(reg, pool)
-	spi.MustRegister[collectParams, []json.RawMessage](reg, collect{})
+	spi.MustRegister[collectParams, []json.RawMessage](reg, collect{pool: pool})
 	registerWaitBehaviors(reg, pool)
 	return reg
 }

@@ -445,7 +445,12 @@ func (rc *runContext) checkpoint(ctx context.Context, tx pgx.Tx, progress any) e
 	if err != nil {
 		return err
 	}
-	rc.r.consumed(rc.s, len(received))
+	if tx == nil {
+		// A caller's transaction may yet roll back: its messages stay
+		// with the run, for its next checkpoint or finish to consume
+		// (again, which changes nothing, once tx committed).
+		rc.r.consumed(rc.s, len(received))
+	}
 	rc.s.mu.Lock()
 	rc.r.progress = raw
 	rc.r.active = time.Now()

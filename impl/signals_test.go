@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
@@ -30,6 +31,9 @@ type collectParams struct {
 	One bool `json:"one,omitempty"`
 	// NoLimit sleeps with a longest wait of zero: without limit.
 	NoLimit bool `json:"no_limit,omitempty"`
+	// RolledBack checkpoints what it received in a transaction that it
+	// rolls back, then succeeds with what it received.
+	RolledBack bool `json:"rolled_back,omitempty"`
 }
 
 var collectKind = api.Kind[collectParams, []json.RawMessage]{ID: "test.collect"}
@@ -38,14 +42,14 @@ var collectKind = api.Kind[collectParams, []json.RawMessage]{ID: "test.collect"}
 // checkpoints those it collected (which consumes them) and sleeps until
 // the next one comes, until it has N; its result is their payloads in the
 // order received.
-type collect struct{}
+type collect struct{ pool *pgxpool.Pool }
 
 func (collect) Kind() api.Kind[collectParams, []json.RawMessage] { return collectKind }
 func (collect) TaskID(ids spi.IDs, _ collectParams) api.TaskID   { return ids.Unique() }
 func (collect) Policy() spi.Policy {
 	return spi.Policy{BackoffMin: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond}
 }
-func (collect) Run(ctx context.Context, rc spi.RunContext, p collectParams) ([]json.RawMessage, error) {
+func (c collect) Run(ctx context.Context, rc spi.RunContext, p collectParams) ([]json.RawMessage, error) {
 	var got []json.RawMessage
 	if _, err := rc.Progress(&got); err != nil {
 		return nil, err
@@ -65,6 +69,18 @@ func (collect) Run(ctx context.Context, rc spi.RunContext, p collectParams) ([]j
 		}
 		if p.One {
 			break
+		}
+	}
+	if p.RolledBack {
+		tx, err := c.pool.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := rc.CheckpointTx(ctx, tx, got); err != nil {
+			return nil, err
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			return nil, err
 		}
 	}
 	if len(got) >= p.N {
@@ -184,6 +200,22 @@ func TestSignalWaitWithoutLimit(t *testing.T) {
 	res, err := f.Await(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []json.RawMessage{json.RawMessage(`true`)}, res)
+}
+
+// TestSignalCheckpointRolledBack: messages whose CheckpointTx rolled back
+// are consumed by the run's finish, not left behind on a finished task.
+func TestSignalCheckpointRolledBack(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.client()
+	f, err := api.Submit(e.ctx, c, collectKind, collectParams{Topic: "once", N: 1, RolledBack: true})
+	require.NoError(t, err)
+	require.NoError(t, c.Signal(e.ctx, f.ID(), "once", 1))
+	e.server("n1", 5*time.Second)
+	res, err := f.Await(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []json.RawMessage{json.RawMessage(`1`)}, res)
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_signal WHERE consumed_at IS NULL`))
 }
 
 // TestSignalBeforeTheRunWaitsForIt: a message sent before the task's

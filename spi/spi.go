@@ -160,7 +160,11 @@ type RunContext interface {
 	// this run's next checkpoint or its finish, unless the run fails:
 	// until then a run that lost its lease, or failed, consumed nothing,
 	// and the next run receives the same message. So each message is
-	// consumed once, by a run whose end was recorded. To sleep until one
+	// consumed once, by a run whose end was recorded. With CheckpointTx,
+	// the messages are consumed with the caller's transaction; one that
+	// rolls back consumed nothing, but the run does not receive those
+	// messages again: it must return an error (its retry receives them),
+	// or its next checkpoint or finish consumes them. To sleep until one
 	// comes, return WaitForSignal.
 	Receive(ctx context.Context, topic string) (api.Signal, bool, error)
 	// SetPriority changes the priority of this task (0 to 32767, lower
