@@ -116,6 +116,9 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 	if a, ok := st.(databaseAnswerer); ok {
 		inc.answered = a.DatabaseAnswered
 	}
+	if p, ok := st.(databaseProber); ok {
+		inc.probe = p.Probe
+	}
 	h, k := newHub(st, cfg.Logger, inc.listenerState), newKicker(st, cfg.Logger)
 	h.self = k.token
 	return &Client{
@@ -140,6 +143,14 @@ type connectionResetter interface{ ResetConnections() }
 // than after its backoff or a connection attempt that a silent loss left
 // hanging.
 type databaseAnswerer interface{ DatabaseAnswered() }
+
+// databaseProber is a store that can ask the database a statement whose
+// work does not depend on any payload's size (postgres.Store), to tell a
+// slow statement from a database that does not answer (see
+// incidents.probe).
+type databaseProber interface {
+	Probe(ctx context.Context) error
+}
 
 // Incidents returns the database incidents going on, as this process
 // sees them, and the last one that ended (nil if none).

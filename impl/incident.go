@@ -1,6 +1,7 @@
 package impl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -113,12 +114,24 @@ func unavailable(err error) error {
 	return fmt.Errorf("%w (%s: %s): %w", sentinel, cause, causeText[cause], err)
 }
 
-// The lines an incident logs.
+// The lines an incident logs, and the line of a statement that outran
+// its deadline while the database answered (see incidents.probe).
 const (
 	msgStarted = "stint: database incident started; retrying"
 	msgGoesOn  = "stint: database incident goes on; retrying"
 	msgEnded   = "stint: database incident ended"
+	msgSlow    = "stint: a statement outran its deadline while the database answers; no incident"
 )
+
+// probeTimeout bounds the probe that tells a slow statement from a
+// database that does not answer (see incidents.probe).
+const probeTimeout = 5 * time.Second
+
+// timedOut reports whether err is a call that outran its deadline.
+func timedOut(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) || (errors.As(err, &netErr) && netErr.Timeout())
+}
 
 // incidentRepeat is how often an incident that goes on is logged again:
 // one line when it starts, one every incidentRepeat while it lasts (with
@@ -155,6 +168,20 @@ type incidents struct {
 	// closed is set when the client closed: an incident that settles after
 	// it neither logs nor reports a change.
 	closed bool
+
+	// probe, if set, asks the database a statement whose work does not
+	// depend on the size of any payload. A call that only outran its
+	// deadline (timedOut) says nothing of the database by itself: a
+	// statement on big rows (a claim of tasks of a megabyte, a finish of
+	// their results, a history sample waiting for a connection that
+	// such statements hold) takes long while the database answers. It
+	// starts an incident of CauseUnreachable only if the probe fails too,
+	// or while one is open.
+	probe func(context.Context) error
+	// probing is set while a probe is out; slowLogged is when msgSlow was
+	// last logged.
+	probing    bool
+	slowLogged time.Time
 }
 
 type openIncident struct {
@@ -181,8 +208,54 @@ func (t *incidents) failed(op string, err error) bool {
 	if cause == "" {
 		return false
 	}
+	if cause == CauseUnreachable && t.probe != nil && timedOut(err) && t.startProbe() {
+		go t.confirm(op, err)
+		return true
+	}
 	t.fail(cause, op, err)
 	return true
+}
+
+// startProbe reports whether a call that timed out is to be confirmed by
+// a probe: unless an incident of CauseUnreachable is open (the call is
+// one more failure of it), and only one probe at a time (the calls that
+// time out meanwhile are judged by it).
+func (t *incidents) startProbe() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.open[CauseUnreachable] != nil {
+		return false
+	}
+	if !t.probing {
+		t.probing = true
+		return true
+	}
+	return false
+}
+
+// confirm runs the probe for op, whose call failed with err, a timeout:
+// if the probe fails, an incident starts (of the probe's cause); if it
+// answers, op's statement was slow and the database up, which is logged
+// once per incidentRepeat.
+func (t *incidents) confirm(op string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	perr := t.probe(ctx)
+	cancel()
+	t.mu.Lock()
+	t.probing = false
+	now := time.Now()
+	logSlow := perr == nil && !t.closed && now.Sub(t.slowLogged) >= incidentRepeat
+	if logSlow {
+		t.slowLogged = now
+	}
+	t.mu.Unlock()
+	if perr != nil {
+		t.fail(cmp.Or(classify(perr), CauseUnreachable), op, fmt.Errorf("%w (and a probe failed: %w)", err, perr))
+		return
+	}
+	if logSlow {
+		t.log.Warn(msgSlow, "op", op, "err", err)
+	}
 }
 
 // fail records a failure of the given cause.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,8 +19,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/internal/pgtest"
 	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/store"
+	"github.com/stinthq/stint/store/postgres"
 )
 
 func TestClassify(t *testing.T) {
@@ -199,4 +202,80 @@ func TestTheFirstSuccessAfterFailuresTellsTheStore(t *testing.T) {
 	require.True(t, c.inc.failed("renew", down))
 	c.inc.ok(false)
 	require.EqualValues(t, 2, st.answered.Load(), "the first success after a failure again")
+}
+
+// TestATimeoutIsAnIncidentOnlyIfAProbeFails: a call that outran its
+// deadline starts no incident while a probe of the database answers (a
+// statement on big rows was slow, not the database down), and says so in
+// a line, once per incidentRepeat; when the probe fails too, an incident
+// starts; while one is open, a timeout is one more failure of it, with no
+// probe; a broken connection needs no probe.
+func TestATimeoutIsAnIncidentOnlyIfAProbeFails(t *testing.T) {
+	t.Parallel()
+	rec := &records{}
+	inc := newIncidents(slog.New(rec), sdkmetric.NewMeterProvider())
+	var down atomic.Bool
+	var probes atomic.Int64
+	inc.probe = func(context.Context) error {
+		probes.Add(1)
+		if down.Load() {
+			return fmt.Errorf("ping: %w", context.DeadlineExceeded)
+		}
+		return nil
+	}
+	settled := func() bool {
+		inc.mu.Lock()
+		defer inc.mu.Unlock()
+		return !inc.probing
+	}
+	slow := fmt.Errorf("read claimed tasks: %w", context.DeadlineExceeded)
+
+	for range 2 {
+		require.True(t, inc.failed("claim", slow), "the tracker judges a timeout")
+		require.Eventually(t, settled, 10*time.Second, time.Millisecond)
+	}
+	require.EqualValues(t, 2, probes.Load())
+	require.Empty(t, inc.health().Incidents, "the database answered the probes")
+	require.Equal(t, []string{msgSlow + " "}, rec.get(), "one line per incidentRepeat")
+
+	down.Store(true)
+	require.True(t, inc.failed("history", slow))
+	require.Eventually(t, func() bool { return len(inc.health().Incidents) == 1 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, CauseUnreachable, inc.health().Incidents[0].Cause)
+	require.Equal(t, msgStarted+" unreachable", rec.get()[1])
+	require.True(t, inc.failed("renew", slow))
+	require.EqualValues(t, 3, probes.Load(), "no probe while the incident is open")
+	require.Equal(t, 2, inc.health().Incidents[0].Failures)
+
+	eof := newIncidents(slog.New(&records{}), sdkmetric.NewMeterProvider())
+	eof.probe = inc.probe
+	require.True(t, eof.failed("claim", fmt.Errorf("claim: %w", io.ErrUnexpectedEOF)))
+	require.Len(t, eof.health().Incidents, 1, "a broken connection starts an incident at once")
+	require.EqualValues(t, 3, probes.Load())
+}
+
+// TestASlowStatementIsNoIncidentWhileTheDatabaseAnswers: a statement that
+// outran its deadline on a database that answers (here it sleeps; a
+// claim of big rows, say) starts no incident: the store's probe, which
+// reads no payload, answers.
+func TestASlowStatementIsNoIncidentWhileTheDatabaseAnswers(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := postgres.Open(ctx, pgtest.New(t))
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	rec := &records{}
+	c, err := NewClient(st, ClientConfig{Registry: spi.NewRegistry(), Logger: slog.New(rec)})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+
+	sctx, scancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = st.Pool().Exec(sctx, `SELECT pg_sleep(2)`)
+	scancel()
+	require.Error(t, err)
+	require.True(t, c.inc.failed("history", err))
+	require.Eventually(t, func() bool { return slices.Contains(rec.get(), msgSlow+" ") }, 30*time.Second, 10*time.Millisecond)
+	open, _ := c.Incidents()
+	require.Empty(t, open)
 }

@@ -207,3 +207,14 @@ FROM stint_lease l, unnest(l.task_ids) AS x(id) WHERE l.lease = ANY($1)`
 const releaseEmptySQL = `
 UPDATE stint_lease SET task_ids = '{}', task_count = 0, expires_at = now() + $2 * interval '1 microsecond'
 WHERE lease = ANY($1)`
+
+// Probe asks the database a statement whose work depends on no payload's
+// size, on the pool of the statements that keep leases, which carry no
+// payload either: it answers whether the database answers, when a
+// statement on big rows outran its deadline.
+func (s *Store) Probe(ctx context.Context) error {
+	if err := s.lease.Ping(ctx); err != nil {
+		return fmt.Errorf("probe the database: %w", err)
+	}
+	return nil
+}
