@@ -114,7 +114,8 @@ type Workflows interface {
 	// not ended or none failed; api.ErrNotFound when there is none.
 	RetryWorkflow(ctx context.Context, id api.TaskID) (int, error)
 	// ListWorkflows returns a page of the workflows' own tasks matching
-	// f, in id order, reading no other task. f is valid. A task that has
+	// f, in id order, reading no other task, nor their params, results
+	// and progress. f is valid. A task that has
 	// not finished while every node of its workflow ended (children
 	// pending 0) has not yet recorded the outcome: it matches every final
 	// state, and the caller counts the nodes to tell which.

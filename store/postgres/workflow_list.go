@@ -11,7 +11,8 @@ import (
 )
 
 // listWorkflowsSQL reads a page of the workflows' own tasks after the id
-// $1, in the state $2 (” for any), at most $3 rows. A workflow is
+// $1, in the state $2 (” for any), at most $3 rows, without their params,
+// result and progress (briefColumns: a list shows none). A workflow is
 // running while its task has not finished and some node has not ended
 // (children_pending); once its task finished, the task's status and error
 // code say its state. A workflow whose nodes all ended but whose task has
@@ -23,7 +24,7 @@ import (
 // workflows it skips and returns, never the other tasks. The behavior is
 // written here rather than passed, so that every plan, the generic one
 // too, can use the index.
-var listWorkflowsSQL = `SELECT ` + taskColumns + ` FROM stint_task
+var listWorkflowsSQL = `SELECT ` + briefColumns + ` FROM stint_task
 	WHERE behavior = '` + string(api.WorkflowBehavior) + `' AND id > $1
 	  AND CASE WHEN $2 = '' THEN true
 	      WHEN status NOT IN ('success', 'failure') OR schedule_not_before IS NOT NULL
