@@ -45,7 +45,7 @@ func TestServerCommandRunsTasksAndStopsCleanly(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 2, r.stdout)
 	require.Regexp(t, `^ID\s+VERSION\s+HOST\s+PID\s+WORKERS\s+BEHAVIORS\s+STARTED\s+HEARTBEAT AGE\s+DATABASE$`, lines[0])
-	require.Regexp(t, `^cli-node\s+`+regexp.QuoteMeta(buildinfo.Read().String())+`\s+\S+\s+\d+\s+4\s+demo\.echo,stint\.workflow\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+[0-9.]+m?s\s+ok$`, lines[1])
+	require.Regexp(t, `^cli-node\s+`+regexp.QuoteMeta(buildinfo.Read().String())+`\s+\S+\s+\d+\s+4\s+demo\.echo,stint\.workflow,stint\.gate,stint\.subworkflow\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+[0-9.]+m?s\s+ok$`, lines[1])
 
 	r = runCLI(ctx, "submit", "demo.echo", "--params", `{"text":"via server"}`, "--wait", "--db", dsn)
 	requireOK(t, r)
