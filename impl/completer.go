@@ -107,6 +107,7 @@ func (c *completer) loop(ctx context.Context) {
 		}
 		c.flush(ctx, batch, comps)
 		clear(batch) // the runs are over: let them go
+		clear(comps) // and their results
 	}
 }
 

@@ -209,10 +209,12 @@ func (s *Server) endRun(r *run, settled bool) {
 	s.runs.Done()
 }
 
-// endRunLocked forgets a run. A lease is dropped once its runs all ended,
-// unless one of them was not settled: that lease must expire, so that a
-// takeover finds its task.
+// endRunLocked forgets a run, and lets its payloads go: its chunk of runs
+// (see runChunk) may stay in memory for longer. A lease is dropped once
+// its runs all ended, unless one of them was not settled: that lease must
+// expire, so that a takeover finds its task.
 func (s *Server) endRunLocked(r *run, settled bool) {
+	r.claimed.Params, r.claimed.Progress, r.progress, r.end.Result = nil, nil, nil, nil
 	if r.at >= 0 {
 		// The last run takes r's place.
 		last := s.running[len(s.running)-1]
@@ -260,6 +262,7 @@ func (s *Server) execute(r *run) {
 	// params have no place for, was submitted by a newer release: it is
 	// left for a node that knows it, rather than failed.
 	p, err := r.reg.DecodeStored(r.claimed.Params)
+	r.claimed.Params = nil // the run holds its params decoded; the stored form, as big, goes
 	if r.claimed.Version > r.reg.Policy.Version || errors.Is(err, spi.ErrUnknownField) {
 		s.leaveForNewer(r, err)
 		return

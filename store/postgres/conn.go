@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -185,6 +186,9 @@ type socket struct {
 	// last byte came (UnixNano).
 	busy  atomic.Int32
 	heard atomic.Int64
+	// moved counts the bytes read and written since the pool last took
+	// the connection back (see trimAfterRelease).
+	moved atomic.Int64
 }
 
 func (c *socket) Read(b []byte) (int, error) {
@@ -193,6 +197,7 @@ func (c *socket) Read(b []byte) (int, error) {
 	c.busy.Add(-1)
 	if n > 0 {
 		c.heard.Store(time.Now().UnixNano())
+		c.moved.Add(int64(n))
 	}
 	return n, err
 }
@@ -200,7 +205,80 @@ func (c *socket) Read(b []byte) (int, error) {
 func (c *socket) Write(b []byte) (int, error) {
 	c.busy.Add(1)
 	defer c.busy.Add(-1)
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	c.moved.Add(int64(n))
+	return n, err
+}
+
+// socketOf returns the socket under a connection's net.Conn (TLS wraps
+// it), or nil.
+func socketOf(c net.Conn) *socket {
+	for {
+		switch x := c.(type) {
+		case *socket:
+			return x
+		case interface{ NetConn() net.Conn }:
+			c = x.NetConn()
+		default:
+			return nil
+		}
+	}
+}
+
+// trimAfter is how many bytes a pooled connection may read and write
+// between two of its releases before its release trims its buffers.
+const trimAfter = 1 << 20
+
+// trimParams is how many parameters the statement that trims a
+// connection's buffers takes (trimSQL): pgx keeps the slots of up to as
+// many parameters from one statement to the next, each pointing into the
+// encoded parameters of the statement that filled it last.
+const trimParams = 64
+
+// trimSQL is the statement that trims a connection's buffers: trimParams
+// small parameters, one small row.
+var trimSQL = func() string {
+	var b strings.Builder
+	b.WriteString("SELECT ARRAY[")
+	for i := range trimParams {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "$%d::int", i+1)
+	}
+	b.WriteString("]")
+	return b.String()
+}()
+
+// trimArgs are trimSQL's arguments.
+var trimArgs = make([]any, trimParams)
+
+func init() {
+	for i := range trimArgs {
+		trimArgs[i] = int32(0)
+	}
+}
+
+// trimAfterRelease, a pool's AfterRelease, trims the buffers of a
+// connection that read or wrote more than trimAfter since its last
+// release, before the pool takes it back: pgx keeps the encoded
+// parameters of a connection's last statement, and the buffer of its
+// last big message read, until its next statement, and each connection
+// of a pool kept the last batch of big results it had sent (a batch of
+// 200 results of a megabyte, 200 MB): a node's heap grew round after
+// round of big tasks by as much per connection. A statement of small
+// parameters (trimSQL) replaces both buffers with small ones, and every
+// slot of a parameter. A connection whose statement fails is dropped.
+func trimAfterRelease(conn *pgx.Conn) bool {
+	sock := socketOf(conn.PgConn().Conn())
+	if sock == nil || sock.moved.Swap(0) <= trimAfter {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	_, err := conn.Exec(ctx, trimSQL, trimArgs...)
+	sock.moved.Store(0)
+	return err == nil
 }
 
 func (c *socket) Close() error {
@@ -303,12 +381,19 @@ func (s *sockets) guardConnConfig(cfg *pgconn.Config, pooled bool) {
 }
 
 // guardPoolConfig applies guardConnConfig to a pool's connections, bounds
-// the ping of an idle connection, and sets the server's timeouts of each
-// new session (setServerTimeouts) before cfg's AfterConnect, if any.
+// the ping of an idle connection, trims the buffers of a connection that
+// moved much data when it is released (trimAfterRelease, before cfg's
+// AfterRelease, if any), and sets the server's timeouts of each new
+// session (setServerTimeouts) before cfg's AfterConnect, if any.
 func (s *sockets) guardPoolConfig(cfg *pgxpool.Config) {
 	s.guardConnConfig(&cfg.ConnConfig.Config, true)
 	if cfg.PingTimeout <= 0 {
 		cfg.PingTimeout = pingTimeout
+	}
+	if release := cfg.AfterRelease; release != nil {
+		cfg.AfterRelease = func(conn *pgx.Conn) bool { return trimAfterRelease(conn) && release(conn) }
+	} else {
+		cfg.AfterRelease = trimAfterRelease
 	}
 	runtime, after := cfg.ConnConfig.RuntimeParams, cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
