@@ -38,7 +38,7 @@ var bigGates sync.Map
 // return their blob.
 type big struct{}
 
-func (big) Kind() api.Kind[bigParams, string]        { return bigKind }
+func (big) Kind() api.Kind[bigParams, string]          { return bigKind }
 func (big) TaskID(ids spi.IDs, _ bigParams) api.TaskID { return ids.Unique() }
 func (big) Policy() spi.Policy                         { return spi.Policy{MaxParamsBytes: 2 << 20} }
 func (big) Run(ctx context.Context, _ spi.RunContext, p bigParams) (string, error) {
