@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -114,4 +115,17 @@ func Serve(dsn string, newServer func(st *postgres.Store) (*impl.Server, error),
 	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_ = srv.Stop(stopCtx)
+}
+
+// OpenLog opens the child's log file at path for appending, creating it,
+// and leaves it open until the process ends; an empty path is io.Discard.
+func OpenLog(path string) (io.Writer, error) {
+	if path == "" {
+		return io.Discard, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("childtest: open the log: %w", err)
+	}
+	return f, nil
 }

@@ -3,7 +3,6 @@ package soak
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -178,13 +177,9 @@ func runNode() {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	go func() { _ = http.Serve(l, mux) }()
 	childtest.Serve(os.Getenv(envDSN), func(st *postgres.Store) (*impl.Server, error) {
-		var out io.Writer = io.Discard
-		if path := os.Getenv(envLog); path != "" {
-			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-			if err != nil {
-				return nil, err
-			}
-			out = f // open until the process ends
+		out, err := childtest.OpenLog(os.Getenv(envLog))
+		if err != nil {
+			return nil, err
 		}
 		log := slog.New(slog.NewJSONHandler(out, nil))
 		reg := registry(st.Pool())
