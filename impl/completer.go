@@ -10,8 +10,14 @@ import (
 	"github.com/stinthq/stint/store"
 )
 
-// maxCompletionBatch caps the completions recorded by one statement.
-const maxCompletionBatch = 1000
+// maxCompletionBatch caps the completions recorded by one statement, and
+// maxCompletionBytes their results (a completion alone may have more): a
+// statement that wrote 200 results of a megabyte outran its deadline each
+// time it was tried, and its tasks ran again after their leases.
+const (
+	maxCompletionBatch = 1000
+	maxCompletionBytes = maxClaimBytes
+)
 
 // completer records finished runs in batches: it takes whatever runs ended
 // while the previous statement was in flight, so that under load one
@@ -64,11 +70,19 @@ func (c *completer) finish(r *run) {
 }
 
 // take moves up to maxCompletionBatch of the pending runs, oldest first,
-// to batch.
+// to batch, and no more than maxCompletionBytes of their results.
 func (c *completer) take(batch []*run) []*run {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := min(len(c.pending)-c.head, maxCompletionBatch)
+	size := 0
+	for i := range n {
+		size += len(c.pending[c.head+i].end.Result)
+		if i > 0 && size > maxCompletionBytes {
+			n = i
+			break
+		}
+	}
 	batch = append(batch[:0], c.pending[c.head:c.head+n]...)
 	clear(c.pending[c.head : c.head+n])
 	c.head += n
