@@ -72,6 +72,11 @@ func (gateRunner) Run(ctx context.Context, rc spi.RunContext, p gateParams) (jso
 	return nil, spi.WaitForSignal(p.Topic, left)
 }
 
+// builtinBehaviors are the behaviors every server runs, whatever its
+// ServerConfig.Behaviors: the workflows' own tasks and their gate and
+// sub-workflow nodes.
+var builtinBehaviors = []api.BehaviorID{api.WorkflowBehavior, api.GateBehavior, api.SubworkflowBehavior}
+
 // registerBuiltins registers the behaviors every process knows, unless
 // reg has them: the gate nodes' and the sub-workflow nodes' (a client
 // submits them in workflows).

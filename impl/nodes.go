@@ -41,7 +41,7 @@ func whoRunsWhat(nodes []api.Node) string {
 	for i, n := range nodes {
 		names := make([]string, 0, len(n.Behaviors))
 		for _, b := range n.Behaviors {
-			if b != api.WorkflowBehavior { // every node runs it: it would only lengthen the list
+			if !slices.Contains(builtinBehaviors, b) { // every node runs them: they would only lengthen the list
 				names = append(names, string(b))
 			}
 		}

@@ -261,7 +261,7 @@ func NewServer(st store.Store, cfg ServerConfig) (*Server, error) {
 	if len(ids) == 0 {
 		ids = cfg.Registry.IDs()
 	} else {
-		for _, b := range []api.BehaviorID{api.WorkflowBehavior, api.GateBehavior, api.SubworkflowBehavior} {
+		for _, b := range builtinBehaviors {
 			if !slices.Contains(ids, b) {
 				ids = append(ids, b)
 			}
