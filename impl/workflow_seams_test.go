@@ -237,7 +237,11 @@ func TestASubmitNeverChangesAnotherBehaviorsTask(t *testing.T) {
 		{Name: "b", Task: flowReq(plainKind, FlowParams{ID: "sub-b"}), DependsOn: []string{"a", "c"}, Rule: api.RuleAllEnded},
 	}})
 	require.NoError(t, err)
-	waitFor(t, time.Minute, "a succeeds", func() bool { return get(t, c, "wf-sub/a").Status == api.StatusSuccess })
+	// The state compared below is one nothing else changes: a and s ended,
+	// b waits for the gate c.
+	waitFor(t, time.Minute, "a and s succeed", func() bool {
+		return get(t, c, "wf-sub/a").Status == api.StatusSuccess && get(t, c, "wf-sub/s").Status == api.StatusSuccess
+	})
 	before := e.dump(`SELECT id, status, behavior, params, attempt, deps_pending FROM stint_task ORDER BY id`)
 	cases := []struct {
 		name string

@@ -450,7 +450,8 @@ func TestStatsAndNodes(t *testing.T) {
 	self := byID[e.srv.Node()]
 	require.Equal(t, web.HealthOK, self.Health)
 	require.EqualValues(t, 1, self.Running)
-	require.Equal(t, []api.BehaviorID{demo.Echo.ID, failKind.ID, api.WorkflowBehavior}, self.Behaviors)
+	require.Equal(t, []api.BehaviorID{demo.Echo.ID, failKind.ID, api.WorkflowBehavior, api.GateBehavior, api.SubworkflowBehavior}, self.Behaviors,
+		"its own and those every server runs")
 	require.GreaterOrEqual(t, self.HeartbeatAgeMS, int64(0))
 	require.Less(t, self.HeartbeatAgeMS, int64(time.Minute/time.Millisecond))
 	require.Equal(t, web.HealthOK, byID["ghost"].Health)

@@ -469,8 +469,11 @@ func (h *Handler) whoami(w http.ResponseWriter, r *http.Request) error {
 				resp.MaxAttempts[id] = reg.Policy.MaxAttempts
 			}
 		}
-		// A workflow's own task is stored with its workflow, never alone.
-		resp.Behaviors = slices.DeleteFunc(resp.Behaviors, func(id api.BehaviorID) bool { return id == api.WorkflowBehavior })
+		// A workflow's own task, and its gate and sub-workflow nodes, are
+		// stored with their workflow, not submitted alone.
+		resp.Behaviors = slices.DeleteFunc(resp.Behaviors, func(id api.BehaviorID) bool {
+			return id == api.WorkflowBehavior || id == api.GateBehavior || id == api.SubworkflowBehavior
+		})
 	}
 	WriteJSON(w, http.StatusOK, resp)
 	return nil

@@ -376,9 +376,14 @@ func blockedByDeletes(ctx context.Context, st *postgres.Store, stop <-chan struc
 			return out
 		default:
 		}
+		// One snapshot of pg_stat_activity says w waited for a lock while b
+		// ran a delete; pg_blocking_pids, read live, that b held it. The
+		// pattern is built in the statement so that this statement's own
+		// text (the last of an idle pooled connection) never matches it.
 		rows, err := st.Pool().Query(ctx, `
 			SELECT w.query FROM pg_stat_activity w JOIN pg_stat_activity b ON b.pid = ANY(pg_blocking_pids(w.pid))
-			WHERE b.query ~ 'DELETE FROM stint_task'`)
+			WHERE w.state = 'active' AND w.wait_event_type = 'Lock' AND b.state = 'active'
+			  AND b.query ~ ('DELETE FROM ' || 'stint_task') AND w.query !~ ('DELETE FROM ' || 'stint_task')`)
 		if err != nil {
 			return append(out, "watching locks: "+err.Error())
 		}
