@@ -187,7 +187,7 @@ type socket struct {
 	busy  atomic.Int32
 	heard atomic.Int64
 	// moved counts the bytes read and written since the pool last took
-	// the connection back (see trimAfterRelease).
+	// the connection back (see trimOnRelease).
 	moved atomic.Int64
 }
 
@@ -259,26 +259,33 @@ func init() {
 	}
 }
 
-// trimAfterRelease, a pool's AfterRelease, trims the buffers of a
-// connection that read or wrote more than trimAfter since its last
-// release, before the pool takes it back: pgx keeps the encoded
-// parameters of a connection's last statement, and the buffer of its
-// last big message read, until its next statement, and each connection
-// of a pool kept the last batch of big results it had sent (a batch of
-// 200 results of a megabyte, 200 MB): a node's heap grew round after
-// round of big tasks by as much per connection. A statement of small
-// parameters (trimSQL) replaces both buffers with small ones, and every
-// slot of a parameter. A connection whose statement fails is dropped.
-func trimAfterRelease(conn *pgx.Conn) bool {
+// trimOnRelease trims the buffers of a connection that read or wrote
+// more than trimAfter since its last release, as the pool takes it back:
+// pgx keeps the encoded parameters of a connection's last statement, and
+// the buffer of its last big message read, until its next statement, and
+// each connection of a pool kept the last batch of big results it had
+// sent (a batch of 200 results of a megabyte, 200 MB): a node's heap grew
+// round after round of big tasks by as much per connection. A statement
+// of small parameters (trimSQL) replaces both buffers with small ones, and
+// every slot of a parameter. It runs in Release, in the releasing
+// goroutine (see releaseTrimmer), on a connection the pool will keep: a
+// pool's AfterRelease would do it in a goroutine of its own for every
+// release, and a released connection would not be back in the pool when
+// Release returns.
+func trimOnRelease(conn *pgx.Conn) {
 	sock := socketOf(conn.PgConn().Conn())
 	if sock == nil || sock.moved.Swap(0) <= trimAfter {
-		return true
+		return
+	}
+	if conn.IsClosed() || conn.PgConn().IsBusy() || conn.PgConn().TxStatus() != 'I' {
+		return // the pool drops it
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
-	_, err := conn.Exec(ctx, trimSQL, trimArgs...)
+	if _, err := conn.Exec(ctx, trimSQL, trimArgs...); err != nil {
+		_ = conn.Close(ctx) // the pool drops a closed connection
+	}
 	sock.moved.Store(0)
-	return err == nil
 }
 
 func (c *socket) Close() error {
@@ -382,19 +389,15 @@ func (s *sockets) guardConnConfig(cfg *pgconn.Config, pooled bool) {
 
 // guardPoolConfig applies guardConnConfig to a pool's connections, bounds
 // the ping of an idle connection, trims the buffers of a connection that
-// moved much data when it is released (trimAfterRelease, before cfg's
-// AfterRelease, if any), and sets the server's timeouts of each new
+// moved much data when it is released (trimOnRelease, through the
+// connections' tracer), and sets the server's timeouts of each new
 // session (setServerTimeouts) before cfg's AfterConnect, if any.
 func (s *sockets) guardPoolConfig(cfg *pgxpool.Config) {
 	s.guardConnConfig(&cfg.ConnConfig.Config, true)
 	if cfg.PingTimeout <= 0 {
 		cfg.PingTimeout = pingTimeout
 	}
-	if release := cfg.AfterRelease; release != nil {
-		cfg.AfterRelease = func(conn *pgx.Conn) bool { return trimAfterRelease(conn) && release(conn) }
-	} else {
-		cfg.AfterRelease = trimAfterRelease
-	}
+	cfg.ConnConfig.Tracer = releaseTrimmer{cfg.ConnConfig.Tracer}
 	runtime, after := cfg.ConnConfig.RuntimeParams, cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		if err := setServerTimeouts(ctx, conn, runtime); err != nil {
