@@ -124,15 +124,15 @@ func treeTimes(root int) map[int]procCPU {
 }
 
 // window is a measured interval: its start time, CPU times and the
-// cluster's WAL position (-1 if unknown).
+// cluster's counters.
 type window struct {
 	start time.Time
 	cpu   cpuTimes
-	wal   int64
+	db    dbCounters
 }
 
 // begin starts a window now.
-func begin() window { return window{start: time.Now(), cpu: readCPU(), wal: walPosition()} }
+func begin() window { return window{start: time.Now(), cpu: readCPU(), db: readDBCounters()} }
 
 // walMeter is the pool that reads the cluster's WAL position for the
 // windows while a benchmark runs (see openWALMeter).
@@ -153,22 +153,60 @@ func openWALMeter(ctx context.Context, dsn string) func() {
 	}
 }
 
-// walPosition returns the cluster's WAL insert position in bytes, or -1.
-// The difference of two is the WAL every database of the cluster wrote
-// between them, full-page images after a checkpoint included: the
-// benchmark's runs have the cluster to themselves.
-func walPosition() int64 {
+// dbCounters are the cluster's counters a window reads at its start and
+// end: the WAL insert position in bytes, the WAL flushes to disk
+// (pg_stat_wal's wal_sync) and the transactions committed in all its
+// databases. Each is -1 when unknown. The differences of two are what
+// every database of the cluster did between them, full-page images after
+// a checkpoint included: the benchmark's runs have the cluster to
+// themselves. PostgreSQL publishes the flushes and commits of a backend
+// when it goes idle, at most a second late: over a run's window of
+// seconds they are close, not exact.
+type dbCounters struct {
+	wal, syncs, commits int64
+}
+
+// unknownCounters is the counters of a cluster not reached.
+var unknownCounters = dbCounters{-1, -1, -1}
+
+// readDBCounters reads the cluster's counters.
+func readDBCounters() dbCounters {
 	pool := walMeter.Load()
 	if pool == nil {
-		return -1
+		return unknownCounters
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var pos int64
-	if err := pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&pos); err != nil {
-		return -1
+	c := unknownCounters
+	if err := pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&c.wal); err != nil {
+		return unknownCounters
 	}
-	return pos
+	// pg_stat_wal's wal_sync is there from PostgreSQL 14 on (in 18,
+	// pg_stat_io counts the flushes instead); without it, flushes stay
+	// unknown.
+	var syncs, commits *int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT sum(xact_commit) FROM pg_stat_database)::bigint,
+		(SELECT to_jsonb(w) -> 'wal_sync' FROM pg_stat_wal w)::bigint`).Scan(&commits, &syncs); err == nil {
+		if commits != nil {
+			c.commits = *commits
+		}
+		if syncs != nil {
+			c.syncs = *syncs
+		}
+	}
+	return c
+}
+
+// since returns what the counters moved since c0, each -1 where either
+// is unknown or it went back (a restarted cluster).
+func (c dbCounters) since(c0 dbCounters) (wal, syncs, commits float64) {
+	d := func(a, b int64) float64 {
+		if a < 0 || b < 0 || a < b {
+			return -1
+		}
+		return float64(a - b)
+	}
+	return d(c.wal, c0.wal), d(c.syncs, c0.syncs), d(c.commits, c0.commits)
 }
 
 // usage is how the machine's CPU time was spent during a window, in percent
@@ -178,7 +216,9 @@ func walPosition() int64 {
 // other virtual machines. All are -1 when unknown. GoSecs and DBSecs split
 // Ours in CPU seconds: the Go processes (this benchmark with the system it
 // runs in-process, and node processes) and the PostgreSQL ones.
-// WALBytes is the WAL the cluster wrote, -1 when unknown.
+// WALBytes is the WAL the cluster wrote, WALSyncs the times it flushed
+// WAL to disk and Commits the transactions it committed (see dbCounters),
+// each -1 when unknown.
 type usage struct {
 	Ours     float64 `json:"ours_pct"`
 	Others   float64 `json:"others_pct"`
@@ -186,21 +226,20 @@ type usage struct {
 	GoSecs   float64 `json:"go_cpu_seconds"`
 	DBSecs   float64 `json:"db_cpu_seconds"`
 	WALBytes float64 `json:"wal_bytes"`
+	WALSyncs float64 `json:"wal_syncs"`
+	Commits  float64 `json:"commits"`
 }
 
 // unknownUsage is the usage where /proc is missing.
-var unknownUsage = usage{Ours: -1, Others: -1, Steal: -1, WALBytes: -1}
+var unknownUsage = usage{Ours: -1, Others: -1, Steal: -1, WALBytes: -1, WALSyncs: -1, Commits: -1}
 
-// usage returns the window's CPU usage and WAL so far.
+// usage returns the window's CPU usage and the cluster's work so far.
 func (w window) usage() usage {
-	wal := float64(-1)
-	if pos := walPosition(); w.wal >= 0 && pos >= w.wal {
-		wal = float64(pos - w.wal)
-	}
+	wal, syncs, commits := readDBCounters().since(w.db)
 	now := readCPU()
 	if !w.cpu.ok || !now.ok || now.total <= w.cpu.total {
 		u := unknownUsage
-		u.WALBytes = wal
+		u.WALBytes, u.WALSyncs, u.Commits = wal, syncs, commits
 		return u
 	}
 	total := float64(now.total - w.cpu.total)
@@ -219,7 +258,7 @@ func (w window) usage() usage {
 	ours := goTicks + dbTicks
 	others := max(float64(now.busy-w.cpu.busy)-float64(ours), 0)
 	return usage{Ours: 100 * float64(ours) / total, Others: 100 * others / total, Steal: 100 * float64(now.steal-w.cpu.steal) / total,
-		GoSecs: float64(goTicks) / ticksPerSecond, DBSecs: float64(dbTicks) / ticksPerSecond, WALBytes: wal}
+		GoSecs: float64(goTicks) / ticksPerSecond, DBSecs: float64(dbTicks) / ticksPerSecond, WALBytes: wal, WALSyncs: syncs, Commits: commits}
 }
 
 // noisyPct is the share of the machine's CPU time, in percent, that other

@@ -153,11 +153,11 @@ func newTestBench(t *testing.T, cfg config) *bench {
 // TestAggregate checks that runs sum up to the median and pooled samples.
 func TestAggregate(t *testing.T) {
 	raw := []Result{
-		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 1, CPU: usage{50, 1, 10, 0.25, 0.5, 1000}},
+		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 1, CPU: usage{50, 1, 10, 0.25, 0.5, 1000, 10, 20}},
 		{Scenario: "latency", Metric: "submit->start", System: sysStint, Tasks: 2, samples: []time.Duration{time.Millisecond, 3 * time.Millisecond}, CPU: unknownUsage},
-		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 4, CPU: usage{60, 2, 20, 0.75, 1.5, -1}},
+		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 4, CPU: usage{60, 2, 20, 0.75, 1.5, -1, -1, -1}},
 		{Scenario: "burn-down", Metric: "work", System: sysRiver, Error: "boom"},
-		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 2, CPU: usage{70, 3, 30, 0.5, 1, 3000}},
+		{Scenario: "burn-down", Metric: "work", System: sysStint, Tasks: 100, Seconds: 2, CPU: usage{70, 3, 30, 0.5, 1, 3000, 30, 40}},
 		{Scenario: "latency", Metric: "submit->start", System: sysStint, Tasks: 1, samples: []time.Duration{2 * time.Millisecond}, CPU: unknownUsage},
 	}
 	got := aggregate(raw)
@@ -168,7 +168,7 @@ func TestAggregate(t *testing.T) {
 		t.Errorf("error row: %+v", got[0])
 	}
 	bd := got[1]
-	if bd.Runs != 3 || bd.Seconds != 2 || len(bd.PerRun) != 3 || bd.PerRun[1] != 25 || bd.CPU != (usage{60, 2, 20, 0.5, 1, 2000}) {
+	if bd.Runs != 3 || bd.Seconds != 2 || len(bd.PerRun) != 3 || bd.PerRun[1] != 25 || bd.CPU != (usage{60, 2, 20, 0.5, 1, 2000, -1, -1}) {
 		t.Errorf("burn-down: %+v, want the median run of 3 (2 s), steal 20", bd)
 	}
 	if bd.Slowest != 25 || bd.SlowestOverMedian != 0.5 {
@@ -176,6 +176,9 @@ func TestAggregate(t *testing.T) {
 	}
 	if math.Abs(bd.WALPerTask-20) > 1e-6 {
 		t.Errorf("burn-down: %.1f bytes of WAL per task, want 20 (4,000 over the 200 tasks of the runs that measured it)", bd.WALPerTask)
+	}
+	if math.Abs(bd.SyncsPerTask-0.2) > 1e-6 || math.Abs(bd.CommitsPerTask-0.3) > 1e-6 {
+		t.Errorf("burn-down: %.2f flushes and %.2f commits per task, want 0.2 and 0.3 (40 and 60 over the 200 tasks of the runs that measured them)", bd.SyncsPerTask, bd.CommitsPerTask)
 	}
 	if math.Abs(bd.GoUSPerTask-5000) > 1e-6 || math.Abs(bd.DBUSPerTask-10000) > 1e-6 {
 		t.Errorf("burn-down: %.1f / %.1f us of CPU per task, want 5000 / 10000 (1.5 s and 3 s over 300 tasks)", bd.GoUSPerTask, bd.DBUSPerTask)

@@ -88,6 +88,11 @@ type Result struct {
 	// WALPerTask is the WAL the cluster wrote per task, in bytes, over all
 	// runs.
 	WALPerTask float64 `json:"wal_bytes_per_task,omitempty"`
+	// SyncsPerTask and CommitsPerTask are the WAL flushes to disk and the
+	// transactions the cluster committed per task, over all runs that
+	// measured them.
+	SyncsPerTask   float64 `json:"wal_syncs_per_task,omitempty"`
+	CommitsPerTask float64 `json:"commits_per_task,omitempty"`
 	// Noisy counts the runs in which other processes and steal took more
 	// than noisyPct of the CPU time.
 	Noisy int `json:"noisy_runs,omitempty"`
@@ -143,8 +148,8 @@ func aggregate(raw []Result) []Result {
 		runs := groups[k]
 		var cpu usage
 		cpuN := 0
-		var cpuTasks, walTasks int64
-		var wal float64
+		var cpuTasks, walTasks, syncTasks, commitTasks int64
+		var wal, syncs, commits float64
 		walN := 0
 		noisy := 0
 		for _, x := range runs {
@@ -155,6 +160,14 @@ func aggregate(raw []Result) []Result {
 				wal += x.CPU.WALBytes
 				walTasks += x.Tasks
 				walN++
+			}
+			if x.CPU.WALSyncs >= 0 {
+				syncs += x.CPU.WALSyncs
+				syncTasks += x.Tasks
+			}
+			if x.CPU.Commits >= 0 {
+				commits += x.CPU.Commits
+				commitTasks += x.Tasks
 			}
 			if x.CPU.Steal >= 0 {
 				cpu.Ours += x.CPU.Ours
@@ -203,11 +216,17 @@ func aggregate(raw []Result) []Result {
 		row.CPU = unknownUsage
 		if cpuN > 0 {
 			n := float64(cpuN)
-			row.CPU = usage{Ours: cpu.Ours / n, Others: cpu.Others / n, Steal: cpu.Steal / n, GoSecs: cpu.GoSecs / n, DBSecs: cpu.DBSecs / n, WALBytes: -1}
+			row.CPU = usage{Ours: cpu.Ours / n, Others: cpu.Others / n, Steal: cpu.Steal / n, GoSecs: cpu.GoSecs / n, DBSecs: cpu.DBSecs / n, WALBytes: -1, WALSyncs: -1, Commits: -1}
 		}
 		if walTasks > 0 {
 			row.CPU.WALBytes = wal / float64(walN)
 			row.WALPerTask = wal / float64(walTasks)
+		}
+		if syncTasks > 0 {
+			row.SyncsPerTask = syncs / float64(syncTasks)
+		}
+		if commitTasks > 0 {
+			row.CommitsPerTask = commits / float64(commitTasks)
 		}
 		if cpuTasks > 0 {
 			row.GoUSPerTask = 1e6 * cpu.GoSecs / float64(cpuTasks)

@@ -77,12 +77,12 @@ func (r *Report) writeTable(w io.Writer) {
 
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tMETRIC\tSYSTEM\tTASKS\tSECONDS\tRESULT\tRUNS: SLOWEST–FASTEST (SLOWEST ÷ MEDIAN)\tCPU% BENCH/OTHERS/STEAL\tCPU µs/TASK GO/PG\tWAL B/TASK\tSTINT ÷ THIS")
+	fmt.Fprintln(tw, "SCENARIO\tMETRIC\tSYSTEM\tTASKS\tSECONDS\tRESULT\tRUNS: SLOWEST–FASTEST (SLOWEST ÷ MEDIAN)\tCPU% BENCH/OTHERS/STEAL\tCPU µs/TASK GO/PG\tWAL B/TASK\tFSYNCS/COMMITS PER 1K\tSTINT ÷ THIS")
 	last := ""
 	for _, x := range r.Results {
 		label := x.scenarioLabel()
 		if last != "" && label != last {
-			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t")
+			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t\t")
 		}
 		last = label
 		tasks, secs := "", ""
@@ -127,7 +127,11 @@ func (r *Report) writeTable(w io.Writer) {
 		if x.Latency == nil && x.WALPerTask > 0 {
 			walPerTask = num(int64(math.Round(x.WALPerTask)))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, x.Metric, x.System, tasks, secs, x.value(), spread, steal, perTask, walPerTask, ratio)
+		syncs := ""
+		if x.Latency == nil && x.CommitsPerTask > 0 {
+			syncs = fmt.Sprintf("%.1f / %.1f", 1000*x.SyncsPerTask, 1000*x.CommitsPerTask)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, x.Metric, x.System, tasks, secs, x.value(), spread, steal, perTask, walPerTask, syncs, ratio)
 	}
 	_ = tw.Flush()
 	for _, line := range strings.Split(strings.TrimRight(table.String(), "\n"), "\n") {
@@ -149,6 +153,8 @@ func (r *Report) writeTable(w io.Writer) {
 	fmt.Fprintln(w, "  autovacuum, WAL writer, checkpointer).")
 	fmt.Fprintln(w, "WAL B/TASK: the WAL the cluster wrote per task over all runs of a throughput row (pg_current_wal_insert_lsn at the windows'")
 	fmt.Fprintln(w, "  starts and ends), full-page images after a checkpoint included.")
+	fmt.Fprintln(w, "FSYNCS/COMMITS PER 1K: the WAL flushes to disk (pg_stat_wal) and the transactions committed (pg_stat_database) per 1,000 tasks,")
+	fmt.Fprintln(w, "  all the cluster's; PostgreSQL publishes both up to a second late, so a short run's are approximate.")
 	fmt.Fprintln(w, "STINT ÷ THIS: stint's tasks/s over this row's (above 1: stint is faster), the medians' and, in brackets, the least and most of the runs'")
 	fmt.Fprintln(w, "  (the systems' i-th runs ran in the same round); for latency stint's p50 and p99 over this row's (below 1: stint is quicker).")
 	fmt.Fprintln(w, "  Flow-control rows: \"÷ X\" is this row's tasks/s over row X's, the same work without the limit (or key); \"÷ limit\" over the rate limit.")
