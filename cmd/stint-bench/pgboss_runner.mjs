@@ -10,7 +10,10 @@
 // fanout A (one job, then A jobs depending on it), fanin A (A jobs, then
 // one depending on them all), layered A B (A layers of B jobs, each
 // depending on two of the layer before), chain A (A jobs, each depending
-// on the one before). Each job's data holds its index i in the flow.
+// on the one before); diamonds A B submits A flows of 4 jobs each
+// (a -> b, a -> c, {b, c} -> d) from B concurrent callers, each one flow
+// at a time, and answers the milliseconds of all. Each job's data holds
+// its index i in the flow (in all the diamonds).
 // Closing stdin stops the process, letting its jobs finish.
 //
 // pg-boss is tuned as its documentation says for throughput and latency:
@@ -59,6 +62,19 @@ function jobs(shape, a, b) {
   return out;
 }
 
+// diamonds submits n flows of a diamond of 4 jobs from callers concurrent
+// callers, each taking the next flow once its last one was stored.
+async function diamonds(boss, n, callers) {
+  let next = 0;
+  const caller = async () => {
+    for (let k = next++; k < n; k = next++) {
+      const job = (j, dependsOn) => ({ ref: "j" + j, name: queue, data: { i: 4 * k + j }, dependsOn });
+      await boss.flow([job(0), job(1, ["j0"]), job(2, ["j0"]), job(3, ["j1", "j2"])]);
+    }
+  };
+  await Promise.all(Array.from({ length: callers }, caller));
+}
+
 async function main() {
   const boss = new PgBoss({
     connectionString,
@@ -87,6 +103,12 @@ async function main() {
       continue;
     }
     try {
+      if (shape === "diamonds") {
+        const t0 = performance.now();
+        await diamonds(boss, Number(a), Number(b));
+        say(`ok ${(performance.now() - t0).toFixed(3)}`);
+        continue;
+      }
       const js = jobs(shape, Number(a), Number(b));
       const t0 = performance.now();
       await boss.flow(js);

@@ -2,8 +2,9 @@ package main
 
 // The workflow scenario: graphs of no-op tasks in stint and in pg-boss
 // (its flow(), jobs with dependsOn), run only when picked. Each run
-// starts the workers on a fresh database, submits one graph and waits
-// until every node ended: nodes per second from the submit's start, the
+// starts the workers on a fresh database, submits one graph (or, for the
+// diamonds, many small ones from concurrent callers) and waits until
+// every node ended: nodes per second from the first submit's start, the
 // submit's own time, and along a chain the time from a node's finish to
 // its dependent's start, both read from the database's clock.
 
@@ -15,6 +16,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,6 +46,9 @@ const (
 	shapeFanIn   = "fanin"
 	shapeLayered = "layered"
 	shapeChain   = "chain"
+	// shapeDiamonds is many small workflows, each a diamond of 4 nodes
+	// (a -> b, a -> c, {b, c} -> d), submitted by concurrent callers.
+	shapeDiamonds = "diamonds"
 )
 
 // workflowConfig is what the workflow scenario's flags set.
@@ -54,17 +60,21 @@ type workflowConfig struct {
 	width     int // layered: nodes per layer
 	chain     int // chain: nodes
 	peerChain int // chain: pg-boss's nodes (0: chain)
+	diamonds  int // diamonds: workflows
+	callers   int // diamonds: concurrent callers submitting them
 }
 
 // addFlags adds the workflow scenario's flags.
 func (w *workflowConfig) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&w.on, "workflows", false, "run the workflow scenario: stint's workflows against pg-boss's flow() (with --systems including pgboss: needs Node.js and npm, installs itself on first use); not run by default")
-	fs.StringVar(&w.shapes, "workflows-shapes", "fanout,fanin,layered,chain", "workflows: comma-separated `shapes`: fanout (1 -> N, with stint's N plain tasks beside), fanin (N -> 1), layered, chain")
+	fs.StringVar(&w.shapes, "workflows-shapes", "fanout,fanin,layered,chain", "workflows: comma-separated `shapes`: fanout (1 -> N, with stint's N plain tasks beside), fanin (N -> 1), layered, chain, diamonds (many workflows of 4 nodes from concurrent callers; not run by default)")
 	fs.IntVar(&w.n, "workflows-n", 10_000, "workflows: the wide side of fanout and fanin")
 	fs.IntVar(&w.layers, "workflows-layers", 100, "workflows: layers of the layered shape, each node depending on 2 of the layer before")
 	fs.IntVar(&w.width, "workflows-width", 100, "workflows: nodes per layer of the layered shape")
 	fs.IntVar(&w.chain, "workflows-chain", 1_000, "workflows: nodes of the chain")
 	fs.IntVar(&w.peerChain, "workflows-peer-chain", 0, "workflows: nodes of pg-boss's chain (0: --workflows-chain); its dependents are released by a loop of at least a second per hop")
+	fs.IntVar(&w.diamonds, "workflows-diamonds", 1_000, "workflows: workflows of the diamonds shape, each of 4 nodes (a -> b, a -> c, {b,c} -> d)")
+	fs.IntVar(&w.callers, "workflows-callers", 20, "workflows: concurrent callers submitting the diamonds, each one workflow at a time")
 }
 
 // check validates the flags.
@@ -77,14 +87,19 @@ func (w *workflowConfig) check() error {
 	if w.width < 2 {
 		return fmt.Errorf("--workflows-width must be at least 2, not %d", w.width)
 	}
+	for name, v := range map[string]int{"workflows-diamonds": w.diamonds, "workflows-callers": w.callers} {
+		if v < 1 {
+			return fmt.Errorf("--%s must be at least 1, not %d", name, v)
+		}
+	}
 	if w.peerChain < 0 || w.peerChain == 1 {
 		return fmt.Errorf("--workflows-peer-chain must be 0 or more than 1, not %d", w.peerChain)
 	}
 	for _, s := range splitList(w.shapes) {
 		switch s {
-		case shapeFanOut, shapeFanIn, shapeLayered, shapeChain:
+		case shapeFanOut, shapeFanIn, shapeLayered, shapeChain, shapeDiamonds:
 		default:
-			return fmt.Errorf("--workflows-shapes: unknown shape %q (want fanout, fanin, layered or chain)", s)
+			return fmt.Errorf("--workflows-shapes: unknown shape %q (want fanout, fanin, layered, chain or diamonds)", s)
 		}
 	}
 	return nil
@@ -99,12 +114,15 @@ func (w *workflowConfig) scenario(shape string) string {
 		return fmt.Sprintf("workflow fan-in %d->1", w.n)
 	case shapeLayered:
 		return fmt.Sprintf("workflow layered %dx%d", w.layers, w.width)
+	case shapeDiamonds:
+		return fmt.Sprintf("workflows %d diamonds of 4, %d callers", w.diamonds, w.callers)
 	}
 	return fmt.Sprintf("workflow chain %d", w.chain)
 }
 
 // nodes returns the nodes of shape as names and their dependencies' names,
-// chain being the length of a chain.
+// chain being the length of a chain; of the diamonds, those of one
+// workflow.
 func (w *workflowConfig) nodes(shape string, chain int) (names []string, deps [][]string) {
 	add := func(name string, d ...string) { names, deps = append(names, name), append(deps, d) }
 	switch shape {
@@ -131,6 +149,11 @@ func (w *workflowConfig) nodes(shape string, chain int) (names []string, deps []
 				}
 			}
 		}
+	case shapeDiamonds:
+		add("a")
+		add("b", "a")
+		add("c", "a")
+		add("d", "b", "c")
 	case shapeChain:
 		add("c00000")
 		for i := 1; i < chain; i++ {
@@ -140,9 +163,12 @@ func (w *workflowConfig) nodes(shape string, chain int) (names []string, deps []
 	return names, deps
 }
 
-// pgbossArgs is the flow command of shape for the pg-boss runner.
+// pgbossArgs is the flow command of shape for the pg-boss runner, and
+// how many jobs it makes.
 func (w *workflowConfig) pgbossArgs(shape string) (string, int) {
 	switch shape {
+	case shapeDiamonds:
+		return fmt.Sprintf("flow diamonds %d %d", w.diamonds, w.callers), 4 * w.diamonds
 	case shapeFanOut:
 		return fmt.Sprintf("flow fanout %d", w.n), w.n + 1
 	case shapeFanIn:
@@ -188,6 +214,9 @@ func (b *bench) workflowJobs(ctx context.Context) [][]job {
 // workflowStint runs one graph of shape on a stint server: the server
 // works, and submits the workflow itself.
 func (b *bench) workflowStint(ctx context.Context, shape string) ([]Result, error) {
+	if shape == shapeDiamonds {
+		return b.diamondsStint(ctx)
+	}
 	w := b.cfg.wf
 	names, deps := w.nodes(shape, w.chain)
 	req := api.WorkflowRequest{ID: api.TaskID("bench-" + shape), Nodes: make([]api.WorkflowNode, len(names))}
@@ -236,6 +265,74 @@ func (b *bench) workflowStint(ctx context.Context, shape string) ([]Result, erro
 		samples = append(samples, next.Sub(prev))
 	}
 	return append(res, hopResult(b.cfg.wf.scenario(shape), sysStint, samples, cpu)), nil
+}
+
+// diamondsStint runs the diamonds on a stint server: --workflows-callers
+// goroutines submit the workflows, each one at a time, while the server
+// works them; measured from the first submit until every node ended.
+func (b *bench) diamondsStint(ctx context.Context) ([]Result, error) {
+	w := b.cfg.wf
+	names, deps := w.nodes(shapeDiamonds, 0)
+	reqs := make([]api.WorkflowRequest, w.diamonds)
+	for i := range reqs {
+		reqs[i] = api.WorkflowRequest{ID: api.TaskID(fmt.Sprintf("bench-d%06d", i)), Nodes: make([]api.WorkflowNode, len(names))}
+		for j, name := range names {
+			reqs[i].Nodes[j] = api.WorkflowNode{Name: name, DependsOn: deps[j], Task: api.SubmitRequest{Behavior: noopKind.ID}}
+		}
+	}
+	h, stop, err := b.stintServer(ctx, "wf_"+shapeDiamonds+"_stint", stintOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	stopProf := b.profile(sysStint, "workflow-"+shapeDiamonds)
+	b.resetStatements(ctx)
+	win := begin()
+	err = inParallel(ctx, w.callers, len(reqs), func(ctx context.Context, i int) error {
+		_, err := h.srv.SubmitWorkflow(ctx, reqs[i])
+		return err
+	})
+	if err != nil {
+		stopProf()
+		return nil, fmt.Errorf("stint submit workflow: %w", err)
+	}
+	submitted := time.Since(win.start)
+	nodes := len(names) * len(reqs)
+	end, err := pollUntil(ctx, h.obs, b.cfg.pollEvery, `SELECT count(*) = $1 FROM stint_task WHERE workflow_node IS NOT NULL AND status = 'success'`, nodes)
+	cpu := win.usage()
+	stopProf()
+	if err != nil {
+		return nil, err
+	}
+	b.collectStatements(ctx, sysStint+" workflow "+shapeDiamonds, h.dsn, end.Sub(win.start))
+	return b.workflowResults(ctx, shapeDiamonds, sysStint, nodes, submitted, end.Sub(win.start), cpu, nil, "")
+}
+
+// inParallel calls do with 0 to n-1 from callers goroutines, each taking
+// the next index once it returned, and returns the first error (which
+// stops the others taking more).
+func inParallel(ctx context.Context, callers, n int, do func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
+				if err := do(ctx, i); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && ctx.Err() != nil {
+		return err
+	}
+	return nil
 }
 
 // hopResult is the row of a chain's hops, each from a node's finish to
@@ -332,14 +429,23 @@ func (b *bench) workflowPgBoss(ctx context.Context, inst *npmInstall, shape stri
 
 // workflowResults returns the rows of one run: nodes per second, from
 // the submit's start until all ended; the submit's time, for the fan-out;
+// for the diamonds, workflows per second until all ended and of the
+// submits alone;
 // and for the chain, unless hops is empty, each hop from a node's finish
 // to the next one's start, read with hops (a node's start and finish, in
 // the chain's order).
 func (b *bench) workflowResults(ctx context.Context, shape, system string, nodes int, submit, all time.Duration, cpu usage, db *pgxpool.Pool, hops string) ([]Result, error) {
 	scenario := b.cfg.wf.scenario(shape)
 	res := []Result{{Scenario: scenario, Metric: "work", System: system, Tasks: int64(nodes), Seconds: all.Seconds(), CPU: cpu}}
-	if shape == shapeFanOut {
+	switch shape {
+	case shapeFanOut:
 		res = append(res, Result{Scenario: scenario, Metric: "submit", System: system, Tasks: int64(nodes), Seconds: submit.Seconds(), CPU: unknownUsage})
+	case shapeDiamonds:
+		// The same runs counted in workflows: workflows/s in the rate.
+		n := int64(b.cfg.wf.diamonds)
+		res = append(res,
+			Result{Scenario: scenario, Metric: "work, workflows", System: system, Tasks: n, Seconds: all.Seconds(), CPU: cpu},
+			Result{Scenario: scenario, Metric: "submit, workflows", System: system, Tasks: n, Seconds: submit.Seconds(), CPU: unknownUsage})
 	}
 	if shape != shapeChain || hops == "" {
 		return res, nil

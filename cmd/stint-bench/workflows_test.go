@@ -15,7 +15,7 @@ import (
 )
 
 // TestWorkflowScenario runs every shape of the workflow scenario at a tiny
-// size on stint and pg-boss (installing it into the cache folder if it is
+// size (the diamonds: 10 workflows from 3 callers) on stint and pg-boss (installing it into the cache folder if it is
 // not there yet) and checks that every node ran, that the chain's hops
 // were measured, and that stint's ratios to pg-boss and to its plain
 // tasks are there.
@@ -26,7 +26,7 @@ func TestWorkflowScenario(t *testing.T) {
 
 	cfg := defaultConfig()
 	cfg.systems = "stint,pgboss"
-	cfg.wf = workflowConfig{on: true, shapes: "fanout,fanin,layered,chain", n: 50, layers: 3, width: 4, chain: 4}
+	cfg.wf = workflowConfig{on: true, shapes: "fanout,fanin,layered,chain,diamonds", n: 50, layers: 3, width: 4, chain: 4, diamonds: 10, callers: 3}
 	cfg.timeout = 2 * time.Minute
 	cfg.runs = 1
 	rep, err := newTestBench(t, cfg).run(ctx)
@@ -47,6 +47,11 @@ func TestWorkflowScenario(t *testing.T) {
 		{"workflow layered 3x4", "work", sysStint, 12}, {"workflow layered 3x4", "work", sysPgBoss, 12},
 		{"workflow chain 4", "work", sysStint, 4}, {"workflow chain 4", "work", sysPgBoss, 4},
 		{"workflow chain 4", "finish->next start", sysStint, 3}, {"workflow chain 4", "finish->next start", sysPgBoss, 3},
+		{"workflows 10 diamonds of 4, 3 callers", "work", sysStint, 40}, {"workflows 10 diamonds of 4, 3 callers", "work", sysPgBoss, 40},
+		{"workflows 10 diamonds of 4, 3 callers", "work, workflows", sysStint, 10},
+		{"workflows 10 diamonds of 4, 3 callers", "work, workflows", sysPgBoss, 10},
+		{"workflows 10 diamonds of 4, 3 callers", "submit, workflows", sysStint, 10},
+		{"workflows 10 diamonds of 4, 3 callers", "submit, workflows", sysPgBoss, 10},
 	} {
 		r, ok := got[c.scenario+"|"+c.metric+"|"+c.system]
 		require.True(t, ok, "no row %s %s %s", c.scenario, c.metric, c.system)
@@ -66,15 +71,15 @@ func TestWorkflowScenario(t *testing.T) {
 }
 
 // TestWorkflowShapes checks the graphs of each shape: their sizes and
-// edges.
+// edges (of the diamonds, one workflow's).
 func TestWorkflowShapes(t *testing.T) {
 	t.Parallel()
-	w := workflowConfig{n: 5, layers: 3, width: 4, chain: 6}
+	w := workflowConfig{n: 5, layers: 3, width: 4, chain: 6, diamonds: 1}
 	for _, c := range []struct {
 		shape        string
 		nodes, edges int
 	}{
-		{shapeFanOut, 6, 5}, {shapeFanIn, 6, 5}, {shapeLayered, 12, 16}, {shapeChain, 6, 5},
+		{shapeFanOut, 6, 5}, {shapeFanIn, 6, 5}, {shapeLayered, 12, 16}, {shapeChain, 6, 5}, {shapeDiamonds, 4, 4},
 	} {
 		names, deps := w.nodes(c.shape, w.chain)
 		require.Len(t, names, c.nodes, c.shape)
@@ -92,7 +97,10 @@ func TestWorkflowShapes(t *testing.T) {
 		require.Equal(t, c.nodes, total, c.shape)
 		require.True(t, strings.HasPrefix(cmd, "flow "+c.shape), cmd)
 	}
-	names, deps := w.nodes(shapeLayered, w.chain)
+	names, deps := w.nodes(shapeDiamonds, w.chain)
+	require.Equal(t, []string{"a", "b", "c", "d"}, names)
+	require.Equal(t, []string{"b", "c"}, deps[3], "the diamond's last node joins its two sides")
+	names, deps = w.nodes(shapeLayered, w.chain)
 	require.Equal(t, "l001-003", names[7])
 	require.Equal(t, []string{"l000-003", "l000-000"}, deps[7], "the last of a layer depends on the first of the layer before")
 }
@@ -116,6 +124,7 @@ func TestWorkflowFlags(t *testing.T) {
 		{[]string{"--workflows", "--workflows-n", "1"}, "--workflows-n must be more than 1"},
 		{[]string{"--workflows", "--workflows-shapes", "fanout,star"}, `unknown shape "star"`},
 		{[]string{"--workflows", "--workflows-peer-chain", "-3"}, "--workflows-peer-chain must be 0 or more than 1"},
+		{[]string{"--workflows", "--workflows-shapes", "diamonds", "--workflows-callers", "0"}, "--workflows-callers must be at least 1"},
 		{[]string{"--workflows", "--systems", "pgboss"}, "--systems must include stint"},
 		{[]string{"--systems", "stint,bullmq"}, `unknown system "bullmq"`},
 	} {
