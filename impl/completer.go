@@ -2,6 +2,7 @@ package impl
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -45,6 +46,9 @@ type completer struct {
 	// that ends it with the tasks the statement started (none when it
 	// failed) and when it was sent.
 	offer func(batch []*run) (store.LocalStart, func(started []store.Claimed, sent time.Time))
+	// timeout is the deadline of a batch's first try (dbTimeout; tests
+	// shorten it).
+	timeout time.Duration
 
 	wake    chan struct{} // signalled when pending was empty and got a run
 	mu      sync.Mutex
@@ -53,7 +57,7 @@ type completer struct {
 }
 
 func newCompleter(st store.Store, log *slog.Logger, inc *incidents, recorded func([]*run, []bool, error)) *completer {
-	return &completer{st: st, log: log, inc: inc, recorded: recorded, wake: make(chan struct{}, 1)}
+	return &completer{st: st, log: log, inc: inc, recorded: recorded, wake: make(chan struct{}, 1), timeout: dbTimeout}
 }
 
 // finish queues r for the record and returns. Not waiting frees the run's
@@ -125,11 +129,20 @@ func (c *completer) loop(ctx context.Context) {
 	}
 }
 
+// maxFinishTimeout bounds the deadline of a finish tried again after it
+// outran its deadline (see completer.flush).
+const maxFinishTimeout = 2 * time.Minute
+
 // flush records a batch, retrying database errors for a while: a
 // completion is worth keeping, and the leases keep being renewed meanwhile.
-// Given up on, the runs' tasks are taken over after their lease.
+// Given up on, the runs' tasks are taken over after their lease. A try
+// that outran its deadline is given twice as long the next time, up to
+// maxFinishTimeout: a finish that must wake a fan-out of 100,000 nodes
+// can take longer than dbTimeout on a busy database, and tried again
+// with the same deadline it would never be recorded.
 func (c *completer) flush(ctx context.Context, batch []*run, comps []store.Completion) {
 	var err error
+	timeout := c.timeout
 	for try := 1; try <= 8; try++ {
 		var held []bool
 		var start store.LocalStart
@@ -138,7 +151,7 @@ func (c *completer) flush(ctx context.Context, batch []*run, comps []store.Compl
 			start, started = c.offer(batch)
 		}
 		sent := time.Now()
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbTimeout) // one that does not return by then is tried again
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout) // one that does not return by then is tried again
 		if start.Reserve != nil {
 			var tasks []store.Claimed
 			held, tasks, err = c.st.FinishStart(fctx, comps, start)
@@ -148,6 +161,9 @@ func (c *completer) flush(ctx context.Context, batch []*run, comps []store.Compl
 			started(tasks, sent)
 		} else {
 			held, err = c.st.Finish(fctx, comps)
+		}
+		if errors.Is(fctx.Err(), context.DeadlineExceeded) {
+			timeout = min(2*timeout, maxFinishTimeout)
 		}
 		cancel()
 		if err == nil {
