@@ -54,5 +54,32 @@ type Signals interface {
 	// Topics are 1 to 128 characters from A-Z a-z 0-9 . _ : / -. A
 	// signal whose idempotency key (SignalKey) the task has seen stores
 	// nothing and returns nil.
+	//
+	// Concurrent Signals of one client share a transaction and its
+	// commit; each caller still gets its own outcome, and a refusal of
+	// one (a missing or finished task) stores the others all the same.
 	Signal(ctx context.Context, id TaskID, topic string, payload any, opts ...SignalOption) error
+	// SignalMany stores the messages of reqs, all or none, in one
+	// transaction: one round trip whatever their number. A task's
+	// messages are stored in the order of reqs; of two with the same task
+	// and key, the first is stored and the second is nothing. It checks
+	// each request as Signal does, and refuses the whole call, storing
+	// nothing, with Signal's error for the first request refused (an
+	// *InvalidError, ErrNotFound or ErrConflict) naming its index. No
+	// requests store nothing and return nil.
+	SignalMany(ctx context.Context, reqs []SignalRequest) error
+}
+
+// SignalRequest is a message for Signals.SignalMany: Signal's arguments.
+type SignalRequest struct {
+	// ID is the task the message is for. Required.
+	ID TaskID `json:"id"`
+	// Topic is the message's topic: 1 to 128 characters from A-Z a-z 0-9
+	// . _ : / -. Required.
+	Topic string `json:"topic"`
+	// Payload is the message, encoded as JSON of at most MaxSignalBytes;
+	// nil is JSON's null.
+	Payload any `json:"payload"`
+	// Key is the idempotency key, as SignalKey sets it; empty means none.
+	Key string `json:"key,omitempty"`
 }

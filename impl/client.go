@@ -71,6 +71,8 @@ type Client struct {
 	rates rateCache
 	// coalesce gathers concurrent single submits into batches.
 	coalesce coalescer
+	// signals gathers concurrent Signals into batches.
+	signals signalCoalescer
 	// capsChanged, on a server's client, tells the server that a cap was
 	// set or removed through it, so that it claims accordingly at once.
 	capsChanged func()

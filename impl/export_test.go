@@ -53,3 +53,19 @@ func OnSubworkflowSubmitted(f func(node api.TaskID, created bool) error) func() 
 	subworkflowSubmitted.Store(&f)
 	return func() { subworkflowSubmitted.Store(nil) }
 }
+
+// SignalsWaiting returns how many of c's Signals wait in batches not sent
+// yet (callers that gave up left out).
+func SignalsWaiting(c *Client) int {
+	c.signals.mu.Lock()
+	defer c.signals.mu.Unlock()
+	n := 0
+	for _, b := range c.signals.queue {
+		for _, e := range b.entries {
+			if !e.gone {
+				n++
+			}
+		}
+	}
+	return n
+}

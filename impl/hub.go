@@ -262,6 +262,17 @@ func (k *kicker) setLocal(fn func()) {
 	k.local = fn
 }
 
+// wakeLocal wakes this process's own claimers, if it is a server, and
+// sends no notification: for a statement that notified on its own.
+func (k *kicker) wakeLocal() {
+	k.mu.Lock()
+	local := k.local
+	k.mu.Unlock()
+	if local != nil {
+		local()
+	}
+}
+
 // kick follows a submit: it wakes the local claimer, and unless the submit
 // notified (led), makes sure a notification goes out by the window's end.
 func (k *kicker) kick(led bool) { k.kickWith(led, true) }

@@ -10,11 +10,58 @@ import (
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/internal/sqltx"
 	"github.com/stinthq/stint/spi"
+	"github.com/stinthq/stint/store"
 )
 
 // Signal sends a message to a task; see api.Signals.
+//
+// Concurrent Signals of one Client share statements, as concurrent
+// Submits do (see Submit and signalCoalescer): each joins a batch that
+// goes out as one round trip and one commit, at once when no batch of
+// the Client is in the database (so a lone signal goes out alone, without
+// waiting) or when it holds 1,000 signals, and otherwise as soon as the
+// batch in the database returns. The batch decides each signal on its
+// own, in the statement: a signal to a missing task gets an error
+// wrapping api.ErrNotFound, one to a finished task api.ErrConflict, and
+// the others in the batch are stored all the same; bad input is refused
+// before it joins a batch. A caller gets its outcome once the batch
+// committed. If ctx ends before the batch goes out, nothing is stored
+// and Signal returns ctx's error; once the batch is in the database,
+// Signal waits for its outcome.
 func (c *Client) Signal(ctx context.Context, id api.TaskID, topic string, payload any, opts ...api.SignalOption) error {
-	return c.signal(ctx, nil, id, topic, payload, opts)
+	var o api.SignalOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	sg, err := newSignal(id, topic, payload, o.Key)
+	if err != nil {
+		return fmt.Errorf("signal task %s: %w", id, err)
+	}
+	return c.signalCoalesced(ctx, sg)
+}
+
+// SignalMany sends messages to tasks, all or none, in one round trip;
+// see api.Signals.
+func (c *Client) SignalMany(ctx context.Context, reqs []api.SignalRequest) error {
+	sigs := make([]store.NewSignal, len(reqs))
+	for i, req := range reqs {
+		sg, err := newSignal(req.ID, req.Topic, req.Payload, req.Key)
+		if err != nil {
+			return fmt.Errorf("signal many: request %d (task %s): %w", i, req.ID, err)
+		}
+		sigs[i] = sg
+	}
+	refused, woke, err := c.st.Signal(ctx, nil, sigs, store.SignalAll)
+	if err != nil {
+		return fmt.Errorf("signal many: %w", unavailable(err))
+	}
+	for i, err := range refused {
+		if err != nil {
+			return fmt.Errorf("signal many: request %d: %w", i, err)
+		}
+	}
+	c.signalled(woke)
+	return nil
 }
 
 // SignalTx is Signal in the caller's transaction tx: the message is
@@ -45,30 +92,54 @@ func (c *Client) SignalSQLTx(ctx context.Context, tx *sql.Tx, id api.TaskID, top
 	return sqlTxError(what, ran, err)
 }
 
-// signal checks a signal whole before it stores it, in tx when not nil.
+// signal checks a signal whole before it stores it in tx.
 func (c *Client) signal(ctx context.Context, tx pgx.Tx, id api.TaskID, topic string, payload any, opts []api.SignalOption) error {
 	var o api.SignalOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
+	sg, err := newSignal(id, topic, payload, o.Key)
+	if err != nil {
+		return fmt.Errorf("signal task %s: %w", id, err)
+	}
+	refused, _, err := c.st.Signal(ctx, tx, []store.NewSignal{sg}, store.SignalWait)
+	switch {
+	case err != nil:
+		return unavailable(err)
+	case refused != nil:
+		return refused[0]
+	}
+	return nil
+}
+
+// newSignal checks a signal's id, topic, payload and key, and returns it
+// to store.
+func newSignal(id api.TaskID, topic string, payload any, key string) (store.NewSignal, error) {
 	err := spi.CheckTaskID("id", id)
 	if err == nil {
 		err = checkName("topic", topic)
 	}
-	if err == nil && o.Key != "" {
-		err = checkName("key", o.Key)
+	if err == nil && key != "" {
+		err = checkName("key", key)
 	}
 	if err != nil {
-		return fmt.Errorf("signal task %s: %w", id, err)
+		return store.NewSignal{}, err
 	}
 	raw, err := encodeValue("payload", payload, api.MaxSignalBytes)
 	if err != nil {
-		return fmt.Errorf("signal task %s: %w", id, err)
+		return store.NewSignal{}, err
 	}
-	if _, err := c.st.Signal(ctx, tx, id, topic, raw, o.Key); err != nil {
-		return unavailable(err)
+	return store.NewSignal{ID: id, Topic: topic, Payload: raw, Key: key}, nil
+}
+
+// signalled follows signals stored outside a caller's transaction: when
+// they made a task due now, it wakes this process's own claimers, if it
+// is a server, at once rather than when the statement's notification
+// comes back from the database.
+func (c *Client) signalled(woke bool) {
+	if woke {
+		c.kick.wakeLocal()
 	}
-	return nil
 }
 
 // Receive returns the oldest message of topic this run has not received;

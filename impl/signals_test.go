@@ -157,7 +157,10 @@ func TestSignalsAreReceivedInOrderOnce(t *testing.T) {
 			srv := e.server("n1", 5*time.Second)
 			c := e.client()
 			const n = 60
-			f, err := api.Submit(e.ctx, srv, collectKind, collectParams{Topic: "tick", N: n, One: one})
+			// The task ends with the last message, n, sent once the
+			// others are: a second signal of a key, or one of the other
+			// topic, after it would find the task finished.
+			f, err := api.Submit(e.ctx, srv, collectKind, collectParams{Topic: "tick", N: n + 1, One: one})
 			require.NoError(t, err)
 			for i := range n {
 				key := api.SignalKey(fmt.Sprintf("k%d", i))
@@ -165,11 +168,12 @@ func TestSignalsAreReceivedInOrderOnce(t *testing.T) {
 				require.NoError(t, srv.Signal(e.ctx, f.ID(), "tick", i, key), "a second signal of the key stores nothing")
 				require.NoError(t, c.Signal(e.ctx, f.ID(), "other", i), "another topic wakes nothing")
 			}
+			require.NoError(t, c.Signal(e.ctx, f.ID(), "tick", n))
 			ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
 			defer cancel()
 			res, err := f.Await(ctx)
 			require.NoError(t, err)
-			require.Len(t, res, n)
+			require.Len(t, res, n+1)
 			for i, raw := range res {
 				require.Equal(t, fmt.Sprint(i), string(raw))
 			}

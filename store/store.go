@@ -11,6 +11,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -186,6 +187,35 @@ type LocalStart struct {
 	// caller's goroutine. Nil starts none.
 	Reserve func() int
 }
+
+// NewSignal is a message for a task, as Store.Signal stores it.
+type NewSignal struct {
+	ID    api.TaskID
+	Topic string
+	// Payload is the message, JSON that PostgreSQL stores as jsonb.
+	Payload json.RawMessage
+	// Key is the idempotency key; empty for none.
+	Key string
+}
+
+// SignalLock says how Store.Signal takes the rows of its tasks.
+type SignalLock int
+
+const (
+	// SignalWait waits for each task's row.
+	SignalWait SignalLock = iota
+	// SignalAll waits for each task's row, and stores every message or,
+	// when it refuses one, none.
+	SignalAll
+	// SignalPass, outside a caller's transaction, waits for no row: the
+	// messages of a task whose row another transaction holds are not
+	// stored, and refused says so with an error wrapping ErrBusy.
+	SignalPass
+)
+
+// ErrBusy is the refusal of a message by Store.Signal with SignalPass
+// whose task's row another transaction held: nothing was stored for it.
+var ErrBusy = errors.New("the task's row is held by another transaction")
 
 // Renewal extends a run's lease by Duration from the database's now().
 type Renewal struct {
@@ -364,12 +394,20 @@ type Store interface {
 	// Events returns the events of task id, in key order; only the one of
 	// key when key is not empty.
 	Events(ctx context.Context, id api.TaskID, key string) ([]api.TaskEvent, error)
-	// Signal stores a message for task id under topic (see
-	// api.Signals.Signal), in tx when tx is not nil, and makes the task
-	// due when it sleeps on the topic. It reports whether it stored the
-	// message: false when the task has one with the same key. A missing
-	// task is api.ErrNotFound, one finished for good api.ErrConflict.
-	Signal(ctx context.Context, tx pgx.Tx, id api.TaskID, topic string, payload json.RawMessage, key string) (bool, error)
+	// Signal stores messages for tasks (see api.Signals.Signal), in tx
+	// when tx is not nil and otherwise in a transaction of its own, and
+	// makes each task that sleeps on the topic of one of its messages
+	// due. A task's messages are stored in the order of sigs. Each
+	// message is decided on its own: refused[i] wraps api.ErrNotFound
+	// when the task of sigs[i] does not exist and api.ErrConflict when it
+	// finished for good or is a workflow's own task, and is nil when the
+	// message was stored or the task has one with its key already (the
+	// first of sigs with a key is the one stored). lock says how the
+	// tasks' rows are waited for, and whether all messages are stored or
+	// none. woke reports that a task was made due now (the statement
+	// notified the claimers). err is the statement's error: nothing was
+	// stored.
+	Signal(ctx context.Context, tx pgx.Tx, sigs []NewSignal, lock SignalLock) (refused []error, woke bool, err error)
 	// Receive returns the oldest message of topic for task id that no run
 	// consumed and whose Seq is over after; false when there is none.
 	Receive(ctx context.Context, id api.TaskID, topic string, after int64) (api.Signal, bool, error)

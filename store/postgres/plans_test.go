@@ -60,8 +60,10 @@ func hotStatements() []hotStatement {
 	success, failure, snooze := make(textArray, 1000), make(textArray, 1000), make(textArray, 1000)
 	hints := make([]pgtype.TID, 1000)
 	noTopics, topics, seqs := make(textArray, 1000), make(textArray, 1000), make(intArray, 1000)
+	payloads, signalKeys := make(textArray, 1000), make(nullTextArray, 1000)
 	for i := range ids {
 		topics[i], seqs[i] = "approval", int64(i+1)
+		payloads[i], signalKeys[i] = `{}`, pgtype.Text{String: fmt.Sprintf("key-%d", i), Valid: i%2 == 0}
 		ids[i], leases[i], durs[i] = fmt.Sprintf("run-%06d", i), planLease, time.Minute.Microseconds()
 		success[i], failure[i], snooze[i] = "success", "failure", "scheduled"
 		results[i], errs[i] = jsonText([]byte(`{}`)), jsonText([]byte(`{"message":"x"}`))
@@ -69,6 +71,9 @@ func hotStatements() []hotStatement {
 		hints[i] = pgtype.TID{BlockNumber: uint32(i / 100), OffsetNumber: uint16(i%100 + 1), Valid: true}
 	}
 	node, behaviors, leaseUS := "n", []string{"bench.noop"}, []int64{time.Minute.Microseconds()}
+	// The store statement of signals runs after the lock statement, which
+	// keeps the ids it locked in a setting.
+	signalLockedSettings := seqscanOffSQL + `, set_config('` + signalLockedSetting + `', '{` + strings.Join(ids, ",") + `}', true)`
 	stmts := []hotStatement{
 		{name: "submit", sql: submitSQL, args: append(submitted.args(), false, true, submitted.rateUses, submitted.versions)},
 		{name: "submit in a transaction", sql: submitSQL, settings: seqscanSaveOffSQL, args: append(submitted.args(), false, true, submitted.rateUses, submitted.versions)},
@@ -116,8 +121,10 @@ func hotStatements() []hotStatement {
 		{name: "finish: wait for children", sql: finishSQL, args: []any{ids, leases, success, results, nulls, again, waits, textArray{}, intArray{}, noTopics}},
 		{name: "finish: sleep on a signal", sql: finishSQL, args: []any{ids, leases, snooze, nulls, nulls, again, noWaits, ids, seqs, topics}},
 		{name: "finish: wake who slept on a signal that came", sql: signalWakeSQL, args: []any{ids}},
-		{name: "signal: lock", sql: signalLockSQL, args: []any{"run-000001"}},
-		{name: "signal", sql: signalSQL, args: []any{"run-000001", "approval", `{}`, "key-1"}},
+		{name: "signal: lock", sql: signalLockSQL, args: []any{ids}},
+		{name: "signal: lock, passing over the rows others hold", sql: signalTryLockSQL, args: []any{ids}},
+		{name: "signal", sql: signalSQL, settings: signalLockedSettings, args: []any{ids, topics, payloads, signalKeys, false}},
+		{name: "signal many, all or none", sql: signalSQL, settings: signalLockedSettings, args: []any{ids, topics, payloads, signalKeys, true}},
 		{name: "receive", sql: receiveSQL, args: []any{"run-000001", "approval", int64(0)}},
 		{name: "finish: children ended", sql: childrenEndedSQL, args: []any{ids}},
 		{name: "finish: dependents woken or skipped", sql: depsEndedSQL, settings: probesSaveOffSQL, args: []any{ids, node, []string{}, []int64{}, 0, ids}},

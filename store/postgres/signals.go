@@ -3,9 +3,11 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/stinthq/stint/api"
@@ -17,47 +19,98 @@ import (
 //
 // No wake is lost between a signal and the finish of a run that sleeps on
 // its topic, although each reads the other's rows: a signal locks the
-// task's row before it stores the message, and a finish that sleeps
+// task's row before it stores the message (a batch of signals the rows
+// of its tasks, signalLock, and stores the messages of those it locked,
+// signalSQL), and a finish that sleeps
 // writes the row before it looks for a message, each in a statement of
 // its own, so that the second of the two, whichever it is, sees what the
 // first committed (READ COMMITTED takes a snapshot per statement).
 
-// signalLockSQL locks the row of task $1 for a signal and says whether the
-// task is finished for good and whether it is a workflow's own task; no
-// row when there is no such task.
-var signalLockSQL = `SELECT status IN ('success', 'failure') AND schedule_not_before IS NULL AND NOT resubmit,
-    behavior = '` + string(api.WorkflowBehavior) + `'
-FROM stint_task WHERE id = $1 FOR NO KEY UPDATE`
+// signalLock returns the statement that locks the rows of the tasks $1
+// for signals, one at a time in the order of their ids' bytes (COLLATE
+// "C"; the lateral join keeps the order of its outer side), and keeps
+// the ids of those it locked for signalSQL in the transaction's setting
+// stint.signal_locked. It returns a row per task of $1: its id, whether
+// it locked it, whether it finished for good and whether it is a
+// workflow's own task; no row for an id of no task. With skip, it passes
+// over the rows another transaction holds (SKIP LOCKED) and never waits:
+// a batch of signals that holds some rows and waits for another could
+// deadlock with a finish that holds that one and waits for one of
+// them, since a finish locks its tasks in its own order.
+func signalLock(skip bool) string {
+	lock := `FOR NO KEY UPDATE OF t`
+	if skip {
+		lock += ` SKIP LOCKED`
+	}
+	return `
+WITH l AS MATERIALIZED (
+    SELECT x.id, k.id IS NOT NULL AS locked, coalesce(k.finished, false) AS finished, coalesce(k.workflow, false) AS workflow,
+        k.id IS NOT NULL OR EXISTS (SELECT 1 FROM stint_task e WHERE e.id = ANY(ARRAY[x.id])) AS found
+    FROM (SELECT u.id FROM unnest($1::text[]) AS u(id) GROUP BY u.id ORDER BY u.id COLLATE "C") x
+    LEFT JOIN LATERAL (
+        SELECT t.id, t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AND NOT t.resubmit AS finished,
+            t.behavior = '` + string(api.WorkflowBehavior) + `' AS workflow
+        FROM stint_task t WHERE t.id = ANY(ARRAY[x.id]) ` + lock + `
+    ) k ON true
+), kept AS (
+    SELECT set_config('` + signalLockedSetting + `', coalesce(array_agg(id) FILTER (WHERE locked), '{}')::text, true) AS v FROM l
+)
+SELECT l.id, l.locked, l.finished, l.workflow FROM l WHERE l.found
+UNION ALL -- sets the setting, and returns no row
+SELECT NULL, false, false, false FROM kept WHERE kept.v IS NULL`
+}
 
-// signalSQL stores the message $3 of topic $2 with the idempotency key $4
-// (NULL for none) for task $1, unless the task finished for good or
-// already has a message of the key or is a workflow's own task (whose
-// runs receive none), and makes the task due when it
-// sleeps on the topic: at once, or, when held, at its release. It returns
-// the number of messages stored.
+// signalLockedSetting is the setting of a transaction that holds the ids
+// of the tasks signalLock locked.
+const signalLockedSetting = "stint.signal_locked"
+
+// The statements that lock tasks for signals: waiting for their rows,
+// or passing over those another transaction holds.
+var (
+	signalLockSQL    = signalLock(false)
+	signalTryLockSQL = signalLock(true)
+)
+
+// signalSQL stores the messages whose tasks, topics, payloads and
+// idempotency keys (NULL for none) the arrays $1 to $4 pair, in their
+// order, of the tasks that signalLock locked in the transaction (before
+// this statement took its snapshot), except those of tasks that
+// finished for good or are a workflow's own task (whose runs receive
+// none), and those whose
+// key the task has a message of already (of two of one key, the first).
+// With $5, it stores none if it refuses one. It makes each task that
+// sleeps on the topic of a message it stored due: at once, or, when held,
+// at its release; and notifies the claimers once if it made one due now.
+// It returns the number of messages stored and of tasks made due now.
 var signalSQL = `
-WITH t AS (
-    SELECT id, created_at FROM stint_task
-    WHERE id = $1 AND NOT (status IN ('success', 'failure') AND schedule_not_before IS NULL AND NOT resubmit)
-        AND behavior <> '` + string(api.WorkflowBehavior) + `'
+WITH s AS (
+    SELECT * FROM ` + unnestRows("s", "id $1::text[]", "topic $2::text[]", "payload $3::text[]", "key $4::text[]", "ord ordinality") + `
+), t AS MATERIALIZED (
+    SELECT t.id, t.created_at FROM stint_task t
+    WHERE t.id = ANY(coalesce(current_setting('` + signalLockedSetting + `', true), '{}')::text[]) AND NOT (t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AND NOT t.resubmit)
+        AND t.behavior <> '` + string(api.WorkflowBehavior) + `'
 ), ins AS (
     INSERT INTO stint_signal (task_id, topic, payload, key, at, created)
-    SELECT id, $2, $3::jsonb, $4, statement_timestamp(), created_at FROM t
+    SELECT s.id, s.topic, s.payload::jsonb, s.key, statement_timestamp(), t.created_at
+    FROM s JOIN t ON t.id = s.id
+    WHERE NOT ($5::boolean AND (SELECT count(*) FROM t) < (SELECT count(DISTINCT id) FROM s))
+    ORDER BY s.ord
     ON CONFLICT (task_id, key) WHERE key IS NOT NULL DO NOTHING
-    RETURNING task_id
+    RETURNING task_id, topic
 ), woken AS (
     UPDATE stint_task k SET
         schedule_not_before = CASE WHEN k.status = 'held' THEN k.schedule_not_before ELSE now() END,
         held_due = CASE WHEN k.status = 'held' THEN now() ELSE k.held_due END,
         signal_wait = NULL,
         updated_at = now()
-    WHERE k.id = $1 AND k.signal_wait = $2 AND k.status IN ('scheduled', 'held') AND EXISTS (SELECT 1 FROM ins)
+    FROM (SELECT DISTINCT task_id, topic FROM ins) x
+    WHERE k.id = ANY(ARRAY[x.task_id]) AND k.signal_wait = x.topic AND k.status IN ('scheduled', 'held')
     RETURNING k.id, k.behavior, k.priority, k.schedule_not_before, k.group_key, k.status
 ), due AS (` + dueInsert("woken") + `
 ), woke AS (
-    SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (SELECT 1 FROM woken WHERE status = 'scheduled') w
+    SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (SELECT 1 FROM woken WHERE status = 'scheduled' LIMIT 1) w
 )
-SELECT (SELECT count(*) FROM ins) FROM woke`
+SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM woken WHERE status = 'scheduled') FROM woke`
 
 // signalWakeSQL makes due at once the tasks of $1 that a finish put to
 // sleep on a topic of which a message waits unconsumed. It runs after the
@@ -109,44 +162,103 @@ func signalsDelete(ids string) string {
 	return `DELETE FROM stint_signal s WHERE s.task_id = ANY(` + ids + `)`
 }
 
-// Signal stores a message for a task; see store.Store.
-func (s *Store) Signal(ctx context.Context, tx pgx.Tx, id api.TaskID, topic string, payload json.RawMessage, key string) (bool, error) {
-	var (
-		found, finished, workflow bool
-		stored                    int
-	)
-	run := func(q batcher) error {
-		b := &pgx.Batch{}
-		b.Queue(signalLockSQL, string(id)).QueryRow(func(r pgx.Row) error {
-			err := r.Scan(&finished, &workflow)
-			found = err == nil
-			if isNoRows(err) {
-				err = nil
-			}
-			return err
-		})
-		b.Queue(signalSQL, string(id), topic, string(payload), pgtype.Text{String: key, Valid: key != ""}).QueryRow(func(r pgx.Row) error {
-			return r.Scan(&stored)
-		})
-		return q.SendBatch(ctx, b).Close()
+// Signal stores messages for tasks; see store.Store.
+//
+// The statements that lock the tasks and store the messages go in one
+// batch, one round trip, which outside a caller's transaction is one
+// implicit transaction (no BEGIN and COMMIT of their own). With
+// store.SignalPass the lock statement passes over the rows another
+// transaction holds (see signalLock). Otherwise it waits for each row in
+// turn, and the statements are run again when PostgreSQL ended them to
+// break a deadlock, up to deadlockTries times: they stored nothing.
+func (s *Store) Signal(ctx context.Context, tx pgx.Tx, sigs []store.NewSignal, lock store.SignalLock) ([]error, bool, error) {
+	if len(sigs) == 0 {
+		return nil, false, nil
 	}
-	var err error
+	pass := lock == store.SignalPass && tx == nil
+	locks, woke, err := s.signalOnce(ctx, tx, sigs, lock == store.SignalAll, pass)
+	for try := 1; err != nil && tx == nil && isDeadlock(err) && try < deadlockTries; try++ {
+		locks, woke, err = s.signalOnce(ctx, tx, sigs, lock == store.SignalAll, pass)
+	}
+	if err != nil {
+		if len(sigs) == 1 {
+			return nil, false, fmt.Errorf("signal task %s: %w", sigs[0].ID, err)
+		}
+		return nil, false, fmt.Errorf("signal %d tasks: %w", len(sigs), err)
+	}
+	var refused []error
+	for i, sg := range sigs {
+		l, ok := locks[sg.ID]
+		var err error
+		switch {
+		case !ok:
+			err = fmt.Errorf("signal task %s: %w", sg.ID, api.ErrNotFound)
+		case !l.locked:
+			err = fmt.Errorf("signal task %s: %w", sg.ID, store.ErrBusy)
+		case l.finished:
+			err = fmt.Errorf("signal task %s: it has finished: %w", sg.ID, api.ErrConflict)
+		case l.workflow:
+			err = fmt.Errorf("signal task %s: a workflow's own task receives no signals (signal one of its nodes): %w", sg.ID, api.ErrConflict)
+		default:
+			continue
+		}
+		if refused == nil {
+			refused = make([]error, len(sigs))
+		}
+		refused[i] = err
+	}
+	return refused, woke, nil
+}
+
+// signalLocked is what signalLock says of a task.
+type signalLocked struct{ locked, finished, workflow bool }
+
+// signalOnce runs the statements of Signal once, in tx when not nil, and
+// returns what the lock statement said of each task and whether the store
+// statement made a task due now.
+func (s *Store) signalOnce(ctx context.Context, tx pgx.Tx, sigs []store.NewSignal, all, skip bool) (map[api.TaskID]signalLocked, bool, error) {
+	ids, topics, payloads, keys := make(textArray, len(sigs)), make(textArray, len(sigs)), make(textArray, len(sigs)), make(nullTextArray, len(sigs))
+	for i, sg := range sigs {
+		ids[i], topics[i], payloads[i] = string(sg.ID), sg.Topic, string(sg.Payload)
+		keys[i] = pgtype.Text{String: sg.Key, Valid: sg.Key != ""}
+	}
+	locks := make(map[api.TaskID]signalLocked, len(sigs))
+	var stored, woke int
+	lock := signalLockSQL
+	if skip {
+		lock = signalTryLockSQL
+	}
+	b := &pgx.Batch{}
 	if tx != nil {
-		err = run(tx)
+		b.Queue(seqscanSaveOffSQL)
 	} else {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return run(tx) })
+		b.Queue(seqscanOffSQL)
 	}
-	switch {
-	case err != nil:
-		return false, fmt.Errorf("signal task %s: %w", id, err)
-	case !found:
-		return false, fmt.Errorf("signal task %s: %w", id, api.ErrNotFound)
-	case finished:
-		return false, fmt.Errorf("signal task %s: it has finished: %w", id, api.ErrConflict)
-	case workflow:
-		return false, fmt.Errorf("signal task %s: a workflow's own task receives no signals (signal one of its nodes): %w", id, api.ErrConflict)
+	b.Queue(lock, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id string
+			var l signalLocked
+			if err := rows.Scan(&id, &l.locked, &l.finished, &l.workflow); err != nil {
+				return err
+			}
+			locks[api.TaskID(id)] = l
+		}
+		return rows.Err()
+	})
+	b.Queue(signalSQL, ids, topics, payloads, keys, all).QueryRow(func(r pgx.Row) error {
+		return r.Scan(&stored, &woke)
+	})
+	if tx != nil {
+		b.Queue(seqscanRestoreSQL)
 	}
-	return stored > 0, nil
+	var q batcher = s.pool
+	if tx != nil {
+		q = tx
+	}
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return nil, false, err
+	}
+	return locks, woke > 0, nil
 }
 
 // Receive returns a message of a task; see store.Store.
@@ -182,4 +294,11 @@ func scanSignal(r pgx.Row) (api.Signal, error) {
 	}
 	sg.Payload = append(json.RawMessage(nil), payload...)
 	return sg, nil
+}
+
+// isDeadlock reports whether err is PostgreSQL's ending a transaction to
+// break a deadlock (SQLSTATE 40P01).
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
 }
