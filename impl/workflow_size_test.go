@@ -23,6 +23,9 @@ func echoNode(name string, deps ...string) api.WorkflowNode {
 // a join of the fan-out, and runs it to success. The root's growth by one
 // more node is refused as over the limit and adds nothing.
 func TestTheLargestWorkflowRunsThrough(t *testing.T) {
+	if raceDetector {
+		t.Skip("a test of size, not of goroutines: it runs without the race detector")
+	}
 	t.Parallel()
 	e := setup(t)
 	srv := e.growServer()
