@@ -41,6 +41,9 @@ const (
 	metricEvent     = "set->awaited"
 	signalTopic     = "go"
 	sysDBOSSendBulk = sysDBOS + " (SendBulk)"
+	sysStintMany    = sysStint + " (SignalMany)"
+	// signalChunk is the messages of a SignalMany (SendBulk) call.
+	signalChunk = 1_000
 )
 
 // signalsConfig is what the signals scenarios' flags set.
@@ -90,7 +93,7 @@ func (s *signalsConfig) scenarioMany() string {
 
 // summary describes the signals scenarios for the report.
 func (s *signalsConfig) summary() string {
-	return fmt.Sprintf("%d signals one at a time (after %d), each to a task asleep on it (stint: spi.WaitForSignal; DBOS: Recv with a 1h timeout), Signal (Send) call to Receive (Recv) return; %s tasks asleep, signalled by %d goroutines (Signal; DBOS: Send, and SendBulk of 1,000), until the last send returned and until all finished; %d events (after %d) set by one running task, each %s after a client began awaiting it (AwaitEvent; DBOS: GetEvent), SetEvent call to the await's return; stint at its defaults; both ends in one process",
+	return fmt.Sprintf("%d signals one at a time (after %d), each to a task asleep on it (stint: spi.WaitForSignal; DBOS: Recv with a 1h timeout), Signal (Send) call to Receive (Recv) return; %s tasks asleep, signalled by %d goroutines (Signal, and SignalMany of 1,000; DBOS: Send, and SendBulk of 1,000), until the last send returned and until all finished; %d events (after %d) set by one running task, each %s after a client began awaiting it (AwaitEvent; DBOS: GetEvent), SetEvent call to the await's return; stint at its defaults; both ends in one process",
 		s.resume, s.warmup, num(int64(s.tasks)), s.senders, s.events, s.warmup, s.eventGap)
 }
 
@@ -99,7 +102,10 @@ func (s *signalsConfig) summary() string {
 func (b *bench) signalJobs() [][]job {
 	s := b.cfg.sig
 	resume := []job{{scenarioResume, sysStint, b.signalResumeStint}}
-	many := []job{{s.scenarioMany(), sysStint, b.signalManyStint}}
+	many := []job{
+		{s.scenarioMany(), sysStint, func(ctx context.Context) ([]Result, error) { return b.signalManyStint(ctx, false) }},
+		{s.scenarioMany(), sysStintMany, func(ctx context.Context) ([]Result, error) { return b.signalManyStint(ctx, true) }},
+	}
 	event := []job{{scenarioEvent, sysStint, b.eventStint}}
 	if b.dbosBin != "" {
 		resume = append(resume, job{scenarioResume, sysDBOS, b.signalResumeDBOS})
@@ -224,10 +230,15 @@ func (b *bench) signalResumeStint(ctx context.Context) ([]Result, error) {
 	return []Result{{Scenario: scenarioResume, Metric: metricResume, System: sysStint, Tasks: int64(s.resume), samples: samples[s.warmup:], CPU: win.usage()}}, nil
 }
 
-// signalManyStint signals many sleeping tasks from several goroutines.
-func (b *bench) signalManyStint(ctx context.Context) ([]Result, error) {
+// signalManyStint signals many sleeping tasks from several goroutines,
+// with Signal or, with bulk, SignalMany of signalChunk messages.
+func (b *bench) signalManyStint(ctx context.Context, bulk bool) ([]Result, error) {
 	s := b.cfg.sig
-	h, stop, err := b.signalStint(ctx, "sig_many_stint", func(reg *spi.Registry) error {
+	label, system := "sig_many_stint", sysStint
+	if bulk {
+		label, system = "sig_many_stint_bulk", sysStintMany
+	}
+	h, stop, err := b.signalStint(ctx, label, func(reg *spi.Registry) error {
 		return spi.Register[struct{}, struct{}](reg, waitBehavior{resumed: &probe{}})
 	})
 	if err != nil {
@@ -246,6 +257,16 @@ func (b *bench) signalManyStint(ctx context.Context) ([]Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if bulk {
+				for lo := int(next.Add(signalChunk)) - signalChunk; lo < len(ids) && errs[g] == nil; lo = int(next.Add(signalChunk)) - signalChunk {
+					reqs := make([]api.SignalRequest, 0, signalChunk)
+					for i := lo; i < min(lo+signalChunk, len(ids)); i++ {
+						reqs = append(reqs, api.SignalRequest{ID: ids[i], Topic: signalTopic, Payload: i})
+					}
+					errs[g] = h.cli.SignalMany(ctx, reqs)
+				}
+				return
+			}
 			for i := int(next.Add(1)) - 1; i < len(ids) && errs[g] == nil; i = int(next.Add(1)) - 1 {
 				errs[g] = h.cli.Signal(ctx, ids[i], signalTopic, i)
 			}
@@ -261,7 +282,7 @@ func (b *bench) signalManyStint(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	cpu := win.usage()
-	return manyResults(s, sysStint, sent, end.Sub(win.start), cpu), nil
+	return manyResults(s, system, sent, end.Sub(win.start), cpu), nil
 }
 
 // manyResults are the rows of one run of the throughput scenario.
