@@ -71,6 +71,8 @@ type Client struct {
 	rates rateCache
 	// coalesce gathers concurrent single submits into batches.
 	coalesce coalescer
+	// workflows gathers concurrent SubmitWorkflows into batches.
+	workflows workflowCoalescer
 	// signals gathers concurrent Signals into batches.
 	signals signalCoalescer
 	// capsChanged, on a server's client, tells the server that a cap was

@@ -25,6 +25,16 @@ type NewWorkflow struct {
 	DependsOn [][]int
 }
 
+// WorkflowOutcome is what Workflows.SubmitWorkflows did with one
+// workflow.
+type WorkflowOutcome struct {
+	// Created is false when a task of the workflow's id existed, or the
+	// workflow was refused: nothing of it was stored then.
+	Created bool
+	// Err is why the workflow was refused, nil when it was not.
+	Err error
+}
+
 // RuleFinally is the stored rule of a workflow's finally node:
 // api.RuleAllEnded on every other node, marked so that nodes added while
 // the workflow runs join its dependencies.
@@ -74,6 +84,16 @@ type Workflows interface {
 	// then. A node whose id is taken by a task of another workflow or by
 	// none is an error wrapping api.ErrInvalid, and nothing is stored.
 	SubmitWorkflow(ctx context.Context, tx pgx.Tx, wf NewWorkflow) (created bool, err error)
+	// SubmitWorkflows stores workflows as SubmitWorkflow does, in tx
+	// when it is not nil, each on its own terms but together: one
+	// statement and one commit when none is refused. out[i] is the
+	// outcome of wfs[i]: Created false when a task of its id exists (an
+	// Err wrapping api.ErrConflict when that task is not a workflow), an
+	// Err wrapping api.ErrInvalid when a node's id is taken by another
+	// task; the other workflows are stored all the same. err is the
+	// database's failing to serve the first statement: nothing is
+	// stored then.
+	SubmitWorkflows(ctx context.Context, tx pgx.Tx, wfs []NewWorkflow) (out []WorkflowOutcome, err error)
 	// GrowWorkflow adds nodes to the workflow of the running node holder,
 	// in tx when it is not nil, fenced by holder's lease (api.ErrHalt when
 	// it no longer holds it). A graph the nodes would make bad (a name

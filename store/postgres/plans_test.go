@@ -51,6 +51,18 @@ func hotStatements() []hotStatement {
 		t.StartLease = time.Minute
 		started.add(t, true)
 	}
+	// 20 diamonds of 4 nodes, as concurrent SubmitWorkflows send them.
+	diamonds := make([]store.NewWorkflow, 20)
+	for i := range diamonds {
+		id := api.TaskID(fmt.Sprintf("wf-new-%03d", i))
+		w := store.NewWorkflow{Task: store.NewTask{ID: id, Behavior: api.WorkflowBehavior, Params: []byte(`{}`)},
+			Names: []string{"a", "b", "c", "d"}, DependsOn: [][]int{nil, {0}, {0}, {1, 2}}}
+		for _, name := range w.Names {
+			w.Nodes = append(w.Nodes, store.NewTask{ID: id + "/" + api.TaskID(name), Behavior: "bench.noop", Params: []byte(`{}`), ParentID: id})
+			w.Rules = append(w.Rules, api.RuleAllSucceeded)
+		}
+		diamonds[i] = w
+	}
 	debouncedOne := newSubmitColumns(1, false)
 	debouncedOne.add(store.NewTask{ID: "due-000001", Behavior: "bench.noop", Priority: 5, Delay: time.Minute}, false)
 	ids, leases := make(textArray, 1000), make(uuidArray, 1000)
@@ -85,6 +97,8 @@ func hotStatements() []hotStatement {
 		{name: "submit sharing starting", sql: shareStartSQL, settings: genericSettingsSQL, args: append(started.args(), true, started.startLeases, node, started.rateUses, started.versions)},
 		{name: "submit with new ids", sql: newSQL, args: append(submitted.args(), true, submitted.rateUses, submitted.versions)},
 		{name: "submit with new ids starting", sql: newStartSQL, settings: genericSettingsSQL, args: append(started.args(), true, started.startLeases, node, started.rateUses, started.versions)},
+		{name: "submit workflows", sql: workflowSubmitSQL, settings: genericSettingsSQL, args: workflowSubmitArgs(diamonds)},
+		{name: "submit workflows: what holds the ids not stored", sql: workflowsTakenSQL, args: []any{textArray{"wf-000001", "wf-new-000"}}},
 		{name: "claim", sql: claimSQL, settings: claimSettingsSQL, args: []any{node, behaviors, leaseUS, 1000, int64(0), uuidArray(nil)}},
 		{name: "claim under flow control: window", sql: flowWindowSQL, settings: flowSettingsSQL,
 			args: []any{"bench.noop", int64(0), 4000, []string{"g1"}, hints[:10]}},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -14,21 +15,61 @@ import (
 	"github.com/stinthq/stint/store"
 )
 
-// workflowInsertSQL stores the task that stands for a workflow: waiting,
-// with no due time, for its $8 nodes to end (children_pending, which
-// childrenEndedSQL counts down and which makes it due once it reaches
-// zero). An existing task of the id is left as it is, and no row returns.
-var workflowInsertSQL = `
-WITH s AS (
+// workflowSubmitSQL stores workflows, all in one statement: each one's own
+// task, waiting with no due time for its nodes to end (children_pending,
+// which childrenEndedSQL counts down and which makes it due once it
+// reaches zero), its nodes and its edges. A workflow whose id holds a task
+// already stores nothing: its task's insert does nothing, and its nodes
+// and edges are left out by their workflow's id (a node's id is its
+// workflow's, a slash and its name; a workflow's id has no slash). A node
+// without dependencies is scheduled, due after its delay; the others wait
+// for theirs. It adds the claim hints of the scheduled nodes, records the
+// workflows and their nodes in one row of the change feed, wakes the
+// claimers, and returns the ids of the workflows it stored.
+//
+// The workflows' arrays ($1-$7) hold a row per workflow; the nodes'
+// ($8-$21) a row per node, with its workflow's id; the edges' ($22-$23)
+// a row per edge, as the nodes' ids.
+var workflowSubmitSQL = `
+WITH w AS (
     INSERT INTO stint_task AS t (id, behavior, params, priority, status, schedule_not_before, trace, awaited, retention_us,
         waiting_children, children_pending, deps_pending)
-    VALUES ($1, $2, $3::jsonb, $4, 'waiting', NULL, nullif($5, ''), $6, nullif($7::bigint, 0), true, $8, 0)
+    SELECT r.id, '` + string(api.WorkflowBehavior) + `', r.params::jsonb, r.priority, 'waiting', NULL, nullif(r.trace, ''), r.awaited,
+        nullif(r.retention_us, 0), true, r.nodes, 0
+    FROM ` + unnestRows("r", "id $1::text[]", "params $2::text[]", "priority $3::smallint[]", "trace $4::text[]",
+	"awaited $5::bool[]", "retention_us $6::bigint[]", "nodes $7::int[]") + `
     ON CONFLICT (id) DO NOTHING
     RETURNING t.id, t.behavior, t.status, t.parent_id
-), feed AS (` + feedInsert("s", "status", "false") + `)
-SELECT count(*) FROM s`
+), created AS (
+    SELECT jsonb_object_agg(id, true) AS ids FROM w
+), s AS (
+    INSERT INTO stint_task AS t (id, behavior, params, priority, status, schedule_not_before, group_key, parent_id, trace,
+        awaited, retention_us, rate_uses, workflow_node, dep_rule, deps_pending, deps_succeeded, deps_failed, deps_skipped,
+        version)
+    SELECT r.parent || '/' || r.name, r.behavior, r.params::jsonb, r.priority,
+        CASE WHEN r.pending = 0 THEN 'scheduled' ELSE 'waiting' END,
+        CASE WHEN r.pending = 0 THEN now() + r.delay_us * interval '1 microsecond' END,
+        nullif(r.group_key, ''), r.parent, nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0),
+        nullif(r.rate_uses, '')::jsonb, r.name, r.rule, r.pending, 0, 0, 0, nullif(r.version, 0)
+    FROM ` + unnestRows("r", "parent $8::text[]", "name $9::text[]", "behavior $10::text[]", "params $11::text[]",
+	"priority $12::smallint[]", "delay_us $13::bigint[]", "group_key $14::text[]", "trace $15::text[]", "awaited $16::bool[]",
+	"retention_us $17::bigint[]", "rate_uses $18::text[]", "rule $19::text[]", "pending $20::int[]", "version $21::int[]") + `
+    WHERE (SELECT ids FROM created) ? r.parent
+    RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
+), edges AS (
+    INSERT INTO stint_dependency (depends_on, task_id)
+    SELECT e.depends_on, e.task_id FROM ` + unnestRows("e", "depends_on $22::text[]", "task_id $23::text[]") + `
+    WHERE (SELECT ids FROM created) ? split_part(e.task_id, '/', 1)
+), due AS (` + dueInsert("s") + `
+), feed AS (` + feedInsert("(SELECT id, behavior, status, parent_id FROM w UNION ALL SELECT id, behavior, status, parent_id FROM s) x",
+	"status", "false") + `
+), wake AS (
+    SELECT pg_notify('` + store.ChannelDue + `', '') FROM (SELECT 1 FROM s WHERE status = 'scheduled' LIMIT 1) d
+)
+SELECT ARRAY(SELECT id FROM w), (SELECT count(*) FROM wake)`
 
-// workflowNodesSQL stores workflow nodes, each as its verdict says: run
+// workflowNodesSQL stores workflow nodes that a running node adds to its
+// workflow, each as its verdict says: run
 // (scheduled, due after its delay), skip (a failure with code skipped and
 // the message given) or wait (waiting), with its counts of dependencies
 // by outcome; of a held workflow ($20), a node that may run is held, due
@@ -60,68 +101,202 @@ WITH s AS (
 )
 SELECT count(*) FROM s LEFT JOIN wake ON true`
 
-// workflowEdgesSQL stores a workflow's edges.
+// workflowEdgesSQL stores the edges of the nodes a running node adds.
 var workflowEdgesSQL = `INSERT INTO stint_dependency (depends_on, task_id) SELECT * FROM ` +
 	unnestRows("e", "depends_on $1::text[]", "task_id $2::text[]")
 
+// workflowsTakenSQL reads the behaviors of the tasks that hold the ids of
+// workflows workflowSubmitSQL did not store.
+const workflowsTakenSQL = `SELECT id, behavior FROM stint_task WHERE id = ANY($1::text[])`
+
 // SubmitWorkflow stores a workflow; see store.Workflows.
 func (s *Store) SubmitWorkflow(ctx context.Context, tx pgx.Tx, wf store.NewWorkflow) (created bool, err error) {
-	var db interface {
-		Begin(context.Context) (pgx.Tx, error)
-	} = s.pool
-	if tx != nil {
-		db = tx // a savepoint: a failure leaves the caller's transaction usable
-	}
-	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		t := wf.Task
-		var n int
-		if err := tx.QueryRow(ctx, workflowInsertSQL, string(t.ID), string(t.Behavior), string(t.Params), t.Priority,
-			t.Trace, t.Notify, t.Retention.Microseconds(), len(wf.Nodes)).Scan(&n); err != nil {
-			return err
-		}
-		if n == 0 {
-			// The id is taken: by this workflow (a second submit stores
-			// nothing) or by a task that is not a workflow.
-			var behavior string
-			if err := tx.QueryRow(ctx, `SELECT behavior FROM stint_task WHERE id = $1`, string(t.ID)).Scan(&behavior); err != nil {
-				return err
-			}
-			if behavior != string(api.WorkflowBehavior) {
-				return fmt.Errorf("task %s is of behavior %s, not a workflow: %w", t.ID, behavior, api.ErrConflict)
-			}
-			return nil
-		}
-		created = true
-		states := make([]nodeState, len(wf.Nodes))
-		for i, deps := range wf.DependsOn {
-			if states[i].pending = len(deps); len(deps) == 0 {
-				states[i].verdict = "run"
-			}
-		}
-		if err := tx.QueryRow(ctx, workflowNodesSQL, workflowNodeArgs(wf.Task.ID, wf.Nodes, wf.Names, wf.Rules, states, false)...).Scan(&n); err != nil {
-			return err
-		}
-		var from, to textArray
-		for i, deps := range wf.DependsOn {
-			for _, d := range deps {
-				from, to = append(from, string(wf.Nodes[d].ID)), append(to, string(wf.Nodes[i].ID))
-			}
-		}
-		if len(from) > 0 {
-			if _, err := tx.Exec(ctx, workflowEdgesSQL, from, to); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	out, err := s.SubmitWorkflows(ctx, tx, []store.NewWorkflow{wf})
 	if err != nil {
+		return false, err
+	}
+	return out[0].Created, out[0].Err
+}
+
+// SubmitWorkflows stores workflows; see store.Workflows. They go out in
+// one statement (workflowSubmitSQL): on the pool, in one round trip with
+// its settings, as one implicit transaction; in tx, in a savepoint, so
+// that a failure leaves the caller's transaction usable. A statement the
+// database refuses for what its rows hold (a node's id taken by another
+// task, a deadlock with another submit) is sent again in halves, each on
+// its own, down to the one workflow at fault, which gets the error alone.
+func (s *Store) SubmitWorkflows(ctx context.Context, tx pgx.Tx, wfs []store.NewWorkflow) ([]store.WorkflowOutcome, error) {
+	out := make([]store.WorkflowOutcome, len(wfs))
+	if err := s.submitWorkflows(ctx, tx, wfs, out); err != nil {
+		if len(wfs) == 1 {
+			return nil, fmt.Errorf("submit workflow %s: %w", wfs[0].Task.ID, err)
+		}
+		return nil, fmt.Errorf("submit %d workflows: %w", len(wfs), err)
+	}
+	return out, nil
+}
+
+// submitWorkflows stores wfs and gives each its outcome in out, halving
+// wfs when the database refuses the statement for its rows; see
+// SubmitWorkflows. It returns the error of a statement the database did
+// not serve, when nothing of wfs was stored.
+func (s *Store) submitWorkflows(ctx context.Context, tx pgx.Tx, wfs []store.NewWorkflow, out []store.WorkflowOutcome) error {
+	err := s.submitWorkflowsOnce(ctx, tx, wfs, out)
+	switch {
+	case err == nil || !rowsRefused(err):
+		return err
+	case len(wfs) == 1:
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 			err = api.Invalid("nodes", "a node's task id is taken by another task: %s", pgErr.Detail)
 		}
-		return false, fmt.Errorf("submit workflow %s: %w", wf.Task.ID, err)
+		out[0].Err = fmt.Errorf("submit workflow %s: %w", wfs[0].Task.ID, err)
+		return nil
 	}
-	return created, nil
+	half := len(wfs) / 2
+	for _, part := range [][2]int{{0, half}, {half, len(wfs)}} {
+		ws, outs := wfs[part[0]:part[1]], out[part[0]:part[1]]
+		if err := s.submitWorkflows(ctx, tx, ws, outs); err != nil {
+			for i := range outs {
+				outs[i].Err = fmt.Errorf("submit workflow %s: %w", ws[i].Task.ID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// rowsRefused reports whether err is the database refusing a statement
+// for what its rows hold (a constraint, bad data, a deadlock), which a
+// statement without some of them may not meet, rather than failing to
+// serve it.
+func rowsRefused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23") || pgErr.Code == "40P01"
+}
+
+// submitWorkflowsOnce stores wfs in one statement and, once it committed
+// (or in tx), reads what holds the ids of those it did not store: the
+// workflow itself (Created false), or another task (api.ErrConflict). An
+// id whose task went away in between is submitted again.
+func (s *Store) submitWorkflowsOnce(ctx context.Context, tx pgx.Tx, wfs []store.NewWorkflow, out []store.WorkflowOutcome) error {
+	var db batcher = s.pool
+	if tx != nil {
+		sp, err := tx.Begin(ctx) // a savepoint
+		if err != nil {
+			return err
+		}
+		defer sp.Rollback(ctx) //nolint:errcheck // released below on success
+		db = sp
+	}
+	var created []string
+	if err := indexedRowWith(ctx, db, genericSettingsSQL, workflowSubmitSQL, workflowSubmitArgs(wfs)...).Scan(&created, new(int64)); err != nil {
+		return err
+	}
+	made := make(map[api.TaskID]bool, len(created))
+	for _, id := range created {
+		made[api.TaskID(id)] = true
+	}
+	var taken []string
+	for i, wf := range wfs {
+		out[i] = store.WorkflowOutcome{Created: made[wf.Task.ID]}
+		if !out[i].Created {
+			taken = append(taken, string(wf.Task.ID))
+		}
+	}
+	var again []int
+	if len(taken) > 0 {
+		// The id is taken: by this workflow (a second submit stores
+		// nothing) or by a task that is not a workflow.
+		behaviors := map[api.TaskID]string{}
+		if _, err := indexed(ctx, db, func(rows pgx.Rows) error {
+			var id, behavior string
+			_, err := pgx.ForEachRow(rows, []any{&id, &behavior}, func() error {
+				behaviors[api.TaskID(id)] = behavior
+				return nil
+			})
+			return err
+		}, workflowsTakenSQL, textArray(taken)); err != nil {
+			return err
+		}
+		for i, wf := range wfs {
+			if out[i].Created {
+				continue
+			}
+			switch b, ok := behaviors[wf.Task.ID]; {
+			case !ok:
+				again = append(again, i)
+			case b != string(api.WorkflowBehavior):
+				out[i].Err = fmt.Errorf("submit workflow %s: task %s is of behavior %s, not a workflow: %w", wf.Task.ID, wf.Task.ID, b, api.ErrConflict)
+			}
+		}
+	}
+	if tx != nil {
+		if err := db.(pgx.Tx).Commit(ctx); err != nil { // releases the savepoint
+			return err
+		}
+	}
+	for _, i := range again {
+		// Removed since the statement found it: submitted again.
+		if err := s.submitWorkflows(ctx, tx, wfs[i:i+1], out[i:i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// workflowSubmitArgs returns the parameters of workflowSubmitSQL for wfs,
+// in the order of their ids, so that submits of the same ids take their
+// rows' locks in the same order.
+func workflowSubmitArgs(wfs []store.NewWorkflow) []any {
+	order := make([]int, len(wfs))
+	nodes, edges := 0, 0
+	for i, wf := range wfs {
+		order[i] = i
+		nodes += len(wf.Nodes)
+		for _, d := range wf.DependsOn {
+			edges += len(d)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(string(wfs[a].Task.ID), string(wfs[b].Task.ID)) })
+	n := len(wfs)
+	ids, params, traces := make(textArray, 0, n), make(textArray, 0, n), make(textArray, 0, n)
+	priorities, retentions, counts := make(intArray, 0, n), make(intArray, 0, n), make(intArray, 0, n)
+	awaited := make(boolArray, 0, n)
+	parents, names, behaviors, nparams := make(textArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes)
+	npriorities, delays, groups, ntraces := make(intArray, 0, nodes), make(intArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes)
+	nawaited, nretentions, uses, rules := make(boolArray, 0, nodes), make(intArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes)
+	pending, versions := make(intArray, 0, nodes), make(intArray, 0, nodes)
+	from, to := make(textArray, 0, edges), make(textArray, 0, edges)
+	for _, i := range order {
+		wf := wfs[i]
+		t := wf.Task
+		ids, params, traces = append(ids, string(t.ID)), append(params, string(t.Params)), append(traces, t.Trace)
+		priorities, retentions = append(priorities, int64(t.Priority)), append(retentions, t.Retention.Microseconds())
+		counts, awaited = append(counts, int64(len(wf.Nodes))), append(awaited, t.Notify)
+		for j, nt := range wf.Nodes {
+			parents, names = append(parents, string(t.ID)), append(names, wf.Names[j])
+			behaviors, nparams = append(behaviors, string(nt.Behavior)), append(nparams, string(nt.Params))
+			npriorities, delays = append(npriorities, int64(nt.Priority)), append(delays, nt.Delay.Microseconds())
+			groups, ntraces = append(groups, nt.GroupKey), append(ntraces, nt.Trace)
+			nawaited, nretentions = append(nawaited, nt.Notify), append(nretentions, nt.Retention.Microseconds())
+			use := ""
+			if len(nt.RateUses) > 0 {
+				b, _ := json.Marshal(nt.RateUses) // strings and numbers: cannot fail
+				use = string(b)
+			}
+			uses, rules = append(uses, use), append(rules, string(wf.Rules[j]))
+			pending, versions = append(pending, int64(len(wf.DependsOn[j]))), append(versions, int64(nt.Version))
+			for _, d := range wf.DependsOn[j] {
+				from, to = append(from, string(wf.Nodes[d].ID)), append(to, string(nt.ID))
+			}
+		}
+	}
+	return []any{ids, params, priorities, traces, awaited, retentions, counts,
+		parents, names, behaviors, nparams, npriorities, delays, groups, ntraces, nawaited, nretentions, uses, rules, pending, versions,
+		from, to}
 }
 
 // nodeState is how a node is stored: its counts of dependencies by
