@@ -291,13 +291,15 @@ func (s *Server) isFlowBusy(b api.BehaviorID) bool {
 }
 
 // returned lists the runs of behavior b that returned and whose end is not
-// recorded yet; see store.ClaimRequest.Returned.
+// recorded yet; see store.ClaimRequest.Returned. Those that kept their
+// slots for the hand-over of their finish (see handsOver) are left out:
+// their slots are not this claim's to fill.
 func (s *Server) returned(b api.BehaviorID) []store.LeaseRef {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []store.LeaseRef
 	for _, r := range s.running {
-		if r.returned && r.claimed.Behavior == b {
+		if r.returned && !r.handed && r.claimed.Behavior == b {
 			out = append(out, r.claimed.LeaseRef)
 		}
 	}

@@ -41,11 +41,11 @@ type completer struct {
 	// must be quick.
 	recorded func(batch []*run, held []bool, err error)
 	// offer, when set, returns before each statement the local start of
-	// workflow nodes the batch may make on this node (see
-	// Server.offerNodeStarts; a zero one makes none), and the function
-	// that ends it with the tasks the statement started (none when it
-	// failed) and when it was sent.
-	offer func(batch []*run) (store.LocalStart, func(started []store.Claimed, sent time.Time))
+	// workflow nodes the batch may make on this node and the hand-over of
+	// the slots its runs kept (see Server.offerStarts; a zero one makes
+	// none), and the function that ends it with the tasks the statement
+	// started (none when it failed), when it was sent and its error.
+	offer func(batch []*run) (store.LocalStart, func(started []store.Claimed, sent time.Time, err error))
 	// timeout is the deadline of a batch's first try (dbTimeout; tests
 	// shorten it).
 	timeout time.Duration
@@ -54,6 +54,23 @@ type completer struct {
 	mu      sync.Mutex
 	pending []*run // ended runs, oldest from head; those before head are taken
 	head    int
+	busy    bool // a batch is being recorded, or a run promised to come (see promise)
+}
+
+// promise reports whether a run that ends now would be recorded at once:
+// no batch is being recorded, none waits, and no other run was promised
+// so. If it would, the run is promised so, until the completer takes
+// its batch: a run's slot kept for the hand-over of its finish (see
+// Server.handsOver) waits for that finish, which must not wait for
+// another batch to return first.
+func (c *completer) promise() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy || len(c.pending) > c.head {
+		return false
+	}
+	c.busy = true
+	return true
 }
 
 func newCompleter(st store.Store, log *slog.Logger, inc *incidents, recorded func([]*run, []bool, error)) *completer {
@@ -87,6 +104,7 @@ func (c *completer) take(batch []*run) []*run {
 			break
 		}
 	}
+	c.busy = n > 0
 	batch = append(batch[:0], c.pending[c.head:c.head+n]...)
 	clear(c.pending[c.head : c.head+n])
 	c.head += n
@@ -146,19 +164,19 @@ func (c *completer) flush(ctx context.Context, batch []*run, comps []store.Compl
 	for try := 1; try <= 8; try++ {
 		var held []bool
 		var start store.LocalStart
-		var started func([]store.Claimed, time.Time)
+		var started func([]store.Claimed, time.Time, error)
 		if c.offer != nil {
 			start, started = c.offer(batch)
 		}
 		sent := time.Now()
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout) // one that does not return by then is tried again
-		if start.Reserve != nil {
+		if start.Reserve != nil || len(start.HandOver) > 0 {
 			var tasks []store.Claimed
 			held, tasks, err = c.st.FinishStart(fctx, comps, start)
 			// The started runs begin before the batch's runs are let go
 			// (recorded), so that Server.Stop, which waits for the runs,
 			// never finds none in between.
-			started(tasks, sent)
+			started(tasks, sent, err)
 		} else {
 			held, err = c.st.Finish(fctx, comps)
 		}

@@ -372,7 +372,9 @@ func (s *Server) capsSet() {
 // tasks the cap held back, on any node. A cap that never binds, the common
 // case, wakes nobody: every end of a batch woke this node's claimers (and
 // so every idle claim group; see activeGroups) and sent a notification, a
-// tenth of the throughput of no-op tasks under a cap set high. unheard
+// tenth of the throughput of no-op tasks under a cap set high. Nor does a
+// run whose slot the hand-over of its finish filled again (see
+// handsOver): it freed nothing. unheard
 // are those of freed that have a run whose return did not wake this
 // node's claimers already (see freeSlot).
 func (s *Server) capsFreed(batch []*run) (freed, unheard []api.BehaviorID) {
@@ -380,7 +382,7 @@ func (s *Server) capsFreed(batch []*run) (freed, unheard []api.BehaviorID) {
 	defer s.capsMu.Unlock()
 	for _, r := range batch {
 		b := r.claimed.Behavior
-		if !s.cappedLately(b) {
+		if r.refilled || !s.cappedLately(b) {
 			continue
 		}
 		if !slices.Contains(freed, b) {

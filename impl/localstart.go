@@ -248,6 +248,34 @@ func (s *Server) startedHere(reserved []api.BehaviorID, started []store.Claimed,
 	}
 }
 
+// offerStarts returns what the statement recording batch may start on
+// this node, and the function that ends it: the workflow nodes the
+// batch's ends make ready (see offerNodeStarts; none with
+// ServerConfig.NoLocalStart), and the hand-over of the slots its runs kept
+// (see handsOver).
+func (s *Server) offerStarts(batch []*run) (store.LocalStart, func([]store.Claimed, time.Time, error)) {
+	var start store.LocalStart
+	var nodes func([]store.Claimed, time.Time)
+	if !s.cfg.NoLocalStart {
+		start, nodes = s.offerNodeStarts(batch)
+	}
+	h := s.offerHandOver(batch)
+	if nodes == nil && h == nil {
+		return store.LocalStart{}, nil
+	}
+	if h != nil {
+		start.Node, start.HandOver, start.HandedOver = s.cfg.Node, h.reqs, h.handed
+	}
+	return start, func(started []store.Claimed, sent time.Time, err error) {
+		if nodes != nil {
+			nodes(started, sent)
+		}
+		if h != nil {
+			h.end(sent, err)
+		}
+	}
+}
+
 // offerNodeStarts returns the local start that the statement recording
 // batch may make of the workflow nodes the batch's ends make ready (see
 // ServerConfig.NoLocalStart and store.Store.FinishStart), and the

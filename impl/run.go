@@ -35,6 +35,8 @@ type run struct {
 	active   time.Time        // the run's start or its last checkpoint or heartbeat
 	returned bool             // the behavior returned; its end may not be recorded yet
 	freedCap bool             // its return woke the claimers: it freed a slot of a cap across nodes found full lately
+	handed   bool             // its return kept its slot for the hand-over of its finish (see handsOver)
+	refilled bool             // the hand-over of its finish filled its slot (see capsFreed); set before recorded
 	received []int64          // the seq of the messages it received that no checkpoint consumed
 	lastSeq  map[string]int64 // by topic, the seq of the last message it received
 	at       int              // the run's index in Server.running, -1 once out of it
@@ -170,6 +172,8 @@ func runCtx(timeout time.Duration) (context.Context, context.CancelCauseFunc) {
 // lately: its claim counts the runs that returned as ended (see
 // store.ClaimRequest.Returned), so it need not wait for the completer to
 // record them, a round trip and a durable commit before it went out.
+// A run whose end the finish records keeps its slot instead when that
+// finish hands it over (see keepSlot).
 func (s *Server) freeSlot(r *run) {
 	b := r.claimed.Behavior
 	s.capsMu.Lock()
@@ -327,7 +331,9 @@ func (s *Server) execute(r *run) {
 	}
 	s.tel.runEnded(span, c)
 	r.end = c
-	s.freeSlot(r)
+	if !s.keepSlot(r) {
+		s.freeSlot(r)
+	}
 	s.completer.finish(r)
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -94,6 +95,20 @@ type ServerConfig struct {
 	// node runs that cap nothing (no Policy.MaxConcurrency, Rotation or
 	// flow control) and that a claim could take now.
 	NoLocalStart bool
+	// NoHandOver turns off the hand-over. By default (false) the run of
+	// a behavior at a cap that binds (its Policy.MaxConcurrency on this
+	// node, found full by the claimers; a group key's or the behavior's
+	// cap across nodes, found full by a claim within the last 10 s) keeps
+	// its slot when it returns, while the node has other slots free and
+	// no batch of ends is being recorded (its end is then recorded at
+	// once, not after that batch), and the statement that records its end
+	// claims, in its transaction, the
+	// next due tasks of the behavior for the slots so kept, as a claim of
+	// the behavior would (a claim under flow control counting the running
+	// tasks after the finish), and the node starts them at once: no claim
+	// of its own per run. A kept slot that the claim does not fill is
+	// freed when the finish returns, and the claimers woken for it.
+	NoHandOver bool
 	// AwaitPollInterval is ClientConfig.PollInterval for the server's own
 	// Awaits.
 	AwaitPollInterval time.Duration
@@ -184,6 +199,7 @@ type Server struct {
 	bgDone      sync.WaitGroup
 	runs        sync.WaitGroup
 	localStarts sync.WaitGroup // submits that may start tasks on this node, in flight
+	handedOver  atomic.Int64   // tasks the hand-overs of finishes started (see handsOver)
 	// nodeStarters are the behaviors whose workflow nodes may start here
 	// when a finish makes them ready (see offerNodeStarts).
 	nodeStarters []store.BehaviorLease
@@ -362,9 +378,7 @@ func (s *Server) Start(ctx context.Context) error {
 	claimCtx, claimCancel := context.WithCancel(context.Background())
 	s.bgCancel, s.claimCancel = bgCancel, claimCancel
 	s.completer = newCompleter(s.st, s.log, s.inc, s.recorded)
-	if !s.cfg.NoLocalStart {
-		s.completer.offer = s.offerNodeStarts
-	}
+	s.completer.offer = s.offerStarts
 	s.claimDone = make(chan struct{})
 
 	s.bgDone.Add(5)

@@ -75,6 +75,19 @@ func (s *slots) unreserve(limit int, capped []api.BehaviorID, claimed []store.Cl
 	}
 }
 
+// keep keeps the slot of a run that returned for the hand-over of its
+// finish (see Server.handsOver): the slot holds no run, and stays taken,
+// reserved as for a claim in flight, and counted against its behavior's
+// cap.
+func (s *slots) keep() { s.reserved++ }
+
+// unkeep frees a slot of a run of behavior b, which policy p caps or
+// not, that keep kept and no hand-over filled.
+func (s *slots) unkeep(b api.BehaviorID, p spi.Policy) {
+	s.reserved--
+	s.release(b, p)
+}
+
 // release gives back the slot of a run of behavior b, which policy p caps
 // or not, once its behavior returned.
 func (s *slots) release(b api.BehaviorID, p spi.Policy) {

@@ -186,6 +186,21 @@ type LocalStart struct {
 	// the node. It is called at most once per call of the store, from the
 	// caller's goroutine. Nil starts none.
 	Reserve func() int
+	// HandOver are claims that a finish makes in its transaction once
+	// its completions are recorded, for the slots of a cap that their
+	// runs freed on Node (a per-node MaxConcurrency, a group key's cap, a
+	// cluster cap): each names one behavior and claims as a claim of the
+	// same request would, under the same rules (a claim under flow
+	// control counts the running tasks after the finish's writes), at
+	// most its Limit. Its Leases are drawn by the node, as a claim's, so
+	// that ReleaseClaim can give back what it took when the finish's
+	// answer is lost. Independent of Reserve and Behaviors.
+	HandOver []ClaimRequest
+	// HandedOver is called once the finish's transaction committed, from
+	// the caller's goroutine, with the tasks each claim of HandOver took
+	// (by its index; none is called for a claim the finish did not make)
+	// and what a claim under flow control held back.
+	HandedOver func(i int, claimed []Claimed, held FlowHeld)
 }
 
 // NewSignal is a message for a task, as Store.Signal stores it.
@@ -360,7 +375,11 @@ type Store interface {
 	// starts them, under one lease per behavior, and are returned in
 	// started; the others become due as Finish makes them. On an error,
 	// started still lists the tasks a part of the batch that committed
-	// started. A zero start is Finish.
+	// started. The claims of start.HandOver are made once per call, in
+	// the transaction of the first part of the batch recorded without a
+	// completion of a child or one that sleeps on a signal; a call with
+	// no such part makes none (nor calls HandedOver), and a call that
+	// returns an error may have made them. A zero start is Finish.
 	FinishStart(ctx context.Context, cs []Completion, start LocalStart) (held []bool, started []Claimed, err error)
 	// Checkpoint stores a run's progress. With a non-nil tx it runs inside
 	// it. With keep (spi.Policy.KeepSteps) the progress is also kept as

@@ -373,9 +373,12 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 	var lost []int64
 	var woken []store.Claimed
 	var err error
-	if hasParent || len(sleeping) > 0 {
+	switch {
+	case hasParent || len(sleeping) > 0:
 		lost, woken, err = s.finishFamily(ctx, settings, args, n, failed, sleeping, st)
-	} else {
+	case len(st.HandOver) > 0 && !st.handed:
+		lost, err = s.finishHandOver(ctx, settings, args, n, st)
+	default:
 		// A batch without children is one statement.
 		var parents, nodes []string
 		var hasDependents []bool

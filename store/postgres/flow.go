@@ -114,10 +114,13 @@ func (s *Store) ClaimFlow(ctx context.Context, req store.ClaimRequest) ([]store.
 // in the batch that takes the behavior's turn and reads the caps, and
 // commits in the batch that claims, so that a claim takes three round
 // trips (the turn, the pick, the claim) where no rate key or exact count
-// needs its own.
+// needs its own. A claim nested in a transaction open already (a
+// finish's hand-over: see finishHandOver) neither opens nor commits it.
 func (s *Store) claimFlowOn(ctx context.Context, f *flowClaim) ([]store.Claimed, store.FlowHeld, error) {
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	if !f.nested {
+		b.Queue("BEGIN")
+	}
 	if err := f.configure(ctx, b); err != nil {
 		return nil, store.FlowHeld{}, err
 	}
@@ -125,6 +128,9 @@ func (s *Store) claimFlowOn(ctx context.Context, f *flowClaim) ([]store.Claimed,
 		faultpoint.Reach(faultpoint.FlowClaim)
 	}
 	if f.limit <= 0 {
+		if f.nested {
+			return nil, store.FlowHeld{}, nil
+		}
 		return nil, store.FlowHeld{}, commitConn(ctx, f.tx)
 	}
 	if err := f.pick(ctx, s); err != nil {
@@ -141,7 +147,8 @@ func (s *Store) claimFlowOn(ctx context.Context, f *flowClaim) ([]store.Claimed,
 	// The claimed tasks that waited on a rate limit are known once the
 	// claim returned: their waiting is cleared before the commit.
 	clear := len(f.waiting) > 0 && len(f.hints) > 0
-	if !clear {
+	commit := !clear && !f.nested
+	if commit {
 		b.Queue("COMMIT")
 	}
 	var out []store.Claimed
@@ -162,7 +169,7 @@ func (s *Store) claimFlowOn(ctx context.Context, f *flowClaim) ([]store.Claimed,
 				return err
 			}
 		}
-		if !clear {
+		if commit {
 			if err := execCommit(br); err != nil {
 				return err
 			}
@@ -175,7 +182,9 @@ func (s *Store) claimFlowOn(ctx context.Context, f *flowClaim) ([]store.Claimed,
 	if clear {
 		b = &pgx.Batch{}
 		f.queueClearWaiting(b, out)
-		b.Queue("COMMIT")
+		if !f.nested {
+			b.Queue("COMMIT")
+		}
 		if err := sendAll(ctx, f.tx, b); err != nil {
 			return nil, store.FlowHeld{}, err
 		}
@@ -196,6 +205,7 @@ type flowClaim struct {
 	began    time.Time // the start of the claim's transaction
 	limit    int       // tasks to claim at most: the request's, within the cluster cap
 	idle     bool      // nothing was due: the claim did not take its turn
+	nested   bool      // the claim runs in a transaction open already, which it leaves open
 	bound    int64     // an upper bound on the running tasks; see leaseBoundSQL
 	full     bool      // the cluster cap left less than the request's limit
 	allKeys  bool      // the pick read the room of every group key with a task due

@@ -100,6 +100,7 @@ func hotStatements() []hotStatement {
 		{name: "submit workflows", sql: workflowSubmitSQL, settings: genericSettingsSQL, args: workflowSubmitArgs(diamonds)},
 		{name: "submit workflows: what holds the ids not stored", sql: workflowsTakenSQL, args: []any{textArray{"wf-000001", "wf-new-000"}}},
 		{name: "claim", sql: claimSQL, settings: claimSettingsSQL, args: []any{node, behaviors, leaseUS, 1000, int64(0), uuidArray(nil)}},
+		{name: "claim handed over in a finish", sql: claimSQL, settings: handOverSettingsSQL, args: []any{node, behaviors, leaseUS, 8, int64(0), uuidArray{planLease}}},
 		{name: "claim under flow control: window", sql: flowWindowSQL, settings: flowSettingsSQL,
 			args: []any{"bench.noop", int64(0), 4000, []string{"g1"}, hints[:10]}},
 		{name: "claim under flow control: keys in turn", sql: flowKeysSQL, settings: flowSettingsSQL,

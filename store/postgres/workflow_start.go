@@ -24,6 +24,7 @@ type starts struct {
 	asked     bool
 	limit     int
 	started   []store.Claimed
+	handed    bool // the claims of HandOver were made (see finishHandOver)
 }
 
 // newStarts returns the starts of l.
