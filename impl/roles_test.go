@@ -194,3 +194,32 @@ func TestClientRoleDoesEveryVerbAndForgesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before, after, "the refused forgeries changed nothing")
 }
+
+// TestClientRoleMarksAFinishedTaskAwaitedWithoutWriting: the awaited flag
+// of a task that finished is not written, so that the client role, which
+// may not write a finished row, reads it instead of failing: an await
+// whose task finished between its read and its mark failed with a
+// row-level security error.
+func TestClientRoleMarksAFinishedTaskAwaitedWithoutWriting(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("node", 5*time.Second)
+	f, err := api.Submit(e.ctx, srv, workKind, WorkParams{Key: "ended"})
+	require.NoError(t, err)
+	_, err = f.Await(e.ctx)
+	require.NoError(t, err)
+
+	clientStore, err := postgres.Open(e.ctx, e.asRole("stint_client"))
+	require.NoError(t, err)
+	t.Cleanup(clientStore.Close)
+	got, err := clientStore.MarkAwaited(e.ctx, f.ID())
+	require.NoError(t, err)
+	require.Equal(t, api.StatusSuccess, got.Status)
+	require.True(t, got.Finished())
+
+	sub, err := srv.Submit(e.ctx, api.SubmitRequest{Behavior: workKind.ID, Params: []byte(`{"key":"later"}`), Delay: time.Hour})
+	require.NoError(t, err)
+	got, err = clientStore.MarkAwaited(e.ctx, sub.ID)
+	require.NoError(t, err)
+	require.True(t, got.Notify, "a task not finished is marked")
+}

@@ -129,8 +129,22 @@ func (s *Store) Get(ctx context.Context, id api.TaskID) (api.Task, error) {
 // getTaskSQL reads the task $1 (an await's poll).
 var getTaskSQL = `SELECT ` + taskColumns + ` FROM stint_task WHERE id = $1`
 
-// markAwaitedSQL sets the awaited flag of the task $1 and returns it.
-var markAwaitedSQL = `UPDATE stint_task SET awaited = true WHERE id = $1 RETURNING ` + taskColumns
+// markAwaitedSQL sets the awaited flag of the task $1, unless it finished
+// for good, and returns it: as written, or else as the statement's
+// snapshot shows it. A finished row is left alone: the client role may
+// not write one (its row-level security refuses the write), and its
+// finish notified or not already. The task the statement returns without
+// the flag, and not finished, finished after the statement began: read it
+// again.
+var markAwaitedSQL = `
+WITH u AS (
+    UPDATE stint_task SET awaited = true
+    WHERE id = $1 AND NOT (status IN ('success', 'failure') AND schedule_not_before IS NULL)
+    RETURNING ` + taskColumns + `
+)
+SELECT * FROM u
+UNION ALL
+SELECT ` + taskColumns + ` FROM stint_task WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM u)`
 
 // MarkAwaited sets the awaited flag and returns the task as of that write.
 func (s *Store) MarkAwaited(ctx context.Context, id api.TaskID) (api.Task, error) {
