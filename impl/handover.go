@@ -51,7 +51,7 @@ func (s *Server) keepSlot(r *run) bool {
 // rules as any claim fills it, or the slot is freed once the finish
 // returns, and the claimers woken (see handOver.end).
 func (s *Server) handsOver(r *run) bool {
-	if s.cfg.NoHandOver || !s.startsRuns() || s.slots.free() <= 0 {
+	if !s.cfg.HandOver || !s.startsRuns() || s.slots.free() <= 0 {
 		return false
 	}
 	p := r.reg.Policy

@@ -152,7 +152,7 @@ func TestHandOverKeepsCaps(t *testing.T) {
 				reg := spi.NewRegistry()
 				spi.MustRegister[capParams, struct{}](reg, probe)
 				srv, err := impl.NewServer(e.st, impl.ServerConfig{Node: fmt.Sprint("n", i), Registry: reg,
-					PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+					PollInterval: 100 * time.Millisecond, HandOver: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 				require.NoError(t, err)
 				servers = append(servers, srv)
 			}

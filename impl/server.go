@@ -95,20 +95,23 @@ type ServerConfig struct {
 	// node runs that cap nothing (no Policy.MaxConcurrency, Rotation or
 	// flow control) and that a claim could take now.
 	NoLocalStart bool
-	// NoHandOver turns off the hand-over. By default (false) the run of
-	// a behavior at a cap that binds (its Policy.MaxConcurrency on this
-	// node, found full by the claimers; a group key's or the behavior's
-	// cap across nodes, found full by a claim within the last 10 s) keeps
-	// its slot when it returns, while the node has other slots free and
-	// no batch of ends is being recorded (its end is then recorded at
-	// once, not after that batch), and the statement that records its end
-	// claims, in its transaction, the
-	// next due tasks of the behavior for the slots so kept, as a claim of
-	// the behavior would (a claim under flow control counting the running
-	// tasks after the finish), and the node starts them at once: no claim
-	// of its own per run. A kept slot that the claim does not fill is
-	// freed when the finish returns, and the claimers woken for it.
-	NoHandOver bool
+	// HandOver turns on the hand-over (off by default: on two shared
+	// cores, where a WAL flush costs about what a claim's round trip
+	// does, it did not make capped behaviors faster; see
+	// docs/performance.md). With it, the run of a behavior at a cap that
+	// binds (its Policy.MaxConcurrency on this node, found full by the
+	// claimers; a group key's or the behavior's cap across nodes, found
+	// full by a claim within the last 10 s) keeps its slot when it
+	// returns, while the node has other slots free and no batch of ends
+	// is being recorded (its end is then recorded at once, not after that
+	// batch), and the statement that records its end claims, in its
+	// transaction, the next due tasks of the behavior for the slots so
+	// kept, as a claim of the behavior would (a claim under flow control
+	// counting the running tasks after the finish), and the node starts
+	// them at once: no claim of its own per run. A kept slot that the
+	// claim does not fill is freed when the finish returns, and the
+	// claimers woken for it.
+	HandOver bool
 	// AwaitPollInterval is ClientConfig.PollInterval for the server's own
 	// Awaits.
 	AwaitPollInterval time.Duration

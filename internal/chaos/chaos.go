@@ -48,6 +48,9 @@ const (
 	// envLease is the lease of the node's behaviors (a Go duration), if
 	// not Lease.
 	envLease = "STINT_CHAOS_LEASE"
+	// envHandOver, when set, turns on the node's hand-over
+	// (impl.ServerConfig.HandOver).
+	envHandOver = "STINT_CHAOS_HAND_OVER"
 )
 
 // Lease is the lease of chaos.work and the flow behaviors: short, so that
@@ -195,7 +198,7 @@ func runNode() {
 			out = f // open until the process ends
 		}
 		return impl.NewServer(st, impl.ServerConfig{Node: node, Registry: Registry(st.Pool(), node), MaxWorkers: 50,
-			PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(out, nil))})
+			PollInterval: 100 * time.Millisecond, HandOver: os.Getenv(envHandOver) != "", Logger: slog.New(slog.NewJSONHandler(out, nil))})
 	}, opts...)
 }
 
@@ -234,6 +237,8 @@ type Node struct {
 	// FreezeAt, if set, is the fault point (see internal/faultpoint) at
 	// which the node process stops itself once armed by a SIGUSR1.
 	FreezeAt string
+	// HandOver turns on the node's hand-over (impl.ServerConfig.HandOver).
+	HandOver bool
 }
 
 type kill struct {
@@ -290,6 +295,9 @@ func (c *Cluster) Start(n *Node) {
 	}
 	if n.FreezeAt != "" {
 		env = append(env, envFreezeAt+"="+n.FreezeAt)
+	}
+	if n.HandOver {
+		env = append(env, envHandOver+"=1")
 	}
 	n.Child = childtest.Start(c.T, env...)
 	n.Cmd = n.Child.Cmd
