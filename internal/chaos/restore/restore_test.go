@@ -188,6 +188,7 @@ func TestRestoreFromABaseBackup(t *testing.T) {
 	w := workload{wf: submitEveryState(t, ctx, old, l)}
 	awaitEveryState(t, old, l, w.wf)
 	w.delayed, w.held = submitWaiting(t, ctx, old, l)
+	awaitSteppingEarly(t, old)
 
 	dir := pgtest.TempDir(t)
 	began := time.Now()
@@ -419,6 +420,22 @@ func awaitEveryState(t *testing.T, c *chaos.Cluster, l *chaos.Ledger, wf api.Wor
 		require.True(t, time.Now().Before(deadline), "the tasks did not reach every state: failed=%d retrying=%d stepping=%d nodes done=%d acknowledged=%d",
 			failed, retrying, stepping, done, len(l.Acked()))
 		time.Sleep(50 * time.Millisecond) // polling the database for the states, bounded by the deadline
+	}
+}
+
+// awaitSteppingEarly waits up to a minute until a chaos.steps task runs
+// with at most half its steps checkpointed, a second or more before it
+// ends, so that it still runs with checkpointed steps when the backup
+// that follows ends. The capped steps tasks start and end together: at
+// some moments none has a checkpoint, at others all are about to end.
+func awaitSteppingEarly(t *testing.T, c *chaos.Cluster) {
+	for deadline := time.Now().Add(time.Minute); ; {
+		if count(t, c, `SELECT count(*) FROM stint_task WHERE behavior = 'chaos.steps' AND status = 'running'
+			AND CASE WHEN jsonb_typeof(progress) = 'number' THEN (progress #>> '{}')::numeric END BETWEEN 1 AND 4`) > 0 {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "no chaos.steps task ran with its first steps checkpointed")
+		time.Sleep(20 * time.Millisecond) // polling the database, bounded by the deadline
 	}
 }
 
