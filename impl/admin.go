@@ -227,9 +227,6 @@ func (c *Client) Subscribe(ctx context.Context, f api.Filter) (<-chan api.Event,
 		// Flag the task so its finish is notified, and start from its
 		// current state.
 		t, err := c.st.MarkAwaited(ctx, f.ID)
-		if err == nil && !t.Finished() && !t.Notify {
-			t, err = c.st.Get(store.ReadPrimary(ctx), f.ID) // it finished since the statement began
-		}
 		if err != nil {
 			return nil, err
 		}

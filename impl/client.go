@@ -333,11 +333,7 @@ func (c *Client) Await(ctx context.Context, id api.TaskID) (api.Task, error) {
 		// see the finished row, or the finish sees the flag.
 		if t, err = c.st.Get(readCtx, id); err == nil && !t.Finished() && !t.Notify && !marked {
 			t, err = c.st.MarkAwaited(ctx, id)
-			marked = err == nil && t.Notify
-			if err == nil && !t.Finished() && !t.Notify {
-				primary = true // it finished since the read began: read it again
-				continue
-			}
+			marked = err == nil
 		}
 		switch {
 		case err == nil && t.Finished():

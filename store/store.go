@@ -322,7 +322,9 @@ type Store interface {
 	// task that does not exist.
 	Attempts(ctx context.Context, id api.TaskID) ([]api.Attempt, error)
 	// MarkAwaited sets the task's awaited flag and returns its state as of
-	// that write, or api.ErrNotFound.
+	// that write, or api.ErrNotFound. A task finished for good is not
+	// written (its finish notified or not already) and is returned as it
+	// is.
 	MarkAwaited(ctx context.Context, id api.TaskID) (api.Task, error)
 	// List returns a page of tasks.
 	List(ctx context.Context, f api.Filter) (api.Page, error)

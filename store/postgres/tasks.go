@@ -133,9 +133,8 @@ var getTaskSQL = `SELECT ` + taskColumns + ` FROM stint_task WHERE id = $1`
 // for good, and returns it: as written, or else as the statement's
 // snapshot shows it. A finished row is left alone: the client role may
 // not write one (its row-level security refuses the write), and its
-// finish notified or not already. The task the statement returns without
-// the flag, and not finished, finished after the statement began: read it
-// again.
+// finish notified or not already. A task it returns without the flag, and
+// not finished, finished after the statement began (see MarkAwaited).
 var markAwaitedSQL = `
 WITH u AS (
     UPDATE stint_task SET awaited = true
@@ -146,9 +145,15 @@ SELECT * FROM u
 UNION ALL
 SELECT ` + taskColumns + ` FROM stint_task WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM u)`
 
-// MarkAwaited sets the awaited flag and returns the task as of that write.
+// MarkAwaited sets the awaited flag and returns the task as of that write,
+// or, finished, as it is; see store.Store.
 func (s *Store) MarkAwaited(ctx context.Context, id api.TaskID) (api.Task, error) {
 	t, err := scanTask(indexedRow(ctx, s.pool, markAwaitedSQL, id))
+	if err == nil && !t.Finished() && !t.Notify {
+		// It finished after markAwaitedSQL's snapshot: a statement of its
+		// own sees the end.
+		t, err = scanTask(indexedRow(ctx, s.pool, getTaskSQL, id))
+	}
 	if err != nil && err != api.ErrNotFound {
 		return t, fmt.Errorf("mark task %s awaited: %w", id, err)
 	}
