@@ -26,7 +26,7 @@ type gatedSignals struct {
 	held  chan struct{} // closed once the first call waits
 }
 
-func (g *gatedSignals) Signal(ctx context.Context, tx pgx.Tx, sigs []store.NewSignal, lock store.SignalLock) ([]error, bool, error) {
+func (g *gatedSignals) Signal(ctx context.Context, tx pgx.Tx, sigs []store.NewSignal, opts store.SignalOptions) ([]error, bool, error) {
 	g.mu.Lock()
 	first := len(g.calls) == 0
 	g.calls = append(g.calls, len(sigs))
@@ -35,7 +35,7 @@ func (g *gatedSignals) Signal(ctx context.Context, tx pgx.Tx, sigs []store.NewSi
 		close(g.held)
 		<-g.hold
 	}
-	return g.Store.Signal(ctx, tx, sigs, lock)
+	return g.Store.Signal(ctx, tx, sigs, opts)
 }
 
 // record returns the messages of each signal call so far.

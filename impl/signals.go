@@ -51,7 +51,7 @@ func (c *Client) SignalMany(ctx context.Context, reqs []api.SignalRequest) error
 		}
 		sigs[i] = sg
 	}
-	refused, woke, err := c.st.Signal(ctx, nil, sigs, store.SignalAll)
+	refused, woke, err := c.st.Signal(ctx, nil, sigs, store.SignalOptions{Lock: store.SignalAll})
 	if err != nil {
 		return fmt.Errorf("signal many: %w", unavailable(err))
 	}
@@ -102,7 +102,7 @@ func (c *Client) signal(ctx context.Context, tx pgx.Tx, id api.TaskID, topic str
 	if err != nil {
 		return fmt.Errorf("signal task %s: %w", id, err)
 	}
-	refused, _, err := c.st.Signal(ctx, tx, []store.NewSignal{sg}, store.SignalWait)
+	refused, _, err := c.st.Signal(ctx, tx, []store.NewSignal{sg}, store.SignalOptions{Lock: store.SignalWait})
 	switch {
 	case err != nil:
 		return unavailable(err)

@@ -228,6 +228,13 @@ const (
 	SignalPass
 )
 
+// SignalOptions say how Store.Signal stores its messages.
+type SignalOptions struct {
+	// Lock says how the tasks' rows are waited for, and whether all
+	// messages are stored or none.
+	Lock SignalLock
+}
+
 // ErrBusy is the refusal of a message by Store.Signal with SignalPass
 // whose task's row another transaction held: nothing was stored for it.
 var ErrBusy = errors.New("the task's row is held by another transaction")
@@ -423,12 +430,10 @@ type Store interface {
 	// when the task of sigs[i] does not exist and api.ErrConflict when it
 	// finished for good or is a workflow's own task, and is nil when the
 	// message was stored or the task has one with its key already (the
-	// first of sigs with a key is the one stored). lock says how the
-	// tasks' rows are waited for, and whether all messages are stored or
-	// none. woke reports that a task was made due now (the statement
-	// notified the claimers). err is the statement's error: nothing was
-	// stored.
-	Signal(ctx context.Context, tx pgx.Tx, sigs []NewSignal, lock SignalLock) (refused []error, woke bool, err error)
+	// first of sigs with a key is the one stored). woke reports that a
+	// task was made due now (the statement notified the claimers). err is
+	// the statement's error: nothing was stored.
+	Signal(ctx context.Context, tx pgx.Tx, sigs []NewSignal, opts SignalOptions) (refused []error, woke bool, err error)
 	// Receive returns the oldest message of topic for task id that no run
 	// consumed and whose Seq is over after; false when there is none.
 	Receive(ctx context.Context, id api.TaskID, topic string, after int64) (api.Signal, bool, error)

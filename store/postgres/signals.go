@@ -171,14 +171,14 @@ func signalsDelete(ids string) string {
 // transaction holds (see signalLock). Otherwise it waits for each row in
 // turn, and the statements are run again when PostgreSQL ended them to
 // break a deadlock, up to deadlockTries times: they stored nothing.
-func (s *Store) Signal(ctx context.Context, tx pgx.Tx, sigs []store.NewSignal, lock store.SignalLock) ([]error, bool, error) {
+func (s *Store) Signal(ctx context.Context, tx pgx.Tx, sigs []store.NewSignal, opts store.SignalOptions) ([]error, bool, error) {
 	if len(sigs) == 0 {
 		return nil, false, nil
 	}
-	pass := lock == store.SignalPass && tx == nil
-	locks, woke, err := s.signalOnce(ctx, tx, sigs, lock == store.SignalAll, pass)
+	pass := opts.Lock == store.SignalPass && tx == nil
+	locks, woke, err := s.signalOnce(ctx, tx, sigs, opts, pass)
 	for try := 1; err != nil && tx == nil && isDeadlock(err) && try < deadlockTries; try++ {
-		locks, woke, err = s.signalOnce(ctx, tx, sigs, lock == store.SignalAll, pass)
+		locks, woke, err = s.signalOnce(ctx, tx, sigs, opts, pass)
 	}
 	if err != nil {
 		if len(sigs) == 1 {
@@ -216,7 +216,7 @@ type signalLocked struct{ locked, finished, workflow bool }
 // signalOnce runs the statements of Signal once, in tx when not nil, and
 // returns what the lock statement said of each task and whether the store
 // statement made a task due now.
-func (s *Store) signalOnce(ctx context.Context, tx pgx.Tx, sigs []store.NewSignal, all, skip bool) (map[api.TaskID]signalLocked, bool, error) {
+func (s *Store) signalOnce(ctx context.Context, tx pgx.Tx, sigs []store.NewSignal, opts store.SignalOptions, skip bool) (map[api.TaskID]signalLocked, bool, error) {
 	ids, topics, payloads, keys := make(textArray, len(sigs)), make(textArray, len(sigs)), make(textArray, len(sigs)), make(nullTextArray, len(sigs))
 	for i, sg := range sigs {
 		ids[i], topics[i], payloads[i] = string(sg.ID), sg.Topic, string(sg.Payload)
@@ -245,7 +245,7 @@ func (s *Store) signalOnce(ctx context.Context, tx pgx.Tx, sigs []store.NewSigna
 		}
 		return rows.Err()
 	})
-	b.Queue(signalSQL, ids, topics, payloads, keys, all).QueryRow(func(r pgx.Row) error {
+	b.Queue(signalSQL, ids, topics, payloads, keys, opts.Lock == store.SignalAll).QueryRow(func(r pgx.Row) error {
 		return r.Scan(&stored, &woke)
 	})
 	if tx != nil {
