@@ -30,21 +30,39 @@ import (
 // have stayed in it. $5 is the look-ahead
 // (couch_jobs' max_sched_time): tasks due that soon are taken early. $6
 // are the leases the node drew, if it did (see claimCTEs).
-var claimSQL = claimCTEs(walkHints, false, "")
+//
+// claimSQL runs after its claim's turn (claimTurnSQL), so no other plain
+// claim of its behaviors holds their hints, and it deletes the hints it
+// walked without locking them first: the lock was a WAL record per task
+// of its own. A hint another transaction holds (a hand-over's claim, a
+// repark) is waited for, in ctid order (a Tid scan's), and skipped when
+// it is gone or changed by then (its ctid no longer matches).
+// claimSkipSQL, for a claim without the turn, passes over such hints.
+var (
+	claimSQL     = claimCTEs(walkHints(""), false, "")
+	claimSkipSQL = claimCTEs(walkHints(skipLocked), false, "")
+)
 
-// walkHints is the hints of claimSQL and flowTakeSQL.
-const walkHints = `
+// skipLocked is the locking clause of walkHints for a claim that may run
+// beside another of its behaviors.
+const skipLocked = `
+            FOR UPDATE SKIP LOCKED`
+
+// walkHints returns the hints of claimSQL and flowTakeSQL, locked by lock
+// as they are walked (see claimSQL).
+func walkHints(lock string) string {
+	return `
     DELETE FROM stint_due d WHERE d.ctid = ANY(ARRAY(
         SELECT f.ctid FROM cfg, LATERAL (
             SELECT c.ctid, c.priority, c.due FROM stint_due c
             WHERE NOT c.parked AND c.behavior = cfg.behavior AND c.due <= now() + $5 * interval '1 microsecond'
               AND (c.group_key IS NULL OR NOT EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
             ORDER BY c.priority, c.due
-            LIMIT $4
-            FOR UPDATE SKIP LOCKED) f
+            LIMIT $4` + lock + `) f
         ORDER BY f.priority, f.due
         LIMIT $4))
     RETURNING d.id, d.priority, d.due`
+}
 
 // claimHintsSQL claims the tasks of the hints $4 (their ctids), already
 // locked by the caller's transaction ($5 is unused, to keep the parameters

@@ -46,8 +46,8 @@ var errFlowBinds = errors.New("a flow limit binds the claim")
 // out in the batch that takes the behavior's turn and reads the caps, and
 // claims when the caps it reads would let it.
 var (
-	flowTakeSQL        = claimCTEs(walkHints, true, "")
-	flowTakeGuardedSQL = claimCTEs(walkHints, true, `
+	flowTakeSQL        = claimCTEs(walkHints(skipLocked), true, "")
+	flowTakeGuardedSQL = claimCTEs(walkHints(skipLocked), true, `
       AND NOT EXISTS (SELECT 1 FROM stint_concurrency cc WHERE cc.behavior = w.behavior AND cc.key <> '' AND cc.max > 0)
       AND (SELECT g.cap <= 0 OR g.bound + $4 <= g.cap FROM (SELECT
               coalesce((SELECT cc.max FROM stint_concurrency cc WHERE cc.behavior = w.behavior AND cc.key = ''), $7::int) AS cap,

@@ -27,7 +27,7 @@ const handOverSettingsSQL = `SELECT set_config('enable_seqscan', 'off', true),
 // the claims of st.HandOver (see store.LocalStart) in the same
 // transaction, after the finish statement: the tasks it ended no longer
 // count as running, so the claims take the slots they freed. A plain
-// claim (a behavior capped on its node only) is claimSQL in the finish's
+// claim (a behavior capped on its node only) is claimSkipSQL in the finish's
 // round trip, without the claim's turn (see claimTurnSQL), which would be
 // held through the commit's WAL flush; a claim under flow control is
 // ClaimFlow's careful claim, its round trips after the finish's, within
@@ -65,7 +65,7 @@ func (s *Store) finishHandOver(ctx context.Context, settings string, args []any,
 				set = true
 			}
 			behaviors, leases := behaviorLeases(req.Behaviors)
-			b.Queue(claimSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds(), claimLeases(req)).
+			b.Queue(claimSkipSQL, req.Node, behaviors, leases, req.Limit, req.LookAhead.Microseconds(), claimLeases(req)).
 				Query(func(rows pgx.Rows) error {
 					var err error
 					claimed[i], err = s.scanClaimed(rows, req.Limit, behaviors, nil)

@@ -9,12 +9,18 @@ import (
 // reparkSQL parks the claim hints of the behavior $1 or the group key $2
 // whose behavior is paused or whose key is held, and unparks the others.
 // Parked hints are out of the claim index (stint_due_order covers only the
-// others), so that a claim never walks past them.
+// others), so that a claim never walks past them. It locks the hints in
+// ctid order, the order in which a claim deletes the hints it took (see
+// claimSQL), so that the two never wait on each other in a cycle.
 const reparkSQL = `
 UPDATE stint_due d SET parked = NOT d.parked
-WHERE (d.behavior = $1 OR d.group_key = $2)
-  AND d.parked <> (EXISTS (SELECT 1 FROM stint_behavior b WHERE b.behavior = d.behavior AND b.paused)
-      OR EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = d.group_key))`
+WHERE d.ctid = ANY(ARRAY(
+    SELECT c.ctid FROM stint_due c
+    WHERE (c.behavior = $1 OR c.group_key = $2)
+      AND c.parked <> (EXISTS (SELECT 1 FROM stint_behavior b WHERE b.behavior = c.behavior AND b.paused)
+          OR EXISTS (SELECT 1 FROM stint_hold h WHERE h.group_key = c.group_key))
+    ORDER BY c.ctid
+    FOR UPDATE))`
 
 // parkLock is the transaction-scoped advisory lock that serializes the
 // changes of pauses and holds with their reparking, so that each repark

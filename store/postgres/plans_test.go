@@ -84,8 +84,14 @@ func hotStatements() []hotStatement {
 	}
 	node, behaviors, leaseUS := "n", []string{"bench.noop"}, []int64{time.Minute.Microseconds()}
 	// The store statement of signals runs after the lock statement, which
-	// keeps the ids it locked in a setting.
+	// keeps the ids it locked in a setting; finished tasks' signals
+	// reopen them.
 	signalLockedSettings := seqscanOffSQL + `, set_config('` + signalLockedSetting + `', '{` + strings.Join(ids, ",") + `}', true)`
+	done, reopen := make(textArray, 1000), textArray(behaviors)
+	for i := range done {
+		done[i] = fmt.Sprintf("done-%06d", i)
+	}
+	doneLockedSettings := seqscanOffSQL + `, set_config('` + signalLockedSetting + `', '{` + strings.Join(done, ",") + `}', true)`
 	stmts := []hotStatement{
 		{name: "submit", sql: submitSQL, args: append(submitted.args(), false, true, submitted.rateUses, submitted.versions)},
 		{name: "submit in a transaction", sql: submitSQL, settings: seqscanSaveOffSQL, args: append(submitted.args(), false, true, submitted.rateUses, submitted.versions)},
@@ -100,7 +106,7 @@ func hotStatements() []hotStatement {
 		{name: "submit workflows", sql: workflowSubmitSQL, settings: genericSettingsSQL, args: workflowSubmitArgs(diamonds)},
 		{name: "submit workflows: what holds the ids not stored", sql: workflowsTakenSQL, args: []any{textArray{"wf-000001", "wf-new-000"}}},
 		{name: "claim", sql: claimSQL, settings: claimSettingsSQL, args: []any{node, behaviors, leaseUS, 1000, int64(0), uuidArray(nil)}},
-		{name: "claim handed over in a finish", sql: claimSQL, settings: handOverSettingsSQL, args: []any{node, behaviors, leaseUS, 8, int64(0), uuidArray{planLease}}},
+		{name: "claim handed over in a finish", sql: claimSkipSQL, settings: handOverSettingsSQL, args: []any{node, behaviors, leaseUS, 8, int64(0), uuidArray{planLease}}},
 		{name: "claim under flow control: window", sql: flowWindowSQL, settings: flowSettingsSQL,
 			args: []any{"bench.noop", int64(0), 4000, []string{"g1"}, hints[:10]}},
 		{name: "claim under flow control: keys in turn", sql: flowKeysSQL, settings: flowSettingsSQL,
@@ -136,10 +142,11 @@ func hotStatements() []hotStatement {
 		{name: "finish: wait for children", sql: finishSQL, args: []any{ids, leases, success, results, nulls, again, waits, textArray{}, intArray{}, noTopics}},
 		{name: "finish: sleep on a signal", sql: finishSQL, args: []any{ids, leases, snooze, nulls, nulls, again, noWaits, ids, seqs, topics}},
 		{name: "finish: wake who slept on a signal that came", sql: signalWakeSQL, args: []any{ids}},
-		{name: "signal: lock", sql: signalLockSQL, args: []any{ids}},
-		{name: "signal: lock, passing over the rows others hold", sql: signalTryLockSQL, args: []any{ids}},
-		{name: "signal", sql: signalSQL, settings: signalLockedSettings, args: []any{ids, topics, payloads, signalKeys, false}},
-		{name: "signal many, all or none", sql: signalSQL, settings: signalLockedSettings, args: []any{ids, topics, payloads, signalKeys, true}},
+		{name: "signal: lock", sql: signalLockSQL, args: []any{ids, textArray{}}},
+		{name: "signal: lock, passing over the rows others hold", sql: signalTryLockSQL, args: []any{ids, reopen}},
+		{name: "signal", sql: signalSQL, settings: signalLockedSettings, args: []any{ids, topics, payloads, signalKeys, false, textArray{}}},
+		{name: "signal many, all or none", sql: signalSQL, settings: signalLockedSettings, args: []any{ids, topics, payloads, signalKeys, true, reopen}},
+		{name: "signal reopening finished tasks", sql: signalSQL, settings: doneLockedSettings, args: []any{done, topics, payloads, signalKeys, false, reopen}},
 		{name: "receive", sql: receiveSQL, args: []any{"run-000001", "approval", int64(0)}},
 		{name: "finish: children ended", sql: childrenEndedSQL, args: []any{ids}},
 		{name: "finish: dependents woken or skipped", sql: depsEndedSQL, settings: probesSaveOffSQL, args: []any{ids, node, []string{}, []int64{}, 0, ids}},
