@@ -233,6 +233,13 @@ type SignalOptions struct {
 	// Lock says how the tasks' rows are waited for, and whether all
 	// messages are stored or none.
 	Lock SignalLock
+	// Reopen are the behaviors whose tasks that finished for good a
+	// message reopens (spi.Policy.ReopenOnSignal): the task is stored
+	// scheduled, due at once, as a resubmit of a finished task stores it,
+	// rather than refused. Only a stored message reopens: one whose key
+	// the task has seen does not. A workflow's node or own task is never
+	// reopened.
+	Reopen []api.BehaviorID
 }
 
 // ErrBusy is the refusal of a message by Store.Signal with SignalPass
@@ -428,11 +435,12 @@ type Store interface {
 	// due. A task's messages are stored in the order of sigs. Each
 	// message is decided on its own: refused[i] wraps api.ErrNotFound
 	// when the task of sigs[i] does not exist and api.ErrConflict when it
-	// finished for good or is a workflow's own task, and is nil when the
-	// message was stored or the task has one with its key already (the
-	// first of sigs with a key is the one stored). woke reports that a
-	// task was made due now (the statement notified the claimers). err is
-	// the statement's error: nothing was stored.
+	// finished for good (unless opts.Reopen reopens it) or is a
+	// workflow's own task, and is nil when the message was stored or the
+	// task has one with its key already (the first of sigs with a key is
+	// the one stored). woke reports that a task was made due now (the
+	// statement notified the claimers). err is the statement's error:
+	// nothing was stored.
 	Signal(ctx context.Context, tx pgx.Tx, sigs []NewSignal, opts SignalOptions) (refused []error, woke bool, err error)
 	// Receive returns the oldest message of topic for task id that no run
 	// consumed and whose Seq is over after; false when there is none.

@@ -31,7 +31,8 @@ import (
 // "C"; the lateral join keeps the order of its outer side), and keeps
 // the ids of those it locked for signalSQL in the transaction's setting
 // stint.signal_locked. It returns a row per task of $1: its id, whether
-// it locked it, whether it finished for good and whether it is a
+// it locked it, whether it finished for good (and a signal does not
+// reopen it: signalReopens of the behaviors $2) and whether it is a
 // workflow's own task; no row for an id of no task. With skip, it passes
 // over the rows another transaction holds (SKIP LOCKED) and never waits:
 // a batch of signals that holds some rows and waits for another could
@@ -48,7 +49,7 @@ WITH l AS MATERIALIZED (
         k.id IS NOT NULL OR EXISTS (SELECT 1 FROM stint_task e WHERE e.id = ANY(ARRAY[x.id])) AS found
     FROM (SELECT u.id FROM unnest($1::text[]) AS u(id) GROUP BY u.id ORDER BY u.id COLLATE "C") x
     LEFT JOIN LATERAL (
-        SELECT t.id, t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AND NOT t.resubmit AS finished,
+        SELECT t.id, ` + signalFinished + ` AND NOT ` + signalReopens("$2") + ` AS finished,
             t.behavior = '` + string(api.WorkflowBehavior) + `' AS workflow
         FROM stint_task t WHERE t.id = ANY(ARRAY[x.id]) ` + lock + `
     ) k ON true
@@ -58,6 +59,20 @@ WITH l AS MATERIALIZED (
 SELECT l.id, l.locked, l.finished, l.workflow FROM l WHERE l.found
 UNION ALL -- sets the setting, and returns no row
 SELECT NULL, false, false, false FROM kept WHERE kept.v IS NULL`
+}
+
+// signalFinished is the condition under which the task t finished for
+// good, as a signal sees it: it has an outcome and waits for no next run.
+const signalFinished = `(` + finishedForGood + ` AND NOT t.resubmit)`
+
+// signalReopens returns the condition under which a signal reopens the
+// task t when it finished for good: its behavior is one of the text[]
+// parameter behaviors (store.SignalOptions.Reopen), and it is neither a
+// workflow's own task nor a node of one (whose runs its workflow
+// decides, as for a resubmit: see resubmitRefused).
+func signalReopens(behaviors string) string {
+	return `(t.behavior = ANY(` + behaviors + `::text[]) AND t.workflow_node IS NULL AND t.behavior <> '` +
+		string(api.WorkflowBehavior) + `')`
 }
 
 // signalLockedSetting is the setting of a transaction that holds the ids
@@ -75,19 +90,24 @@ var (
 // idempotency keys (NULL for none) the arrays $1 to $4 pair, in their
 // order, of the tasks that signalLock locked in the transaction (before
 // this statement took its snapshot), except those of tasks that
-// finished for good or are a workflow's own task (whose runs receive
-// none), and those whose
-// key the task has a message of already (of two of one key, the first).
-// With $5, it stores none if it refuses one. It makes each task that
-// sleeps on the topic of a message it stored due: at once, or, when held,
-// at its release; and notifies the claimers once if it made one due now.
-// It returns the number of messages stored and of tasks made due now.
+// finished for good (unless signalReopens of the behaviors $6) or are a
+// workflow's own task (whose runs receive none), and those whose key the
+// task has a message of already (of two of one key, the first). With
+// $5, it stores none if it refuses one. It makes each task that sleeps
+// on the topic of a message it stored due: at once, or, when held, at
+// its release. It reopens each task that finished for good of which it
+// stored a message: scheduled and due at once, with the columns a
+// resubmit of a finished task resets (see resubmitClause) reset, and a
+// change of the feed. It notifies the claimers once if it made a task
+// due now, and returns the number of messages stored and of tasks made
+// due now.
 var signalSQL = `
 WITH s AS (
     SELECT * FROM ` + unnestRows("s", "id $1::text[]", "topic $2::text[]", "payload $3::text[]", "key $4::text[]", "ord ordinality") + `
 ), t AS MATERIALIZED (
-    SELECT t.id, t.created_at FROM stint_task t
-    WHERE t.id = ANY(coalesce(current_setting('` + signalLockedSetting + `', true), '{}')::text[]) AND NOT (t.status IN ('success', 'failure') AND t.schedule_not_before IS NULL AND NOT t.resubmit)
+    SELECT t.id, t.created_at, ` + signalFinished + ` AS reopen FROM stint_task t
+    WHERE t.id = ANY(coalesce(current_setting('` + signalLockedSetting + `', true), '{}')::text[])
+        AND (NOT ` + signalFinished + ` OR ` + signalReopens("$6") + `)
         AND t.behavior <> '` + string(api.WorkflowBehavior) + `'
 ), ins AS (
     INSERT INTO stint_signal (task_id, topic, payload, key, at, created)
@@ -106,11 +126,32 @@ WITH s AS (
     FROM (SELECT DISTINCT task_id, topic FROM ins) x
     WHERE k.id = ANY(ARRAY[x.task_id]) AND k.signal_wait = x.topic AND k.status IN ('scheduled', 'held')
     RETURNING k.id, k.behavior, k.priority, k.schedule_not_before, k.group_key, k.status
-), due AS (` + dueInsert("woken") + `
+), reopened AS (
+    -- These finished for good (success or failure) and woken's were
+    -- scheduled or held: the two updates are disjoint, as they must be
+    -- (one statement may not update a row twice). A message whose key
+    -- the task has seen is not in ins, and reopens nothing.
+    UPDATE stint_task k SET
+        status = 'scheduled',
+        schedule_not_before = now(),
+        attempt = 0,
+        errors = 0,
+        executed_at = NULL,
+        finished_at = NULL,
+        updated_at = now()
+    FROM (SELECT DISTINCT ins.task_id FROM ins JOIN t ON t.id = ins.task_id WHERE t.reopen) x
+    WHERE k.id = ANY(ARRAY[x.task_id])
+    RETURNING k.id, k.behavior, k.parent_id, k.priority, k.schedule_not_before, k.group_key, k.status
+), made_due AS (
+    SELECT id, behavior, priority, schedule_not_before, group_key, status FROM woken
+    UNION ALL
+    SELECT id, behavior, priority, schedule_not_before, group_key, status FROM reopened
+), due AS (` + dueInsert("made_due") + `
+), feed AS (` + feedInsert("reopened", "status", "false") + `
 ), woke AS (
-    SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (SELECT 1 FROM woken WHERE status = 'scheduled' LIMIT 1) w
+    SELECT count(pg_notify('` + store.ChannelDue + `', '')) AS n FROM (SELECT 1 FROM made_due WHERE status = 'scheduled' LIMIT 1) w
 )
-SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM woken WHERE status = 'scheduled') FROM woke`
+SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM made_due WHERE status = 'scheduled') FROM woke`
 
 // signalWakeSQL makes due at once the tasks of $1 that a finish put to
 // sleep on a topic of which a message waits unconsumed. It runs after the
@@ -222,6 +263,10 @@ func (s *Store) signalOnce(ctx context.Context, tx pgx.Tx, sigs []store.NewSigna
 		ids[i], topics[i], payloads[i] = string(sg.ID), sg.Topic, string(sg.Payload)
 		keys[i] = pgtype.Text{String: sg.Key, Valid: sg.Key != ""}
 	}
+	reopen := make(textArray, len(opts.Reopen))
+	for i, behavior := range opts.Reopen {
+		reopen[i] = string(behavior)
+	}
 	locks := make(map[api.TaskID]signalLocked, len(sigs))
 	var stored, woke int
 	lock := signalLockSQL
@@ -234,7 +279,7 @@ func (s *Store) signalOnce(ctx context.Context, tx pgx.Tx, sigs []store.NewSigna
 	} else {
 		b.Queue(seqscanOffSQL)
 	}
-	b.Queue(lock, ids).Query(func(rows pgx.Rows) error {
+	b.Queue(lock, ids, reopen).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string
 			var l signalLocked
@@ -245,7 +290,7 @@ func (s *Store) signalOnce(ctx context.Context, tx pgx.Tx, sigs []store.NewSigna
 		}
 		return rows.Err()
 	})
-	b.Queue(signalSQL, ids, topics, payloads, keys, opts.Lock == store.SignalAll).QueryRow(func(r pgx.Row) error {
+	b.Queue(signalSQL, ids, topics, payloads, keys, opts.Lock == store.SignalAll, reopen).QueryRow(func(r pgx.Row) error {
 		return r.Scan(&stored, &woke)
 	})
 	if tx != nil {
