@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,8 +93,19 @@ func (c *completer) finish(r *run) {
 }
 
 // take moves up to maxCompletionBatch of the pending runs, oldest first,
-// to batch, and no more than maxCompletionBytes of their results.
+// to batch, and no more than maxCompletionBytes of their results, and
+// orders batch by task id (byte order). A finish locks its tasks' rows in
+// its completions' order, and in id order it never waits in a cycle with
+// another writer of many tasks that locks them in id order too (a signal
+// to many tasks, another node's finish of a workflow's nodes).
 func (c *completer) take(batch []*run) []*run {
+	batch = c.takeOldest(batch)
+	slices.SortFunc(batch, func(a, b *run) int { return strings.Compare(string(a.claimed.ID), string(b.claimed.ID)) })
+	return batch
+}
+
+// takeOldest is take without the order by id.
+func (c *completer) takeOldest(batch []*run) []*run {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := min(len(c.pending)-c.head, maxCompletionBatch)

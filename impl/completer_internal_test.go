@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/store"
 )
 
@@ -27,4 +28,20 @@ func TestACompletionBatchHoldsBoundedBytes(t *testing.T) {
 		sizes = append(sizes, len(batch))
 	}
 	require.Equal(t, []int{16, 16, 8, 1, 1}, sizes)
+}
+
+// TestACompletionBatchIsInIDOrder: a batch goes to the store in task id
+// order, whatever order its runs ended in, so that its finish locks the
+// rows in the order other writers of many tasks lock them.
+func TestACompletionBatchIsInIDOrder(t *testing.T) {
+	t.Parallel()
+	c := newCompleter(nil, nil, nil, nil)
+	for _, id := range []api.TaskID{"t-3", "t-10", "t-1", "T-2", "t-2"} {
+		c.finish(&run{claimed: store.Claimed{LeaseRef: store.LeaseRef{ID: id}}})
+	}
+	var ids []api.TaskID
+	for _, r := range c.take(nil) {
+		ids = append(ids, r.claimed.ID)
+	}
+	require.Equal(t, []api.TaskID{"T-2", "t-1", "t-10", "t-2", "t-3"}, ids)
 }
