@@ -277,7 +277,9 @@ func (s *Store) signalOnce(ctx context.Context, tx pgx.Tx, sigs []store.NewSigna
 	if tx != nil {
 		b.Queue(seqscanSaveOffSQL)
 	} else {
-		b.Queue(seqscanOffSQL)
+		// Planned anew at each execution otherwise: the planning took
+		// 1.4 ms of a batch's 2.3 (see genericSettingsSQL).
+		b.Queue(genericSettingsSQL)
 	}
 	b.Queue(lock, ids, reopen).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
