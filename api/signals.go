@@ -49,11 +49,17 @@ type Signals interface {
 	// task that has not started or is running receives it when its run
 	// asks. It returns an error wrapping ErrNotFound when there is no
 	// such task, ErrConflict when the task has finished for good or is a
-	// workflow's own task (signal its nodes), and an
-	// *InvalidError for a bad topic, key or payload, storing nothing.
-	// Topics are 1 to 128 characters from A-Z a-z 0-9 . _ : / -. A
-	// signal whose idempotency key (SignalKey) the task has seen stores
-	// nothing and returns nil.
+	// workflow's own task (signal its nodes), and an *InvalidError for a
+	// bad topic, key or payload, storing nothing. Topics are 1 to 128
+	// characters from A-Z a-z 0-9 . _ : / -. A signal whose idempotency
+	// key (SignalKey) the task has seen stores nothing and returns nil.
+	//
+	// A task that finished for good is reopened instead of refused when
+	// its behavior's policy, in the Registry of the client or server that
+	// sends the signal, has spi.Policy.ReopenOnSignal: it is scheduled
+	// again at once, as a resubmit of a finished task is, and its next run
+	// receives the message. A workflow's node or own task is never
+	// reopened.
 	//
 	// Concurrent Signals of one client share a transaction and its
 	// commit; each caller still gets its own outcome, and a refusal of
@@ -65,8 +71,9 @@ type Signals interface {
 	// and key, the first is stored and the second is nothing. It checks
 	// each request as Signal does, and refuses the whole call, storing
 	// nothing, with Signal's error for the first request refused (an
-	// *InvalidError, ErrNotFound or ErrConflict) naming its index. No
-	// requests store nothing and return nil.
+	// *InvalidError, ErrNotFound or ErrConflict) naming its index; it
+	// reopens a finished task as Signal does, and none when it refuses.
+	// No requests store nothing and return nil.
 	SignalMany(ctx context.Context, reqs []SignalRequest) error
 }
 

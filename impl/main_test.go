@@ -200,6 +200,7 @@ func testRegistry(pool *pgxpool.Pool, node string, lease time.Duration) *spi.Reg
 	registerFlowBehaviors(reg, pool, node)
 	registerKept(reg, pool)
 	spi.MustRegister[collectParams, []json.RawMessage](reg, collect{pool: pool})
+	spi.MustRegister[reopenParams, []json.RawMessage](reg, reopen{})
 	registerWaitBehaviors(reg, pool)
 	return reg
 }

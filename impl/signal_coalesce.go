@@ -168,7 +168,7 @@ func (c *Client) storeSignals(ctx context.Context, entries []*coalescedSignal, b
 	for i, e := range entries {
 		sigs[i] = e.sg
 	}
-	refused, woke, err := c.st.Signal(ctx, nil, sigs, store.SignalOptions{Lock: store.SignalPass})
+	refused, woke, err := c.st.Signal(ctx, nil, sigs, c.signalOptions(store.SignalPass))
 	switch {
 	case err == nil:
 		c.signalled(woke)
@@ -217,7 +217,7 @@ func (c *Client) storeBusy(ctx context.Context, entries []*coalescedSignal) {
 	for i, e := range entries {
 		sigs[i] = e.sg
 	}
-	refused, woke, err := c.st.Signal(ctx, nil, sigs, store.SignalOptions{Lock: store.SignalWait})
+	refused, woke, err := c.st.Signal(ctx, nil, sigs, c.signalOptions(store.SignalWait))
 	if err == nil {
 		c.signalled(woke)
 	} else {

@@ -13,7 +13,12 @@ import (
 	"github.com/stinthq/stint/store"
 )
 
-// Signal sends a message to a task; see api.Signals.
+// Signal sends a message to a task; see api.Signals. A task that
+// finished for good is reopened when its behavior's policy in c's
+// Registry has spi.Policy.ReopenOnSignal, and refused with
+// api.ErrConflict when c's Registry does not hold the behavior or its
+// policy does not; SignalMany, SignalTx and SignalSQLTx follow the same
+// rule.
 //
 // Concurrent Signals of one Client share statements, as concurrent
 // Submits do (see Submit and signalCoalescer): each joins a batch that
@@ -51,7 +56,7 @@ func (c *Client) SignalMany(ctx context.Context, reqs []api.SignalRequest) error
 		}
 		sigs[i] = sg
 	}
-	refused, woke, err := c.st.Signal(ctx, nil, sigs, store.SignalOptions{Lock: store.SignalAll})
+	refused, woke, err := c.st.Signal(ctx, nil, sigs, c.signalOptions(store.SignalAll))
 	if err != nil {
 		return fmt.Errorf("signal many: %w", unavailable(err))
 	}
@@ -102,7 +107,7 @@ func (c *Client) signal(ctx context.Context, tx pgx.Tx, id api.TaskID, topic str
 	if err != nil {
 		return fmt.Errorf("signal task %s: %w", id, err)
 	}
-	refused, _, err := c.st.Signal(ctx, tx, []store.NewSignal{sg}, store.SignalOptions{Lock: store.SignalWait})
+	refused, _, err := c.st.Signal(ctx, tx, []store.NewSignal{sg}, c.signalOptions(store.SignalWait))
 	switch {
 	case err != nil:
 		return unavailable(err)
@@ -110,6 +115,19 @@ func (c *Client) signal(ctx context.Context, tx pgx.Tx, id api.TaskID, topic str
 		return refused[0]
 	}
 	return nil
+}
+
+// signalOptions returns the options of c's signals that lock their tasks
+// by lock: the behaviors of c's Registry whose policy has ReopenOnSignal
+// reopen their finished tasks.
+func (c *Client) signalOptions(lock store.SignalLock) store.SignalOptions {
+	o := store.SignalOptions{Lock: lock}
+	for _, id := range c.reg.IDs() {
+		if reg, ok := c.reg.Lookup(id); ok && reg.Policy.ReopenOnSignal && id != api.WorkflowBehavior {
+			o.Reopen = append(o.Reopen, id)
+		}
+	}
+	return o
 }
 
 // newSignal checks a signal's id, topic, payload and key, and returns it

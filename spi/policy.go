@@ -115,6 +115,17 @@ type Policy struct {
 	// the task, and a read of the step number as a run that resumes from
 	// one begins (for its span's stint.step attribute). Off by default.
 	KeepSteps bool
+	// ReopenOnSignal makes a signal (api.Signals) to a task of this
+	// behavior that finished for good, in success or failure, schedule it
+	// again at once, as a resubmit of a finished task does: its status is
+	// scheduled, its attempts and errors are reset to 0, executed_at and
+	// finished_at are cleared, and its result or error is kept until the
+	// next run ends. The message is stored, and the new run receives it.
+	// A workflow's node and a workflow's own task are never reopened.
+	// Only a client whose Registry holds the behavior with this policy
+	// reopens (the one that sends the signal). Off by default: a signal to
+	// a finished task is refused with api.ErrConflict.
+	ReopenOnSignal bool
 	// Rotation, when set, makes the behavior's tasks preemptible: each node
 	// runs at most Rotation.MaxRunning of them and, while others wait,
 	// stops the longest-running ones in turn (the CouchDB replicator's
