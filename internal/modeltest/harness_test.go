@@ -2,6 +2,7 @@ package modeltest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -52,7 +53,8 @@ type Result struct {
 // (which keeps the attempt as the task's next step) and with the event
 // "attempt" (SetEventTx), then poll
 // model_instruction for the test's word on how they end: the test
-// controls runs in child processes the same way as in its own.
+// controls runs in child processes the same way as in its own. A run told
+// to receive logs the payloads it received, in order (model_run.received).
 type behavior struct {
 	spec   behaviorSpec
 	node   string
@@ -122,8 +124,9 @@ func (b *behavior) Run(ctx context.Context, rc spi.RunContext, _ Params) (Result
 	}
 	instructed = true
 	if kind == runSleep || kind == runReceiveFail {
+		received := []int{}
 		for {
-			_, ok, err := rc.Receive(ctx, signalTopic)
+			sg, ok, err := rc.Receive(ctx, signalTopic)
 			if err != nil {
 				b.report("receive on %s: %v", rc.TaskID(), err)
 				return Result{}, err
@@ -131,6 +134,15 @@ func (b *behavior) Run(ctx context.Context, rc spi.RunContext, _ Params) (Result
 			if !ok {
 				break
 			}
+			var p int
+			if err := json.Unmarshal(sg.Payload, &p); err != nil {
+				b.report("message %d of %s: %v", sg.Seq, rc.TaskID(), err)
+			}
+			received = append(received, p)
+		}
+		if _, err := b.pool.Exec(ctx, `UPDATE model_run SET received = $2 WHERE id = $1`, runID, received); err != nil {
+			b.report("log what run %d received: %v", runID, err)
+			return Result{}, err
 		}
 	}
 	switch kind {
@@ -194,7 +206,7 @@ func newHarness(ctx context.Context, dsn string, verbose io.Writer) (*harness, e
 		id bigserial PRIMARY KEY, task_id text NOT NULL, attempt int NOT NULL, node text NOT NULL,
 		behavior text NOT NULL, group_key text NOT NULL, removed bool NOT NULL DEFAULT false,
 		lost bool NOT NULL DEFAULT false, instructed bool NOT NULL DEFAULT false,
-		started timestamptz NOT NULL DEFAULT clock_timestamp(), ended timestamptz);
+		started timestamptz NOT NULL DEFAULT clock_timestamp(), ended timestamptz, received int[]);
 		CREATE INDEX ON model_run (id) WHERE ended IS NULL;
 		CREATE TABLE model_instruction (run_id bigint PRIMARY KEY, kind int NOT NULL, children text[] NOT NULL)`); err != nil {
 		st.Close()

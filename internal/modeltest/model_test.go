@@ -98,6 +98,10 @@ type mtask struct {
 	// mailbox holds the payloads of the signals sent to the task that no
 	// run consumed, oldest first.
 	mailbox []int
+	// keys are the idempotency keys of the messages stored for the task,
+	// consumed or not, in the order first stored: a message with one of
+	// them stores nothing.
+	keys []string
 	// sleeping is set while the task sleeps on the signal topic (its last
 	// run returned spi.WaitForSignal): a signal makes it due.
 	sleeping bool
@@ -261,28 +265,45 @@ func (m *model) fork(id api.TaskID, k int, newID api.TaskID) outcome {
 	return nil
 }
 
-// signal sends the message payload to task id: refused for a task that
-// does not exist or finished for good; a task asleep on the topic is due
-// at once, or, held, at its release.
-func (m *model) signal(id api.TaskID, payload int) outcome {
-	t := m.tasks[id]
-	switch {
-	case t == nil:
-		return api.ErrNotFound
-	case t.phase == phaseSuccess || t.phase == phaseFailure:
-		return api.ErrConflict
+// signalMany sends the messages of reqs (a signal sends one), all or
+// none: a message to a task that does not exist is refused, one to a task
+// that finished for good conflicts, and the first refusal refuses the
+// call. Otherwise each message is stored in order, except one whose key
+// its task has seen (of two in reqs, the first is stored); a task asleep
+// on the topic that got a message is due at once, or, held, at its
+// release. It returns the number of messages stored.
+func (m *model) signalMany(reqs []sigReq) (int, outcome) {
+	for _, r := range reqs {
+		t := m.tasks[r.id]
+		switch {
+		case t == nil:
+			return 0, api.ErrNotFound
+		case t.phase == phaseSuccess || t.phase == phaseFailure:
+			return 0, api.ErrConflict
+		}
 	}
-	t.mailbox = append(t.mailbox, payload)
-	if !t.sleeping {
-		return nil
+	stored := 0
+	for _, r := range reqs {
+		t := m.tasks[r.id]
+		if r.key != "" && slices.Contains(t.keys, r.key) {
+			continue
+		}
+		if r.key != "" {
+			t.keys = append(t.keys, r.key)
+		}
+		stored++
+		t.mailbox = append(t.mailbox, r.payload)
+		if !t.sleeping {
+			continue
+		}
+		switch t.phase {
+		case phaseWaiting:
+			t.sleeping, t.due, t.dueAlt = false, dueNow, nil
+		case phaseHeld:
+			t.sleeping, t.held, t.heldAlt = false, dueNow, nil
+		}
 	}
-	switch t.phase {
-	case phaseWaiting:
-		t.sleeping, t.due, t.dueAlt = false, dueNow, nil
-	case phaseHeld:
-		t.sleeping, t.held, t.heldAlt = false, dueNow, nil
-	}
-	return nil
+	return stored, nil
 }
 
 func (m *model) remove(id api.TaskID) outcome {
@@ -565,6 +586,15 @@ func (t *mtask) String() string {
 	}
 	if len(t.steps) > 0 {
 		s += fmt.Sprintf(" steps=%v", t.steps)
+	}
+	if len(t.mailbox) > 0 {
+		s += fmt.Sprintf(" mailbox=%v", t.mailbox)
+	}
+	if len(t.keys) > 0 {
+		s += fmt.Sprintf(" keys=%v", t.keys)
+	}
+	if t.sleeping {
+		s += " sleeping"
 	}
 	return s + "]"
 }

@@ -161,7 +161,8 @@ type stats struct {
 	ops      int
 	excluded map[string]int
 	// kinds counts the operations by kind, a finish by its outcome
-	// ("finish/sleep").
+	// ("finish/sleep"), and some outcomes of other kinds apart
+	// ("signalmany/refused", also counted in "signalmany").
 	kinds map[string]int
 }
 
@@ -176,6 +177,8 @@ type sequence struct {
 	nodes0   int // nodes started before the first step
 	steps    int
 	children int // children spawned, for their ids
+	// outcomes counts outcomes of operations by kind ("signal/refused").
+	outcomes map[string]int
 }
 
 // runSequence runs steps operations drawn from seed on 2 or 3 nodes, or
@@ -195,7 +198,7 @@ func runSequence(t *testing.T, seed uint64, steps int, def map[string]bool, repl
 	defer h.close()
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	g := &generator{rng: rng, defects: def, maxNodes: 3, excluded: map[string]int{}, children: *flagProcs}
-	s := &sequence{t: t, ctx: ctx, h: h, m: newModel(maxWorkers), seed: seed, steps: steps}
+	s := &sequence{t: t, ctx: ctx, h: h, m: newModel(maxWorkers), seed: seed, steps: steps, outcomes: map[string]int{}}
 	defer func() {
 		st.ops = len(s.done)
 		st.excluded = g.excluded
@@ -206,6 +209,9 @@ func runSequence(t *testing.T, seed uint64, steps int, def map[string]bool, repl
 				k += "/" + o.run.String()
 			}
 			st.kinds[k]++
+		}
+		for k, n := range s.outcomes {
+			st.kinds[k] += n
 		}
 	}()
 	if replay == nil {
@@ -277,6 +283,21 @@ func (s *sequence) expect(o op, got, want error) {
 	case want != nil && errors.Is(got, want):
 	default:
 		s.fail("%s: got error %v, model expects %v", o, got, want)
+	}
+}
+
+// expectSignals applies the messages reqs of o to the model, checks the
+// call's error against it, and counts what the model says happened:
+// refused, stored whole, or stored but for keys seen.
+func (s *sequence) expectSignals(o op, got error, reqs []sigReq) {
+	s.t.Helper()
+	stored, want := s.m.signalMany(reqs)
+	s.expect(o, got, want)
+	switch {
+	case want != nil:
+		s.outcomes[string(o.kind)+"/refused"]++
+	case stored < len(reqs):
+		s.outcomes[string(o.kind)+"/keyseen"]++
 	}
 }
 
@@ -355,7 +376,18 @@ func (s *sequence) step(o op) {
 		s.expect(o, h.client.Resume(ctx, o.behavior), nil)
 		delete(m.paused, o.behavior)
 	case opSignal:
-		s.expect(o, h.client.Signal(ctx, o.id, signalTopic, o.payload), m.signal(o.id, o.payload))
+		var opts []api.SignalOption
+		if o.key != "" {
+			opts = append(opts, api.SignalKey(o.key))
+		}
+		err := h.client.Signal(ctx, o.id, signalTopic, o.payload, opts...)
+		s.expectSignals(o, err, []sigReq{{id: o.id, payload: o.payload, key: o.key}})
+	case opSignalMany:
+		reqs := make([]api.SignalRequest, len(o.reqs))
+		for i, r := range o.reqs {
+			reqs[i] = api.SignalRequest{ID: r.id, Topic: signalTopic, Payload: r.payload, Key: r.key}
+		}
+		s.expectSignals(o, h.client.SignalMany(ctx, reqs), o.reqs)
 	case opFinish:
 		if !s.finish(o) {
 			return
@@ -384,8 +416,9 @@ func (s *sequence) step(o op) {
 }
 
 // finish tells the run of a running task how to end, waits until it
-// returned, and applies the end to the model. It reports false when the
-// task does not run (a replayed op that no longer applies).
+// returned, checks what it received against the model's mailbox, and
+// applies the end to the model. It reports false when the task does not
+// run (a replayed op that no longer applies).
 func (s *sequence) finish(o op) bool {
 	s.t.Helper()
 	t := s.m.tasks[o.id]
@@ -416,6 +449,15 @@ func (s *sequence) finish(o op) bool {
 		s.t.Logf("%s: the run lost its lease first; its task is taken over", o)
 		s.m.takenOver(o.id)
 		return true
+	}
+	if o.run == runSleep || o.run == runReceiveFail {
+		var received []int
+		if err := s.h.pool.QueryRow(s.ctx, `SELECT received FROM model_run WHERE id = $1`, runs[0]).Scan(&received); err != nil {
+			s.fail("%s: read what run %d received: %v", o, runs[0], err)
+		}
+		if !slices.Equal(received, t.mailbox) {
+			s.fail("%s: the run received %v, model %v", o, received, t.mailbox)
+		}
 	}
 	s.m.finish(o.id, o.run, children)
 	return true

@@ -33,6 +33,7 @@ const (
 	opStartChild   opKind = "startchild" // start a node in a child process
 	opKillNode     opKind = "killnode"   // SIGKILL a child node
 	opSignal       opKind = "signal"     // send a message of signalTopic to a task
+	opSignalMany   opKind = "signalmany" // send messages of signalTopic to 2 or 3 tasks at once, all or none
 )
 
 // signalTopic is the topic of every signal of the sequences.
@@ -52,6 +53,15 @@ type op struct {
 	step     int        // of a rewind or a fork
 	newID    api.TaskID // of a fork
 	payload  int        // of a signal: unique in its sequence
+	key      string     // of a signal: its idempotency key, "" for none
+	reqs     []sigReq   // of a signalmany, in order
+}
+
+// sigReq is one message of a signalmany.
+type sigReq struct {
+	id      api.TaskID
+	payload int    // unique in its sequence
+	key     string // idempotency key, "" for none
 }
 
 func (o op) String() string {
@@ -85,6 +95,20 @@ func (o op) String() string {
 	}
 	if o.kind == opSignal {
 		parts = append(parts, "p="+strconv.Itoa(o.payload))
+	}
+	if o.key != "" {
+		parts = append(parts, "k="+o.key)
+	}
+	if len(o.reqs) > 0 {
+		var rs []string
+		for _, r := range o.reqs {
+			f := string(r.id) + ":" + strconv.Itoa(r.payload)
+			if r.key != "" {
+				f += ":" + r.key
+			}
+			rs = append(rs, f)
+		}
+		parts = append(parts, "to="+strings.Join(rs, ","))
 	}
 	return strings.Join(parts, " ")
 }
@@ -140,6 +164,16 @@ func parseOps(s string) ([]op, error) {
 					return nil, fmt.Errorf("op %q: %w", line, err)
 				}
 				o.payload = n
+			case "k":
+				o.key = v
+			case "to":
+				for _, f := range strings.Split(v, ",") {
+					r, err := parseSigReq(f)
+					if err != nil {
+						return nil, fmt.Errorf("op %q: %w", line, err)
+					}
+					o.reqs = append(o.reqs, r)
+				}
 			default:
 				return nil, fmt.Errorf("op %q: unknown key %q", line, k)
 			}
@@ -147,6 +181,24 @@ func parseOps(s string) ([]op, error) {
 		out = append(out, o)
 	}
 	return out, nil
+}
+
+// parseSigReq reads a message of a signalmany: id:payload or
+// id:payload:key.
+func parseSigReq(s string) (sigReq, error) {
+	f := strings.Split(s, ":")
+	if len(f) < 2 || len(f) > 3 {
+		return sigReq{}, fmt.Errorf("message %q is not id:payload[:key]", s)
+	}
+	n, err := strconv.Atoi(f[1])
+	if err != nil {
+		return sigReq{}, fmt.Errorf("message %q: %w", s, err)
+	}
+	r := sigReq{id: api.TaskID(f[0]), payload: n}
+	if len(f) == 3 {
+		r.key = f[2]
+	}
+	return r, nil
 }
 
 // Defects of the engine this test has known, all fixed now; each has a
@@ -289,7 +341,7 @@ func (g *generator) someID(m *model) api.TaskID {
 }
 
 func (g *generator) try(m *model) (op, bool) {
-	w := g.pick(100)
+	w := g.pick(104)
 	switch {
 	case w < 28:
 		s := specs[g.pick(len(specs))]
@@ -375,18 +427,21 @@ func (g *generator) try(m *model) (op, bool) {
 		}
 		return op{kind: opFork, id: id, step: g.step(m, id), newID: newID}, true
 	case w < 72:
-		id := g.someID(m)
-		if t := g.anyTask(m, func(t *mtask) bool { return t.sleeping || t.phase == phaseRunning }); t != nil && g.pick(3) > 0 {
-			id = t.id
-		}
-		g.signals++
-		return op{kind: opSignal, id: id, payload: g.signals}, true
-	case w < 94:
+		r := g.sigReq(m, g.signalTarget(m))
+		return op{kind: opSignal, id: r.id, payload: r.payload, key: r.key}, true
+	case w < 76:
+		return g.signalMany(m), true
+	case w < 98:
 		t := g.anyTask(m, func(t *mtask) bool { return t.phase == phaseRunning })
 		if t == nil {
 			return op{}, false
 		}
 		o := op{kind: opFinish, id: t.id}
+		if len(t.mailbox) > 0 && g.pick(3) == 0 {
+			// A run that receives what was sent to its task.
+			o.run = []runKind{runSleep, runReceiveFail}[g.pick(2)]
+			return o, true
+		}
 		switch r := g.pick(20); {
 		case r < 9:
 			o.run = runSuccess
@@ -435,6 +490,81 @@ func (g *generator) try(m *model) (op, bool) {
 		}
 		return op{kind: opStopNode, node: n}, true
 	}
+}
+
+// signalTarget draws the task of a signal: mostly one that sleeps or
+// runs, whose runs receive it.
+func (g *generator) signalTarget(m *model) api.TaskID {
+	if t := g.anyTask(m, func(t *mtask) bool { return t.sleeping || t.phase == phaseRunning }); t != nil && g.pick(3) > 0 {
+		return t.id
+	}
+	return g.someID(m)
+}
+
+// sigReq draws a message for task id: a new payload, and half the time
+// an idempotency key, now and then one the task has seen already.
+func (g *generator) sigReq(m *model, id api.TaskID) sigReq {
+	g.signals++
+	r := sigReq{id: id, payload: g.signals}
+	if g.pick(2) == 0 {
+		return r
+	}
+	if t := m.tasks[id]; t != nil && len(t.keys) > 0 && g.pick(3) == 0 {
+		r.key = t.keys[g.pick(len(t.keys))]
+	} else {
+		r.key = signalKeys[g.pick(len(signalKeys))]
+	}
+	return r
+}
+
+// signalKeys are the idempotency keys signals draw from.
+var signalKeys = []string{"k1", "k2", "k3"}
+
+// signalMany draws a signalmany of 2 or 3 messages: now and then one to a
+// task that finished, one to a missing id, or a repeat of an earlier
+// message's task (and, half the time, its key).
+func (g *generator) signalMany(m *model) op {
+	o := op{kind: opSignalMany}
+	for i := range 2 + g.pick(2) {
+		var r sigReq
+		switch p := g.pick(12); {
+		case p == 0:
+			t := g.anyTask(m, func(t *mtask) bool { return t.phase == phaseSuccess || t.phase == phaseFailure })
+			if t == nil {
+				r = g.sigReq(m, g.signalTarget(m))
+				break
+			}
+			r = g.sigReq(m, t.id)
+		case p == 1:
+			r = g.sigReq(m, g.missingID(m))
+		case p < 4 && i > 0:
+			prev := o.reqs[g.pick(i)]
+			r = g.sigReq(m, prev.id)
+			if g.pick(2) == 0 {
+				r.key = prev.key
+			}
+		default:
+			r = g.sigReq(m, g.signalTarget(m))
+		}
+		o.reqs = append(o.reqs, r)
+	}
+	return o
+}
+
+// missingID draws a pool id that holds no task, or one no task ever has.
+func (g *generator) missingID(m *model) api.TaskID {
+	var ids []api.TaskID
+	for _, s := range specs {
+		for _, id := range pool[s.id] {
+			if m.tasks[id] == nil {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return "nx-1"
+	}
+	return ids[g.pick(len(ids))]
 }
 
 // step draws a step of task id for a rewind or a fork: mostly one it has,
