@@ -193,3 +193,46 @@ func TestSignalWakesTaskFromTheCommandLine(t *testing.T) {
 		return strings.Contains(cmd("workflows", "show", "release-7").stdout, "workflow release-7: succeeded")
 	})
 }
+
+// reopenApproveKind is test.reopen_approve: test.approve whose policy
+// reopens its finished tasks on a signal (spi.Policy.ReopenOnSignal).
+var reopenApproveKind = api.Kind[struct{}, json.RawMessage]{ID: "test.reopen_approve"}
+
+// reopenApproveBehavior is test.reopen_approve.
+type reopenApproveBehavior struct{ approveBehavior }
+
+func (reopenApproveBehavior) Kind() api.Kind[struct{}, json.RawMessage] { return reopenApproveKind }
+
+func (reopenApproveBehavior) Policy() spi.Policy { return spi.Policy{ReopenOnSignal: true} }
+
+// TestSignalReopensFromTheCommandLine: stint signal to a finished task
+// whose behavior reopens on a signal exits 0 and runs the task again,
+// whose run receives the message; a program that does not hold the
+// behavior exits 1, as for any finished task, and stores nothing.
+func TestSignalReopensFromTheCommandLine(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t, 2*time.Minute)
+	dsn := pgtest.New(t)
+	reg := spi.NewRegistry()
+	spi.MustRegister(reg, spi.Behavior[struct{}, json.RawMessage](reopenApproveBehavior{}))
+	cmd := func(reg *spi.Registry, args ...string) result {
+		return runCLIOn(ctx, reg, strings.NewReader(""), append(args, "--db", dsn)...)
+	}
+	requireOK(t, cmd(reg, "migrate", "up"))
+	startServerWith(t, ctx, dsn, "reopen-node", reg)
+	requireOK(t, cmd(reg, "submit", "test.reopen_approve", "--id", "order-8"))
+	requireOK(t, cmd(reg, "signal", "order-8", "approval", `{"by": "ann"}`))
+	r := cmd(reg, "tasks", "wait", "order-8", "--timeout", "1m")
+	requireOK(t, r)
+	require.Contains(t, r.stdout, `"by": "ann"`)
+
+	r = cmd(nil, "signal", "order-8", "approval", `{"by": "eve"}`) // the oldest message, had it been stored
+	require.Equal(t, exitFailure, r.code, r.stderr)
+	require.Contains(t, r.stderr, "finished")
+	r = cmd(reg, "signal", "order-8", "approval", `{"by": "bob"}`)
+	requireOK(t, r)
+	require.Equal(t, "signal approval sent to task order-8\n", r.stdout)
+	r = cmd(reg, "tasks", "wait", "order-8", "--timeout", "1m")
+	requireOK(t, r)
+	require.Contains(t, r.stdout, `"by": "bob"`)
+}

@@ -3,6 +3,7 @@ package web_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stinthq/stint/api"
+	"github.com/stinthq/stint/impl"
+	"github.com/stinthq/stint/spi"
 	"github.com/stinthq/stint/web"
 )
 
@@ -198,4 +201,47 @@ func TestGateOverHTTP(t *testing.T) {
 	ae := e.requireError(http.MethodPost, "/api/v1/workflows", submitToken, bad, http.StatusBadRequest, web.CodeInvalid, "nodes")
 	require.Contains(t, ae.Error.Message, "bad topic")
 	e.requireError(http.MethodGet, "/api/v1/workflows/order-8", readToken, nil, http.StatusNotFound, web.CodeNotFound, "")
+}
+
+// reopening is test.fail whose policy reopens its finished tasks on a
+// signal (spi.Policy.ReopenOnSignal).
+type reopening struct{ testBehavior }
+
+func (reopening) Policy() spi.Policy { return spi.Policy{ReopenOnSignal: true} }
+
+// TestSignalReopensOverHTTP: a signal to a finished task is a 409 through
+// a client whose registry's policy of the behavior does not reopen it,
+// and a 202 through one whose policy does: the task runs again and its
+// run receives the message.
+func TestSignalReopensOverHTTP(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.submit(web.SubmitBody{Behavior: failKind.ID, Params: json.RawMessage(`{"note":"approve"}`)})
+	path := "/api/v1/tasks/" + string(id) + "/signals/approval"
+	e.json(http.MethodPost, path, submitToken, `{"by":"ann"}`, http.StatusAccepted, nil)
+	first, err := e.srv.Await(e.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, api.StatusSuccess, first.Status, "%+v", first.Error)
+	e.requireError(http.MethodPost, path, submitToken, `{"by":"bob"}`, http.StatusConflict, web.CodeConflict, "")
+
+	reg := spi.NewRegistry()
+	require.NoError(t, spi.Register(reg, spi.Behavior[noteParams, struct{}](reopening{testBehavior{failKind}})))
+	c, err := impl.NewClient(e.st, impl.ClientConfig{Registry: reg})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	cfg := e.cfg
+	cfg.Client = c
+	h, err := web.New(cfg)
+	require.NoError(t, err)
+	e.ts = httptest.NewServer(h)
+	t.Cleanup(e.ts.Close)
+	var sent web.SignalResponse
+	e.json(http.MethodPost, path, submitToken, `{"by":"bob"}`, http.StatusAccepted, &sent)
+	require.Equal(t, web.SignalResponse{ID: id, Topic: "approval"}, sent)
+	var task api.Task
+	e.waitFor("the task to run again", func() bool {
+		e.json(http.MethodGet, "/api/v1/tasks/"+string(id), readToken, nil, http.StatusOK, &task)
+		return task.Status == api.StatusSuccess && task.FinishedAt.After(*first.FinishedAt)
+	})
+	require.Empty(t, task.Signals, "the run received the message")
 }
