@@ -34,10 +34,14 @@ With --workflow WF --node NAME, the signal goes to the node NAME of the
 workflow WF (a gate, or a node whose behavior receives it), and the arguments
 are TOPIC [PAYLOAD|-].
 
+A task that finished for good is scheduled again, and its next run receives
+the signal, when its behavior is one of this program's and its policy says so
+(spi.Policy.ReopenOnSignal).
+
 Topics and keys are 1 to 128 characters from A-Z a-z 0-9 . _ : / -. Exit 1
 when the task (or the workflow, or its node) does not exist or the task
-finished for good; 2 for a bad topic, key or payload. Either way nothing is
-stored.`,
+finished for good (and does not reopen); 2 for a bad topic, key or payload.
+Either way nothing is stored.`,
 		Example: `  stint signal greeting-1 approval '{"by":"ann"}'
   cat event.json | stint signal greeting-1 bank/paid - --key webhook-8841
   stint signal --workflow release-7 --node approve approval '{"ok":true}'`,
