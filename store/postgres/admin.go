@@ -28,6 +28,13 @@ type database interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
+// spawnRerunSQL locks, in id order, the tasks of $1 that are children of
+// $2 and ended for good, which a resubmitting spawn runs again, and counts
+// them. Locked, none of them changes before the spawn's submit does.
+var spawnRerunSQL = `SELECT count(*) FROM (SELECT t.id FROM stint_task t
+    WHERE t.id = ANY($1::text[]) AND t.parent_id = $2 AND ` + finishedForGood + ` AND NOT t.resubmit
+    ORDER BY t.id COLLATE "C" FOR NO KEY UPDATE) r`
+
 // Spawn submits children of a running parent, fenced by its lease.
 func (s *Store) Spawn(ctx context.Context, parent store.LeaseRef, tasks []store.NewTask) ([]api.Submission, error) {
 	for i := range tasks {
@@ -46,17 +53,32 @@ func (s *Store) Spawn(ctx context.Context, parent store.LeaseRef, tasks []store.
 		if err != nil {
 			return err
 		}
+		var again []string
+		for _, t := range tasks {
+			if !t.Share {
+				again = append(again, string(t.ID))
+			}
+		}
+		// Children of this parent that ended for good and that the submit
+		// resubmits run again: their ends were counted off the parent,
+		// which waits for them once more, as Retry makes it.
+		var rerun int
+		if len(again) > 0 {
+			if err := tx.QueryRow(ctx, spawnRerunSQL, textArray(again), string(parent.ID)).Scan(&rerun); err != nil {
+				return err
+			}
+		}
 		if out, _, err = submit(ctx, tx, tasks, false, "", false); err != nil {
 			return err
 		}
-		created := 0
+		pending := rerun
 		for _, sub := range out {
 			if sub.Created {
-				created++
+				pending++
 			}
 		}
-		if created > 0 {
-			_, err = tx.Exec(ctx, `UPDATE stint_task SET children_pending = children_pending + $2 WHERE id = $1`, string(parent.ID), created)
+		if pending > 0 {
+			_, err = tx.Exec(ctx, `UPDATE stint_task SET children_pending = children_pending + $2 WHERE id = $1`, string(parent.ID), pending)
 		}
 		return err
 	})

@@ -512,3 +512,68 @@ func TestTheFeedNamesEachTasksBehaviorAndParent(t *testing.T) {
 		})
 	}
 }
+
+// A parent's next run that spawns the same children again (a takeover
+// of the run that spawned them) resubmits those that ended, which run
+// again: the parent waits for them once more, and runs only after every
+// child's last end, not when a child that ran twice ends the second time.
+func TestARespawnedChildThatEndedIsWaitedForAgain(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "parent"})
+	cl := claimT(t, ctx, st, 1, 0)
+	require.Len(t, cl, 1)
+	first := cl[0].LeaseRef
+	children := []store.NewTask{{ID: "child-a", Behavior: semBehavior, Priority: 5}, {ID: "child-b", Behavior: semBehavior, Priority: 5}}
+	_, err := st.Spawn(ctx, first, children)
+	require.NoError(t, err)
+	cl = claimT(t, ctx, st, 10, 0)
+	require.Len(t, cl, 2)
+	if cl[0].ID != "child-a" {
+		cl[0], cl[1] = cl[1], cl[0]
+	}
+	ok, err := st.Finish(ctx, []store.Completion{success(cl[0])})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, ok)
+
+	// The parent's first run and child-b's are given back; the parent's
+	// second run spawns the same children (child-b is due, child-a ended)
+	// and waits for them.
+	require.NoError(t, st.Unclaim(ctx, []store.LeaseRef{first, cl[1].LeaseRef}, false))
+	cl = claimT(t, ctx, st, 10, 0)
+	ids := make([]api.TaskID, len(cl))
+	for i, c := range cl {
+		ids[i] = c.ID
+	}
+	require.ElementsMatch(t, []api.TaskID{"parent", "child-b"}, ids)
+	byID := map[api.TaskID]store.Claimed{cl[0].ID: cl[0], cl[1].ID: cl[1]}
+	_, err = st.Spawn(ctx, byID["parent"].LeaseRef, children)
+	require.NoError(t, err)
+	ok, err = st.Finish(ctx, []store.Completion{{LeaseRef: byID["parent"].LeaseRef, Status: api.StatusScheduled, WaitChildren: true, Delay: time.Hour}})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, ok)
+	parent, err := st.Get(ctx, "parent")
+	require.NoError(t, err)
+	require.Equal(t, 2, parent.ChildrenPending, "child-b runs, child-a runs again")
+
+	// child-a's second end leaves the parent waiting for child-b.
+	cl = claimT(t, ctx, st, 10, 0)
+	require.Len(t, cl, 1)
+	require.Equal(t, api.TaskID("child-a"), cl[0].ID)
+	_, err = st.Finish(ctx, []store.Completion{success(cl[0])})
+	require.NoError(t, err)
+	require.Empty(t, claimT(t, ctx, st, 10, 0), "the parent waits for child-b")
+
+	// child-b, resubmitted while it ran, runs once more; its last end
+	// wakes the parent.
+	_, err = st.Finish(ctx, []store.Completion{success(byID["child-b"])})
+	require.NoError(t, err)
+	cl = claimT(t, ctx, st, 10, 0)
+	require.Len(t, cl, 1)
+	require.Equal(t, api.TaskID("child-b"), cl[0].ID)
+	_, err = st.Finish(ctx, []store.Completion{success(cl[0])})
+	require.NoError(t, err)
+	cl = claimT(t, ctx, st, 10, 0)
+	require.Len(t, cl, 1)
+	require.Equal(t, api.TaskID("parent"), cl[0].ID)
+}
