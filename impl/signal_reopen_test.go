@@ -137,8 +137,8 @@ func TestSignalReopensAFinishedTask(t *testing.T) {
 }
 
 // TestSignalReopensOnlyWhatItsPolicyAllows: a finished task of a behavior
-// without ReopenOnSignal, a workflow's node and a workflow's own task
-// refuse a signal whatever their behavior's policy, as does a task of a
+// without ReopenOnSignal, a workflow's node, a workflow's own task and a
+// child task refuse a signal whatever their behavior's policy, as does a task of a
 // behavior with it sent by a client whose registry lacks the behavior;
 // nothing is stored, nothing changes. The client that holds the behavior
 // reopens that task, in its caller's transaction once it commits.
@@ -156,12 +156,16 @@ func TestSignalReopensOnlyWhatItsPolicyAllows(t *testing.T) {
 	require.NoError(t, err)
 	node := wf.ID + "/r"
 	reopenable := e.finishedReopen(srv, reopenParams{Topic: "again"}).ID
+	child := e.finishedReopen(srv, reopenParams{Topic: "again"}).ID
 	e.stop(srv)
+	// A child's end was counted off its parent (here any other task).
+	_, err = e.pool.Exec(e.ctx, `UPDATE stint_task SET parent_id = $2 WHERE id = $1`, string(child), string(plain))
+	require.NoError(t, err)
 	bare, err := impl.NewClient(e.st, impl.ClientConfig{Registry: spi.NewRegistry()})
 	require.NoError(t, err)
 	t.Cleanup(bare.Close)
 
-	ids := []api.TaskID{plain, node, wf.ID, reopenable}
+	ids := []api.TaskID{plain, node, wf.ID, reopenable, child}
 	before := map[api.TaskID]api.Task{}
 	for _, id := range ids {
 		task, err := c.Get(e.ctx, id)
@@ -177,6 +181,7 @@ func TestSignalReopensOnlyWhatItsPolicyAllows(t *testing.T) {
 		{"a behavior without the policy", c, plain},
 		{"a workflow's node", c, node},
 		{"a workflow's own task", c, wf.ID},
+		{"a child task", c, child},
 		{"a client without the behavior", bare, reopenable},
 	} {
 		require.ErrorIs(t, tc.c.Signal(e.ctx, tc.id, "again", 1), api.ErrConflict, tc.name)

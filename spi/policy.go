@@ -121,7 +121,8 @@ type Policy struct {
 	// scheduled, its attempts and errors are reset to 0, executed_at and
 	// finished_at are cleared, and its result or error is kept until the
 	// next run ends. The message is stored, and the new run receives it.
-	// A workflow's node and a workflow's own task are never reopened.
+	// A workflow's node, a workflow's own task and a child task (one with
+	// a parent, which counted its end) are never reopened: retry them.
 	// Only a client whose Registry holds the behavior with this policy
 	// reopens (the one that sends the signal). Off by default: a signal to
 	// a finished task is refused with api.ErrConflict.

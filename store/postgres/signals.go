@@ -69,9 +69,11 @@ const signalFinished = `(` + finishedForGood + ` AND NOT t.resubmit)`
 // task t when it finished for good: its behavior is one of the text[]
 // parameter behaviors (store.SignalOptions.Reopen), and it is neither a
 // workflow's own task nor a node of one (whose runs its workflow
-// decides, as for a resubmit: see resubmitRefused).
+// decides, as for a resubmit: see resubmitRefused), nor a child (whose
+// end its parent counted; a signal batch takes no parent's row to count
+// it again, as Retry does).
 func signalReopens(behaviors string) string {
-	return `(t.behavior = ANY(` + behaviors + `::text[]) AND t.workflow_node IS NULL AND t.behavior <> '` +
+	return `(t.behavior = ANY(` + behaviors + `::text[]) AND t.workflow_node IS NULL AND t.parent_id IS NULL AND t.behavior <> '` +
 		string(api.WorkflowBehavior) + `')`
 }
 
