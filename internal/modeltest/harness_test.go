@@ -68,7 +68,7 @@ func (b *behavior) TaskID(ids spi.IDs, _ Params) api.TaskID { return ids.Unique(
 
 func (b *behavior) Policy() spi.Policy {
 	p := spi.Policy{Lease: lease, MaxAttempts: b.spec.maxAttempts, BackoffMin: shortBackoff, BackoffMax: shortBackoff,
-		GroupConcurrency: b.spec.groupCap, MaxConcurrency: b.spec.nodeCap, KeepSteps: true}
+		GroupConcurrency: b.spec.groupCap, MaxConcurrency: b.spec.nodeCap, KeepSteps: true, ReopenOnSignal: b.spec.reopen}
 	if b.spec.longBackoff {
 		p.BackoffMin, p.BackoffMax = time.Hour, time.Hour
 	}

@@ -49,11 +49,12 @@ type behaviorSpec struct {
 	longBackoff bool // retries wait about an hour
 	groupCap    int  // spi.Policy.GroupConcurrency
 	nodeCap     int  // spi.Policy.MaxConcurrency
+	reopen      bool // spi.Policy.ReopenOnSignal
 }
 
 // The test behaviors.
 var (
-	behPlain = behaviorSpec{id: "model.plain", maxAttempts: 3}
+	behPlain = behaviorSpec{id: "model.plain", maxAttempts: 3, reopen: true}
 	behShare = behaviorSpec{id: "model.share", share: true, maxAttempts: 3, groupCap: 1, nodeCap: 2}
 	behSlow  = behaviorSpec{id: "model.slow", maxAttempts: 2, longBackoff: true}
 	specs    = []behaviorSpec{behPlain, behShare, behSlow}
@@ -122,6 +123,8 @@ type model struct {
 	// starts counts the runs of each task id that started, over all its
 	// lives: the run log must hold exactly as many.
 	starts map[api.TaskID]int
+	// reopens counts the tasks signals reopened.
+	reopens int
 }
 
 func newModel(maxWorkers int) *model {
@@ -267,18 +270,19 @@ func (m *model) fork(id api.TaskID, k int, newID api.TaskID) outcome {
 
 // signalMany sends the messages of reqs (a signal sends one), all or
 // none: a message to a task that does not exist is refused, one to a task
-// that finished for good conflicts, and the first refusal refuses the
-// call. Otherwise each message is stored in order, except one whose key
-// its task has seen (of two in reqs, the first is stored); a task asleep
-// on the topic that got a message is due at once, or, held, at its
-// release. It returns the number of messages stored.
+// that finished for good conflicts unless its behavior reopens, and the
+// first refusal refuses the call. Otherwise each message is stored in
+// order, except one whose key its task has seen (of two in reqs, the
+// first is stored). A task asleep on the topic that got a message is due
+// at once, or, held, at its release; a finished one is reopened. It
+// returns the number of messages stored.
 func (m *model) signalMany(reqs []sigReq) (int, outcome) {
 	for _, r := range reqs {
 		t := m.tasks[r.id]
 		switch {
 		case t == nil:
 			return 0, api.ErrNotFound
-		case t.phase == phaseSuccess || t.phase == phaseFailure:
+		case (t.phase == phaseSuccess || t.phase == phaseFailure) && !spec(t.behavior).reopen:
 			return 0, api.ErrConflict
 		}
 	}
@@ -293,6 +297,10 @@ func (m *model) signalMany(reqs []sigReq) (int, outcome) {
 		}
 		stored++
 		t.mailbox = append(t.mailbox, r.payload)
+		if t.phase == phaseSuccess || t.phase == phaseFailure {
+			m.reopen(t)
+			continue
+		}
 		if !t.sleeping {
 			continue
 		}
@@ -304,6 +312,17 @@ func (m *model) signalMany(reqs []sigReq) (int, outcome) {
 		}
 	}
 	return stored, nil
+}
+
+// reopen schedules task t, which finished for good, again at once, as a
+// resubmit does: attempts and errors reset. A child is pending again, as
+// a retried one is.
+func (m *model) reopen(t *mtask) {
+	t.phase, t.due, t.dueAlt, t.attempt, t.errors = phaseWaiting, dueNow, nil, 0, 0
+	m.reopens++
+	if p := m.tasks[t.parent]; p != nil && p.life == t.parentLife {
+		p.pending++
+	}
 }
 
 func (m *model) remove(id api.TaskID) outcome {

@@ -26,7 +26,7 @@ var (
 	flagDuration = flag.Duration("model.duration", 0, "run sequences for this long")
 	flagSeqs     = flag.Int("model.seqs", 5, "sequences to run (without -model.long or -model.duration)")
 	flagSteps    = flag.Int("model.steps", 40, "operations per sequence")
-	flagDefects  = flag.String("model.defects", "none",
+	flagDefects  = flag.String("model.defects", defectReopenedChildNotPending,
 		"defects whose operations the generator leaves out, comma-separated, while they are being fixed; 'none' for none")
 	flagProcs   = flag.Bool("model.procs", true, "also run nodes in child processes and kill them with SIGKILL")
 	flagVerbose = flag.Bool("model.verbose", false, "log the nodes and every step")
@@ -135,6 +135,10 @@ func TestDefects(t *testing.T) {
 			"finish id=ch-1 run=failperm; retry id=ch-1; finish id=pl-3 run=spawn children=1; finish id=ch-1 run=success"},
 		{defectOrphanChildCountsOffNewParent, 2, "submit b=model.plain id=pl-3; finish id=pl-3 run=spawn children=1; remove id=pl-3; " +
 			"submit b=model.plain id=pl-3; finish id=pl-3 run=spawn children=1; finish id=ch-1 run=success"},
+		// The reopened ch-1 is not pending on pl-3 again; its next end
+		// would wake pl-3 while ch-2 still runs.
+		{defectReopenedChildNotPending, 2, "submit b=model.plain id=pl-3; finish id=pl-3 run=spawn children=2; " +
+			"finish id=ch-1 run=success; signal id=ch-1 p=1; finish id=ch-1 run=success; finish id=ch-2 run=success"},
 	} {
 		t.Run(c.defect, func(t *testing.T) {
 			if def[c.defect] {
@@ -148,6 +152,22 @@ func TestDefects(t *testing.T) {
 			runSequence(t, 0, len(ops), nil, ops, c.nodes, &stats{})
 		})
 	}
+}
+
+// TestSignalOps replays a sequence that reaches each outcome of the
+// signal operations, which a few random sequences may miss: a key seen, a
+// SignalMany refused whole and one stored, a sleeper woken, a finished
+// task reopened or refused, and what runs received.
+func TestSignalOps(t *testing.T) {
+	ops, err := parseOps("submit b=model.plain id=pl-1; signal id=pl-1 p=1 k=k1; signal id=pl-1 p=2 k=k1; " +
+		"signalmany to=pl-1:3,sh-1:4; submit b=model.share id=sh-1 g=g1; signalmany to=pl-1:5:k2,sh-1:6,pl-1:7:k2; " +
+		"finish id=pl-1 run=sleep; signalmany to=sh-1:8,pl-1:9; finish id=pl-1 run=recvfail; finish id=pl-1 run=success; " +
+		"finish id=sh-1 run=success; signalmany to=pl-1:10:k3,sh-1:11; signal id=pl-1 p=12 k=k1; signal id=pl-1 p=13; " +
+		"finish id=pl-1 run=sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSequence(t, 0, len(ops), nil, ops, 2, &stats{})
 }
 
 func flagSet(name string) bool {
@@ -288,9 +308,10 @@ func (s *sequence) expect(o op, got, want error) {
 
 // expectSignals applies the messages reqs of o to the model, checks the
 // call's error against it, and counts what the model says happened:
-// refused, stored whole, or stored but for keys seen.
+// refused, stored but for keys seen, reopening a finished task.
 func (s *sequence) expectSignals(o op, got error, reqs []sigReq) {
 	s.t.Helper()
+	reopens := s.m.reopens
 	stored, want := s.m.signalMany(reqs)
 	s.expect(o, got, want)
 	switch {
@@ -298,6 +319,9 @@ func (s *sequence) expectSignals(o op, got error, reqs []sigReq) {
 		s.outcomes[string(o.kind)+"/refused"]++
 	case stored < len(reqs):
 		s.outcomes[string(o.kind)+"/keyseen"]++
+	}
+	if s.m.reopens > reopens {
+		s.outcomes[string(o.kind)+"/reopen"]++
 	}
 }
 
