@@ -270,19 +270,19 @@ func (m *model) fork(id api.TaskID, k int, newID api.TaskID) outcome {
 
 // signalMany sends the messages of reqs (a signal sends one), all or
 // none: a message to a task that does not exist is refused, one to a task
-// that finished for good conflicts unless its behavior reopens, and the
-// first refusal refuses the call. Otherwise each message is stored in
-// order, except one whose key its task has seen (of two in reqs, the
-// first is stored). A task asleep on the topic that got a message is due
-// at once, or, held, at its release; a finished one is reopened. It
-// returns the number of messages stored.
+// that finished for good conflicts unless the task reopens (its behavior
+// reopens and it has no parent), and the first refusal refuses the call.
+// Otherwise each message is stored in order, except one whose key its
+// task has seen (of two in reqs, the first is stored). A task asleep on
+// the topic that got a message is due at once, or, held, at its release;
+// a finished one is reopened. It returns the number of messages stored.
 func (m *model) signalMany(reqs []sigReq) (int, outcome) {
 	for _, r := range reqs {
 		t := m.tasks[r.id]
 		switch {
 		case t == nil:
 			return 0, api.ErrNotFound
-		case (t.phase == phaseSuccess || t.phase == phaseFailure) && !spec(t.behavior).reopen:
+		case (t.phase == phaseSuccess || t.phase == phaseFailure) && (!spec(t.behavior).reopen || t.parent != ""):
 			return 0, api.ErrConflict
 		}
 	}
@@ -314,15 +314,11 @@ func (m *model) signalMany(reqs []sigReq) (int, outcome) {
 	return stored, nil
 }
 
-// reopen schedules task t, which finished for good, again at once, as a
-// resubmit does: attempts and errors reset. A child is pending again, as
-// a retried one is.
+// reopen schedules task t, which finished for good and has no parent,
+// again at once, as a resubmit does: attempts and errors reset.
 func (m *model) reopen(t *mtask) {
 	t.phase, t.due, t.dueAlt, t.attempt, t.errors = phaseWaiting, dueNow, nil, 0, 0
 	m.reopens++
-	if p := m.tasks[t.parent]; p != nil && p.life == t.parentLife {
-		p.pending++
-	}
 }
 
 func (m *model) remove(id api.TaskID) outcome {

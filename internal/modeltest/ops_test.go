@@ -243,12 +243,12 @@ const defectOrphanChildCountsOffNewParent = "orphan-child-counts-off-new-parent"
 // right after a stop.
 const defectClaimLostAfterStop = "claim-lost-after-stop"
 
-// defectReopenedChildNotPending (found by this test, not fixed): a signal
-// that reopens a child that finished for good (spi.Policy.ReopenOnSignal)
-// does not count it pending on its parent again, as Retry and Rewind do,
-// and its next end is counted off the parent once more: the parent is
-// woken while a child it spawned still runs. The switch, on by default,
-// leaves out signals to a finished child of a live parent.
+// defectReopenedChildNotPending: a signal reopened a child that finished
+// for good (spi.Policy.ReopenOnSignal) without counting it pending on its
+// parent again, as Retry and Rewind do, so its next end was counted off
+// the parent once more, waking it while a sibling still ran. Fixed: a
+// signal never reopens a child. The switch leaves out signals to a
+// finished child of a live parent.
 const defectReopenedChildNotPending = "reopened-child-not-pending"
 
 var allDefects = []string{defectHoldWaitingParent, defectResubmitRetryWait, defectReleaseDropsDue, defectLostRunKeepsResubmit,
