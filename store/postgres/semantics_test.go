@@ -577,3 +577,35 @@ func TestARespawnedChildThatEndedIsWaitedForAgain(t *testing.T) {
 	require.Len(t, cl, 1)
 	require.Equal(t, api.TaskID("parent"), cl[0].ID)
 }
+
+// A submit of a child that ended for good, other than its parent's spawn,
+// is refused: its end was counted off its parent, which would count its
+// next end off again. Retry runs a failed one again, and the parent waits
+// for it.
+func TestASubmitOfAnEndedChildIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	submitT(t, ctx, st, store.NewTask{ID: "parent"})
+	cl := claimT(t, ctx, st, 1, 0)
+	require.Len(t, cl, 1)
+	parent := cl[0].LeaseRef
+	_, err := st.Spawn(ctx, parent, []store.NewTask{{ID: "child", Behavior: semBehavior, Priority: 5}})
+	require.NoError(t, err)
+	cl = claimT(t, ctx, st, 1, 0)
+	require.Len(t, cl, 1)
+	_, err = st.Finish(ctx, []store.Completion{{LeaseRef: cl[0].LeaseRef, Status: api.StatusFailure, HasParent: true,
+		Error: &api.TaskError{Code: "bad", Message: "bad"}}})
+	require.NoError(t, err)
+
+	_, err = st.Submit(ctx, []store.NewTask{{ID: "child", Behavior: semBehavior, Priority: 5}})
+	require.ErrorIs(t, err, api.ErrConflict)
+	require.ErrorContains(t, err, "task child is a child of task parent and has ended, which its parent counted: retry it")
+	child, err := st.Get(ctx, "child")
+	require.NoError(t, err)
+	require.Equal(t, api.StatusFailure, child.Status, "the refused submit changed nothing")
+
+	require.NoError(t, st.Retry(ctx, "child"))
+	p, err := st.Get(ctx, "parent")
+	require.NoError(t, err)
+	require.Equal(t, 1, p.ChildrenPending, "the parent waits for the child again")
+}
