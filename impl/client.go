@@ -70,11 +70,11 @@ type Client struct {
 	// rates caches the rate limits submits found stored.
 	rates rateCache
 	// coalesce gathers concurrent single submits into batches.
-	coalesce coalescer
+	coalesce batchQueue[*coalesced]
 	// workflows gathers concurrent SubmitWorkflows into batches.
-	workflows workflowCoalescer
+	workflows batchQueue[*coalescedWorkflow]
 	// signals gathers concurrent Signals into batches.
-	signals signalCoalescer
+	signals batchQueue[*coalescedSignal]
 	// capsChanged, on a server's client, tells the server that a cap was
 	// set or removed through it, so that it claims accordingly at once.
 	capsChanged func()
@@ -125,7 +125,7 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 	}
 	h, k := newHub(st, cfg.Logger, inc.listenerState), newKicker(st, cfg.Logger)
 	h.self = k.token
-	return &Client{
+	c := &Client{
 		st:   st,
 		reg:  cfg.Registry,
 		cfg:  cfg,
@@ -134,7 +134,9 @@ func NewClient(st store.Store, cfg ClientConfig) (*Client, error) {
 		kick: k,
 		tel:  newTelemetry(cfg.TracerProvider, cfg.MeterProvider),
 		inc:  inc,
-	}, nil
+	}
+	c.coalesce.kind, c.workflows.kind, c.signals.kind = c.submitBatches(), c.workflowBatches(), c.signalBatches()
+	return c, nil
 }
 
 // connectionResetter is a store that can find out and drop its dead pooled connections

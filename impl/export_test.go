@@ -20,19 +20,7 @@ func ClaimersDone(s *Server) <-chan struct{} { return s.claimDone }
 
 // CoalesceWaiting returns how many of c's single submits wait in batches
 // not sent yet (callers that gave up left out).
-func CoalesceWaiting(c *Client) int {
-	c.coalesce.mu.Lock()
-	defer c.coalesce.mu.Unlock()
-	n := 0
-	for _, b := range c.coalesce.queue {
-		for _, e := range b.entries {
-			if !e.gone {
-				n++
-			}
-		}
-	}
-	return n
-}
+func CoalesceWaiting(c *Client) int { return c.coalesce.waiting() }
 
 // ClaimsInFlight returns how many claim statements of s are under way.
 func ClaimsInFlight(s *Server) int {
@@ -56,16 +44,4 @@ func OnSubworkflowSubmitted(f func(node api.TaskID, created bool) error) func() 
 
 // SignalsWaiting returns how many of c's Signals wait in batches not sent
 // yet (callers that gave up left out).
-func SignalsWaiting(c *Client) int {
-	c.signals.mu.Lock()
-	defer c.signals.mu.Unlock()
-	n := 0
-	for _, b := range c.signals.queue {
-		for _, e := range b.entries {
-			if !e.gone {
-				n++
-			}
-		}
-	}
-	return n
-}
+func SignalsWaiting(c *Client) int { return c.signals.waiting() }

@@ -8,16 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 
 	"github.com/stinthq/stint/api"
 	"github.com/stinthq/stint/store"
 )
 
-// signalCoalescer gathers the Signals of a Client into batches, by the
-// rules of the submits' coalescer (see coalescer), with these
-// differences:
+// The Signals of a Client share batches (Client.signals, a batchQueue)
+// without a key:
 //
 //   - A batch may hold several signals of one task, and of one key: the
 //     statement stores a task's messages in the order they joined the
@@ -41,125 +38,43 @@ import (
 //     row and holds no other, beside the batches that go out next. Their
 //     callers wait for them; since none of them returned, none sent a
 //     later message that could overtake them.
-type signalCoalescer struct {
-	mu sync.Mutex
-	// queue holds the batches not sent yet, the next to go first.
-	queue []*signalBatch
-	// inFlight counts the batches in the database.
-	inFlight int
-}
-
-// signalBatch is a batch of Signals.
-type signalBatch struct {
-	entries []*coalescedSignal
-	sent    bool
+func (c *Client) signalBatches() batchKind[*coalescedSignal] {
+	return batchKind[*coalescedSignal]{send: c.sendSignals, maxEntries: maxCoalesced}
 }
 
 // coalescedSignal is one Signal in a batch.
 type coalescedSignal struct {
-	ctx  context.Context // the caller's, for its values
-	sg   store.NewSignal
-	gone bool // the caller gave up before the batch went out
-	err  error
+	queued
+	sg  store.NewSignal
+	err error
 	// done is closed once err is the signal's outcome.
 	done chan struct{}
 }
 
-// join adds e to the last batch of the queue unless it is full, or to a
-// new one at the end. q.mu is held.
-func (q *signalCoalescer) join(e *coalescedSignal) *signalBatch {
-	if n := len(q.queue); n > 0 && len(q.queue[n-1].entries) < maxCoalesced {
-		b := q.queue[n-1]
-		b.entries = append(b.entries, e)
-		return b
-	}
-	b := &signalBatch{entries: []*coalescedSignal{e}}
-	q.queue = append(q.queue, b)
-	return b
-}
-
-// take removes the batches that go out now from the queue, marks them
-// sent and counts them in flight: the first when none is in flight, and
-// full ones. Entries whose callers gave up are left out. q.mu is held.
-func (q *signalCoalescer) take() []*signalBatch {
-	var out []*signalBatch
-	for len(q.queue) > 0 && (q.inFlight == 0 || len(q.queue[0].entries) >= maxCoalesced) {
-		b := q.queue[0]
-		q.queue[0] = nil
-		q.queue = q.queue[1:]
-		b.sent = true
-		b.entries = slices.DeleteFunc(b.entries, func(e *coalescedSignal) bool { return e.gone })
-		q.inFlight++
-		out = append(out, b)
-	}
-	return out
-}
-
 // signalCoalesced stores sg in a batch with the concurrent Signals of c;
-// see signalCoalescer.
+// see signalBatches.
 func (c *Client) signalCoalesced(ctx context.Context, sg store.NewSignal) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("signal task %s: %w", sg.ID, err)
 	}
-	q := &c.signals
-	e := &coalescedSignal{ctx: ctx, sg: sg, done: make(chan struct{})}
-	q.mu.Lock()
-	b := q.join(e)
-	send := q.take()
-	q.mu.Unlock()
-	// The caller sends its own batch; others that go out now (full ones)
-	// go side by side.
-	own := false
-	for _, s := range send {
-		if s == b {
-			own = true
-		} else {
-			go c.sendSignals(s)
-		}
+	e := &coalescedSignal{sg: sg, done: make(chan struct{})}
+	if !c.signals.do(ctx, e) {
+		return fmt.Errorf("signal task %s: not sent: %w", sg.ID, ctx.Err())
 	}
-	if own {
-		c.sendSignals(b)
-	}
-	select {
-	case <-e.done:
-	case <-ctx.Done():
-		q.mu.Lock()
-		if !b.sent {
-			e.gone = true
-			q.mu.Unlock()
-			return fmt.Errorf("signal task %s: not sent: %w", sg.ID, ctx.Err())
-		}
-		q.mu.Unlock()
-		<-e.done
-	}
+	<-e.done
 	return e.err
 }
 
-// sendSignals stores b's entries, gives each its outcome (those of tasks
-// whose rows were busy later, see storeBusy), and sends the batches that
-// may go out now that b returned, each in a goroutine.
-func (c *Client) sendSignals(b *signalBatch) {
-	var busy [][]*coalescedSignal
-	if len(b.entries) > 0 {
-		// The batch outlives any one caller's context, and carries the
-		// first one's values.
-		busy = c.storeSignals(context.WithoutCancel(b.entries[0].ctx), b.entries, nil)
-	}
-	q := &c.signals
-	q.mu.Lock()
-	q.inFlight--
-	next := q.take()
-	q.mu.Unlock()
-	for _, s := range next {
-		go c.sendSignals(s)
-	}
-	for _, entries := range busy {
-		go c.storeBusy(context.WithoutCancel(entries[0].ctx), entries)
+// sendSignals stores a batch's signals and gives each its outcome, those
+// of tasks whose rows were busy later (see storeBusy).
+func (c *Client) sendSignals(ctx context.Context, entries []*coalescedSignal) {
+	for _, busy := range c.storeSignals(ctx, entries, nil) {
+		go c.storeBusy(context.WithoutCancel(busy[0].ctx), busy)
 	}
 }
 
 // storeSignals stores entries in one round trip, or, when the database
-// refuses the statement for a row, in halves; see signalCoalescer. It
+// refuses the statement for a row, in halves; see signalBatches. It
 // gives each entry its outcome, except those of tasks whose rows another
 // transaction held, which it appends to busy, a slice per task, and
 // returns.

@@ -21,7 +21,7 @@ import (
 // rule.
 //
 // Concurrent Signals of one Client share statements, as concurrent
-// Submits do (see Submit and signalCoalescer): each joins a batch that
+// Submits do (see Submit and signalBatches): each joins a batch that
 // goes out as one round trip and one commit, at once when no batch of
 // the Client is in the database (so a lone signal goes out alone, without
 // waiting) or when it holds 1,000 signals, and otherwise as soon as the
