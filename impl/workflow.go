@@ -31,23 +31,11 @@ const maxWorkflowIDLen = 63
 
 // SubmitWorkflow stores a workflow; see api.Workflows.
 //
-// Concurrent SubmitWorkflows of one Client share statements: each joins
-// a batch that goes out as one statement and one commit, at once when no
-// batch of the Client is in the database (so a lone submit goes out
-// alone, without waiting) or when it holds 1,000 workflows or 10,000
-// nodes, and otherwise as soon as the batches in the database return.
-// Each caller still gets its own submission or error, and only once its
-// workflow is committed. A request refused by its own checks never joins
-// a batch. In a batch, each workflow is decided on its own: an id that
-// holds a workflow already stores nothing (Created false) and one that
-// holds another task is refused (api.ErrConflict), row by row in the
-// statement; a statement the database refuses for a row (a node's id
-// taken by another task: api.ErrInvalid) is sent again in halves, down
-// to the workflow at fault, and the others are stored. Two submits of one
-// id never share a batch, so that they behave as two submits one after
-// the other. If ctx ends before the batch goes out, the workflow is not
-// stored and SubmitWorkflow returns ctx's error; once the batch is in the
-// database, SubmitWorkflow waits for its outcome.
+// Concurrent SubmitWorkflows of one Client share a statement and a commit
+// (see workflowBatches), each caller getting its own submission or error
+// once its workflow is committed. If ctx ends before the batch goes out,
+// the workflow is not stored and SubmitWorkflow returns ctx's error; once
+// the batch is in the database, SubmitWorkflow waits for its outcome.
 func (c *Client) SubmitWorkflow(ctx context.Context, req api.WorkflowRequest) (api.WorkflowSubmission, error) {
 	return c.submitWorkflow(ctx, nil, req, "")
 }
