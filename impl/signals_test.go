@@ -140,7 +140,26 @@ func TestSignalWakesASleepingTask(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res, 1)
 	require.JSONEq(t, `{"amount":42}`, string(res[0]))
-	require.Zero(t, e.count(`SELECT count(*) FROM stint_signal WHERE consumed_at IS NULL`), "the finish consumed the message")
+	require.Zero(t, e.count(`SELECT count(*) FROM stint_signal`), "the finish consumed the message, which had no key: deleted")
+}
+
+// TestAConsumedMessageIsKeptOnlyForItsKey: a consumed message without an
+// idempotency key is deleted with its consumption; one with a key is
+// kept, marked consumed, so that its key stores nothing again.
+func TestAConsumedMessageIsKeptOnlyForItsKey(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.server("n1", 5*time.Second)
+	c := e.client()
+	f, err := api.Submit(e.ctx, srv, collectKind, collectParams{Topic: "two", N: 2})
+	require.NoError(t, err)
+	require.NoError(t, c.Signal(e.ctx, f.ID(), "two", "keyed", api.SignalKey("k-1")))
+	require.NoError(t, c.Signal(e.ctx, f.ID(), "two", "bare"))
+	res, err := f.Await(e.ctx)
+	require.NoError(t, err)
+	require.Len(t, res, 2)
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_signal WHERE task_id = $1`, string(f.ID())), "the keyed message alone is kept")
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM stint_signal WHERE task_id = $1 AND key = 'k-1' AND consumed_at IS NOT NULL`, string(f.ID())))
 }
 
 // TestSignalsAreReceivedInOrderOnce: messages sent while the task runs,

@@ -411,7 +411,7 @@ func (s *Store) finishBatch(ctx context.Context, cs []store.Completion, ok []boo
 // task's next step (see stepKept): the task row's step counts them, so that
 // checkpoints that wait for each other's row lock number theirs in turn.
 // The messages whose seq $5 holds, which the run received, are consumed.
-const checkpointSQL = `
+var checkpointSQL = `
 WITH u AS (
     UPDATE stint_task SET progress = $3::jsonb, updated_at = now(),
         progress_event_at = CASE WHEN progress_event_at > statement_timestamp() - interval '1 second'
@@ -424,9 +424,7 @@ WITH u AS (
     SELECT ARRAY[id], ARRAY[behavior], ARRAY['running'], ARRAY[parent_id], ARRAY[false], ARRAY[progress]
     FROM u WHERE announce
 ), kept AS (` + stepKept + `
-), consumed AS (
-    UPDATE stint_signal s SET consumed_at = now()
-    WHERE s.task_id = $1 AND s.seq = ANY($5::bigint[]) AND s.consumed_at IS NULL AND EXISTS (SELECT 1 FROM u)
+), consumed AS (` + consumeSignals(`(SELECT $1::text AS id, unnest($5::bigint[]) AS seq) x`, `EXISTS (SELECT 1 FROM u)`) + `
 )
 SELECT count(*) FROM u`
 

@@ -169,14 +169,27 @@ WITH w AS (
 )
 SELECT count(pg_notify('` + store.ChannelDue + `', '')) FROM (SELECT 1 FROM w LIMIT 1) n`
 
-// signalsConsumed is the CTE of finishSQL that records as consumed the
-// messages whose task and seq the arrays $8 and $9 pair, of the tasks
-// whose completion the statement recorded (done).
-const signalsConsumed = `
-    UPDATE stint_signal s SET consumed_at = now()
-    FROM (SELECT unnest($8::text[]) AS id, unnest($9::bigint[]) AS seq) x
-    WHERE s.task_id = x.id AND s.seq = x.seq AND s.consumed_at IS NULL
-        AND x.id = ANY(ARRAY(SELECT id FROM done))`
+// signalsConsumed are the CTEs of finishSQL that consume the messages
+// whose task and seq the arrays $8 and $9 pair, of the tasks whose
+// completion the statement recorded (done); see consumeSignals.
+var signalsConsumed = consumeSignals(`(SELECT unnest($8::text[]) AS id, unnest($9::bigint[]) AS seq) x`,
+	`x.id = ANY(ARRAY(SELECT id FROM done))`)
+
+// consumeSignals returns the CTEs that consume the messages of the rows
+// of from (an id and a seq, as x) under the condition cond: a message
+// without an idempotency key is deleted, since nothing reads it once
+// consumed; one with a key is kept, marked consumed, so that a later
+// signal with its key stores nothing while the task lives. The first CTE
+// is the one being defined; the second is consumed_keyed.
+func consumeSignals(from, cond string) string {
+	match := `s.task_id = x.id AND s.seq = x.seq AND s.consumed_at IS NULL AND ` + cond
+	return `
+    DELETE FROM stint_signal s USING ` + from + `
+    WHERE ` + match + ` AND s.key IS NULL
+), consumed_keyed AS (
+    UPDATE stint_signal s SET consumed_at = now() FROM ` + from + `
+    WHERE ` + match + ` AND s.key IS NOT NULL`
+}
 
 // signalColumns are the columns scanSignal reads, of stint_signal s
 // joined to its task t.
