@@ -233,6 +233,7 @@ var planTables = map[string][]string{
 	"stint_dependency": {"stint_dependency_pkey", "stint_dependency_task"},
 	"stint_attempt":    {"stint_attempt_pkey"},
 	"stint_step":       {"stint_step_pkey"},
+	"stint_signal":     {"stint_signal_pkey", "stint_signal_pending", "stint_signal_key"},
 }
 
 // planSmallCTEs are the CTEs of hot statements that a nested loop may read
@@ -407,8 +408,12 @@ func planDefects(t *testing.T, p string) []string {
 				}
 			case "Bitmap Heap Scan":
 				for _, c := range n.Plans {
-					if c.NodeType == "Bitmap Index Scan" && !slices.Contains(indexes, c.Index) {
+					switch {
+					case c.NodeType != "Bitmap Index Scan":
+					case !slices.Contains(indexes, c.Index):
 						bad = append(bad, where+" using "+c.Index)
+					case c.IndexCond == "":
+						bad = append(bad, where+" using "+c.Index+" without an index condition")
 					}
 				}
 			}
@@ -418,6 +423,7 @@ func planDefects(t *testing.T, p string) []string {
 				if c.Parent == "Inner" && c.NodeType == "CTE Scan" && !slices.Contains(planSmallCTEs, c.CTE) {
 					bad = append(bad, "Nested Loop over a CTE Scan of "+c.CTE+", read again for each outer row")
 				}
+
 			}
 		}
 		for _, c := range n.Plans {
