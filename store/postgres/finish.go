@@ -71,7 +71,7 @@ WITH c AS (
 ), due AS (` + dueInsert("done") + `
 ), ` + waitsEnded("SELECT id FROM done WHERE final AND waited_on") + `, ` + leasesEnded + `
 ), attempts AS (` + attemptsInsert + `
-), consumed AS (` + signalsConsumed + `
+), consuming AS MATERIALIZED (` + signalsConsumed + `
 ), feed AS (` + feedInsert("done", "status", "final") + `), notified AS (
     SELECT count(pg_notify('` + store.ChannelFinished + `', ids)) AS n FROM (
         SELECT string_agg(id, ',') AS ids FROM (
@@ -424,7 +424,7 @@ WITH u AS (
     SELECT ARRAY[id], ARRAY[behavior], ARRAY['running'], ARRAY[parent_id], ARRAY[false], ARRAY[progress]
     FROM u WHERE announce
 ), kept AS (` + stepKept + `
-), consumed AS (` + consumeSignals(`(SELECT $1::text AS id, unnest($5::bigint[]) AS seq) x`, `EXISTS (SELECT 1 FROM u)`) + `
+), consuming AS MATERIALIZED (` + consumeSignals(`(SELECT $1::text AS id, unnest($5::bigint[]) AS seq) x`, `EXISTS (SELECT 1 FROM u)`) + `
 )
 SELECT count(*) FROM u`
 

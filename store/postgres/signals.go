@@ -180,21 +180,21 @@ var signalsConsumed = consumeSignals(`(SELECT unnest($8::text[]) AS id, unnest($
 // without an idempotency key is deleted, since nothing reads it once
 // consumed; one with a key is kept, marked consumed, so that a later
 // signal with its key stores nothing while the task lives. The first CTE
-// is the one being defined; the second is consumed_keyed. Each message
-// is found by a probe per row of from (a lateral subquery), whatever the
-// statistics say: joined, the planner read every pending message and
-// unnested from again for each (2 s for a finish of 416 messages).
+// is the one being defined (the messages picked), then consumed and
+// consumed_keyed. Each message is picked by a probe per row of from (a
+// lateral subquery), whatever the statistics say: joined, the planner
+// read every pending message and unnested from again for each (2 s for a
+// finish of 416 messages).
 func consumeSignals(from, cond string) string {
-	pick := func(key string) string {
-		return `s.ctid = ANY(ARRAY(SELECT m.ctid FROM ` + from + `, LATERAL (
-        SELECT p.ctid FROM stint_signal p
-        WHERE p.task_id = x.id AND p.seq = x.seq AND p.consumed_at IS NULL AND p.key IS ` + key + ` OFFSET 0) m
-        WHERE ` + cond + `))`
-	}
 	return `
-    DELETE FROM stint_signal s WHERE ` + pick("NULL") + `
+    SELECT m.ctid, m.keyed FROM ` + from + `, LATERAL (
+        SELECT p.ctid, p.key IS NOT NULL AS keyed FROM stint_signal p
+        WHERE p.task_id = x.id AND p.seq = x.seq AND p.consumed_at IS NULL OFFSET 0) m
+    WHERE ` + cond + `
+), consumed AS (
+    DELETE FROM stint_signal s WHERE s.ctid = ANY(ARRAY(SELECT ctid FROM consuming WHERE NOT keyed))
 ), consumed_keyed AS (
-    UPDATE stint_signal s SET consumed_at = now() WHERE ` + pick("NOT NULL")
+    UPDATE stint_signal s SET consumed_at = now() WHERE s.ctid = ANY(ARRAY(SELECT ctid FROM consuming WHERE keyed))`
 }
 
 // signalColumns are the columns scanSignal reads, of stint_signal s
