@@ -10,20 +10,13 @@ import (
 
 // batchQueue gathers the concurrent calls of one kind of a Client (single
 // submits, workflow submits, signals) into batches that each go to the
-// database as one statement and one commit. Its rules:
-//
-//   - A batch goes out when no batch of the queue is in the database (a
-//     lone call goes out at once, alone, as it would without batching),
-//     or when it is full; the others wait for the batches in the database
-//     to return. No timer delays a batch.
-//   - A call joins the first batch not sent yet that takes it (not full,
-//     and without its key, see batchKinds.key), or a new one at the end.
-//   - The caller whose call opened a batch that goes out sends it itself;
-//     full batches that go out with it go side by side. When a batch
-//     returns, those that may go out then go, each in a goroutine.
-//   - A caller whose context ends before its batch goes out is dropped
-//     from it, and its call stores nothing. Once its batch is sent, it
-//     waits for the batch's outcome.
+// database as one statement and one commit. A batch goes out when none of
+// the queue is in the database (so a lone call goes at once, alone) or
+// when it is full; the others wait for those in the database to return,
+// and no timer delays one. A call joins the first unsent batch that takes
+// it (not full, and without its key: see batchKind.key). A caller whose
+// context ends before its batch goes out is dropped from it and its call
+// stores nothing; once the batch is sent, it waits for its outcome.
 type batchQueue[E batched] struct {
 	kind batchKind[E]
 
@@ -111,7 +104,9 @@ func (k *batchKind[E]) add(b *batch[E], e E, w int) {
 
 // do adds e, whose queued.ctx is ctx, to a batch and returns once the
 // batch's send returned, reporting true; or, when ctx ends before the
-// batch went out, at once, reporting false: e was not sent.
+// batch went out, at once, reporting false: e was not sent. The caller
+// sends its own batch when it goes out now; full ones that go with it go
+// side by side, each in a goroutine.
 func (q *batchQueue[E]) do(ctx context.Context, e E) bool {
 	e.base().ctx = ctx
 	w := 1
