@@ -116,7 +116,7 @@ func TestConcurrentWorkflowSubmitsShareOneStatement(t *testing.T) {
 	}
 	require.Equal(t, []int{1, n}, g.record(), "one statement for the first, one for the rest")
 	require.Equal(t, (n+1)*4, e.count(`SELECT count(*) FROM stint_task WHERE workflow_node IS NOT NULL`))
-	require.Equal(t, (n+1)*4, e.count(`SELECT count(*) FROM stint_dependency`))
+	require.Equal(t, (n+1)*4, e.count(`SELECT count(*) FROM `+allEdges+` e`))
 	require.Equal(t, n+1, e.count(`SELECT count(*) FROM stint_task WHERE behavior = 'stint.workflow' AND children_pending = 4`))
 	require.Equal(t, n+1, e.count(`SELECT count(*) FROM stint_task WHERE workflow_node = 'a' AND status = 'scheduled'`),
 		"the nodes without dependencies are due")
@@ -168,7 +168,7 @@ func TestManyCallersSubmitSmallWorkflowsAtOnce(t *testing.T) {
 	}
 	require.Equal(t, callers*each*4, e.count(`SELECT count(*) FROM test_span`))
 	require.Equal(t, callers*each*4, e.count(`SELECT count(DISTINCT task_id) FROM test_span`), "each node ran once")
-	require.Zero(t, e.count(`SELECT count(*) FROM stint_dependency x, test_span n, test_span d
+	require.Zero(t, e.count(`SELECT count(*) FROM `+allEdges+` x, test_span n, test_span d
 		WHERE n.task_id = x.task_id AND d.task_id = x.depends_on AND n.started < d.ended`),
 		"a node started before a dependency ended")
 }
@@ -210,7 +210,7 @@ func TestABatchOfWorkflowsRefusesOnlyItsBadOnes(t *testing.T) {
 	require.Zero(t, e.count(`SELECT count(*) FROM stint_task WHERE id = 'wf-node-taken' OR parent_id IN ('wf-node-taken', 'wf-plain')`),
 		"nothing of a refused workflow is stored")
 	require.Equal(t, (len(good)+1)*4, e.count(`SELECT count(*) FROM stint_task WHERE workflow_node IS NOT NULL`))
-	require.Equal(t, (len(good)+1)*4, e.count(`SELECT count(*) FROM stint_dependency`))
+	require.Equal(t, (len(good)+1)*4, e.count(`SELECT count(*) FROM `+allEdges+` e`))
 	task, err := c.Get(e.ctx, "wf-plain")
 	require.NoError(t, err)
 	require.Equal(t, workKind.ID, task.Behavior, "the plain task is left as it was")
@@ -243,7 +243,7 @@ func TestTheSameWorkflowSubmittedConcurrentlyIsCreatedOnce(t *testing.T) {
 	}
 	require.Equal(t, 1, created)
 	require.Equal(t, 4, e.count(`SELECT count(*) FROM stint_task WHERE parent_id = 'wf-same'`))
-	require.Equal(t, 4, e.count(`SELECT count(*) FROM stint_dependency WHERE task_id LIKE 'wf-same/%'`))
+	require.Equal(t, 4, e.count(`SELECT count(*) FROM `+allEdges+` e WHERE task_id LIKE 'wf-same/%'`))
 	for _, n := range g.record()[1:] {
 		require.Equal(t, 1, n, "a batch holds an id once")
 	}

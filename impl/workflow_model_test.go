@@ -180,15 +180,15 @@ func TestWorkflowsAgainstAModel(t *testing.T) {
 			if n.Rule == api.RuleAnySucceeded && len(n.DependsOn) > 0 {
 				// It may start once one dependency succeeded.
 				require.Zero(t, e.count(`SELECT count(*) FROM test_run r WHERE r.task_id = $1 AND NOT EXISTS (
-					SELECT 1 FROM stint_dependency e JOIN stint_task d ON d.id = e.depends_on
+					SELECT 1 FROM `+allEdges+` e JOIN stint_task d ON d.id = e.depends_on
 					WHERE e.task_id = r.task_id AND d.status = 'success' AND d.finished_at <= r.at)`,
 					string(n.Task.ID)), "%s started before a dependency succeeded", n.Task.ID)
 				continue
 			}
-			require.Zero(t, e.count(`SELECT count(*) FROM test_run r, stint_dependency e, stint_task d
+			require.Zero(t, e.count(`SELECT count(*) FROM test_run r, `+allEdges+` e, stint_task d
 				WHERE r.task_id = $1 AND e.task_id = r.task_id AND d.id = e.depends_on AND (d.finished_at IS NULL OR r.at < d.finished_at)`,
 				string(n.Task.ID)), "%s (%s, depends on %v) started before a dependency ended: %s", n.Task.ID, n.Rule, n.DependsOn,
-				e.dump(`SELECT r.task_id, r.at, d.id, d.status, d.finished_at FROM test_run r, stint_dependency e, stint_task d
+				e.dump(`SELECT r.task_id, r.at, d.id, d.status, d.finished_at FROM test_run r, `+allEdges+` e, stint_task d
 				    WHERE r.task_id = $1 AND e.task_id = r.task_id AND d.id = e.depends_on`, string(n.Task.ID)))
 		}
 	}

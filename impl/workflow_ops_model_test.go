@@ -351,7 +351,7 @@ WITH ended AS (
     SELECT e.task_id, count(*) FILTER (WHERE NOT d.ended) AS pending, count(*) FILTER (WHERE d.ended AND d.ok) AS ok,
         count(*) FILTER (WHERE d.ended AND NOT d.ok AND NOT d.skipped) AS failed,
         count(*) FILTER (WHERE d.ended AND d.skipped) AS skipped
-    FROM stint_dependency e JOIN ended d ON d.id = e.depends_on GROUP BY e.task_id
+    FROM ` + allEdges + ` e JOIN ended d ON d.id = e.depends_on GROUP BY e.task_id
 )
 SELECT format('node %s counts %s/%s/%s/%s, its dependencies %s/%s/%s/%s', t.id,
     t.deps_pending, t.deps_succeeded, t.deps_failed, t.deps_skipped, c.pending, c.ok, c.failed, c.skipped)
@@ -441,7 +441,7 @@ func (s *opsSeq) finish() {
 			s.e.dump(`SELECT id, status, schedule_not_before, error->>'code', children_pending, waiting_children,
 			    deps_pending, deps_succeeded, deps_failed, deps_skipped, dep_rule, attempt, finished_at
 			    FROM stint_task WHERE id = $1 OR parent_id = $1 ORDER BY id`, string(wf))+
-				s.e.dump(invariantsSQL)+s.e.dump(`SELECT task_id, depends_on FROM stint_dependency WHERE task_id LIKE $1 ORDER BY 1, 2`, string(wf)+"/%"))
+				s.e.dump(invariantsSQL)+s.e.dump(`SELECT task_id, depends_on FROM `+allEdges+` e WHERE task_id LIKE $1 ORDER BY 1, 2`, string(wf)+"/%"))
 		require.NotEqual(s.t, api.WorkflowRunning, w.State, wf)
 		outcome := map[string]api.Task{}
 		for _, n := range w.Nodes {

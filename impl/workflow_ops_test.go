@@ -90,7 +90,7 @@ func TestWorkflowRemove(t *testing.T) {
 		_, err := c.GetWorkflow(e.ctx, id)
 		require.ErrorIs(t, err, api.ErrNotFound)
 		require.Zero(t, e.count(`SELECT count(*) FROM stint_task WHERE id LIKE $1 || '/%'`, string(id)))
-		require.Zero(t, e.count(`SELECT count(*) FROM stint_dependency WHERE task_id LIKE $1 || '/%'`, string(id)))
+		require.Zero(t, e.count(`SELECT count(*) FROM `+allEdges+` e WHERE task_id LIKE $1 || '/%'`, string(id)))
 	}
 	require.ErrorIs(t, c.RemoveWorkflow(e.ctx, "wf-rm"), api.ErrNotFound)
 }

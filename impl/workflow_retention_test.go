@@ -49,7 +49,7 @@ func TestWorkflowNodesCarryTheirOwnRetention(t *testing.T) {
 	waitFor(t, 30*time.Second, "the brief nodes to leave", func() bool { gone = expire(); return len(gone) > 0 })
 	require.Equal(t, map[string]int{string(plainKind.ID) + "/success": 2}, gone)
 	require.Zero(t, e.count(`SELECT count(*) FROM stint_task WHERE id IN ('wf-own/a', 'wf-own/b')`))
-	require.Zero(t, e.count(`SELECT count(*) FROM stint_dependency WHERE task_id = 'wf-own/b'`), "the node's edges went with it")
+	require.Zero(t, e.count(`SELECT count(*) FROM `+allEdges+` e WHERE task_id = 'wf-own/b'`), "the node's edges went with it")
 	w, err = c.GetWorkflow(e.ctx, "wf-own")
 	require.NoError(t, err)
 	var names []string

@@ -84,7 +84,7 @@ WITH c AS (
 SELECT ARRAY(SELECT c.ord FROM c WHERE (SELECT count(*) FROM done) < (SELECT count(*) FROM c) AND c.ord NOT IN (SELECT ord FROM done)),
     ARRAY(SELECT parent_id FROM done WHERE final AND parent_id IS NOT NULL),
     ARRAY(SELECT id FROM done WHERE final AND node),
-    ARRAY(SELECT coalesce((SELECT true FROM stint_dependency e WHERE e.depends_on = done.id LIMIT 1), false)
+    ARRAY(SELECT EXISTS (` + edgesByDependency("done.id") + `)
         FROM done WHERE final AND node)
 FROM notified, woke`
 

@@ -12,7 +12,8 @@ import (
 	"github.com/stinthq/stint/store"
 )
 
-// RegisterNode records a node as started.
+// RegisterNode records a node as started, as one that reads a workflow
+// node's single dependency in its column (see singleDepsOpen).
 func (s *Store) RegisterNode(ctx context.Context, n store.Node) error {
 	behaviors := make([]string, len(n.Behaviors))
 	for i, b := range n.Behaviors {
@@ -23,10 +24,10 @@ func (s *Store) RegisterNode(ctx context.Context, n store.Node) error {
 		versions, _ = json.Marshal(n.BehaviorVersions) // a map of strings to numbers: cannot fail
 	}
 	_, err := s.pool.Exec(ctx, `
-		INSERT INTO stint_node (id, host, pid, behaviors, max_workers, version, behavior_versions)
-		VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7::jsonb)
+		INSERT INTO stint_node (id, host, pid, behaviors, max_workers, version, behavior_versions, reads_depends_on)
+		VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7::jsonb, true)
 		ON CONFLICT (id) DO UPDATE SET host = $2, pid = $3, behaviors = $4, max_workers = $5, version = NULLIF($6, ''),
-		    behavior_versions = $7::jsonb, started_at = now(), heartbeat_at = now()`,
+		    behavior_versions = $7::jsonb, started_at = now(), heartbeat_at = now(), reads_depends_on = true`,
 		n.ID, n.Host, n.PID, behaviors, n.MaxWorkers, n.Version, versions)
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", n.ID, err)

@@ -103,7 +103,7 @@ func hotStatements() []hotStatement {
 		{name: "submit sharing starting", sql: shareStartSQL, settings: genericSettingsSQL, args: append(started.args(), true, started.startLeases, node, started.rateUses, started.versions)},
 		{name: "submit with new ids", sql: newSQL, args: append(submitted.args(), true, submitted.rateUses, submitted.versions)},
 		{name: "submit with new ids starting", sql: newStartSQL, settings: genericSettingsSQL, args: append(started.args(), true, started.startLeases, node, started.rateUses, started.versions)},
-		{name: "submit workflows", sql: workflowSubmitSQL, settings: genericSettingsSQL, args: workflowSubmitArgs(diamonds)},
+		{name: "submit workflows", sql: workflowSubmitSQL, settings: genericSettingsSQL, args: workflowSubmitArgs(diamonds, true)},
 		{name: "submit workflows: what holds the ids not stored", sql: workflowsTakenSQL, args: []any{textArray{"wf-000001", "wf-new-000"}}},
 		{name: "claim", sql: claimSQL, settings: claimSettingsSQL, args: []any{node, behaviors, leaseUS, 1000, int64(0), uuidArray(nil)}},
 		{name: "claim handed over in a finish", sql: claimSkipSQL, settings: handOverSettingsSQL, args: []any{node, behaviors, leaseUS, 8, int64(0), uuidArray{planLease}}},
@@ -222,11 +222,12 @@ INSERT INTO stint_feed_tick (snap) VALUES (pg_current_snapshot())`
 
 // planTables are the tables whose scans must be index-driven, and the
 // indexes that may drive them: a task by its id (or a group's tasks by
-// their key, or the tasks a rate limit holds back by the limit), claim hints by behavior in pickup order (a claim's walk,
+// their key, the tasks a rate limit holds back by the limit, or a node's
+// dependents of one dependency by it), claim hints by behavior in pickup order (a claim's walk,
 // cut short by its limit), a lease by its token or its expiry (a
 // takeover's walk, cut short by its limit), changes by transaction.
 var planTables = map[string][]string{
-	"stint_task":       {"stint_task_pkey", "stint_task_group", "stint_task_waiting", "stint_task_workflow"},
+	"stint_task":       {"stint_task_pkey", "stint_task_group", "stint_task_waiting", "stint_task_workflow", "stint_task_depends_on"},
 	"stint_due":        {"stint_due_order", "stint_due_key"},
 	"stint_lease":      {"stint_lease_pkey", "stint_lease_expiry", "stint_lease_behavior"},
 	"stint_change":     {"stint_change_xid"},

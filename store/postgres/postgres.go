@@ -71,6 +71,9 @@ type Store struct {
 	// flowRates holds, per behavior, the rate keys its last claim tried
 	// at once spent: the next one locks them in its first round trip.
 	flowRates sync.Map
+	// singleDeps is the gate of a node's single dependency in its column
+	// (see singleDepsOpen).
+	singleDeps singleDepsGate
 }
 
 var _ store.Store = (*Store)(nil)

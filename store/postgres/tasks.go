@@ -47,8 +47,10 @@ var taskColumnsRest = `
 // stint_task: the names of its dependencies that have not ended.
 const waitingOnDependencies = `(SELECT jsonb_build_object('reason', '` + api.WaitDependencies + `', 'limit', '',
 	    'dependencies', coalesce(jsonb_agg(d.workflow_node ORDER BY d.workflow_node), '[]'))
-	FROM stint_dependency e JOIN stint_task d ON d.id = ANY(ARRAY[e.depends_on])
-	WHERE e.task_id = stint_task.id AND NOT (d.status IN ('success', 'failure') AND d.schedule_not_before IS NULL))`
+	FROM (SELECT e.depends_on FROM stint_dependency e WHERE e.task_id = stint_task.id
+	    UNION ALL SELECT stint_task.depends_on WHERE stint_task.depends_on IS NOT NULL) e
+	JOIN stint_task d ON d.id = ANY(ARRAY[e.depends_on])
+	WHERE NOT (d.status IN ('success', 'failure') AND d.schedule_not_before IS NULL))`
 
 // leaseExpiry returns column of stint_task, except for a running task: its
 // lease row's expiry, which renewals move (the row keeps the expiry as of

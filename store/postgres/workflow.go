@@ -28,8 +28,9 @@ import (
 // claimers, and returns the ids of the workflows it stored.
 //
 // The workflows' arrays ($1-$7) hold a row per workflow; the nodes'
-// ($8-$21) a row per node, with its workflow's id; the edges' ($22-$23)
-// a row per edge, as the nodes' ids.
+// ($8-$21, $24) a row per node, with its workflow's id and, for a node of
+// one dependency, that dependency's id (see singleDepsOpen; ” for the
+// others); the edges' ($22-$23) a row per other edge, as the nodes' ids.
 var workflowSubmitSQL = `
 WITH w AS (
     INSERT INTO stint_task AS t (id, behavior, params, priority, status, schedule_not_before, trace, awaited, retention_us,
@@ -45,15 +46,16 @@ WITH w AS (
 ), s AS (
     INSERT INTO stint_task AS t (id, behavior, params, priority, status, schedule_not_before, group_key, parent_id, trace,
         awaited, retention_us, rate_uses, workflow_node, dep_rule, deps_pending, deps_succeeded, deps_failed, deps_skipped,
-        version)
+        version, depends_on)
     SELECT r.parent || '/' || r.name, r.behavior, r.params::jsonb, r.priority,
         CASE WHEN r.pending = 0 THEN 'scheduled' ELSE 'waiting' END,
         CASE WHEN r.pending = 0 THEN now() + r.delay_us * interval '1 microsecond' END,
         nullif(r.group_key, ''), r.parent, nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0),
-        nullif(r.rate_uses, '')::jsonb, r.name, r.rule, r.pending, 0, 0, 0, nullif(r.version, 0)
+        nullif(r.rate_uses, '')::jsonb, r.name, r.rule, r.pending, 0, 0, 0, nullif(r.version, 0), nullif(r.dep, '')
     FROM ` + unnestRows("r", "parent $8::text[]", "name $9::text[]", "behavior $10::text[]", "params $11::text[]",
 	"priority $12::smallint[]", "delay_us $13::bigint[]", "group_key $14::text[]", "trace $15::text[]", "awaited $16::bool[]",
-	"retention_us $17::bigint[]", "rate_uses $18::text[]", "rule $19::text[]", "pending $20::int[]", "version $21::int[]") + `
+	"retention_us $17::bigint[]", "rate_uses $18::text[]", "rule $19::text[]", "pending $20::int[]", "version $21::int[]",
+	"dep $24::text[]") + `
     WHERE (SELECT ids FROM created) ? r.parent
     RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
 ), edges AS (
@@ -192,7 +194,8 @@ func (s *Store) submitWorkflowsOnce(ctx context.Context, tx pgx.Tx, wfs []store.
 		db = sp
 	}
 	var created []string
-	if err := indexedRowWith(ctx, db, genericSettingsSQL, workflowSubmitSQL, workflowSubmitArgs(wfs)...).Scan(&created, new(int64)); err != nil {
+	args := workflowSubmitArgs(wfs, s.singleDepsOpen(ctx))
+	if err := indexedRowWith(ctx, db, genericSettingsSQL, workflowSubmitSQL, args...).Scan(&created, new(int64)); err != nil {
 		return err
 	}
 	made := make(map[api.TaskID]bool, len(created))
@@ -249,8 +252,9 @@ func (s *Store) submitWorkflowsOnce(ctx context.Context, tx pgx.Tx, wfs []store.
 
 // workflowSubmitArgs returns the parameters of workflowSubmitSQL for wfs,
 // in the order of their ids, so that submits of the same ids take their
-// rows' locks in the same order.
-func workflowSubmitArgs(wfs []store.NewWorkflow) []any {
+// rows' locks in the same order. With single, a node of one dependency
+// keeps it in its column rather than in an edge row.
+func workflowSubmitArgs(wfs []store.NewWorkflow, single bool) []any {
 	order := make([]int, len(wfs))
 	nodes, edges := 0, 0
 	for i, wf := range wfs {
@@ -268,7 +272,7 @@ func workflowSubmitArgs(wfs []store.NewWorkflow) []any {
 	parents, names, behaviors, nparams := make(textArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes)
 	npriorities, delays, groups, ntraces := make(intArray, 0, nodes), make(intArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes)
 	nawaited, nretentions, uses, rules := make(boolArray, 0, nodes), make(intArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes)
-	pending, versions := make(intArray, 0, nodes), make(intArray, 0, nodes)
+	pending, versions, oneDep := make(intArray, 0, nodes), make(intArray, 0, nodes), make(textArray, 0, nodes)
 	from, to := make(textArray, 0, edges), make(textArray, 0, edges)
 	for _, i := range order {
 		wf := wfs[i]
@@ -289,6 +293,11 @@ func workflowSubmitArgs(wfs []store.NewWorkflow) []any {
 			}
 			uses, rules = append(uses, use), append(rules, string(wf.Rules[j]))
 			pending, versions = append(pending, int64(len(wf.DependsOn[j]))), append(versions, int64(nt.Version))
+			if deps := wf.DependsOn[j]; single && len(deps) == 1 {
+				oneDep = append(oneDep, string(wf.Nodes[deps[0]].ID))
+				continue
+			}
+			oneDep = append(oneDep, "")
 			for _, d := range wf.DependsOn[j] {
 				from, to = append(from, string(wf.Nodes[d].ID)), append(to, string(nt.ID))
 			}
@@ -296,7 +305,7 @@ func workflowSubmitArgs(wfs []store.NewWorkflow) []any {
 	}
 	return []any{ids, params, priorities, traces, awaited, retentions, counts,
 		parents, names, behaviors, nparams, npriorities, delays, groups, ntraces, nawaited, nretentions, uses, rules, pending, versions,
-		from, to}
+		from, to, oneDep}
 }
 
 // nodeState is how a node is stored: its counts of dependencies by
@@ -336,9 +345,10 @@ func workflowNodeArgs(id api.TaskID, tasks []store.NewTask, names []string, rule
 
 // WorkflowNodes returns a workflow's nodes; see store.Workflows. Two
 // statements read them, whatever the workflow's size: the nodes by the
-// parent index, and the workflow's edges by a range of stint_dependency's
-// task index (node ids are the workflow's id, "/" and the node's name,
-// and sort as bytes). A waiting node's dependencies not ended are found
+// parent index, and the workflow's edges by a range of node ids in
+// stint_dependency's task index and in stint_task's primary key (a node's
+// single dependency; node ids are the workflow's id, "/" and the node's
+// name, and sort as bytes). A waiting node's dependencies not ended are found
 // among the nodes read. A query per node took a second for 10,000 nodes.
 func (s *Store) WorkflowNodes(ctx context.Context, id api.TaskID) ([]store.WorkflowNode, error) {
 	b := &pgx.Batch{}
@@ -377,9 +387,13 @@ func (s *Store) WorkflowNodes(ctx context.Context, id api.TaskID) ([]store.Workf
 	return nodes, nil
 }
 
-// workflowEdgesOfSQL reads the edges of a workflow, by the range [$1, $2)
-// of its nodes' ids in stint_dependency's task index (see WorkflowNodes).
-const workflowEdgesOfSQL = `SELECT task_id, depends_on FROM stint_dependency WHERE task_id >= $1 AND task_id < $2 ORDER BY task_id, depends_on`
+// workflowEdgesOfSQL reads the edges of a workflow, the edge rows and the
+// single dependencies, by the range [$1, $2) of its nodes' ids (see
+// WorkflowNodes).
+const workflowEdgesOfSQL = `SELECT task_id, depends_on FROM stint_dependency WHERE task_id >= $1 AND task_id < $2
+UNION ALL
+SELECT id, depends_on FROM stint_task WHERE id >= $1 AND id < $2 AND depends_on IS NOT NULL
+ORDER BY 1, 2`
 
 // readNodes reads WorkflowNodes' nodes, in name order.
 func readNodes(br pgx.BatchResults) ([]store.WorkflowNode, error) {

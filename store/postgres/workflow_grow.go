@@ -108,13 +108,13 @@ const (
 
 // ancestorEdgesSQL returns the edges (dependent, dependency) of the nodes
 // $1 and of all they depend on, transitively.
-const ancestorEdgesSQL = `
+var ancestorEdgesSQL = `
 WITH RECURSIVE up(id) AS (
     SELECT unnest($1::text[]) COLLATE "C"
     UNION
-    SELECT e.depends_on FROM up JOIN stint_dependency e ON e.task_id = up.id
+    SELECT e.depends_on FROM up JOIN ` + allEdges + ` e ON e.task_id = up.id
 )
-SELECT e.task_id, e.depends_on FROM up JOIN stint_dependency e ON e.task_id = up.id`
+SELECT e.task_id, e.depends_on FROM up JOIN ` + allEdges + ` e ON e.task_id = up.id`
 
 // gatedNodesSQL stores the new counts of existing nodes that got new
 // dependencies, and their verdict: a node that must now wait is waiting

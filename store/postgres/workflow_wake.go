@@ -30,10 +30,10 @@ import (
 // writes each dependent once. Each ended task is read once, each of their
 // workflows once (a dependent is of its dependency's workflow: a node of a
 // held workflow that may run is stored held, due once released), and an
-// ended task's edges are found by a probe of the edge index (an index
-// scan: see probesSaveOffSQL): OFFSET 0 keeps the lateral subqueries from
-// being flattened into joins, which the planner made a merge join over the
-// whole index.
+// ended task's dependents are found by a probe of each index that holds
+// them (see edgesByDependency; an index scan: see probesSaveOffSQL):
+// OFFSET 0 keeps the lateral subqueries from being flattened into joins,
+// which the planner made a merge join over the whole index.
 //
 // A dependent that runs may start at once on the node $2 (a local start,
 // see store.Store.FinishStart) when the finish touched no more dependents
@@ -74,7 +74,7 @@ WITH d AS MATERIALIZED (
         min(d.workflow_node) FILTER (WHERE d.status <> 'success') AS bad,
         bool_or(d.parent_id = ANY(ARRAY(SELECT w.id FROM stint_task w
             WHERE w.id = ANY(ARRAY(SELECT DISTINCT parent_id FROM d)) AND w.status = 'held'))) AS held
-    FROM d, LATERAL (SELECT e.task_id FROM stint_dependency e WHERE e.depends_on = d.id COLLATE "C" OFFSET 0) e
+    FROM d, LATERAL (` + edgesByDependency(`d.id COLLATE "C"`) + `) e
     GROUP BY e.task_id
 ), local AS MATERIALIZED (
     SELECT t.behavior, t.priority, t.group_key
