@@ -29,8 +29,9 @@ import (
 //
 // The workflows' arrays ($1-$7) hold a row per workflow; the nodes'
 // ($8-$21, $24) a row per node, with its workflow's id and, for a node of
-// one dependency, that dependency's id (see singleDepsOpen; ” for the
-// others); the edges' ($22-$23) a row per other edge, as the nodes' ids.
+// one dependency, that dependency's id (see singleDepsOpen; empty for
+// the others); the edges' ($22-$23) a row per other edge, as the nodes'
+// ids.
 var workflowSubmitSQL = `
 WITH w AS (
     INSERT INTO stint_task AS t (id, behavior, params, priority, status, schedule_not_before, trace, awaited, retention_us,

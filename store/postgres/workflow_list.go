@@ -11,7 +11,7 @@ import (
 )
 
 // listWorkflowsSQL reads a page of the workflows' own tasks after the id
-// $1, in the state $2 (” for any), at most $3 rows, without their params,
+// $1, in the state $2 (any state when empty), at most $3 rows, without their params,
 // result and progress (briefColumns: a list shows none). A workflow is
 // running while its task has not finished and some node has not ended
 // (children_pending); once its task finished, the task's status and error
