@@ -33,23 +33,15 @@ func (s *Server) keepSlot(r *run) bool {
 }
 
 // handsOver decides, as run r returns, whether its slot is kept for the
-// hand-over of its finish rather than freed for the claimers: when r's
-// behavior is at a cap that binds (its MaxConcurrency on this node, found
-// full by the claimers, or a cap across nodes a claim found full lately)
-// while the node has other slots free, so that it is the cap, not the
-// node, that holds the behavior's tasks back; and when the completer
-// records r's end at once (see completer.promise): a kept slot waits for
-// that finish, which must not wait for another batch to return first.
-// Behaviors with a Rotation are left to their rotation, and the ends of
-// children and of runs that sleep on a signal to the claimers: their
-// finishes hand nothing over (see store.Store.FinishStart). Server.mu is
-// held.
-//
-// A kept slot stays taken (reserved, as for a claim in flight), so that
-// no claim of this node takes it meanwhile, nor counts r's task as ended
-// in a cap across nodes (see returned); the finish's claim under the same
-// rules as any claim fills it, or the slot is freed once the finish
-// returns, and the claimers woken (see handOver.end).
+// hand-over of its finish rather than freed: when r's behavior is at a
+// cap that binds (its MaxConcurrency on this node, found full by the
+// claimers, or a cap across nodes a claim found full lately) while the
+// node has other slots free, and the completer records r's end at once
+// (see completer.promise). Rotations, children and runs that sleep on a
+// signal hand nothing over (see store.Store.FinishStart). A kept slot
+// stays reserved, so that no claim takes it nor counts r's task as ended,
+// until the finish's claim fills it or handOver.end frees it. Server.mu
+// is held.
 func (s *Server) handsOver(r *run) bool {
 	if !s.cfg.HandOver || !s.startsRuns() || s.slots.free() <= 0 {
 		return false

@@ -95,22 +95,14 @@ type ServerConfig struct {
 	// node runs that cap nothing (no Policy.MaxConcurrency, Rotation or
 	// flow control) and that a claim could take now.
 	NoLocalStart bool
-	// HandOver turns on the hand-over (off by default: on two shared
-	// cores, where a WAL flush costs about what a claim's round trip
-	// does, it did not make capped behaviors faster; see
-	// docs/performance.md). With it, the run of a behavior at a cap that
-	// binds (its Policy.MaxConcurrency on this node, found full by the
-	// claimers; a group key's or the behavior's cap across nodes, found
-	// full by a claim within the last 10 s) keeps its slot when it
-	// returns, while the node has other slots free and no batch of ends
-	// is being recorded (its end is then recorded at once, not after that
-	// batch), and the statement that records its end claims, in its
-	// transaction, the next due tasks of the behavior for the slots so
-	// kept, as a claim of the behavior would (a claim under flow control
-	// counting the running tasks after the finish), and the node starts
-	// them at once: no claim of its own per run. A kept slot that the
-	// claim does not fill is freed when the finish returns, and the
-	// claimers woken for it.
+	// HandOver turns on the hand-over: the finish of a run of a behavior
+	// at a cap that binds (its Policy.MaxConcurrency on this node, or a
+	// group key's or the behavior's cap across nodes, found full lately)
+	// claims, in its own transaction and under a claim's rules, the next
+	// due tasks of the behavior for the slots it frees, and the node
+	// starts them at once. Off by default: on two shared cores, where a
+	// durable commit costs about what a claim's round trip does, it made
+	// capped behaviors no faster (see docs/performance.md).
 	HandOver bool
 	// AwaitPollInterval is ClientConfig.PollInterval for the server's own
 	// Awaits.

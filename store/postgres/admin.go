@@ -367,7 +367,8 @@ func (s *Store) PendingCount(ctx context.Context, behavior api.BehaviorID, lookA
 // task that finished that long ago was created longer ago still, so the
 // range on created_at holds them all. A workflow's nodes go with their
 // workflow (deleteNodes), never before it: a node's dependents may read
-// its result for as long as the workflow lives.
+// its result for as long as the workflow lives, and the index leaves the
+// nodes out.
 const deleteFinishedSQL = `
 WITH d AS (
     DELETE FROM stint_task WHERE id = ANY(ARRAY(
