@@ -149,6 +149,8 @@ func hotStatements() []hotStatement {
 		{name: "signal reopening finished tasks", sql: signalSQL, settings: doneLockedSettings, args: []any{done, topics, payloads, signalKeys, false, reopen}},
 		{name: "receive", sql: receiveSQL, args: []any{"run-000001", "approval", int64(0)}},
 		{name: "finish: children ended", sql: childrenEndedSQL, args: []any{ids}},
+		{name: "workflow growth: the ancestors of nodes", sql: ancestorEdgesSQL, args: []any{ids[:10]}},
+		{name: "workflow graph: its edges", sql: workflowEdgesOfSQL, args: []any{"due-000001", "due-000002"}},
 		{name: "finish: dependents woken or skipped", sql: depsEndedSQL, settings: probesSaveOffSQL, args: []any{ids, node, []string{}, []int64{}, 0, ids}},
 		{name: "finish: dependents woken, started here", sql: depsEndedSQL, settings: probesSaveOffSQL, args: []any{ids, node, behaviors, leaseUS, 100, []string{}}},
 		{name: "read a waiting workflow node", sql: getTaskSQL, args: []any{"wait-000001"}},

@@ -390,10 +390,11 @@ func (s *Store) WorkflowNodes(ctx context.Context, id api.TaskID) ([]store.Workf
 
 // workflowEdgesOfSQL reads the edges of a workflow, the edge rows and the
 // single dependencies, by the range [$1, $2) of its nodes' ids (see
-// WorkflowNodes).
+// WorkflowNodes; OFFSET 0 as in dependenciesOf).
 const workflowEdgesOfSQL = `SELECT task_id, depends_on FROM stint_dependency WHERE task_id >= $1 AND task_id < $2
 UNION ALL
-SELECT id, depends_on FROM stint_task WHERE id >= $1 AND id < $2 AND depends_on IS NOT NULL
+SELECT id, depends_on FROM (SELECT id, depends_on FROM stint_task WHERE id >= $1 AND id < $2 OFFSET 0) n
+WHERE depends_on IS NOT NULL
 ORDER BY 1, 2`
 
 // readNodes reads WorkflowNodes' nodes, in name order.

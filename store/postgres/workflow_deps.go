@@ -56,8 +56,14 @@ func edgesByDependency(expr string) string {
         UNION ALL (SELECT c.id FROM stint_task c WHERE c.depends_on = ` + expr + ` OFFSET 0)`
 }
 
-// allEdges is the table of every edge (task_id runs after depends_on),
-// the edge rows and the single dependencies in their column, for a join
-// on task_id: each side is then probed by its index.
-const allEdges = `(SELECT task_id, depends_on FROM stint_dependency
-    UNION ALL SELECT id, depends_on FROM stint_task WHERE depends_on IS NOT NULL)`
+// dependenciesOf is the subquery of the dependencies of the node id expr,
+// by either index: stint_dependency_task and stint_task's primary key.
+// OFFSET 0 keeps each a probe of its own, as in edgesByDependency, and
+// keeps the test of depends_on out of the task's probe, which the planner
+// would otherwise serve by a walk of stint_task_depends_on, the index
+// that holds just the rows that pass it.
+func dependenciesOf(expr string) string {
+	return `(SELECT e.depends_on FROM stint_dependency e WHERE e.task_id = ` + expr + ` OFFSET 0)
+        UNION ALL (SELECT c.depends_on FROM (SELECT c.depends_on FROM stint_task c WHERE c.id = ` + expr + ` OFFSET 0) c
+            WHERE c.depends_on IS NOT NULL)`
+}

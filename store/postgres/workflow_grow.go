@@ -107,14 +107,15 @@ const (
 )
 
 // ancestorEdgesSQL returns the edges (dependent, dependency) of the nodes
-// $1 and of all they depend on, transitively.
+// $1 and of all they depend on, transitively, each node's found by probes
+// of the indexes that hold them (see dependenciesOf).
 var ancestorEdgesSQL = `
 WITH RECURSIVE up(id) AS (
     SELECT unnest($1::text[]) COLLATE "C"
     UNION
-    SELECT e.depends_on FROM up JOIN ` + allEdges + ` e ON e.task_id = up.id
+    SELECT e.depends_on FROM up, LATERAL (` + dependenciesOf("up.id") + `) e
 )
-SELECT e.task_id, e.depends_on FROM up JOIN ` + allEdges + ` e ON e.task_id = up.id`
+SELECT up.id, e.depends_on FROM up, LATERAL (` + dependenciesOf("up.id") + `) e`
 
 // gatedNodesSQL stores the new counts of existing nodes that got new
 // dependencies, and their verdict: a node that must now wait is waiting
