@@ -120,6 +120,7 @@ func TestSignalWakesTaskOverHTTP(t *testing.T) {
 	id := e.submit(web.SubmitBody{Behavior: failKind.ID, Params: json.RawMessage(`{"note":"approve"}`)})
 	var task api.Task
 	e.waitFor("the task to sleep on its signal", func() bool {
+		task = api.Task{} // decoded afresh, as below
 		e.json(http.MethodGet, "/api/v1/tasks/"+string(id), readToken, nil, http.StatusOK, &task)
 		return task.Waiting != nil
 	})
@@ -240,6 +241,9 @@ func TestSignalReopensOverHTTP(t *testing.T) {
 	require.Equal(t, web.SignalResponse{ID: id, Topic: "approval"}, sent)
 	var task api.Task
 	e.waitFor("the task to run again", func() bool {
+		// Each answer is decoded afresh: one decoded over the last would
+		// keep the fields the new one leaves out (signals, a due time).
+		task = api.Task{}
 		e.json(http.MethodGet, "/api/v1/tasks/"+string(id), readToken, nil, http.StatusOK, &task)
 		return task.Status == api.StatusSuccess && task.FinishedAt.After(*first.FinishedAt)
 	})
