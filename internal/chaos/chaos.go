@@ -86,6 +86,12 @@ type WorkParams struct {
 	SleepMS int `json:"sleep_ms" validate:"gte=0,lte=1000"`
 }
 
+// AllEdges is a table of every edge of the workflows (task_id runs after
+// depends_on): the edge rows and the single dependencies nodes keep in
+// their own row, for the scenarios' checks of run order.
+const AllEdges = `(SELECT task_id, depends_on FROM stint_dependency
+    UNION ALL SELECT id, depends_on FROM stint_task WHERE depends_on IS NOT NULL)`
+
 // WorkKind is chaos.work (see Work).
 var WorkKind = api.Kind[WorkParams, string]{ID: "chaos.work"}
 

@@ -22,11 +22,6 @@ import (
 	"github.com/stinthq/stint/spi"
 )
 
-// allEdges is every edge of the workflows (task_id runs after depends_on):
-// the edge rows and the single dependencies nodes keep in their column.
-const allEdges = `(SELECT task_id, depends_on FROM stint_dependency
-    UNION ALL SELECT id, depends_on FROM stint_task WHERE depends_on IS NOT NULL)`
-
 // StepsParams are the params of chaos.steps.
 type StepsParams struct {
 	N      int `json:"n"`
@@ -625,7 +620,7 @@ func checkWorkflow(t *testing.T, c *chaos.Cluster, wf api.WorkflowSubmission) {
 	ids := nodeIDs(wf)
 	require.Equal(t, len(ids), count(t, c, `SELECT count(DISTINCT task_id) FROM chaos_effect WHERE task_id = ANY($1)`, ids), "nodes with an effect")
 	require.Equal(t, len(ids), count(t, c, `SELECT count(*) FROM chaos_effect WHERE task_id = ANY($1)`, ids), "nodes' effects, each once")
-	require.Zero(t, count(t, c, `SELECT count(*) FROM `+allEdges+` e
+	require.Zero(t, count(t, c, `SELECT count(*) FROM `+chaos.AllEdges+` e
 		JOIN chaos_effect dep ON dep.task_id = e.depends_on
 		JOIN chaos_effect node ON node.task_id = e.task_id
 		WHERE node.at <= dep.at`), "nodes whose effect came before a dependency's")

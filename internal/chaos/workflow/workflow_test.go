@@ -15,11 +15,6 @@ import (
 	"github.com/stinthq/stint/internal/pgtest"
 )
 
-// allEdges is every edge of the workflows (task_id runs after depends_on):
-// the edge rows and the single dependencies nodes keep in their column.
-const allEdges = `(SELECT task_id, depends_on FROM stint_dependency
-    UNION ALL SELECT id, depends_on FROM stint_task WHERE depends_on IS NOT NULL)`
-
 // randomWorkflow returns workflow w of random shape: 3 to 12 nodes, each
 // depending on up to three earlier ones, so chains, fan-outs, fan-ins and
 // diamonds all occur.
@@ -125,7 +120,7 @@ func TestWorkflowsUnderFaults(t *testing.T) {
 	require.Equal(t, nodes, count(`SELECT count(DISTINCT task_id) FROM chaos_effect`), "nodes with an effect")
 	require.Zero(t, count(`SELECT count(*) FROM (SELECT task_id FROM chaos_effect GROUP BY task_id HAVING count(*) > 1) x`),
 		"nodes whose effect was written more than once")
-	require.Zero(t, count(`SELECT count(*) FROM `+allEdges+` e
+	require.Zero(t, count(`SELECT count(*) FROM `+chaos.AllEdges+` e
 		JOIN chaos_effect dep ON dep.task_id = e.depends_on
 		JOIN chaos_effect node ON node.task_id = e.task_id
 		WHERE node.at <= dep.at`), "nodes whose effect came before a dependency's")
