@@ -166,6 +166,14 @@ func TestExplainWake(t *testing.T) {
 	printPlan(t, ctx, st, "ANALYZE, BUFFERS, WAL", depsEndedSQL, textArray{root}, "n", []string{"bench.noop"}, []int64{60e6}, 500, textArray{})
 }
 
+// TestExplainWorkflowSubmit prints the plan of the submit of a fan-out of
+// 10,001 nodes.
+func TestExplainWorkflowSubmit(t *testing.T) {
+	ctx, st := measureStore(t, "STINT_EXPLAIN")
+	w := FanOutWorkflow("01a221e3-0d1c-7d74-8f3a-6735b9f40000", 10_000)
+	printPlan(t, ctx, st, "ANALYZE, BUFFERS, WAL", workflowSubmitSQL, workflowSubmitArgs([]store.NewWorkflow{w}, true)...)
+}
+
 // FanOutWorkflow returns the workflow wf of bench.noop nodes n0 to n<width>,
 // each of n1 on depending on n0, with ids as long as generated ones.
 func FanOutWorkflow(wf api.TaskID, width int) store.NewWorkflow {

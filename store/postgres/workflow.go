@@ -28,10 +28,12 @@ import (
 // claimers, and returns the ids of the workflows it stored.
 //
 // The workflows' arrays ($1-$7) hold a row per workflow; the nodes'
-// ($8-$21, $24) a row per node, with its workflow's id and, for a node of
-// one dependency, that dependency's id (see singleDepsOpen; empty for
-// the others); the edges' ($22-$23) a row per other edge, as the nodes'
-// ids.
+// ($8-$21, $24) a row per node, with its workflow's position in $1 and,
+// for a node of one dependency, that dependency's id (see singleDepsOpen;
+// empty for the others); the edges' ($22-$23) a row per other edge, as
+// the nodes' ids. A node's column that every node leaves at its zero
+// value is sent empty (see omitZeros): the unnest reads NULL past an
+// array's end, which the statement takes as that zero value.
 var workflowSubmitSQL = `
 WITH w AS (
     INSERT INTO stint_task AS t (id, behavior, params, priority, status, schedule_not_before, trace, awaited, retention_us,
@@ -50,13 +52,13 @@ WITH w AS (
         version, depends_on)
     SELECT r.parent || '/' || r.name, r.behavior, r.params::jsonb, r.priority,
         CASE WHEN r.pending = 0 THEN 'scheduled' ELSE 'waiting' END,
-        CASE WHEN r.pending = 0 THEN now() + r.delay_us * interval '1 microsecond' END,
-        nullif(r.group_key, ''), r.parent, nullif(r.trace, ''), r.awaited, nullif(r.retention_us, 0),
+        CASE WHEN r.pending = 0 THEN now() + coalesce(r.delay_us, 0) * interval '1 microsecond' END,
+        nullif(r.group_key, ''), r.parent, nullif(r.trace, ''), coalesce(r.awaited, false), nullif(r.retention_us, 0),
         nullif(r.rate_uses, '')::jsonb, r.name, r.rule, r.pending, 0, 0, 0, nullif(r.version, 0), nullif(r.dep, '')
-    FROM ` + unnestRows("r", "parent $8::text[]", "name $9::text[]", "behavior $10::text[]", "params $11::text[]",
+    FROM (SELECT ($1::text[])[r.of] AS parent, r.* FROM ` + unnestRows("r", "of $8::int[]", "name $9::text[]", "behavior $10::text[]", "params $11::text[]",
 	"priority $12::smallint[]", "delay_us $13::bigint[]", "group_key $14::text[]", "trace $15::text[]", "awaited $16::bool[]",
 	"retention_us $17::bigint[]", "rate_uses $18::text[]", "rule $19::text[]", "pending $20::int[]", "version $21::int[]",
-	"dep $24::text[]") + `
+	"dep $24::text[]") + `) r
     WHERE (SELECT ids FROM created) ? r.parent
     RETURNING t.id, t.behavior, t.priority, t.schedule_not_before, t.group_key, t.status, t.parent_id
 ), edges AS (
@@ -270,19 +272,19 @@ func workflowSubmitArgs(wfs []store.NewWorkflow, single bool) []any {
 	ids, params, traces := make(textArray, 0, n), make(textArray, 0, n), make(textArray, 0, n)
 	priorities, retentions, counts := make(intArray, 0, n), make(intArray, 0, n), make(intArray, 0, n)
 	awaited := make(boolArray, 0, n)
-	parents, names, behaviors, nparams := make(textArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes)
+	of, names, behaviors, nparams := make(intArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes)
 	npriorities, delays, groups, ntraces := make(intArray, 0, nodes), make(intArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes)
 	nawaited, nretentions, uses, rules := make(boolArray, 0, nodes), make(intArray, 0, nodes), make(textArray, 0, nodes), make(textArray, 0, nodes)
 	pending, versions, oneDep := make(intArray, 0, nodes), make(intArray, 0, nodes), make(textArray, 0, nodes)
 	from, to := make(textArray, 0, edges), make(textArray, 0, edges)
-	for _, i := range order {
+	for k, i := range order {
 		wf := wfs[i]
 		t := wf.Task
 		ids, params, traces = append(ids, string(t.ID)), append(params, string(t.Params)), append(traces, t.Trace)
 		priorities, retentions = append(priorities, int64(t.Priority)), append(retentions, t.Retention.Microseconds())
 		counts, awaited = append(counts, int64(len(wf.Nodes))), append(awaited, t.Notify)
 		for j, nt := range wf.Nodes {
-			parents, names = append(parents, string(t.ID)), append(names, wf.Names[j])
+			of, names = append(of, int64(k+1)), append(names, wf.Names[j])
 			behaviors, nparams = append(behaviors, string(nt.Behavior)), append(nparams, string(nt.Params))
 			npriorities, delays = append(npriorities, int64(nt.Priority)), append(delays, nt.Delay.Microseconds())
 			groups, ntraces = append(groups, nt.GroupKey), append(ntraces, nt.Trace)
@@ -305,8 +307,21 @@ func workflowSubmitArgs(wfs []store.NewWorkflow, single bool) []any {
 		}
 	}
 	return []any{ids, params, priorities, traces, awaited, retentions, counts,
-		parents, names, behaviors, nparams, npriorities, delays, groups, ntraces, nawaited, nretentions, uses, rules, pending, versions,
-		from, to, oneDep}
+		of, names, behaviors, nparams, npriorities, omitZeros(delays), omitZeros(groups), omitZeros(ntraces), omitZeros(nawaited),
+		omitZeros(nretentions), omitZeros(uses), rules, pending, omitZeros(versions), from, to, omitZeros(oneDep)}
+}
+
+// omitZeros returns a emptied when each of its elements is the zero
+// value: a column of a batch statement that most rows leave at its
+// default is then not sent row by row.
+func omitZeros[S ~[]E, E comparable](a S) S {
+	var zero E
+	for _, v := range a {
+		if v != zero {
+			return a
+		}
+	}
+	return a[:0]
 }
 
 // nodeState is how a node is stored: its counts of dependencies by

@@ -72,3 +72,62 @@ func TestASingleDependencyIsStoredWhereEveryNodeReadsIt(t *testing.T) {
 	require.NoError(t, old.RegisterNode(ctx, store.Node{ID: "new", Host: "h", PID: 2}))
 	check(open(), "wf-new", 0, 2)
 }
+
+// Each optional column of a workflow's nodes is stored as submitted,
+// whether a batch's nodes all leave it at its default (the column is then
+// sent empty) or some set it, and a node left at the default in a batch
+// that sets it for another node keeps its default.
+func TestWorkflowNodeColumnsAreStoredAsSubmitted(t *testing.T) {
+	t.Parallel()
+	ctx, st := openT(t)
+	set := store.NewTask{Behavior: semBehavior, Params: []byte(`{"a":1}`), Priority: 3, Delay: time.Hour, GroupKey: "g",
+		Trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Notify: true, Retention: 2 * time.Hour,
+		RateUses: []store.RateUse{{Limit: "api", Units: 2}}, Version: 4}
+	workflow := func(id api.TaskID, nodes ...store.NewTask) store.NewWorkflow {
+		w := store.NewWorkflow{Task: store.NewTask{ID: id, Behavior: api.WorkflowBehavior, Params: []byte(`{}`), Priority: 5}}
+		for i, n := range nodes {
+			name := string(rune('a' + i))
+			n.ID, n.ParentID = id+"/"+api.TaskID(name), id
+			w.Nodes, w.Names, w.Rules = append(w.Nodes, n), append(w.Names, name), append(w.Rules, api.RuleAllSucceeded)
+			w.DependsOn = append(w.DependsOn, nil)
+		}
+		return w
+	}
+	plain := store.NewTask{Behavior: semBehavior, Params: []byte(`{}`), Priority: 5}
+	mixed := workflow("wf-mixed", set, plain)
+	mixed.DependsOn[1] = []int{0}
+	for _, batch := range [][]store.NewWorkflow{{mixed, workflow("wf-beside", plain, plain)}, {workflow("wf-plain", plain, plain)}} {
+		out, err := st.SubmitWorkflows(ctx, nil, batch)
+		require.NoError(t, err)
+		for _, o := range out {
+			require.NoError(t, o.Err)
+			require.True(t, o.Created)
+		}
+	}
+
+	type row struct {
+		Priority                  int
+		Due                       bool
+		DelayS                    float64
+		Group, Trace, Uses, DepOn string
+		Awaited                   bool
+		RetentionUS               int64
+		Version                   int
+	}
+	read := func(id api.TaskID) row {
+		var r row
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT priority, schedule_not_before IS NOT NULL,
+			coalesce(extract(epoch FROM schedule_not_before - created_at), 0)::float8, coalesce(group_key, ''), coalesce(trace, ''),
+			coalesce(rate_uses::text, ''), coalesce(depends_on, ''), awaited, coalesce(retention_us, 0), coalesce(version, 0)
+			FROM stint_task WHERE id = $1`, string(id)).Scan(&r.Priority, &r.Due, &r.DelayS, &r.Group, &r.Trace, &r.Uses, &r.DepOn,
+			&r.Awaited, &r.RetentionUS, &r.Version))
+		r.DelayS = float64(int(r.DelayS + 0.5))
+		return r
+	}
+	require.Equal(t, row{Priority: 3, Due: true, DelayS: 3600, Group: "g", Trace: set.Trace, Uses: `[{"l": "api", "u": 2}]`,
+		Awaited: true, RetentionUS: (2 * time.Hour).Microseconds(), Version: 4}, read("wf-mixed/a"))
+	require.Equal(t, row{Priority: 5, DepOn: "wf-mixed/a"}, read("wf-mixed/b"))
+	for _, id := range []api.TaskID{"wf-beside/a", "wf-beside/b", "wf-plain/a", "wf-plain/b"} {
+		require.Equal(t, row{Priority: 5, Due: true}, read(id), id)
+	}
+}
