@@ -11,7 +11,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -202,49 +201,6 @@ type LocalStart struct {
 	// and what a claim under flow control held back.
 	HandedOver func(i int, claimed []Claimed, held FlowHeld)
 }
-
-// NewSignal is a message for a task, as Store.Signal stores it.
-type NewSignal struct {
-	ID    api.TaskID
-	Topic string
-	// Payload is the message, JSON that PostgreSQL stores as jsonb.
-	Payload json.RawMessage
-	// Key is the idempotency key; empty for none.
-	Key string
-}
-
-// SignalLock says how Store.Signal takes the rows of its tasks.
-type SignalLock int
-
-const (
-	// SignalWait waits for each task's row.
-	SignalWait SignalLock = iota
-	// SignalAll waits for each task's row, and stores every message or,
-	// when it refuses one, none.
-	SignalAll
-	// SignalPass, outside a caller's transaction, waits for no row: the
-	// messages of a task whose row another transaction holds are not
-	// stored, and refused says so with an error wrapping ErrBusy.
-	SignalPass
-)
-
-// SignalOptions say how Store.Signal stores its messages.
-type SignalOptions struct {
-	// Lock says how the tasks' rows are waited for, and whether all
-	// messages are stored or none.
-	Lock SignalLock
-	// Reopen are the behaviors whose tasks that finished for good a
-	// message reopens (spi.Policy.ReopenOnSignal): the task is stored
-	// scheduled, due at once, as a resubmit of a finished task stores it,
-	// rather than refused. Only a stored message reopens: one whose key
-	// the task has seen does not. A workflow's node or own task is never
-	// reopened.
-	Reopen []api.BehaviorID
-}
-
-// ErrBusy is the refusal of a message by Store.Signal with SignalPass
-// whose task's row another transaction held: nothing was stored for it.
-var ErrBusy = errors.New("the task's row is held by another transaction")
 
 // Renewal extends a run's lease by Duration from the database's now().
 type Renewal struct {
@@ -589,42 +545,6 @@ type Store interface {
 	Listen(ctx context.Context, channels []string, fn func(channel, payload string), onState func(error)) error
 	// Notify sends a notification.
 	Notify(ctx context.Context, channel, payload string) error
-}
-
-// FeedConsumer is a named reader of the change feed.
-type FeedConsumer struct {
-	Name string `json:"name"`
-	// Cursor is where the consumer has read to.
-	Cursor      int64     `json:"cursor"`
-	HeartbeatAt time.Time `json:"heartbeat_at"`
-}
-
-// MaintainParams bound what Maintain keeps.
-type MaintainParams struct {
-	// ConsumerTimeout drops feed consumers silent this long.
-	ConsumerTimeout time.Duration
-	// NodeTimeout drops nodes whose heartbeat is this old.
-	NodeTimeout time.Duration
-	// FeedMinRetention keeps every change this long, read or not.
-	FeedMinRetention time.Duration
-	// FeedMaxRetention drops changes this old even if a live consumer has
-	// not read them.
-	FeedMaxRetention time.Duration
-	// Batch caps the changes deleted by one call.
-	Batch int
-}
-
-// MaintainResult says what Maintain removed.
-type MaintainResult struct {
-	Consumers, Nodes, Changes int
-}
-
-// DeleteFinishedParams select finished tasks to delete.
-type DeleteFinishedParams struct {
-	Behavior  api.BehaviorID
-	Status    api.Status // StatusSuccess or StatusFailure
-	OlderThan time.Duration
-	Limit     int
 }
 
 // Schedule is a stored schedule.
