@@ -28,59 +28,61 @@ type database interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// spawnRerunSQL locks, in id order, the tasks of $1 that are children of
-// $2 and ended for good, which a resubmitting spawn runs again, and counts
-// them. Locked, none of them changes before the spawn's submit does.
-var spawnRerunSQL = `SELECT count(*) FROM (SELECT t.id FROM stint_task t
-    WHERE t.id = ANY($1::text[]) AND t.parent_id = $2 AND ` + finishedForGood + ` AND NOT t.resubmit
-    ORDER BY t.id COLLATE "C" FOR NO KEY UPDATE) r`
+// spawnLockSQL locks the parent $1 under its lease $2, and then, in id
+// order, the tasks of $3 that are its children and ended for good, which
+// a resubmitting spawn runs again. It returns whether the parent was
+// locked (a stale parent spawns nothing, and locks no child) and how many
+// children it locked: locked, none of them changes before the spawn's
+// submit does, and the parent's count of pending children cannot race
+// its finish.
+var spawnLockSQL = `WITH p AS (
+    SELECT 1 FROM stint_task WHERE id = $1 AND lease = $2 AND status = 'running' FOR UPDATE
+)
+SELECT EXISTS (SELECT 1 FROM p), (SELECT count(*) FROM (SELECT t.id FROM stint_task t
+    WHERE EXISTS (SELECT 1 FROM p) AND t.id = ANY($3::text[]) AND t.parent_id = $1 AND ` + finishedForGood + ` AND NOT t.resubmit
+    ORDER BY t.id COLLATE "C" FOR NO KEY UPDATE) r)`
 
-// Spawn submits children of a running parent, fenced by its lease.
+// Spawn submits children of a running parent, fenced by its lease, in
+// three round trips: BEGIN with the locks (spawnLockSQL), the submit, and
+// the parent's count of pending children with the COMMIT.
 func (s *Store) Spawn(ctx context.Context, parent store.LeaseRef, tasks []store.NewTask) ([]api.Submission, error) {
+	var again []string
 	for i := range tasks {
 		tasks[i].ParentID = parent.ID
+		if !tasks[i].Share {
+			again = append(again, string(tasks[i].ID))
+		}
 	}
 	var out []api.Submission
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Lock the parent under its lease first: a stale parent spawns
-		// nothing, and the count below cannot race its finish.
-		var one int
-		err := tx.QueryRow(ctx, `SELECT 1 FROM stint_task WHERE id = $1 AND lease = $2 AND status = 'running' FOR UPDATE`,
-			string(parent.ID), uuid(parent.Lease)).Scan(&one)
-		if isNoRows(err) {
+	err := s.connTx(ctx, func(c *pgx.Conn) error {
+		var locked bool
+		var pending int // children of the parent that run again, then new ones
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(spawnLockSQL, string(parent.ID), uuid(parent.Lease), textArray(again)).QueryRow(func(r pgx.Row) error {
+			return r.Scan(&locked, &pending)
+		})
+		if err := c.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if !locked {
 			return api.ErrHalt
 		}
-		if err != nil {
+		var err error
+		if out, _, err = submit(ctx, c, tasks, false, "", false); err != nil {
 			return err
 		}
-		var again []string
-		for _, t := range tasks {
-			if !t.Share {
-				again = append(again, string(t.ID))
-			}
-		}
-		// Children of this parent that ended for good and that the submit
-		// resubmits run again: their ends were counted off the parent,
-		// which waits for them once more, as Retry makes it.
-		var rerun int
-		if len(again) > 0 {
-			if err := tx.QueryRow(ctx, spawnRerunSQL, textArray(again), string(parent.ID)).Scan(&rerun); err != nil {
-				return err
-			}
-		}
-		if out, _, err = submit(ctx, tx, tasks, false, "", false); err != nil {
-			return err
-		}
-		pending := rerun
 		for _, sub := range out {
 			if sub.Created {
 				pending++
 			}
 		}
+		b = &pgx.Batch{}
 		if pending > 0 {
-			_, err = tx.Exec(ctx, `UPDATE stint_task SET children_pending = children_pending + $2 WHERE id = $1`, string(parent.ID), pending)
+			b.Queue(`UPDATE stint_task SET children_pending = children_pending + $2 WHERE id = $1`, string(parent.ID), pending)
 		}
-		return err
+		b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error { return committed(tag, nil) })
+		return c.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("spawn children of %s: %w", parent.ID, submitRefused(err))

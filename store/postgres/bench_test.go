@@ -296,3 +296,21 @@ func BenchmarkWorkflowFanOut(b *testing.B) {
 	b.ReportMetric(float64(submit.Milliseconds())/float64(b.N), "submit-ms")
 	b.ReportMetric(float64(finish.Milliseconds())/float64(b.N), "wake-ms")
 }
+
+// BenchmarkSpawn spawns one child at a time of a running parent, each
+// with a new id: a spawn's transaction, its locks and round trips.
+func BenchmarkSpawn(b *testing.B) {
+	st := open(b)
+	ctx := context.Background()
+	submitDue(b, st, 1)
+	claimed, err := st.Claim(ctx, store.ClaimRequest{Node: "bench", Behaviors: noop, Limit: 1})
+	if err != nil || len(claimed) != 1 {
+		b.Fatalf("claim the parent: %v, %d claimed", err, len(claimed))
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := st.Spawn(ctx, claimed[0].LeaseRef, newTasks(1, 1+i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
