@@ -30,11 +30,12 @@ type database interface {
 
 // spawnLockSQL locks the parent $1 under its lease $2, and then, in id
 // order, the tasks of $3 that are its children and ended for good, which
-// a resubmitting spawn runs again. It returns whether the parent was
-// locked (a stale parent spawns nothing, and locks no child) and how many
-// children it locked: locked, none of them changes before the spawn's
-// submit does, and the parent's count of pending children cannot race
-// its finish.
+// a resubmitting spawn runs again: their ends were counted off the
+// parent, which waits for them once more, as Retry makes it. It returns
+// whether the parent was locked (a stale parent spawns nothing, and locks
+// no child) and how many children it locked: locked, none of them changes
+// before the spawn's submit does, and the parent's count of pending
+// children cannot race its finish.
 var spawnLockSQL = `WITH p AS (
     SELECT 1 FROM stint_task WHERE id = $1 AND lease = $2 AND status = 'running' FOR UPDATE
 )
