@@ -123,10 +123,10 @@ func (p capProbe) Run(ctx context.Context, rc spi.RunContext, c capParams) (stru
 // node), GroupConcurrency 2 over three group keys and ClusterConcurrency 3.
 // The runs inside the behavior never exceed the cap, each task runs once
 // and succeeds, and the finishes handed slots over (tasks started without
-// a claim; while none has, another backlog runs, up to 5). The database never shows more tasks running than the cap
-// allows: every task it shows running either runs, is about to, or ran
-// and returned, its end not recorded yet; those running or about to are
-// within the cap.
+// a claim; while none has, another backlog runs, up to 5). The database
+// never shows more tasks running than the cap allows: every task it shows
+// running either runs, is about to, or ran and returned, its end not
+// recorded yet; those running or about to are within the cap.
 func TestHandOverKeepsCaps(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
